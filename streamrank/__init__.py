@@ -1,0 +1,6 @@
+"""streamrank: pairwise ranking SVMs on learning-to-rank data larger than memory."""
+
+from ._version import __version__
+from .dataset import Dataset, open_dataset
+
+__all__ = ["__version__", "Dataset", "open_dataset"]

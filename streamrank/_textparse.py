@@ -1,0 +1,288 @@
+"""Numba kernels that parse LETOR / SVMlight text bytes into dense float32 rows.
+
+Line grammar: ``label [qid:Q] idx:value ... [# comment]`` with spaces or tabs between tokens, CR
+before LF tolerated, blank and comment-only lines skipped (they are not rows).
+
+Numbers: a value must be ``float32(float(token))`` exactly (DESIGN.md). The kernel parses the
+decimal mantissa into an integer m and a power of ten e; when m <= 2^53 and |e| <= 22 both m and
+10^|e| are exact doubles, so the single product or quotient m * 10^e is the correctly rounded double
+(Clinger's fast path) and the cast to float32 reproduces float32(float(token)). Every other token
+(more than 16 significant digits, large exponents) is flagged "slow", left as NaN, and the caller
+re-parses it with Python's ``float``, which rounds correctly. LETOR files (6 decimals) never take
+the slow path.
+
+The plain-Python twin of these kernels is the reference parser in ``tests/letor_oracle.py``.
+"""
+
+import numba
+import numpy as np
+from numba import prange
+
+# error codes, one per line (0 = fine); messages live in convert.py
+E_LABEL = 1
+E_NAN_INF = 2
+E_MISSING_QID = 3
+E_BAD_QID = 4
+E_QID_WITH_QUERY_FILE = 5
+E_TOKEN = 6
+E_INDEX = 7
+E_INDEX_ZERO = 8
+E_DUPLICATE = 9
+E_BEYOND = 10
+E_VALUE = 11
+
+# number parser results
+_OK, _SLOW, _NAN, _INF_NAN = 0, 1, 2, 3
+
+# exact powers of ten representable as doubles (10^22 < 2^53 * 2^22 is the last exact one)
+_POW10 = np.array([10.0 ** k for k in range(23)])
+_MAX_EXACT_MANTISSA = 2 ** 53
+# significant digits accumulated into an int64 mantissa; beyond that the token is slow
+_MAX_DIGITS = 18
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _is_ws(c):
+    return c == 32 or c == 9 or c == 13 or c == 11 or c == 12
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_number(buf, s, e):
+    """Parse buf[s:e] as a decimal number; return (status, value).
+
+    status: _OK (value exact as float(token)), _SLOW (valid decimal, needs Python's float),
+    _NAN (not a number), _INF_NAN (nan/inf spelled out).
+    """
+    i = s
+    neg = False
+    c = buf[i]
+    if c == 43 or c == 45:  # '+' '-'
+        neg = c == 45
+        i += 1
+        if i == e:
+            return _NAN, 0.0
+        c = buf[i]
+    if c == 110 or c == 78 or c == 105 or c == 73:  # n N i I: nan, inf, infinity
+        return _INF_NAN, 0.0
+    m = 0
+    nd = 0
+    e10 = 0
+    any_digit = False
+    dropped = False
+    while i < e and 48 <= buf[i] <= 57:
+        d = buf[i] - 48
+        any_digit = True
+        if nd < _MAX_DIGITS:
+            m = m * 10 + d
+            if m != 0:
+                nd += 1
+        else:
+            e10 += 1
+            dropped = dropped or d != 0
+        i += 1
+    if i < e and buf[i] == 46:  # '.'
+        i += 1
+        while i < e and 48 <= buf[i] <= 57:
+            d = buf[i] - 48
+            any_digit = True
+            if nd < _MAX_DIGITS:
+                m = m * 10 + d
+                if m != 0:
+                    nd += 1
+                e10 -= 1
+            else:
+                dropped = dropped or d != 0
+            i += 1
+    if not any_digit:
+        return _NAN, 0.0
+    if i < e and (buf[i] == 101 or buf[i] == 69):  # 'e' 'E'
+        i += 1
+        eneg = False
+        if i < e and (buf[i] == 43 or buf[i] == 45):
+            eneg = buf[i] == 45
+            i += 1
+        if i == e:
+            return _NAN, 0.0
+        ex = 0
+        while i < e and 48 <= buf[i] <= 57:
+            if ex < 100000:
+                ex = ex * 10 + (buf[i] - 48)
+            i += 1
+        e10 += -ex if eneg else ex
+    if i != e:
+        return _NAN, 0.0
+    if m == 0:
+        return _OK, -0.0 if neg else 0.0
+    if dropped or m > _MAX_EXACT_MANTISSA or e10 > 22 or e10 < -22:
+        return _SLOW, 0.0
+    # Clinger's fast path: one correctly rounded IEEE operation on two exact doubles
+    v = float(m) * _POW10[e10] if e10 >= 0 else float(m) / _POW10[-e10]
+    return _OK, -v if neg else v
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_uint(buf, s, e):
+    """Digits only, at most 18 of them; -1 when buf[s:e] is not such a number."""
+    if e <= s or e - s > _MAX_DIGITS:
+        return -1
+    v = 0
+    for i in range(s, e):
+        c = buf[i]
+        if c < 48 or c > 57:
+            return -1
+        v = v * 10 + (c - 48)
+    return v
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def data_lines(buf, line_start, line_end, is_data):
+    """is_data[k] = line k has a non-blank character before any '#'."""
+    for k in prange(line_start.shape[0]):
+        p = line_start[k]
+        le = line_end[k]
+        while p < le and _is_ws(buf[p]):
+            p += 1
+        is_data[k] = p < le and buf[p] != 35
+
+
+@numba.njit(cache=True, nogil=True)
+def _starts_with_qid(buf, p, q):
+    return q - p >= 4 and buf[p] == 113 and buf[p + 1] == 105 and buf[p + 2] == 100 and buf[p + 3] == 58
+
+
+@numba.njit(cache=True, nogil=True)
+def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int, qid_s, qid_e,
+                qid_isint, com_s, com_e, err, err_s, err_e, slow, nnz, maxcol, marker):
+    # the comment: everything after the first '#', without surrounding white space
+    h = le
+    for t in range(ls, le):
+        if buf[t] == 35:
+            h = t
+            break
+    if h < le:
+        a, b = h + 1, le
+        while a < b and _is_ws(buf[a]):
+            a += 1
+        while b > a and _is_ws(buf[b - 1]):
+            b -= 1
+        com_s[k], com_e[k] = a, b
+    else:
+        com_s[k], com_e[k] = le, le
+    p = ls
+    t = 0
+    cnt = 0
+    mc = -1
+    while True:
+        while p < h and _is_ws(buf[p]):
+            p += 1
+        if p >= h:
+            break
+        q = p
+        while q < h and not _is_ws(buf[q]):
+            q += 1
+        if t == 0:
+            st, v = _parse_number(buf, p, q)
+            if st == _NAN or st == _INF_NAN:
+                err[k], err_s[k], err_e[k] = (E_LABEL if st == _NAN else E_NAN_INF), p, q
+                return
+            if st == _SLOW:
+                slow[k] = 1
+                v = np.nan
+            y[row] = v
+        elif t == 1 and want_qid:
+            if not _starts_with_qid(buf, p, q):
+                err[k], err_s[k], err_e[k] = E_MISSING_QID, p, q
+                return
+            if q == p + 4:
+                err[k], err_s[k], err_e[k] = E_BAD_QID, p, q
+                return
+            qid_s[k], qid_e[k] = p + 4, q
+            neg = buf[p + 4] == 45
+            qv = _parse_uint(buf, p + 5 if neg else p + 4, q)
+            if qv >= 0:
+                qid_int[k] = -qv if neg else qv
+                qid_isint[k] = 1
+            else:
+                qid_isint[k] = 0
+        else:
+            if t == 1 and _starts_with_qid(buf, p, q):
+                err[k], err_s[k], err_e[k] = E_QID_WITH_QUERY_FILE, p, q
+                return
+            c = p
+            while c < q and buf[c] != 58:
+                c += 1
+            if c == q:
+                err[k], err_s[k], err_e[k] = E_TOKEN, p, q
+                return
+            idx = _parse_uint(buf, p, c)
+            if idx < 0:
+                err[k], err_s[k], err_e[k] = E_INDEX, p, q
+                return
+            col = idx - base
+            if col < 0:
+                err[k], err_s[k], err_e[k] = E_INDEX_ZERO, p, q
+                return
+            if fixed and col >= width:
+                err[k], err_s[k], err_e[k] = E_BEYOND, p, q
+                return
+            if c + 1 == q:
+                err[k], err_s[k], err_e[k] = E_VALUE, p, q
+                return
+            st, v = _parse_number(buf, c + 1, q)
+            if st == _NAN:
+                err[k], err_s[k], err_e[k] = E_VALUE, p, q
+                return
+            if st == _INF_NAN:
+                err[k], err_s[k], err_e[k] = E_NAN_INF, p, q
+                return
+            if col < width:
+                if marker[col] == k + 1:
+                    err[k], err_s[k], err_e[k] = E_DUPLICATE, p, q
+                    return
+                marker[col] = k + 1
+                if st == _SLOW:
+                    slow[k] = 1
+                    v = np.nan
+                X[row, col] = v
+            if col > mc:
+                mc = col
+            cnt += 1
+        t += 1
+        p = q
+    if want_qid and t < 2:
+        err[k], err_s[k], err_e[k] = E_MISSING_QID, ls, h
+        return
+    nnz[k] = cnt
+    maxcol[k] = mc
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def parse_lines(buf, line_start, line_end, row_of_line, base, width, fixed, want_qid, X, y,
+                qid_int, qid_s, qid_e, qid_isint, com_s, com_e, err, err_s, err_e, slow, nnz, maxcol):
+    """Parse every data line of ``buf`` into row ``row_of_line[k]`` of X and y.
+
+    Columns at or beyond ``width`` are not stored when ``fixed`` is False: ``maxcol`` tells the
+    caller to widen X and parse again. Lines run in contiguous segments, one duplicate-index
+    marker array per segment (marker[col] = line + 1 of the last line that set col).
+    """
+    n = line_start.shape[0]
+    n_seg = min(n, 64)
+    for sgi in prange(n_seg):
+        lo = n * sgi // n_seg
+        hi = n * (sgi + 1) // n_seg
+        marker = np.zeros(max(width, 1), np.int64)
+        for k in range(lo, hi):
+            row = row_of_line[k]
+            if row < 0:
+                continue
+            _parse_line(k, buf, line_start[k], line_end[k], row, base, width, fixed, want_qid, X, y,
+                        qid_int, qid_s, qid_e, qid_isint, com_s, com_e, err, err_s, err_e, slow,
+                        nnz, maxcol, marker)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def gather_qid_bytes(buf, qs, qe, out):
+    """out[r, :] = the qid text of row r, zero padded (for non-integer query ids)."""
+    for r in prange(qs.shape[0]):
+        for t in range(qe[r] - qs[r]):
+            out[r, t] = buf[qs[r] + t]

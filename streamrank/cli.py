@@ -1,0 +1,116 @@
+"""The ``streamrank`` command line (interface contract in DESIGN.md)."""
+
+import argparse
+import json
+import sys
+
+from ._version import __version__
+from .errors import StreamrankError
+
+NOT_YET = {
+    "train": "training arrives with the linear RankSVM (issue 3)",
+    "predict": "prediction arrives with the model file (issue 3)",
+}
+
+
+def _positive_int(name):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be > 0; got {v}. Pass {name} 46")
+        return v
+    return parse
+
+
+def _cmd_convert(args):
+    from .convert import convert
+    stats = convert(args.inputs, args.output, query_files=args.query_file, zero_based=args.zero_based,
+                    n_features=args.n_features, compression=args.compression,
+                    keep_comments=not args.no_comments, memory_budget=args.memory_budget, quiet=args.quiet)
+    if args.json:
+        print(json.dumps(stats))
+    elif not args.quiet:
+        print(f"wrote {stats['output']}: {stats['rows']:,} rows, {stats['queries']:,} queries, "
+              f"{stats['features']} features in {stats['seconds']:.2f} s "
+              f"({stats['text_mb_per_s']:.1f} MB/s of text, {stats['rows_per_s']:,.0f} rows/s"
+              f"{'; queries regrouped' if stats['regrouped'] else ''})")
+    return 0
+
+
+def _cmd_info(args):
+    from .dataset import open_dataset
+    from .info import dataset_info, format_info
+    with open_dataset(args.data) as ds:
+        info = dataset_info(ds)
+    print(json.dumps(info) if args.json else format_info(info))
+    return 0
+
+
+def _cmd_demo(args):
+    from .demo import run_demo
+    return run_demo(workdir=args.dir, quiet=args.quiet)
+
+
+def _cmd_not_yet(args):
+    raise StreamrankError(f"'streamrank {args.command}' is not available yet in streamrank {__version__}: "
+                          f"{NOT_YET[args.command]}")
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="streamrank", description="Pairwise ranking SVMs on data larger than memory.")
+    p.add_argument("--version", action="version", version=f"streamrank {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    c = sub.add_parser("convert", help="LETOR/SVMlight text (.txt .gz .bz2) to an HDF5 dataset")
+    c.add_argument("inputs", nargs="+", metavar="IN", help="text files, concatenated in order")
+    c.add_argument("-o", "--output", required=True, metavar="OUT.h5")
+    c.add_argument("--query-file", action="append", metavar="F",
+                   help="group sizes (one per line) for an input without qid:; give once per input")
+    c.add_argument("--zero-based", action="store_true", help="feature indices start at 0 (default 1)")
+    c.add_argument("--n-features", type=_positive_int("--n-features"), metavar="D",
+                   help="fix the number of features (train, vali and test must agree)")
+    c.add_argument("--compression", choices=["gzip", "lzf", "none"], default=None,
+                   help="HDF5 compression of the rows (default: none, see README)")
+    c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
+    c.add_argument("--memory-budget", default="2GB", metavar="SIZE")
+    c.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    c.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    c.set_defaults(func=_cmd_convert)
+
+    i = sub.add_parser("info", help="rows, queries, labels, pairs of a dataset")
+    i.add_argument("data", metavar="DATA.h5")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=_cmd_info)
+
+    d = sub.add_parser("demo", help="generate a small LETOR-like dataset and run the pipeline on it")
+    d.add_argument("--dir", default=None, help="keep the files here (default: a temporary directory)")
+    d.add_argument("--quiet", action="store_true")
+    d.set_defaults(func=_cmd_demo)
+
+    for name in NOT_YET:
+        t = sub.add_parser(name, help=f"(not available yet: {NOT_YET[name]})")
+        t.add_argument("rest", nargs=argparse.REMAINDER)
+        t.set_defaults(func=_cmd_not_yet)
+    return p
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    if getattr(args, "compression", "unset") is None:
+        from .h5format import DEFAULT_COMPRESSION
+        args.compression = DEFAULT_COMPRESSION
+    try:
+        return args.func(args)
+    except (StreamrankError, FileNotFoundError) as exc:
+        print(f"streamrank {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"streamrank {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

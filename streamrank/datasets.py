@@ -1,0 +1,725 @@
+"""Synthetic LETOR-like learning-to-rank data, generated as a stream.
+
+The generator writes LETOR text (``label qid:Q 1:v 2:v ... #docid = synth-<row>``) or a streamrank
+HDF5 dataset, query by query in row batches, so it can produce tens of gigabytes with memory in the
+low hundreds of megabytes. Output is a pure function of ``(preset, scale, seed)``: every query draws
+from its own random stream, so batch sizes and threads never change a byte.
+
+Data model
+----------
+Query sizes
+    Lognormal draws (``size_sigma``) clipped to ``[size_min, size_max]``; a common multiplier is
+    found by bisection so that the floors add up to just below the preset's row count, and the
+    remaining rows go one each to the queries with the largest fractional parts. Presets therefore
+    pin the exact numbers of queries and rows (both multiplied by ``scale`` and rounded).
+Features (``n_features`` columns, values in [0, 1] written with 6 decimals)
+    A latent factor model gives correlated features: per document ``k`` factors
+    ``F ~ N(mu_q, 1)`` with a per-query mean ``mu_q``; column ``j`` is
+    ``sigmoid(a_j * (F @ A[:, j] + e_j * eps + o_qj) + b_j)`` with loadings ``A`` (each column
+    loads on one or two factors), own noise ``eps ~ N(0, 1)`` and a per-query column offset
+    ``o_qj``. Column kinds: a few constant-zero columns (like MQ2008's features 6-10 and 43),
+    sparse columns (each value is 0 with a column-specific probability of 30-90 %), discrete
+    columns (2 to 8 levels, many ties) and dense ones. Presets modelled on LETOR 4.0 also min-max
+    normalise every column within each query, as LETOR's "QueryLevelNorm" files do (each
+    non-constant column then holds an exact 0 and 1 in every query). The value written is
+    ``m / 10**6`` with ``m = rint(x * 10**6)`` (round half to even); the integer ``m`` is the
+    truth from which both the text and the float32 array are made.
+Relevance (``n_labels`` grades 0 .. L-1)
+    A nonlinear function of six dense observed columns ``s0..s5`` (values as written)::
+
+        g = 1.2 * exp(-((s0 - .65)^2 + (s1 - .35)^2) / .08)   # rbf bump
+          + 1.0 * s2 * s3                                      # interaction
+          + 0.4 * sin(2 pi s4)                                 # periodic
+          + 0.5 * s5                                           # linear part
+
+    plus a per-query shift ``N(0, query_shift)`` and document noise ``N(0, noise)``. Grades are
+    the number of thresholds below that value; the thresholds are quantiles, taken on a fixed
+    calibration sample, chosen so that graded queries hit the preset's ``label_fractions``
+    (skewed towards 0). Kernel models can therefore beat linear ones. A fraction
+    ``all_zero_fraction`` of queries get grade 0 for every document (MQ2008: 28 %).
+Streams
+    ``SeedSequence(seed, spawn_key=(tag, ...))`` with one tag per purpose: query sizes, column
+    parameters, calibration, and one stream per query ``(3, q)``.
+
+Text rows are ``<label> qid:<q+1> 1:<v> ... d:<v> #docid = synth-<row>`` with ``\\n`` line ends,
+``row`` the 0-based row number; ``sparse=True`` omits zero values.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import os
+import queue
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from .errors import ParameterError
+
+__all__ = [
+    "Preset", "PRESETS", "resolve", "query_sizes", "generate_batches", "iter_blocks",
+    "write_text", "write_hdf5", "format_rows_py",
+]
+
+_MICRO = 1_000_000          # values are integers m with value = m / _MICRO
+_N_LATENT = 8               # latent factors behind the correlated columns
+_N_SIGNAL = 6               # columns the relevance depends on
+_TAG_SIZES, _TAG_COLUMNS, _TAG_CALIB, _TAG_QUERY = 0, 1, 2, 3
+_TEXT_BUFFER_BYTES = 16 << 20   # text formatted per chunk of rows within this budget
+_BATCH_VALUES = 1 << 22         # default rows per writer batch: about 4M values (16 MB of int32)
+_CALIB_ROWS = 30_000
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """Shape and statistics of a synthetic data set (counts are for ``scale=1``).
+
+    Parameters
+    ----------
+    name : str
+    n_queries, n_rows, n_features, n_labels : int
+    label_fractions : tuple of float
+        Target share of each grade among documents of queries that are not all-zero.
+    all_zero_fraction : float
+        Probability that a query has grade 0 for every document.
+    size_sigma : float
+        Sigma of the lognormal query-size draw (skew of the size distribution).
+    size_min, size_max : int
+        Clip range of the query sizes.
+    zero_columns : tuple of int
+        1-based columns that are 0 everywhere.
+    sparse_share, discrete_share : float
+        Share of the remaining columns that are sparse / discrete.
+    query_normalize : bool
+        Min-max normalise every column within each query (LETOR 4.0 style).
+    query_shift, noise : float
+        Standard deviations of the per-query relevance shift and the per-document noise.
+    """
+
+    name: str
+    n_queries: int
+    n_rows: int
+    n_features: int
+    n_labels: int
+    label_fractions: tuple
+    all_zero_fraction: float
+    size_sigma: float
+    size_min: int
+    size_max: int
+    zero_columns: tuple = ()
+    sparse_share: float = 0.3
+    discrete_share: float = 0.15
+    query_normalize: bool = False
+    query_shift: float = 0.3
+    noise: float = 0.15
+
+
+PRESETS = {
+    # MQ2007 Fold1 train: 1,017 queries, 42,158 rows, 46 features, grades 0-2, 246,015 pairs.
+    "mq2007": Preset("mq2007", 1_017, 42_158, 46, 3, (0.74, 0.21, 0.05), 0.15,
+                     0.45, 6, 147, zero_columns=(6, 7, 8, 9, 10, 43), query_normalize=True,
+                     query_shift=0.6),
+    # MSLR-WEB30K: 18,919 queries, 2,270,296 rows, 136 features, grades 0-4.
+    "mslr30k": Preset("mslr30k", 18_919, 2_270_296, 136, 5, (0.52, 0.32, 0.13, 0.02, 0.01), 0.03,
+                      0.7, 5, 1251, zero_columns=(), sparse_share=0.35),
+    # Istella LETOR: 33,018 queries, 10,454,629 rows, 220 features, grades 0-4.
+    "istella": Preset("istella", 33_018, 10_454_629, 220, 5, (0.88, 0.05, 0.04, 0.02, 0.01), 0.02,
+                      0.8, 5, 2000, zero_columns=(20, 53, 114, 160, 201), sparse_share=0.45),
+    # tiny default for demos and tests
+    "small": Preset("small", 60, 3_000, 20, 3, (0.65, 0.25, 0.10), 0.2,
+                    0.5, 5, 150, zero_columns=(7, 13), query_normalize=True),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters
+# ---------------------------------------------------------------------------------------------
+def resolve(preset="small", scale=1.0):
+    """Return ``(Preset, n_queries, n_rows)`` for a preset name (or Preset) at ``scale``."""
+    if isinstance(preset, str):
+        if preset not in PRESETS:
+            raise ParameterError(
+                f"preset must be one of {', '.join(PRESETS)}; got {preset!r}. Pass --preset small")
+        preset = PRESETS[preset]
+    elif not isinstance(preset, Preset):
+        raise ParameterError(f"preset must be a name or a Preset; got {type(preset).__name__}")
+    scale = float(scale)
+    if not scale > 0 or not np.isfinite(scale):
+        raise ParameterError(f"scale must be > 0; got {scale}. Pass --scale 0.5")
+    n_queries = int(round(preset.n_queries * scale))
+    n_rows = int(round(preset.n_rows * scale))
+    if n_queries < 1:
+        need = 0.5 / preset.n_queries
+        raise ParameterError(
+            f"scale={scale} leaves preset {preset.name!r} with no query; pass --scale {need:.3g} or more")
+    if not preset.size_min * n_queries <= n_rows <= preset.size_max * n_queries:
+        raise ParameterError(
+            f"preset {preset.name!r} at scale={scale}: {n_rows} rows do not fit {n_queries} queries of "
+            f"{preset.size_min} to {preset.size_max} rows; pass a larger --scale")
+    return preset, n_queries, n_rows
+
+
+def _rng(seed, *key):
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
+
+
+def _check_seed(seed):
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ParameterError(f"seed must be an integer >= 0; got {seed!r}. Pass --seed 0")
+    return int(seed)
+
+
+def query_sizes(preset="small", *, scale=1.0, seed=0):
+    """Rows per query (int64, length n_queries) summing exactly to the preset's row count."""
+    p, nq, n = resolve(preset, scale)
+    raw = _rng(_check_seed(seed), _TAG_SIZES).lognormal(0.0, p.size_sigma, nq)
+    lo, hi = p.size_min, p.size_max
+
+    def total(c):
+        return int(np.clip(np.floor(c * raw), lo, hi).sum())
+
+    # f(c) = total(c) is nondecreasing: bisect for the largest c with f(c) <= n
+    a, b = 0.0, 2.0 * hi / raw.min()
+    for _ in range(200):
+        c = 0.5 * (a + b)
+        if total(c) <= n:
+            a = c
+        else:
+            b = c
+    sizes = np.clip(np.floor(a * raw), lo, hi).astype(np.int64)
+    short = n - int(sizes.sum())
+    if short:
+        # one more row each for the queries closest to rounding up (stable, so deterministic)
+        frac = np.where(sizes < hi, a * raw - np.floor(a * raw), -np.inf)
+        order = np.argsort(-frac, kind="stable")[:short]
+        sizes[order] += 1
+    assert int(sizes.sum()) == n and sizes.min() >= lo and sizes.max() <= hi
+    return sizes
+
+
+@dataclasses.dataclass
+class _Model:
+    """Column parameters and grade thresholds, fixed by (preset, seed)."""
+
+    preset: Preset
+    loadings: np.ndarray      # (k, d)
+    noise_scale: np.ndarray   # (d,)
+    slope: np.ndarray         # (d,)
+    bias: np.ndarray          # (d,)
+    zero_cols: np.ndarray
+    sparse_cols: np.ndarray
+    sparse_p: np.ndarray
+    discrete_cols: np.ndarray
+    discrete_levels: np.ndarray
+    signal: np.ndarray        # (6,) columns the relevance reads
+    thresholds: np.ndarray = None
+
+
+def _build_model(p, seed):
+    d = p.n_features
+    rng = _rng(seed, _TAG_COLUMNS)
+    zero = np.array(sorted(set(c - 1 for c in p.zero_columns if 1 <= c <= d)), np.int64)
+    free = np.setdiff1d(np.arange(d), zero)
+    perm = rng.permutation(free)
+    n_sig = min(_N_SIGNAL, len(perm))
+    if n_sig < _N_SIGNAL:
+        raise ParameterError(f"n_features must leave >= {_N_SIGNAL} non-zero columns; got {d}")
+    signal, rest = perm[:n_sig], perm[n_sig:]
+    n_sparse = int(round(p.sparse_share * len(rest)))
+    n_disc = int(round(p.discrete_share * len(rest)))
+    sparse = np.sort(rest[:n_sparse])
+    discrete = np.sort(rest[n_sparse:n_sparse + n_disc])
+    # each column loads on one factor, half of them on a second one too
+    k = _N_LATENT
+    A = np.zeros((k, d))
+    A[rng.integers(0, k, d), np.arange(d)] = rng.normal(0.0, 1.0, d)
+    second = rng.random(d) < 0.5
+    A[rng.integers(0, k, d)[second], np.arange(d)[second]] += rng.normal(0.0, 0.7, int(second.sum()))
+    m = _Model(
+        preset=p, loadings=A, noise_scale=rng.uniform(0.3, 1.0, d), slope=rng.uniform(0.6, 1.6, d),
+        bias=rng.normal(0.0, 0.7, d), zero_cols=zero, sparse_cols=sparse,
+        sparse_p=rng.uniform(0.3, 0.9, len(sparse)), discrete_cols=discrete,
+        discrete_levels=rng.integers(2, 9, len(discrete)).astype(np.float64), signal=np.sort(signal))
+    m.thresholds = _calibrate(m, seed)
+    return m
+
+
+def _features(m, rng, n):
+    """Draw one query's features as integer micro-units m (float64 holding integers), (n, d)."""
+    d = m.preset.n_features
+    mu = rng.normal(0.0, 0.5, _N_LATENT)                  # per-query factor means
+    F = rng.standard_normal((n, _N_LATENT))
+    F += mu
+    Z = rng.standard_normal((n, d))
+    Z *= m.noise_scale
+    Z += F @ m.loadings
+    Z += rng.normal(0.0, 0.5, d)                           # per-query column offsets
+    Z *= m.slope
+    Z += m.bias
+    # logistic squash into (0, 1), in place
+    np.negative(Z, out=Z)
+    np.exp(Z, out=Z)
+    Z += 1.0
+    np.reciprocal(Z, out=Z)
+    if len(m.discrete_cols):
+        L = m.discrete_levels
+        Z[:, m.discrete_cols] = np.minimum(np.floor(Z[:, m.discrete_cols] * L), L - 1) / (L - 1)
+    if len(m.sparse_cols):
+        u = rng.random((n, len(m.sparse_cols)))
+        block = Z[:, m.sparse_cols]
+        block[u < m.sparse_p] = 0.0
+        Z[:, m.sparse_cols] = block
+    if len(m.zero_cols):
+        Z[:, m.zero_cols] = 0.0
+    if m.preset.query_normalize:
+        lo = Z.min(axis=0)
+        span = Z.max(axis=0) - lo
+        Z -= lo
+        Z /= np.where(span > 0, span, 1.0)   # constant columns become 0
+    Z *= _MICRO
+    np.rint(Z, out=Z)                         # round half to even: the written value
+    return Z
+
+
+def _relevance(m, rng, M):
+    """Continuous relevance of a query's documents from the written values (micro-units M)."""
+    s = M[:, m.signal] / _MICRO
+    g = (1.2 * np.exp(-((s[:, 0] - 0.65) ** 2 + (s[:, 1] - 0.35) ** 2) / 0.08)
+         + 1.0 * s[:, 2] * s[:, 3]
+         + 0.4 * np.sin(2.0 * np.pi * s[:, 4])
+         + 0.5 * s[:, 5])
+    g += rng.normal(0.0, m.preset.query_shift)
+    g += rng.normal(0.0, m.preset.noise, len(g))
+    return g
+
+
+def _calibrate(m, seed):
+    """Grade thresholds: quantiles of relevance over a fixed sample of queries."""
+    p = m.preset
+    rng = _rng(seed, _TAG_CALIB)
+    mean = p.n_rows / p.n_queries
+    n_q = max(20, int(_CALIB_ROWS // mean))
+    sizes = np.clip(np.rint(rng.lognormal(np.log(mean) - p.size_sigma ** 2 / 2, p.size_sigma, n_q)),
+                    p.size_min, p.size_max).astype(np.int64)
+    rel = []
+    for i, n in enumerate(sizes.tolist()):
+        qrng = _rng(seed, _TAG_CALIB, i)
+        rel.append(_relevance(m, qrng, _features(m, qrng, n)))
+    cum = np.cumsum(p.label_fractions)[:-1] / np.sum(p.label_fractions)
+    return np.quantile(np.concatenate(rel), cum)
+
+
+def _query(m, seed, q, n):
+    """One query: (micro-units float64 (n, d), grades int8 (n,))."""
+    rng = _rng(seed, _TAG_QUERY, q)
+    all_zero = rng.random() < m.preset.all_zero_fraction
+    M = _features(m, rng, n)
+    rel = _relevance(m, rng, M)
+    grade = np.searchsorted(m.thresholds, rel, side="left").astype(np.int8)
+    if all_zero:
+        grade[:] = 0
+    return M, grade
+
+
+# ---------------------------------------------------------------------------------------------
+# batches
+# ---------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class Block:
+    """A batch of whole queries in micro-units (the exact written values).
+
+    Attributes
+    ----------
+    M : int32 (r, d)      feature values times 10**6
+    grade : int8 (r,)     labels
+    qid : int64 (r,)      query ids (query number + 1)
+    row0 : int            row number of the first row
+    sizes : int64         rows per query in this block
+    """
+
+    M: np.ndarray
+    grade: np.ndarray
+    qid: np.ndarray
+    row0: int
+    sizes: np.ndarray
+
+    def X(self):
+        """float32 features equal to float32(float(text)) of the written values."""
+        out = np.empty(self.M.shape, np.float32)
+        _micro_to_float32(self.M, out)
+        return out
+
+
+def _batch_plan(sizes, batch_rows):
+    """Query index boundaries of batches: whole queries, at most batch_rows rows unless one
+    query alone is larger."""
+    bounds = [0]
+    acc = 0
+    for q, n in enumerate(sizes.tolist()):
+        if acc and acc + n > batch_rows:
+            bounds.append(q)
+            acc = 0
+        acc += n
+    bounds.append(len(sizes))
+    return bounds
+
+
+def iter_blocks(preset="small", *, scale=1.0, seed=0, batch_rows=None):
+    """Yield :class:`Block` batches of whole queries (exact integer values), in file order."""
+    seed = _check_seed(seed)
+    p, nq, n_rows = resolve(preset, scale)
+    if batch_rows is None:
+        batch_rows = max(1024, _BATCH_VALUES // p.n_features)
+    if isinstance(batch_rows, bool) or int(batch_rows) != batch_rows or batch_rows < 1:
+        raise ParameterError(f"batch_rows must be an integer >= 1; got {batch_rows!r}. Pass batch_rows=65536")
+    sizes = query_sizes(p, scale=scale, seed=seed)
+    m = _build_model(p, seed)
+    bounds = _batch_plan(sizes, int(batch_rows))
+    ptr = np.concatenate(([0], np.cumsum(sizes)))
+    for qa, qb in zip(bounds[:-1], bounds[1:]):
+        r0, r1 = int(ptr[qa]), int(ptr[qb])
+        M = np.empty((r1 - r0, p.n_features), np.int32)
+        grade = np.empty(r1 - r0, np.int8)
+        for q in range(qa, qb):
+            a, b = int(ptr[q]) - r0, int(ptr[q + 1]) - r0
+            M[a:b], grade[a:b] = _query(m, seed, q, b - a)
+        qid = np.repeat(np.arange(qa + 1, qb + 1, dtype=np.int64), sizes[qa:qb])
+        yield Block(M, grade, qid, r0, sizes[qa:qb])
+
+
+def generate_batches(preset="small", *, scale=1.0, seed=0, batch_rows=65536):
+    """Yield ``(X float32 (r, d), y float32 (r,), qid int64 (r,))`` batches ending on query
+    boundaries; together they are the whole data set in file order.
+
+    Parameters
+    ----------
+    preset : str or Preset
+        One of :data:`PRESETS` (``mq2007``, ``mslr30k``, ``istella``, ``small``).
+    scale : float
+        Multiplies the numbers of queries and rows (rounded).
+    seed : int
+        Same seed, preset and scale give the same values for any ``batch_rows``.
+    batch_rows : int
+        Target rows per batch; a query larger than this is a batch of its own.
+    """
+    for blk in iter_blocks(preset, scale=scale, seed=seed, batch_rows=batch_rows):
+        yield blk.X(), blk.grade.astype(np.float32), blk.qid
+
+
+def _prefetch(it, depth=2):
+    """Run iterator ``it`` in a background thread, ``depth`` items ahead (order kept)."""
+    q = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    done = object()
+
+    def work():
+        try:
+            for item in it:
+                while not stop.is_set():
+                    try:
+                        q.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put(done)
+        except BaseException as exc:  # handed to the consumer
+            q.put(exc)
+
+    t = threading.Thread(target=work, name="streamrank-generate", daemon=True)
+    t.start()
+    try:
+        while True:
+            item = q.get()
+            if item is done:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        t.join()
+
+
+# ---------------------------------------------------------------------------------------------
+# numba kernels
+# ---------------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _micro_to_float32(M, out):
+    # float64 division m / 1e6 is correctly rounded, so it equals float(text); then to float32
+    for i in range(M.shape[0]):
+        for j in range(M.shape[1]):
+            out[i, j] = np.float32(M[i, j] / 1e6)
+
+
+@njit(cache=True, nogil=True)
+def _put_uint(out, pos, v):
+    """Write the decimal digits of v >= 0 at out[pos:]; return the new position."""
+    if v == 0:
+        out[pos] = 48
+        return pos + 1
+    n = 0
+    t = v
+    while t > 0:
+        t //= 10
+        n += 1
+    k = pos + n - 1
+    while v > 0:
+        out[k] = 48 + v % 10
+        v //= 10
+        k -= 1
+    return pos + n
+
+
+# "00".."99": one table lookup writes two digits
+_DIGIT_PAIRS = np.frombuffer("".join(f"{i:02d}" for i in range(100)).encode(), np.uint8).copy()
+
+
+@njit(cache=True, nogil=True)
+def _format_rows(M, grade, qid, row0, index_text, index_ptr, docid_text, sparse, pairs, out):
+    """Write LETOR lines for rows of M into the uint8 buffer out; return the bytes written.
+
+    index_text[index_ptr[j]:index_ptr[j+1]] is " <j+1>:"; docid_text is " #docid = synth-";
+    pairs is _DIGIT_PAIRS. A value m (micro-units, m >= 0) is written as m // 10**6, '.', then
+    the 6 digits of m % 10**6 as three digit pairs.
+    """
+    pos = 0
+    for i in range(M.shape[0]):
+        pos = _put_uint(out, pos, grade[i])
+        out[pos] = 32       # " qid:"
+        out[pos + 1] = 113
+        out[pos + 2] = 105
+        out[pos + 3] = 100
+        out[pos + 4] = 58
+        pos = _put_uint(out, pos + 5, qid[i])
+        for j in range(M.shape[1]):
+            m = np.int64(M[i, j])
+            if sparse and m == 0:
+                continue
+            for t in range(index_ptr[j], index_ptr[j + 1]):
+                out[pos] = index_text[t]
+                pos += 1
+            if m >= 1000000:
+                whole = m // 1000000
+                frac = m - whole * 1000000
+                pos = _put_uint(out, pos, whole)
+            else:
+                frac = m
+                out[pos] = 48
+                pos += 1
+            out[pos] = 46    # "."
+            a = frac // 10000
+            r = frac - a * 10000
+            b = r // 100
+            c = r - b * 100
+            out[pos + 1] = pairs[2 * a]
+            out[pos + 2] = pairs[2 * a + 1]
+            out[pos + 3] = pairs[2 * b]
+            out[pos + 4] = pairs[2 * b + 1]
+            out[pos + 5] = pairs[2 * c]
+            out[pos + 6] = pairs[2 * c + 1]
+            pos += 7
+        for t in range(docid_text.shape[0]):
+            out[pos] = docid_text[t]
+            pos += 1
+        pos = _put_uint(out, pos, row0 + i)
+        out[pos] = 10        # "\n"
+        pos += 1
+    return pos
+
+
+def format_rows_py(M, grade, qid, row0, sparse=False):
+    """Plain-Python twin of the numba formatter (for tests): LETOR lines as bytes."""
+    lines = []
+    for i in range(M.shape[0]):
+        parts = [f"{int(grade[i])} qid:{int(qid[i])}"]
+        for j, m in enumerate(M[i].tolist()):
+            if sparse and m == 0:
+                continue
+            parts.append(f"{j + 1}:{m // _MICRO}.{m % _MICRO:06d}")
+        lines.append(" ".join(parts) + f" #docid = synth-{row0 + i}\n")
+    return "".join(lines).encode("ascii")
+
+
+class _TextFormatter:
+    """Formats blocks into bytes chunk by chunk within a fixed buffer."""
+
+    def __init__(self, n_features, n_rows_total, sparse):
+        idx = [f" {j + 1}:".encode() for j in range(n_features)]
+        self.index_text = np.frombuffer(b"".join(idx), np.uint8).copy()
+        self.index_ptr = np.concatenate(([0], np.cumsum([len(t) for t in idx]))).astype(np.int64)
+        self.docid = np.frombuffer(b" #docid = synth-", np.uint8).copy()
+        self.sparse = bool(sparse)
+        # bytes per row, at most: grade, ' qid:', qid, features (index + 8 chars), docid, row, '\n'
+        self.row_bound = (4 + 5 + 20 + int(self.index_ptr[-1]) + 8 * n_features
+                          + len(self.docid) + 20 + 1)
+        self.chunk_rows = max(1, _TEXT_BUFFER_BYTES // self.row_bound)
+        self.buf = np.empty(self.chunk_rows * self.row_bound, np.uint8)
+
+    def chunks(self, blk):
+        """Yield memoryviews of formatted text for the rows of blk (valid until the next one)."""
+        for a in range(0, blk.M.shape[0], self.chunk_rows):
+            b = min(a + self.chunk_rows, blk.M.shape[0])
+            n = _format_rows(blk.M[a:b], blk.grade[a:b], blk.qid[a:b], blk.row0 + a,
+                             self.index_text, self.index_ptr, self.docid, self.sparse,
+                             _DIGIT_PAIRS, self.buf)
+            yield memoryview(self.buf)[:n]
+
+
+# ---------------------------------------------------------------------------------------------
+# writers
+# ---------------------------------------------------------------------------------------------
+def _pairs(blk, n_labels):
+    """Preference pairs (i, j) with y_i > y_j within each query of the block."""
+    q_local = np.repeat(np.arange(len(blk.sizes)), blk.sizes)
+    counts = np.bincount(q_local * n_labels + blk.grade, minlength=len(blk.sizes) * n_labels)
+    c = counts.reshape(len(blk.sizes), n_labels).astype(np.int64)
+    below = np.cumsum(c, axis=1) - c            # documents with a lower grade
+    return int((c * below).sum()), c.sum(axis=0), int((c[:, 1:].sum(axis=1) == 0).sum())
+
+
+class _Stats:
+    def __init__(self, p, nq, n_rows, scale, seed, path, fmt):
+        self.d = dict(path=str(path), format=fmt, preset=p.name, scale=float(scale), seed=seed,
+                      rows=n_rows, queries=nq, features=p.n_features, n_labels=p.n_labels,
+                      pairs=0, all_zero_queries=0, label_counts=[0] * p.n_labels, bytes=0)
+        self.n_labels = p.n_labels
+        self.t0 = time.perf_counter()
+
+    def add(self, blk):
+        pairs, counts, all_zero = _pairs(blk, self.n_labels)
+        self.d["pairs"] += pairs
+        self.d["all_zero_queries"] += all_zero
+        self.d["label_counts"] = [a + int(b) for a, b in zip(self.d["label_counts"], counts)]
+
+    def finish(self, path):
+        self.d["bytes"] = os.path.getsize(path)
+        self.d["seconds"] = round(time.perf_counter() - self.t0, 3)
+        self.d["rows_per_second"] = round(self.d["rows"] / max(self.d["seconds"], 1e-9))
+        return self.d
+
+
+def _progress(total, enabled, desc):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a dependency
+        return None
+    return tqdm(total=total, unit="rows", unit_scale=True, desc=desc, smoothing=0.1)
+
+
+def _temp_name(path):
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write_text(path, preset="small", *, scale=1.0, seed=0, sparse=False, gzip_level=1,
+               progress=False, batch_rows=None):
+    """Write the data set as LETOR text (gzip-compressed when ``path`` ends in ``.gz``).
+
+    The file appears under ``path`` only when complete (written to a hidden temporary name, then
+    renamed). Generation runs in a background thread while this one formats and writes.
+
+    Parameters
+    ----------
+    path : str or Path
+    preset, scale, seed : see :func:`generate_batches`
+    sparse : bool
+        Omit zero values (``j:0.000000``) from the lines.
+    gzip_level : int
+        zlib level for ``.gz`` output (1 = fastest; the gzip header carries no name or time,
+        so the bytes are reproducible).
+    progress : bool
+        Show a tqdm progress bar on stderr.
+
+    Returns
+    -------
+    dict
+        rows, queries, features, pairs, label_counts, all_zero_queries, bytes, seconds, ...
+    """
+    seed = _check_seed(seed)
+    p, nq, n_rows = resolve(preset, scale)
+    path = Path(path)
+    fmt = "text.gz" if path.name.endswith(".gz") else "text"
+    stats = _Stats(p, nq, n_rows, scale, seed, path, fmt)
+    fmtr = _TextFormatter(p.n_features, n_rows, sparse)
+    bar = _progress(n_rows, progress, f"{p.name} -> {path.name}")
+    tmp = _temp_name(path)
+    try:
+        with open(tmp, "wb") as raw:
+            out = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=gzip_level, mtime=0)
+                   if fmt == "text.gz" else raw)
+            try:
+                for blk in _prefetch(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows)):
+                    for chunk in fmtr.chunks(blk):
+                        out.write(chunk)
+                    stats.add(blk)
+                    if bar is not None:
+                        bar.update(blk.M.shape[0])
+            finally:
+                if out is not raw:
+                    out.close()
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if tmp.exists():
+            tmp.unlink()
+        raise
+    finally:
+        if bar is not None:
+            bar.close()
+    return stats.finish(path)
+
+
+def write_hdf5(path, preset="small", *, scale=1.0, seed=0, compression=None, comments=False,
+               progress=False, batch_rows=None):
+    """Write the data set as a streamrank HDF5 dataset through :class:`DatasetWriter`.
+
+    X holds float32(float(text)) of the very values :func:`write_text` writes, so converting the
+    text gives the same arrays.
+
+    Parameters
+    ----------
+    compression : {"none", "lzf", "gzip"} or None
+        None takes the writer's default.
+    comments : bool
+        Store each row's comment ``docid = synth-<row>`` as the converter would.
+    """
+    from .h5format import DatasetWriter
+
+    seed = _check_seed(seed)
+    p, nq, n_rows = resolve(preset, scale)
+    path = Path(path)
+    stats = _Stats(p, nq, n_rows, scale, seed, path, "hdf5")
+    kw = {} if compression is None else {"compression": compression}
+    name = f"generated:{p.name} seed={seed} scale={float(scale):g}"
+    extra = {"generator": "streamrank.datasets", "preset": p.name, "scale": float(scale), "seed": seed,
+             "preset_params": dataclasses.asdict(p)}
+    bar = _progress(n_rows, progress, f"{p.name} -> {path.name}")
+    try:
+        with DatasetWriter(path, n_features=p.n_features, source=[{"name": name, "sha256": ""}],
+                           fixed_width=True, comments=comments, extra=extra, **kw) as w:
+            for blk in _prefetch(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows)):
+                w.append(blk.X(), blk.grade.astype(np.float32), blk.qid,
+                         comments=_comments(blk) if comments else None)
+                stats.add(blk)
+                if bar is not None:
+                    bar.update(blk.M.shape[0])
+    finally:
+        if bar is not None:
+            bar.close()
+    return stats.finish(path)
+
+
+def _comments(blk):
+    """(data uint8, ptr int64) of 'docid = synth-<row>' for each row of blk."""
+    texts = [f"docid = synth-{blk.row0 + i}".encode() for i in range(blk.M.shape[0])]
+    ptr = np.zeros(len(texts) + 1, np.int64)
+    np.cumsum([len(t) for t in texts], out=ptr[1:])
+    return np.frombuffer(b"".join(texts), np.uint8), ptr

@@ -1,0 +1,17 @@
+"""Exceptions that carry a message meant for the person who ran the command."""
+
+
+class StreamrankError(Exception):
+    """Base class: the CLI prints the message (no traceback) and exits non-zero."""
+
+
+class InputError(StreamrankError, ValueError):
+    """Bad input text: the message names the file, the line, the offending text and what is wrong."""
+
+
+class FormatError(StreamrankError, ValueError):
+    """A file that is not a streamrank file of a version this package can read."""
+
+
+class ParameterError(StreamrankError, ValueError):
+    """A parameter out of range: the message names the parameter, the value and the fix."""
