@@ -49,6 +49,16 @@ def _cmd_info(args):
     return 0
 
 
+def _cmd_eval(args):
+    from .evaluate import evaluate_file
+    report = evaluate_file(args.data, args.scores, convention=args.convention, cache_dir=args.cache_dir)
+    if args.json:
+        print(json.dumps(report.to_dict(per_query=args.per_query)))
+    else:
+        print(report.format(per_query=args.per_query))
+    return 0
+
+
 def _cmd_demo(args):
     from .demo import run_demo
     return run_demo(workdir=args.dir, quiet=args.quiet)
@@ -84,6 +94,15 @@ def build_parser():
     i.add_argument("data", metavar="DATA.h5")
     i.add_argument("--json", action="store_true")
     i.set_defaults(func=_cmd_info)
+
+    e = sub.add_parser("eval", help="NDCG, MAP, P@k and pairwise accuracy of a score file")
+    e.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
+    e.add_argument("scores", metavar="SCORES.txt", help="one score per line, in the input's row order")
+    e.add_argument("--convention", choices=["letor4", "standard"], default="letor4")
+    e.add_argument("--per-query", action="store_true", help="print every query's values")
+    e.add_argument("--cache-dir", default=None, help="where text DATA is converted (default ~/.cache/streamrank)")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=_cmd_eval)
 
     d = sub.add_parser("demo", help="generate a small LETOR-like dataset and run the pipeline on it")
     d.add_argument("--dir", default=None, help="keep the files here (default: a temporary directory)")

@@ -162,7 +162,7 @@ class DatasetWriter:
         self.n_rows = 0
         self._widened = False
         self._tmp = temp_name(self.path)
-        self._file = h5py.File(self._tmp, "w", rdcc_nbytes=64 << 20, rdcc_nslots=10007)
+        self._file = h5py.File(self._tmp, "w", rdcc_nbytes=16 << 20, rdcc_nslots=10007)
         self._X = None
         self._y = None
         self._cdata = None

@@ -1,0 +1,57 @@
+"""The command line: eval against the official LETOR outputs, input-order scores, errors, demo."""
+
+import json
+
+import numpy as np
+import pytest
+
+from letor_oracle import parse_letor
+from streamrank.cli import main
+from streamrank.metrics import evaluate
+
+EVAL = __import__("pathlib").Path(__file__).parent / "data" / "letor4_eval"
+
+
+@pytest.mark.parametrize("name", ["ties", "fine"])
+def test_eval_cli_reproduces_official_script(mq2008, tmp_path, capsys, name):
+    data = mq2008 / "Fold1" / "test.txt.gz"
+    assert main(["eval", str(data), str(EVAL / f"scores_{name}.txt"), "--per-query",
+                 "--cache-dir", str(tmp_path)]) == 0
+    want = (EVAL / f"scores_{name}.perl_output.txt").read_text().splitlines()
+    got = [ln for ln in capsys.readouterr().out.splitlines() if not ln.startswith("#")]
+    assert got[:len(want)] == want
+
+
+def test_eval_maps_input_order_scores_through_row(tmp_path, capsys):
+    rng = np.random.default_rng(3)
+    lines = [f"{rng.integers(0, 3)} qid:{rng.integers(0, 6)} 1:{rng.random():.4f}" for _ in range(200)]
+    src = tmp_path / "s.txt"
+    src.write_text("\n".join(lines) + "\n")
+    scores = rng.standard_normal(200).round(1)  # coarse: many ties, so the order within a query matters
+    np.savetxt(tmp_path / "scores.txt", scores)
+    h5 = tmp_path / "s.h5"
+    assert main(["convert", str(src), "-o", str(h5), "--quiet"]) == 0
+    assert main(["eval", str(h5), str(tmp_path / "scores.txt"), "--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    o = parse_letor(src)
+    want = evaluate(o["y"], scores[o["row"]], o["query_ptr"], qid=o["qid"]).to_dict()
+    assert got == want
+
+
+def test_eval_refuses_wrong_number_of_scores(tmp_path, capsys):
+    src = tmp_path / "s.txt"
+    src.write_text("1 qid:1 1:1\n0 qid:1 1:2\n")
+    (tmp_path / "scores.txt").write_text("0.5\n")
+    assert main(["eval", str(src), str(tmp_path / "scores.txt"), "--cache-dir", str(tmp_path / "c")]) == 2
+    assert "scores.txt: 1 scores but the data has 2 rows" in capsys.readouterr().err
+
+
+def test_train_is_refused_until_it_exists(capsys):
+    assert main(["train", "data.h5", "-o", "m.h5"]) == 2
+    assert "not available yet" in capsys.readouterr().err
+
+
+def test_demo_runs(tmp_path, capsys):
+    assert main(["demo", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "[4/4] streamed" in out and (tmp_path / "train.h5").exists()

@@ -1,0 +1,66 @@
+"""Shared by the benchmark scripts: machine facts, isolated child runs with their peak RSS, tables."""
+
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def machine_facts():
+    import h5py
+    import numba
+    import numpy as np
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    from streamrank import __version__
+    return (f"machine: {cpu}, {os.cpu_count()} cores, {mem:.1f} GiB RAM, {platform.system()} "
+            f"{platform.release()}; Python {platform.python_version()}, numpy {np.__version__}, "
+            f"numba {numba.__version__}, h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version}), "
+            f"streamrank {__version__}")
+
+
+def run_child(code, timeout=3600):
+    """Run python ``code`` in a fresh process; it must print one JSON dict as its last line.
+
+    Returns that dict with ``peak_rss_mb`` (the child's own ru_maxrss) and ``wall_s`` added.
+    """
+    wrapper = (code + "\nimport resource as _r, json as _j\n"
+               "print(_j.dumps({'_rss_kb': _r.getrusage(_r.RUSAGE_SELF).ru_maxrss}))\n")
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=timeout,
+                       cwd=REPO)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"child failed:\n{p.stderr[-3000:]}")
+    lines = [ln for ln in p.stdout.strip().splitlines() if ln.startswith("{")]
+    out = json.loads(lines[-2]) if len(lines) >= 2 else {}
+    out["peak_rss_mb"] = json.loads(lines[-1])["_rss_kb"] / 1024
+    out["wall_s"] = wall
+    return out
+
+
+def table(rows, columns):
+    """Print rows (dicts) as an aligned text table with the given (key, header, format) columns."""
+    cells = [[h for _, h, _ in columns]]
+    for r in rows:
+        cells.append([("" if r.get(k) is None else (f.format(r[k]) if f else str(r[k]))) for k, _, f in columns])
+    widths = [max(len(c[i]) for c in cells) for i in range(len(columns))]
+    lines = []
+    for n, c in enumerate(cells):
+        lines.append("  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(c, widths))))
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    print("\n".join(lines))
