@@ -13,13 +13,15 @@ Query sizes
     remaining rows go one each to the queries with the largest fractional parts. Presets therefore
     pin the exact numbers of queries and rows (both multiplied by ``scale`` and rounded).
 Features (``n_features`` columns, values in [0, 1] written with 6 decimals)
-    A latent factor model gives correlated features: per document ``k`` factors
+    A latent factor model gives correlated features: per document ``k = 8`` factors
     ``F ~ N(mu_q, 1)`` with a per-query mean ``mu_q``; column ``j`` is
-    ``sigmoid(a_j * (F @ A[:, j] + e_j * eps + o_qj) + b_j)`` with loadings ``A`` (each column
-    loads on one or two factors), own noise ``eps ~ N(0, 1)`` and a per-query column offset
-    ``o_qj``. Column kinds: a few constant-zero columns (like MQ2008's features 6-10 and 43),
-    sparse columns (each value is 0 with a column-specific probability of 30-90 %), discrete
-    columns (2 to 8 levels, many ties) and dense ones. Presets modelled on LETOR 4.0 also min-max
+    ``softsign01(a_j * (F @ A[:, j] + e_j * eps + o_qj) + b_j)`` with
+    ``softsign01(t) = (1 + t / (1 + |t|)) / 2``, loadings ``A`` (each column loads on one or two
+    factors), own noise ``eps`` (uniform with unit variance: cheaper to draw than a normal, and
+    smoothed by the factors) and a per-query column offset ``o_qj ~ N(0, 0.5**2)``.
+    Column kinds: a few constant-zero columns (like MQ2008's features 6-10 and 43), sparse
+    columns (each value is 0 with a column-specific probability of 30-90 %), discrete columns
+    (2 to 8 levels, many ties) and dense ones. Presets modelled on LETOR 4.0 also min-max
     normalise every column within each query, as LETOR's "QueryLevelNorm" files do (each
     non-constant column then holds an exact 0 and 1 in every query). The value written is
     ``m / 10**6`` with ``m = rint(x * 10**6)`` (round half to even); the integer ``m`` is the
@@ -32,14 +34,18 @@ Relevance (``n_labels`` grades 0 .. L-1)
           + 0.4 * sin(2 pi s4)                                 # periodic
           + 0.5 * s5                                           # linear part
 
-    plus a per-query shift ``N(0, query_shift)`` and document noise ``N(0, noise)``. Grades are
+    plus a per-query shift and per-document noise, normal with standard deviations
+    ``query_shift`` and ``noise``. Grades are
     the number of thresholds below that value; the thresholds are quantiles, taken on a fixed
     calibration sample, chosen so that graded queries hit the preset's ``label_fractions``
     (skewed towards 0). Kernel models can therefore beat linear ones. A fraction
-    ``all_zero_fraction`` of queries get grade 0 for every document (MQ2008: 28 %).
+    ``all_zero_fraction`` of queries (chosen at random, exactly rounded) get grade 0 for every
+    document (MQ2008: 28 %); the per-query shift leaves a few more without relevant documents.
 Streams
-    ``SeedSequence(seed, spawn_key=(tag, ...))`` with one tag per purpose: query sizes, column
-    parameters, calibration, and one stream per query ``(3, q)``.
+    ``SeedSequence(seed, spawn_key=(tag, ...))`` with one tag per purpose: query sizes (0),
+    column parameters (1), calibration (2), one stream per query (3, q), all-zero queries (4).
+    Feature arithmetic is IEEE +, *, / in a fixed order (numba kernel), so the bytes do not
+    depend on the CPU's SIMD width; the relevance uses numpy's exp/sin.
 
 Text rows are ``<label> qid:<q+1> 1:<v> ... d:<v> #docid = synth-<row>`` with ``\\n`` line ends,
 ``row`` the 0-based row number; ``sparse=True`` omits zero values.
@@ -61,14 +67,14 @@ from numba import njit
 from .errors import ParameterError
 
 __all__ = [
-    "Preset", "PRESETS", "resolve", "query_sizes", "generate_batches", "iter_blocks",
+    "Preset", "PRESETS", "resolve", "query_sizes", "all_zero_queries", "generate_batches", "iter_blocks",
     "write_text", "write_hdf5", "format_rows_py",
 ]
 
 _MICRO = 1_000_000          # values are integers m with value = m / _MICRO
 _N_LATENT = 8               # latent factors behind the correlated columns
 _N_SIGNAL = 6               # columns the relevance depends on
-_TAG_SIZES, _TAG_COLUMNS, _TAG_CALIB, _TAG_QUERY = 0, 1, 2, 3
+_TAG_SIZES, _TAG_COLUMNS, _TAG_CALIB, _TAG_QUERY, _TAG_ALL_ZERO = 0, 1, 2, 3, 4
 _TEXT_BUFFER_BYTES = 16 << 20   # text formatted per chunk of rows within this budget
 _BATCH_VALUES = 1 << 22         # default rows per writer batch: about 4M values (16 MB of int32)
 _CALIB_ROWS = 30_000
@@ -85,7 +91,7 @@ class Preset:
     label_fractions : tuple of float
         Target share of each grade among documents of queries that are not all-zero.
     all_zero_fraction : float
-        Probability that a query has grade 0 for every document.
+        Share of queries forced to grade 0 for every document.
     size_sigma : float
         Sigma of the lognormal query-size draw (skew of the size distribution).
     size_min, size_max : int
@@ -119,10 +125,11 @@ class Preset:
 
 
 PRESETS = {
-    # MQ2007 Fold1 train: 1,017 queries, 42,158 rows, 46 features, grades 0-2, 246,015 pairs.
-    "mq2007": Preset("mq2007", 1_017, 42_158, 46, 3, (0.74, 0.21, 0.05), 0.15,
+    # MQ2007 Fold1 train: 1,017 queries, 42,158 rows, 46 features, grades 0-2, 246,015 pairs
+    # (seed 0 gives 238,251; seeds 0-5 average 254,934).
+    "mq2007": Preset("mq2007", 1_017, 42_158, 46, 3, (0.745, 0.205, 0.05), 0.17,
                      0.45, 6, 147, zero_columns=(6, 7, 8, 9, 10, 43), query_normalize=True,
-                     query_shift=0.6),
+                     query_shift=0.5),
     # MSLR-WEB30K: 18,919 queries, 2,270,296 rows, 136 features, grades 0-4.
     "mslr30k": Preset("mslr30k", 18_919, 2_270_296, 136, 5, (0.52, 0.32, 0.13, 0.02, 0.01), 0.03,
                       0.7, 5, 1251, zero_columns=(), sparse_share=0.35),
@@ -147,15 +154,20 @@ def resolve(preset="small", scale=1.0):
         preset = PRESETS[preset]
     elif not isinstance(preset, Preset):
         raise ParameterError(f"preset must be a name or a Preset; got {type(preset).__name__}")
-    scale = float(scale)
-    if not scale > 0 or not np.isfinite(scale):
-        raise ParameterError(f"scale must be > 0; got {scale}. Pass --scale 0.5")
+    try:
+        value = float(scale)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not value > 0 or not np.isfinite(value):
+        raise ParameterError(f"scale must be > 0; got {scale!r}. Pass --scale 0.5")
+    scale = value
     n_queries = int(round(preset.n_queries * scale))
     n_rows = int(round(preset.n_rows * scale))
     if n_queries < 1:
         need = 0.5 / preset.n_queries
         raise ParameterError(
-            f"scale={scale} leaves preset {preset.name!r} with no query; pass --scale {need:.3g} or more")
+            f"scale={scale} leaves preset {preset.name!r} with no query; "
+            f"pass --scale {need:.3g} or more")
     if not preset.size_min * n_queries <= n_rows <= preset.size_max * n_queries:
         raise ParameterError(
             f"preset {preset.name!r} at scale={scale}: {n_rows} rows do not fit {n_queries} queries of "
@@ -201,22 +213,28 @@ def query_sizes(preset="small", *, scale=1.0, seed=0):
     return sizes
 
 
+# column kinds
+_DENSE, _SPARSE, _DISCRETE, _ZERO = 0, 1, 2, 3
+
+
 @dataclasses.dataclass
 class _Model:
-    """Column parameters and grade thresholds, fixed by (preset, seed)."""
+    """Column parameters and grade thresholds, fixed by (preset, seed). Arrays are per column."""
 
     preset: Preset
-    loadings: np.ndarray      # (k, d)
-    noise_scale: np.ndarray   # (d,)
+    loadings: np.ndarray      # (k, d) factor loadings
+    noise_scale: np.ndarray   # (d,) weight of the column's own noise
     slope: np.ndarray         # (d,)
     bias: np.ndarray          # (d,)
-    zero_cols: np.ndarray
-    sparse_cols: np.ndarray
-    sparse_p: np.ndarray
-    discrete_cols: np.ndarray
-    discrete_levels: np.ndarray
+    kind: np.ndarray          # (d,) int8: _DENSE, _SPARSE, _DISCRETE or _ZERO
+    param: np.ndarray         # (d,) zero probability (sparse) or number of levels (discrete)
+    slot: np.ndarray          # (d,) int64: column of the sparse uniform draws, -1 if not sparse
     signal: np.ndarray        # (6,) columns the relevance reads
     thresholds: np.ndarray = None
+
+    @property
+    def n_sparse(self):
+        return int((self.kind == _SPARSE).sum())
 
 
 def _build_model(p, seed):
@@ -224,65 +242,94 @@ def _build_model(p, seed):
     rng = _rng(seed, _TAG_COLUMNS)
     zero = np.array(sorted(set(c - 1 for c in p.zero_columns if 1 <= c <= d)), np.int64)
     free = np.setdiff1d(np.arange(d), zero)
-    perm = rng.permutation(free)
-    n_sig = min(_N_SIGNAL, len(perm))
-    if n_sig < _N_SIGNAL:
+    if len(free) < _N_SIGNAL:
         raise ParameterError(f"n_features must leave >= {_N_SIGNAL} non-zero columns; got {d}")
-    signal, rest = perm[:n_sig], perm[n_sig:]
+    perm = rng.permutation(free)
+    signal, rest = perm[:_N_SIGNAL], perm[_N_SIGNAL:]
     n_sparse = int(round(p.sparse_share * len(rest)))
     n_disc = int(round(p.discrete_share * len(rest)))
     sparse = np.sort(rest[:n_sparse])
     discrete = np.sort(rest[n_sparse:n_sparse + n_disc])
+    kind = np.full(d, _DENSE, np.int8)
+    kind[zero], kind[sparse], kind[discrete] = _ZERO, _SPARSE, _DISCRETE
+    param = np.zeros(d)
+    param[sparse] = rng.uniform(0.3, 0.9, len(sparse))              # P(value is 0)
+    param[discrete] = rng.integers(2, 9, len(discrete))             # levels
+    slot = np.full(d, -1, np.int64)
+    slot[sparse] = np.arange(len(sparse))
     # each column loads on one factor, half of them on a second one too
     k = _N_LATENT
     A = np.zeros((k, d))
     A[rng.integers(0, k, d), np.arange(d)] = rng.normal(0.0, 1.0, d)
     second = rng.random(d) < 0.5
     A[rng.integers(0, k, d)[second], np.arange(d)[second]] += rng.normal(0.0, 0.7, int(second.sum()))
-    m = _Model(
-        preset=p, loadings=A, noise_scale=rng.uniform(0.3, 1.0, d), slope=rng.uniform(0.6, 1.6, d),
-        bias=rng.normal(0.0, 0.7, d), zero_cols=zero, sparse_cols=sparse,
-        sparse_p=rng.uniform(0.3, 0.9, len(sparse)), discrete_cols=discrete,
-        discrete_levels=rng.integers(2, 9, len(discrete)).astype(np.float64), signal=np.sort(signal))
+    m = _Model(preset=p, loadings=A, noise_scale=rng.uniform(0.3, 1.0, d),
+               slope=rng.uniform(0.6, 1.6, d), bias=rng.normal(0.0, 0.7, d), kind=kind, param=param,
+               slot=slot, signal=np.sort(signal))
     m.thresholds = _calibrate(m, seed)
     return m
 
 
-def _features(m, rng, n):
-    """Draw one query's features as integer micro-units m (float64 holding integers), (n, d)."""
+@njit(cache=True, nogil=True)
+def _columns_to_micro(F, A, E, U, noise_scale, offset, slope, bias, kind, param, slot, normalize,
+                      work, out):
+    """Turn one query's latent factors into written values (micro-units), in one fused pass.
+
+    F (n, k) factors, A (k, d) loadings, E (n, d) and U (n, n_sparse) uniform draws; work is a
+    float64 (n, d) scratch array. Column j: t = slope_j * (F_i . A_j + noise_j * sqrt(12) *
+    (E - 1/2) + offset_j) + bias_j (the noise has unit variance), squashed into (0, 1) by the
+    softsign x = (1 + t / (1 + |t|)) / 2; discrete columns snap to levels k / (L - 1), sparse
+    values become 0 with probability param_j, zero columns are 0; with ``normalize`` each column is
+    min-max scaled within the query (constant columns become 0). out = rint(x * 10**6).
+    Only +, *, / and fixed summation orders: the same bytes on every IEEE platform.
+    """
+    n, d = E.shape
+    k_lat = F.shape[1]
+    lo = np.full(d, np.inf)
+    hi = np.full(d, -np.inf)
+    for i in range(n):
+        for j in range(d):
+            kd = kind[j]
+            if kd == 3:
+                x = 0.0
+            else:
+                z = 0.0
+                for f in range(k_lat):
+                    z += F[i, f] * A[f, j]
+                # uniform noise with unit variance: sqrt(12) * (E - 1/2)
+                z += noise_scale[j] * 3.4641016151377544 * (E[i, j] - 0.5) + offset[j]
+                t = slope[j] * z + bias[j]
+                x = 0.5 + 0.5 * (t / (1.0 + abs(t)))
+                if kd == 2:
+                    levels = param[j]
+                    x = min(np.floor(x * levels), levels - 1.0) / (levels - 1.0)
+                elif kd == 1 and U[i, slot[j]] < param[j]:
+                    x = 0.0
+            work[i, j] = x
+            lo[j] = min(lo[j], x)
+            hi[j] = max(hi[j], x)
+    for i in range(n):
+        for j in range(d):
+            x = work[i, j]
+            if normalize:
+                span = hi[j] - lo[j]
+                x = (x - lo[j]) / span if span > 0.0 else 0.0
+            out[i, j] = np.int32(np.rint(x * 1e6))     # round half to even
+
+
+def _features(m, rng, n, out):
+    """Draw one query's features into out (int32 (n, d), micro-units of the written values)."""
     d = m.preset.n_features
     mu = rng.normal(0.0, 0.5, _N_LATENT)                  # per-query factor means
     F = rng.standard_normal((n, _N_LATENT))
     F += mu
-    Z = rng.standard_normal((n, d))
-    Z *= m.noise_scale
-    Z += F @ m.loadings
-    Z += rng.normal(0.0, 0.5, d)                           # per-query column offsets
-    Z *= m.slope
-    Z += m.bias
-    # logistic squash into (0, 1), in place
-    np.negative(Z, out=Z)
-    np.exp(Z, out=Z)
-    Z += 1.0
-    np.reciprocal(Z, out=Z)
-    if len(m.discrete_cols):
-        L = m.discrete_levels
-        Z[:, m.discrete_cols] = np.minimum(np.floor(Z[:, m.discrete_cols] * L), L - 1) / (L - 1)
-    if len(m.sparse_cols):
-        u = rng.random((n, len(m.sparse_cols)))
-        block = Z[:, m.sparse_cols]
-        block[u < m.sparse_p] = 0.0
-        Z[:, m.sparse_cols] = block
-    if len(m.zero_cols):
-        Z[:, m.zero_cols] = 0.0
-    if m.preset.query_normalize:
-        lo = Z.min(axis=0)
-        span = Z.max(axis=0) - lo
-        Z -= lo
-        Z /= np.where(span > 0, span, 1.0)   # constant columns become 0
-    Z *= _MICRO
-    np.rint(Z, out=Z)                         # round half to even: the written value
-    return Z
+    offset = rng.normal(0.0, 0.5, d)                      # per-query column offsets
+    E = rng.random((n, d))
+    U = rng.random((n, m.n_sparse))
+    # E is consumed element by element before being overwritten, so it doubles as scratch
+    _columns_to_micro(F, m.loadings, E, U, m.noise_scale, offset, m.slope, m.bias, m.kind, m.param,
+                      m.slot, m.preset.query_normalize, E, out)
+    return out
 
 
 def _relevance(m, rng, M):
@@ -308,21 +355,31 @@ def _calibrate(m, seed):
     rel = []
     for i, n in enumerate(sizes.tolist()):
         qrng = _rng(seed, _TAG_CALIB, i)
-        rel.append(_relevance(m, qrng, _features(m, qrng, n)))
+        rel.append(_relevance(m, qrng, _features(m, qrng, n, np.empty((n, p.n_features), np.int32))))
     cum = np.cumsum(p.label_fractions)[:-1] / np.sum(p.label_fractions)
     return np.quantile(np.concatenate(rel), cum)
 
 
-def _query(m, seed, q, n):
-    """One query: (micro-units float64 (n, d), grades int8 (n,))."""
+def all_zero_queries(preset="small", *, scale=1.0, seed=0):
+    """Boolean mask of the queries whose documents all get grade 0: exactly
+    round(all_zero_fraction * n_queries) of them, chosen at random."""
+    p, nq, _ = resolve(preset, scale)
+    n_zero = int(round(p.all_zero_fraction * nq))
+    chosen = _rng(_check_seed(seed), _TAG_ALL_ZERO).permutation(nq)[:n_zero]
+    mask = np.zeros(nq, bool)
+    mask[chosen] = True
+    return mask
+
+
+def _query(m, seed, q, all_zero, M, grade):
+    """Generate query q into M (int32 (n, d) micro-units) and grade (int8 (n,))."""
     rng = _rng(seed, _TAG_QUERY, q)
-    all_zero = rng.random() < m.preset.all_zero_fraction
-    M = _features(m, rng, n)
+    _features(m, rng, M.shape[0], M)
     rel = _relevance(m, rng, M)
-    grade = np.searchsorted(m.thresholds, rel, side="left").astype(np.int8)
     if all_zero:
         grade[:] = 0
-    return M, grade
+    else:
+        grade[:] = np.searchsorted(m.thresholds, rel, side="left")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,8 +432,10 @@ def iter_blocks(preset="small", *, scale=1.0, seed=0, batch_rows=None):
     if batch_rows is None:
         batch_rows = max(1024, _BATCH_VALUES // p.n_features)
     if isinstance(batch_rows, bool) or int(batch_rows) != batch_rows or batch_rows < 1:
-        raise ParameterError(f"batch_rows must be an integer >= 1; got {batch_rows!r}. Pass batch_rows=65536")
+        raise ParameterError(
+            f"batch_rows must be an integer >= 1; got {batch_rows!r}. Pass batch_rows=65536")
     sizes = query_sizes(p, scale=scale, seed=seed)
+    all_zero = all_zero_queries(p, scale=scale, seed=seed)
     m = _build_model(p, seed)
     bounds = _batch_plan(sizes, int(batch_rows))
     ptr = np.concatenate(([0], np.cumsum(sizes)))
@@ -386,7 +445,7 @@ def iter_blocks(preset="small", *, scale=1.0, seed=0, batch_rows=None):
         grade = np.empty(r1 - r0, np.int8)
         for q in range(qa, qb):
             a, b = int(ptr[q]) - r0, int(ptr[q + 1]) - r0
-            M[a:b], grade[a:b] = _query(m, seed, q, b - a)
+            _query(m, seed, q, all_zero[q], M[a:b], grade[a:b])
         qid = np.repeat(np.arange(qa + 1, qb + 1, dtype=np.int64), sizes[qa:qb])
         yield Block(M, grade, qid, r0, sizes[qa:qb])
 
@@ -416,20 +475,23 @@ def _prefetch(it, depth=2):
     stop = threading.Event()
     done = object()
 
+    def put(item):
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False          # the consumer has gone away
+
     def work():
         try:
             for item in it:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-                if stop.is_set():
+                if not put(item):
                     return
-            q.put(done)
+            put(done)
         except BaseException as exc:  # handed to the consumer
-            q.put(exc)
+            put(exc)
 
     t = threading.Thread(target=work, name="streamrank-generate", daemon=True)
     t.start()
@@ -549,7 +611,7 @@ def format_rows_py(M, grade, qid, row0, sparse=False):
 class _TextFormatter:
     """Formats blocks into bytes chunk by chunk within a fixed buffer."""
 
-    def __init__(self, n_features, n_rows_total, sparse):
+    def __init__(self, n_features, sparse):
         idx = [f" {j + 1}:".encode() for j in range(n_features)]
         self.index_text = np.frombuffer(b"".join(idx), np.uint8).copy()
         self.index_ptr = np.concatenate(([0], np.cumsum([len(t) for t in idx]))).astype(np.int64)
@@ -647,7 +709,7 @@ def write_text(path, preset="small", *, scale=1.0, seed=0, sparse=False, gzip_le
     path = Path(path)
     fmt = "text.gz" if path.name.endswith(".gz") else "text"
     stats = _Stats(p, nq, n_rows, scale, seed, path, fmt)
-    fmtr = _TextFormatter(p.n_features, n_rows, sparse)
+    fmtr = _TextFormatter(p.n_features, sparse)
     bar = _progress(n_rows, progress, f"{p.name} -> {path.name}")
     tmp = _temp_name(path)
     try:

@@ -168,7 +168,7 @@ def test_numba_formatter_equals_python_twin():
     qid = np.repeat(np.array([1, 7, 123456789012]), [20, 20, 10]).astype(np.int64)
     blk = ds.Block(M, grade, qid, 98, np.array([20, 20, 10]))
     for sparse in (False, True):
-        f = ds._TextFormatter(12, 50, sparse)
+        f = ds._TextFormatter(12, sparse)
         f.chunk_rows = 7                       # several chunks
         got = b"".join(bytes(c) for c in f.chunks(blk))
         assert got == ds.format_rows_py(M, grade, qid, 98, sparse=sparse)

@@ -69,8 +69,8 @@ def main(argv=None):
         raise SystemExit(f"make_letor.py: {exc}")
     if not args.quiet:
         mb = stats["bytes"] / 1e6
-        print(f"{out}: {stats['rows']:,} rows, {stats['queries']:,} queries, {stats['features']} features, "
-              f"{stats['pairs']:,} pairs, {stats['bytes']:,} bytes, {stats['seconds']:.1f} s "
+        print(f"{out}: {stats['rows']:,} rows, {stats['queries']:,} queries, "
+              f"{stats['features']} features, {stats['pairs']:,} pairs, {stats['bytes']:,} bytes, {stats['seconds']:.1f} s "
               f"({mb / max(stats['seconds'], 1e-9):.0f} MB/s)")
     return 0
 
