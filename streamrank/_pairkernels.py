@@ -58,9 +58,10 @@ MODE_SEPARABLE = 2
 _MODE_NAMES = {"levels": MODE_LEVELS, "constant": MODE_CONSTANT, "separable": MODE_SEPARABLE}
 
 # Up to this many label levels the per-level slots (O(L) per document, no merges) are used even
-# for constant / separable costs; above it the Fenwick trees (O(log L)).  Measured on 200k-row
-# queries, see the module tests' report.
-LEVELS_MAX = 8
+# for constant / separable costs; above it the Fenwick trees (O(log L)).  Measured on one
+# 200k-row query (loss_grad / hess_prod ms, slots vs tree): L=8 38/17 vs 42/23, L=16 40/20 vs
+# 40/24, L=32 43/30 vs 43/25, L=128 61/92 vs 43/27.
+LEVELS_MAX = 16
 
 # Relative tolerance (to max cost) for recognising lam[a, b] == g[a] - g[b]: a table computed as
 # fl(G_a - G_b) from gains G is separable to within rounding; the kernels then use
@@ -107,6 +108,14 @@ class PairCost:
         return {v: k for k, v in _MODE_NAMES.items()}[self.mode]
 
 
+def _first_column(lam):
+    """``g[a] = lam[a, 0]`` for a >= 1 and ``g[0] = 0`` (lam[0, 0] is not a pair cost)."""
+    g = lam[:, 0].copy()
+    if g.size:
+        g[0] = 0.0
+    return g
+
+
 def pair_cost(lam, mode=None, levels_max=LEVELS_MAX):
     """Validate a label-pair cost table and choose the accumulator for the kernels.
 
@@ -128,14 +137,14 @@ def pair_cost(lam, mode=None, levels_max=LEVELS_MAX):
     """
     if isinstance(lam, PairCost):
         return lam if mode is None else pair_cost(lam.lam, mode, levels_max)
-    lam = np.ascontiguousarray(lam, dtype=np.float64)
+    lam = np.array(lam, dtype=np.float64, order="C")  # own copy: the caller may change theirs
     if lam.ndim != 2 or lam.shape[0] != lam.shape[1]:
         raise ParameterError(f"pair cost table must be square (L x L), got shape {lam.shape}")
     n_lev = lam.shape[0]
     low = lam[np.tril_indices(n_lev, -1)]  # the used entries, a > b
     if not np.all(np.isfinite(low)) or np.any(low < 0):
         raise ParameterError("pair costs lam[a, b] (a > b) must be finite and >= 0")
-    g = lam[:, 0].copy() if n_lev else np.zeros(0)
+    g = _first_column(lam)
     constant = low.size == 0 or bool(np.all(low == low[0]))
     sep_err = np.abs(g[:, None] - g[None, :] - lam)[np.tril_indices(n_lev, -1)]
     separable = low.size == 0 or bool(np.all(sep_err <= SEPARABLE_RTOL * low.max()))
@@ -146,7 +155,8 @@ def pair_cost(lam, mode=None, levels_max=LEVELS_MAX):
             code = MODE_CONSTANT if constant else MODE_SEPARABLE
     else:
         if mode not in _MODE_NAMES:
-            raise ParameterError(f"pair cost mode must be one of {sorted(_MODE_NAMES)}, got {mode!r}")
+            raise ParameterError(
+                f"pair cost mode must be one of {sorted(_MODE_NAMES)}, got {mode!r}")
         code = _MODE_NAMES[mode]
         if code == MODE_CONSTANT and not constant:
             raise ParameterError("pair cost mode 'constant' needs lam[a, b] equal for all a > b")
@@ -154,7 +164,7 @@ def pair_cost(lam, mode=None, levels_max=LEVELS_MAX):
             raise ParameterError("pair cost mode 'separable' needs lam[a, b] == g[a] - g[b]")
     c0 = float(low[0]) if low.size else 0.0
     lam_r = np.ascontiguousarray(lam[::-1, ::-1].T)
-    g_r = lam_r[:, 0].copy() if n_lev else np.zeros(0)
+    g_r = _first_column(lam_r)
     return PairCost(lam=lam, mode=code, g=g, c0=c0, lam_r=lam_r, g_r=g_r)
 
 
@@ -255,6 +265,22 @@ def _mom_fenwick_prefix(tree, rank):
 # --------------------------------------------------------------------------------------------
 # Loss and gradient: one sweep (preferred frame), run twice per query
 # --------------------------------------------------------------------------------------------
+# The sweeps dispatch on the accumulator mode once, outside the per-document loop: a mode branch
+# inside the loop (with the unused accumulators in scope) made them 5-10x slower.
+
+
+@njit(cache=True, nogil=True)
+def _active_end(zs, ptr, zi):
+    """Advance ``ptr`` over the sorted scores ``zs`` while ``(zs[ptr] - zi) + 1.0 > 0.0``.
+
+    THE active test (module docstring): the pair (i, j), ``i`` preferred, is active iff
+    ``(z_j - z_i) + 1.0 > 0.0``.  Written here once for both sweep directions; the mirrored
+    frame passes negated scores, for which the same expression is the same floating-point number.
+    """
+    n = zs.shape[0]
+    while ptr < n and (zs[ptr] - zi) + 1.0 > 0.0:
+        ptr += 1
+    return ptr
 
 
 @njit(cache=True, nogil=True)
@@ -273,38 +299,84 @@ def _pair_terms(w, mean, m2, zi):
 
 
 @njit(cache=True, nogil=True)
-def _insert_moments(mode, mom, momh, rank, g, x):
-    """Insert partner score ``x`` of label rank ``rank`` into the accumulator of ``mode``."""
-    if mode == MODE_LEVELS:
-        _mom_push(mom, rank, 1.0, x)
-    else:
-        _mom_fenwick_push(mom, rank, 1.0, x)
-        if mode == MODE_SEPARABLE and g[rank] > 0.0:
-            _mom_fenwick_push(momh, rank, g[rank], x)
+def _levels_terms(mom, lam, a, zi):
+    """Cost-weighted partner sums over the per-level slots ``b < a``: ``sum_b lam[a, b] * (.)``."""
+    sq, lin = 0.0, 0.0
+    for b in range(a):
+        s2, s1 = _pair_terms(mom[b, 0], mom[b, 1], mom[b, 2], zi)
+        sq += lam[a, b] * s2
+        lin += lam[a, b] * s1
+    return sq, lin
 
 
 @njit(cache=True, nogil=True)
-def _query_moments(mode, mom, momh, a, zi, lam, g, c0):
-    """Cost-weighted partner sums over ranks ``< a`` for document ``i`` (score ``zi``, rank ``a``).
+def _sweep_loss_grad_levels(zs, rs, lam, cut, lin):
+    """Sweep with one moment slot per label level; any cost table, O(L) per document."""
+    mom = np.zeros((lam.shape[0], 3))
+    total = 0.0
+    ptr = 0
+    for p in range(zs.shape[0]):
+        zi = zs[p]
+        end = _active_end(zs, ptr, zi)
+        for k in range(ptr, end):
+            _mom_push(mom, rs[k], 1.0, zs[k])
+        ptr = end
+        cut[p] = ptr
+        sq, lin[p] = _levels_terms(mom, lam, rs[p], zi)
+        total += sq
+    return total
 
-    Returns ``(sum_j lam[a, r_j] m_ij^2, sum_j lam[a, r_j] m_ij)`` over the inserted partners.
+
+@njit(cache=True, nogil=True)
+def _sweep_loss_grad_constant(zs, rs, n_lev, c0, cut, lin):
+    """Sweep with one Fenwick tree of moments (weights 1), cost ``c0``; O(log L) per document."""
+    tree = np.zeros((n_lev + 1, 3))
+    total = 0.0
+    ptr = 0
+    for p in range(zs.shape[0]):
+        zi = zs[p]
+        end = _active_end(zs, ptr, zi)
+        for k in range(ptr, end):
+            _mom_fenwick_push(tree, rs[k], 1.0, zs[k])
+        ptr = end
+        cut[p] = ptr
+        w, m, s = _mom_fenwick_prefix(tree, rs[p])
+        sq, s1 = _pair_terms(w, m, s, zi)
+        lin[p] = c0 * s1
+        total += c0 * sq
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _sweep_loss_grad_separable(zs, rs, g, cut, lin):
+    """Sweep with two Fenwick trees of moments, weights 1 and ``g[r_j]``; O(log L) per document.
+
+    ``sum_j (g_a - g_j) f_j = g_a sum_j f_j - sum_j g_j f_j``: both sums are >= 0, every term
+    of the difference is >= 0, and its relative error is about ``eps g_a / (g_a - g_b)`` for the
+    nearest level ``b`` below with ``g_b < g_a`` (levels of equal ``g`` add zero cost exactly).
     """
-    if mode == MODE_LEVELS:
-        sq, lin = 0.0, 0.0
-        for b in range(a):  # one slot per label level, weighted by its cost
-            s2, s1 = _pair_terms(mom[b, 0], mom[b, 1], mom[b, 2], zi)
-            sq += lam[a, b] * s2
-            lin += lam[a, b] * s1
-        return sq, lin
-    w, m, s = _mom_fenwick_prefix(mom, a)
-    s2, s1 = _pair_terms(w, m, s, zi)
-    if mode == MODE_CONSTANT:
-        return c0 * s2, c0 * s1
-    # separable: sum_j (g_a - g_j) f_j = g_a sum_j f_j - sum_j g_j f_j; both sums >= 0 and the
-    # difference is >= (g_a - g_{a-1}) sum_j f_j, so it loses at most log10(g_a / gap) digits
-    wh, mh, sh = _mom_fenwick_prefix(momh, a)
-    h2, h1 = _pair_terms(wh, mh, sh, zi)
-    return g[a] * s2 - h2, g[a] * s1 - h1
+    n_lev = g.shape[0]
+    tree = np.zeros((n_lev + 1, 3))
+    treeh = np.zeros((n_lev + 1, 3))
+    total = 0.0
+    ptr = 0
+    for p in range(zs.shape[0]):
+        zi = zs[p]
+        end = _active_end(zs, ptr, zi)
+        for k in range(ptr, end):
+            _mom_fenwick_push(tree, rs[k], 1.0, zs[k])
+            if g[rs[k]] > 0.0:
+                _mom_fenwick_push(treeh, rs[k], g[rs[k]], zs[k])
+        ptr = end
+        cut[p] = ptr
+        a = rs[p]
+        w, m, s = _mom_fenwick_prefix(tree, a)
+        s2, s1 = _pair_terms(w, m, s, zi)
+        w, m, s = _mom_fenwick_prefix(treeh, a)
+        h2, h1 = _pair_terms(w, m, s, zi)
+        lin[p] = g[a] * s1 - h1
+        total += g[a] * s2 - h2
+    return total
 
 
 @njit(cache=True, nogil=True)
@@ -317,22 +389,11 @@ def _sweep_loss_grad(zs, rs, lam, g, c0, mode, cut, lin):
     ranks below ``rs[p]`` hold exactly its active pairs.  Writes ``lin[p] = sum_j lam m_pj``
     and the prefix length ``cut[p]``; returns ``sum_p sum_j lam m_pj^2`` (paper 004 (B.1)).
     """
-    n_lev = lam.shape[0]
-    nslot = n_lev if mode == MODE_LEVELS else n_lev + 1
-    mom = np.zeros((nslot, 3))
-    momh = np.zeros((nslot if mode == MODE_SEPARABLE else 0, 3))
-    l = zs.shape[0]
-    total = 0.0
-    ptr = 0
-    for p in range(l):
-        zi = zs[p]
-        while ptr < l and (zs[ptr] - zi) + 1.0 > 0.0:  # THE active test, see module docstring
-            _insert_moments(mode, mom, momh, rs[ptr], g, zs[ptr])
-            ptr += 1
-        cut[p] = ptr
-        sq, lin[p] = _query_moments(mode, mom, momh, rs[p], zi, lam, g, c0)
-        total += sq
-    return total
+    if mode == MODE_LEVELS:
+        return _sweep_loss_grad_levels(zs, rs, lam, cut, lin)
+    if mode == MODE_CONSTANT:
+        return _sweep_loss_grad_constant(zs, rs, lam.shape[0], c0, cut, lin)
+    return _sweep_loss_grad_separable(zs, rs, g, cut, lin)
 
 
 @njit(cache=True, nogil=True)
@@ -413,55 +474,85 @@ def _loss_grad_kernel(z, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, mu,
 # --------------------------------------------------------------------------------------------
 # Generalised Hessian product: the same sweeps replayed from the stored prefix lengths
 # --------------------------------------------------------------------------------------------
+# Partner set of the document at sorted position p: the positions < cut[p] of lower label rank.
+# Each accumulator row holds (sum of weights, sum of weighted u_j) for the m directions; row p of
+# the result gets 2 mu sum_j lam (u_p - u_j) = 2 mu (W u_p - U)  (l_i^-, gamma_i^- of (B.3)).
 
 
 @njit(cache=True, nogil=True)
-def _insert_direction(mode, acc, rank, g, us, j, vals):
-    """Insert partner ``j`` (rank ``rank``, direction row ``us[j]``) as the row
-    ``(1, u_j)`` or, separable, ``(1, g_r, u_j, g_r u_j)``."""
+def _apply_partner_sums(ts, us, p, two_mu, wsum, usum):
+    """``ts[p] += 2 mu (W u_p - U)`` for partner weight ``W`` and weighted direction sums ``U``."""
+    if wsum != 0.0:
+        for k in range(us.shape[1]):
+            ts[p, k] += two_mu * (wsum * us[p, k] - usum[k])
+
+
+@njit(cache=True, nogil=True)
+def _sweep_hess_levels(us, rs, cut, lam, two_mu, ts):
+    """Per-level slots ``acc[b] = (count, sum u)``, weighted by ``lam[a, b]`` at query time."""
     m = us.shape[1]
-    if mode == MODE_LEVELS:  # one slot per level: add in place
-        acc[rank, 0] += 1.0
-        for c in range(m):
-            acc[rank, 1 + c] += us[j, c]
-        return
-    vals[0] = 1.0
-    if mode == MODE_SEPARABLE:
-        h = g[rank]
-        vals[1] = h
-        for c in range(m):
-            vals[2 + c] = us[j, c]
-            vals[2 + m + c] = h * us[j, c]
-    else:
-        for c in range(m):
-            vals[1 + c] = us[j, c]
-    _fenwick_add(acc, rank, vals)
+    acc = np.zeros((lam.shape[0], 1 + m))
+    usum = np.empty(m)
+    ptr = 0
+    for p in range(us.shape[0]):
+        for j in range(ptr, cut[p]):
+            r = rs[j]
+            acc[r, 0] += 1.0
+            for k in range(m):
+                acc[r, 1 + k] += us[j, k]
+        ptr = max(ptr, cut[p])
+        a = rs[p]
+        wsum = 0.0
+        usum[:] = 0.0
+        for b in range(a):
+            c = lam[a, b]
+            wsum += c * acc[b, 0]
+            for k in range(m):
+                usum[k] += c * acc[b, 1 + k]
+        _apply_partner_sums(ts, us, p, two_mu, wsum, usum)
 
 
 @njit(cache=True, nogil=True)
-def _query_direction(mode, acc, a, lam, g, c0, usum, vals):
-    """Cost-weighted partner sums over ranks ``< a``: returns ``sum_j lam`` and fills
-    ``usum = sum_j lam u_j`` (``l_i^-`` and ``gamma_i^-`` of paper 004 (B.3), with costs)."""
-    m = usum.shape[0]
-    usum[:] = 0.0
-    if mode == MODE_LEVELS:
-        wsum = 0.0
-        for b in range(a):
-            if acc[b, 0] > 0.0:
-                c = lam[a, b]
-                wsum += c * acc[b, 0]
-                for k in range(m):
-                    usum[k] += c * acc[b, 1 + k]
-        return wsum
-    _fenwick_prefix(acc, a, vals)
-    if mode == MODE_CONSTANT:
+def _sweep_hess_constant(us, rs, cut, n_lev, c0, two_mu, ts):
+    """One Fenwick tree of rows ``(1, u_j)``; cost ``c0``."""
+    m = us.shape[1]
+    tree = np.zeros((n_lev + 1, 1 + m))
+    vals = np.empty(1 + m)
+    ptr = 0
+    for p in range(us.shape[0]):
+        for j in range(ptr, cut[p]):
+            vals[0] = 1.0
+            for k in range(m):
+                vals[1 + k] = us[j, k]
+            _fenwick_add(tree, rs[j], vals)
+        ptr = max(ptr, cut[p])
+        _fenwick_prefix(tree, rs[p], vals)
+        _apply_partner_sums(ts, us, p, two_mu * c0, vals[0], vals[1:])
+
+
+@njit(cache=True, nogil=True)
+def _sweep_hess_separable(us, rs, cut, g, two_mu, ts):
+    """One Fenwick tree of rows ``(1, g_j, u_j, g_j u_j)``: ``sum_j (g_a - g_j) x_j``."""
+    m = us.shape[1]
+    tree = np.zeros((g.shape[0] + 1, 2 + 2 * m))
+    vals = np.empty(2 + 2 * m)
+    usum = np.empty(m)
+    ptr = 0
+    for p in range(us.shape[0]):
+        for j in range(ptr, cut[p]):
+            h = g[rs[j]]
+            vals[0] = 1.0
+            vals[1] = h
+            for k in range(m):
+                vals[2 + k] = us[j, k]
+                vals[2 + m + k] = h * us[j, k]
+            _fenwick_add(tree, rs[j], vals)
+        ptr = max(ptr, cut[p])
+        ga = g[rs[p]]
+        _fenwick_prefix(tree, rs[p], vals)
         for k in range(m):
-            usum[k] = c0 * vals[1 + k]
-        return c0 * vals[0]
-    ga = g[a]  # separable: sum_j (g_a - g_j) x_j = g_a sum_j x_j - sum_j g_j x_j
-    for k in range(m):
-        usum[k] = ga * vals[2 + k] - vals[2 + m + k]
-    return ga * vals[0] - vals[1]
+            usum[k] = ga * vals[2 + k] - vals[2 + m + k]
+        _apply_partner_sums(ts, us, p, two_mu, ga * vals[0] - vals[1], usum)
 
 
 @njit(cache=True, nogil=True)
@@ -471,28 +562,20 @@ def _sweep_hess(us, rs, cut, lam, g, c0, mode, two_mu, ts):
     ``us``, ``rs`` are in the frame's sorted order; the partners of position ``p`` are the
     positions ``< cut[p]`` of lower rank (the prefix found by :func:`_sweep_loss_grad`).
     """
-    n_lev = lam.shape[0]
-    m = us.shape[1]
-    width = 2 + 2 * m if mode == MODE_SEPARABLE else 1 + m
-    acc = np.zeros((n_lev if mode == MODE_LEVELS else n_lev + 1, width))
-    vals = np.empty(width)
-    usum = np.empty(m)
-    ptr = 0
-    for p in range(us.shape[0]):
-        while ptr < cut[p]:
-            _insert_direction(mode, acc, rs[ptr], g, us, ptr, vals)
-            ptr += 1
-        wsum = _query_direction(mode, acc, rs[p], lam, g, c0, usum, vals)
-        if wsum != 0.0:
-            for k in range(m):
-                ts[p, k] += two_mu * (wsum * us[p, k] - usum[k])
+    if mode == MODE_LEVELS:
+        _sweep_hess_levels(us, rs, cut, lam, two_mu, ts)
+    elif mode == MODE_CONSTANT:
+        _sweep_hess_constant(us, rs, cut, lam.shape[0], c0, two_mu, ts)
+    else:
+        _sweep_hess_separable(us, rs, cut, g, two_mu, ts)
 
 
 @njit(cache=True, nogil=True)
 def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, muq, order, cut_pref, cut_less, tq):
     """``(A^T D A u)`` for one query, ``D = 2 mu lam`` on the active pairs (paper 004 (B.3)).
 
-    Row ``i``: ``sum_{j: (i,j) act} 2 mu lam (u_i - u_j) + sum_{k: (k,i) act} 2 mu lam (u_i - u_k)``;
+    Row ``i``: ``sum_{j: (i,j) act} 2 mu lam (u_i - u_j)``
+    ``+ sum_{k: (k,i) act} 2 mu lam (u_i - u_k)``;
     the first sum from the preferred frame, the second from the mirrored frame (the Hessian is
     invariant under ``z -> -z``, so ``u`` is used as is, in reversed order).
     """
@@ -553,11 +636,14 @@ class PairState:
         ``(z_i - z_k) + 1.0 > 0.0``; partners as the less preferred document: higher labels.
 
     A query with fewer than two label levels stores the identity order and zero cuts.
+    ``query_ptr`` (a copy, n_queries + 1 int64) lets :func:`hess_prod` refuse a state made for
+    another block, whose indices would point outside the queries.
     """
 
     order: np.ndarray
     cut_pref: np.ndarray
     cut_less: np.ndarray
+    query_ptr: np.ndarray = None
 
     @classmethod
     def empty(cls, n):
@@ -572,10 +658,20 @@ class PairState:
         return self.order.nbytes + self.cut_pref.nbytes + self.cut_less.nbytes
 
 
+def _c_array(x, dtype):
+    """``x`` as a C-contiguous, writeable array of ``dtype`` (copied only when it is not one).
+
+    Numba compiles a separate specialisation for read-only arrays (several seconds); a copy of
+    the rare read-only input is cheaper.
+    """
+    x = np.ascontiguousarray(x, dtype=dtype)
+    return x if x.flags.writeable else x.copy()
+
+
 def _check_block(n, y_rank, query_ptr, cost, mu):
     """Validate and convert the block description shared by both kernels."""
-    y_rank = np.ascontiguousarray(y_rank, dtype=np.int32)
-    query_ptr = np.ascontiguousarray(query_ptr, dtype=np.int64)
+    y_rank = _c_array(y_rank, np.int32)
+    query_ptr = _c_array(query_ptr, np.int64)
     if y_rank.shape != (n,):
         raise ParameterError(f"y_rank has shape {y_rank.shape}, expected ({n},)")
     if query_ptr.ndim != 1 or query_ptr.size < 1 or query_ptr[0] != 0 or query_ptr[-1] != n:
@@ -586,9 +682,10 @@ def _check_block(n, y_rank, query_ptr, cost, mu):
     if lengths.size and lengths.max() >= 2**31:
         raise ParameterError("a query of 2**31 or more rows is not supported")
     if n and (y_rank.min() < 0 or y_rank.max() >= cost.n_levels):
-        raise ParameterError(f"label ranks must lie in 0..{cost.n_levels - 1} (the cost table's size)")
+        raise ParameterError(
+            f"label ranks must lie in 0..{cost.n_levels - 1} (the cost table's size)")
     nq = query_ptr.size - 1
-    mu = np.ascontiguousarray(np.broadcast_to(np.asarray(mu, dtype=np.float64), (nq,)))
+    mu = np.array(np.broadcast_to(np.asarray(mu, dtype=np.float64), (nq,)))  # own copy
     if not np.all(np.isfinite(mu)) or np.any(mu < 0):
         raise ParameterError("query weights mu must be finite and >= 0")
     return y_rank, query_ptr, mu
@@ -628,7 +725,7 @@ def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None):
         The active set at ``z``, for :func:`hess_prod`.
     """
     cost = pair_cost(lam)
-    z = np.ascontiguousarray(z, dtype=np.float64)
+    z = _c_array(z, np.float64)
     if z.ndim != 1:
         raise ParameterError(f"scores z must be one-dimensional, got shape {z.shape}")
     n = z.shape[0]
@@ -640,10 +737,12 @@ def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None):
     dz = np.empty(n) if out is None else out
     if dz.shape != (n,) or dz.dtype != np.float64 or not dz.flags.c_contiguous:
         raise ParameterError("out must be a C-contiguous float64 array of the scores' shape")
+    state.query_ptr = None  # invalid while being filled
     loss_q = np.empty(query_ptr.size - 1)
     total = _loss_grad_kernel(z, y_rank, query_ptr, cost.lam, cost.g, cost.c0, cost.lam_r,
                               cost.g_r, cost.mode, mu, dz, state.order, state.cut_pref,
                               state.cut_less, loss_q)
+    state.query_ptr = query_ptr.copy()
     return float(total), dz, state
 
 
@@ -652,7 +751,20 @@ def hess_prod(u, y_rank, query_ptr, lam, mu, state, *, out=None):
 
     ``D = 2 mu_q lam[r_i, r_j]`` on the pairs active there (paper 004 (B.3) in score space:
     ``Q A^T A Q v`` with ``Q v`` -> ``u``).  The active set is read from ``state``; ``z`` is not
-    needed.  ``u`` may be ``(n,)`` or ``(n, m)`` (``m`` directions at once, one sweep).
+    needed.  Row ``i`` is ``sum_j D_ij (u_i - u_j)`` over the active partners of ``i`` in either
+    role, i.e. ``(l_i^+ + l_i^-) u_i - (gamma_i^+ + gamma_i^-)`` of appendix B with the costs.
+    No sort: O(l L) (per-level slots) or O(l log L) (Fenwick trees) per query.
+
+    Parameters
+    ----------
+    u : array_like float64 (n,) or (n, m)
+        Direction(s) in score space; ``(n, m)`` gives ``m`` products in one sweep (the wide
+        payload of the Newton-Cholesky ``L Phi_b``).
+    y_rank, query_ptr, lam, mu
+        As given to :func:`loss_grad` for this block.
+    state : PairState
+        From :func:`loss_grad` at the point whose active set is wanted.
+    out : ndarray float64, the shape of ``u``, optional
 
     Returns
     -------
@@ -666,7 +778,9 @@ def hess_prod(u, y_rank, query_ptr, lam, mu, state, *, out=None):
     if state.n_docs != n:
         raise ParameterError(f"state is for {state.n_docs} rows, u has {n}")
     y_rank, query_ptr, mu = _check_block(n, y_rank, query_ptr, cost, mu)
-    u2 = np.ascontiguousarray(u.reshape(n, -1))
+    if state.query_ptr is None or not np.array_equal(state.query_ptr, query_ptr):
+        raise ParameterError("state was not made by loss_grad for this block's query_ptr")
+    u2 = _c_array(u.reshape(n, -1), np.float64)
     if out is None:
         out = np.empty(u.shape)
     if out.shape != u.shape or out.dtype != np.float64 or not out.flags.c_contiguous:

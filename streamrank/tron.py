@@ -1,0 +1,179 @@
+"""Trust-region Newton with truncated conjugate gradients (TRON), as in LIBLINEAR.
+
+Lin, Weng and Keerthi, "Trust region Newton method for large-scale logistic regression" (JMLR
+2008), the solver of papers 000 (Alg. 3) and 004 (sec. 4). The solver sees only a function object
+with ``fun(w)``, ``grad(w)``, ``hessp(s)`` and ``n_features``; calls come in the order fun ->
+grad -> hessp at the same point, and ``grad`` is called only for an accepted point, so an
+objective may keep the trial point's state aside in ``fun`` and commit it in ``grad``.
+
+Stopping rule: ||g(w)|| <= eps * ||g(w0)||, or ``max_iter`` iterations.
+"""
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+log = logging.getLogger("streamrank.tron")
+
+# acceptance thresholds on actual / predicted reduction (LIBLINEAR tron.cpp)
+ETA0, ETA1, ETA2 = 1e-4, 0.25, 0.75
+# trust-region radius update factors
+SIGMA1, SIGMA2, SIGMA3 = 0.25, 0.5, 4.0
+# CG stops when ||r|| <= XI_CG * ||g||: the truncated Newton step's inexactness
+XI_CG = 0.1
+# reductions below this fraction of |f| mean no further progress is measurable in float64
+TINY_REDUCTION = 1e-12
+
+
+@dataclass
+class TronState:
+    """Everything TRON needs to continue: saved by checkpoints after each iteration."""
+
+    w: np.ndarray
+    f: float
+    g: np.ndarray
+    delta: float
+    gnorm0: float
+    iteration: int = 0          # accepted steps (LIBLINEAR's iter); max_iter counts these
+    n_steps: int = 0            # trust-region steps tried, accepted or not
+    n_cg: int = 0               # CG steps in all
+    n_fun: int = 0
+    n_grad: int = 0
+    n_hessp: int = 0
+    seconds: float = 0.0
+    converged: bool = False
+    message: str = ""
+    history: list = field(default_factory=list)
+
+    @property
+    def gnorm(self):
+        return float(np.linalg.norm(self.g))
+
+
+def _trcg(hessp, g, delta, stats):
+    """Approximately solve H s = -g inside ||s|| <= delta (Steihaug CG). Returns (s, r, steps, boundary)."""
+    s = np.zeros_like(g)
+    r = -g
+    d = r.copy()
+    rtr = float(r @ r)
+    cgtol = XI_CG * math.sqrt(float(g @ g))
+    steps = 0
+    while math.sqrt(rtr) > cgtol:
+        steps += 1
+        hd = hessp(d)
+        stats.n_hessp += 1
+        dhd = float(d @ hd)
+        if dhd <= 0:  # cannot happen for I + PSD; guard against a broken objective
+            raise FloatingPointError(f"Hessian product is not positive definite (d.Hd = {dhd:g})")
+        alpha = rtr / dhd
+        s += alpha * d
+        if np.linalg.norm(s) > delta:
+            # step back and go to the boundary along d: ||s + t d|| = delta
+            s -= alpha * d
+            std, sts, dtd = float(s @ d), float(s @ s), float(d @ d)
+            dsq = delta * delta
+            rad = math.sqrt(max(std * std + dtd * (dsq - sts), 0.0))
+            alpha = (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+            s += alpha * d
+            r -= alpha * hd
+            return s, r, steps, True
+        r -= alpha * hd
+        rnew = float(r @ r)
+        d *= rnew / rtr
+        d += r
+        rtr = rnew
+    return s, r, steps, False
+
+
+def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None):
+    """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState.
+
+    Parameters
+    ----------
+    obj : object with fun(w), grad(w), hessp(s), n_features
+    eps : float
+        Relative gradient tolerance.
+    state : TronState, optional
+        Continue a run (from a checkpoint). Its ``f`` and ``g`` are recomputed at ``w`` and must
+        agree with the stored ones, which proves the data and settings are the same.
+    callback : callable(state), optional
+        Called after every iteration (accepted or not): checkpoints, validation logging.
+    describe : callable() -> str, optional
+        Extra text for each log line (e.g. the objective's pass count).
+    """
+    t0 = time.perf_counter()
+    if state is None:
+        w = np.array(w0, dtype=np.float64, copy=True)
+        f = obj.fun(w)
+        g = obj.grad(w)
+        gn = float(np.linalg.norm(g))
+        state = TronState(w=w, f=f, g=g, delta=gn, gnorm0=gn, n_fun=1, n_grad=1)
+    else:
+        f = obj.fun(state.w)
+        g = obj.grad(state.w)
+        if f != state.f or not np.array_equal(g, state.g):
+            raise RuntimeError(f"resumed objective {f!r} differs from the checkpoint's {state.f!r}: "
+                               f"the data or the settings changed")
+        t0 -= state.seconds
+    extra = describe or (lambda: "")
+    if state.gnorm <= eps * state.gnorm0 or state.gnorm == 0:
+        state.converged = True
+        state.message = "converged"
+    while not state.converged and state.iteration < max_iter:
+        s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state)
+        state.n_cg += steps
+        w_new = state.w + s
+        gs = float(state.g @ s)
+        prered = -0.5 * (gs - float(s @ r))
+        f_new = obj.fun(w_new)
+        state.n_fun += 1
+        actred = state.f - f_new
+        snorm = float(np.linalg.norm(s))
+        if state.iteration == 0:
+            state.delta = min(state.delta, snorm)
+        # radius update (LIBLINEAR): alpha minimises the 1-D quadratic interpolation along s
+        curv = f_new - state.f - gs
+        alpha = SIGMA3 if curv <= 0 else max(SIGMA1, -0.5 * (gs / curv))
+        if actred < ETA0 * prered:
+            state.delta = min(alpha * snorm, SIGMA2 * state.delta)
+        elif actred < ETA1 * prered:
+            state.delta = max(SIGMA1 * state.delta, min(alpha * snorm, SIGMA2 * state.delta))
+        elif actred < ETA2 * prered:
+            state.delta = max(SIGMA1 * state.delta, min(alpha * snorm, SIGMA3 * state.delta))
+        elif boundary:
+            state.delta = SIGMA3 * state.delta
+        else:
+            state.delta = max(state.delta, min(alpha * snorm, SIGMA3 * state.delta))
+        state.n_steps += 1
+        accepted = actred > ETA0 * prered
+        if accepted:
+            state.iteration += 1
+            state.w = w_new
+            state.f = f_new
+            state.g = obj.grad(w_new)
+            state.n_grad += 1
+        state.seconds = time.perf_counter() - t0
+        gnorm = state.gnorm
+        log.info("iter %3d f %.6e |g| %.3e CG %3d radius %.3e %s%s %.1fs", state.iteration, state.f, gnorm,
+                 steps, state.delta, "" if accepted else "(rejected) ", extra(), state.seconds)
+        state.history.append((state.iteration, state.f, gnorm, steps, bool(accepted)))
+        if accepted and gnorm <= eps * state.gnorm0:
+            state.converged, state.message = True, "converged"
+        elif state.f < -1e32:
+            state.message = "objective unbounded below"
+        elif prered <= 0:
+            state.message = "predicted reduction <= 0: no further progress possible"
+        elif abs(actred) <= TINY_REDUCTION * abs(state.f) and abs(prered) <= TINY_REDUCTION * abs(state.f):
+            state.message = "reductions below float64 resolution: no further progress possible"
+        if callback is not None:
+            callback(state)
+        if state.message and not state.converged:
+            log.warning("TRON stopped: %s", state.message)
+            break
+    if not state.message:
+        state.message = f"reached max_iter={max_iter}"
+    state.seconds = time.perf_counter() - t0
+    return state
