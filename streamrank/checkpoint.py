@@ -131,10 +131,11 @@ def read_checkpoint(directory, *, config=None, fingerprint=None, warn=None):
                                      f"{ck['fingerprint'][:12]}..., this data {fingerprint[:12]}...); "
                                      f"use another --checkpoint directory or drop --resume")
         if config is not None and ck["config"] != config:
-            diff = sorted(k for k in set(ck["config"]) | set(config) if ck["config"].get(k) != config.get(k))
-            raise CheckpointMismatch(
-                f"{p} was written with other settings ({', '.join(f'{k}: {ck['config'].get(k)!r} there, {config.get(k)!r} now' for k in diff)}); "
-                f"use the same settings, another --checkpoint directory, or drop --resume")
+            old = ck["config"]
+            diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            what = ", ".join(f"{k}: {old.get(k)!r} there, {config.get(k)!r} now" for k in diff)
+            raise CheckpointMismatch(f"{p} was written with other settings ({what}); use the same settings, "
+                                     f"another --checkpoint directory, or drop --resume")
         return ck
     if errors:
         raise FormatError("no intact checkpoint: " + "; ".join(errors))

@@ -7,10 +7,7 @@ import sys
 from ._version import __version__
 from .errors import StreamrankError
 
-NOT_YET = {
-    "train": "training arrives with the linear RankSVM (issue 3)",
-    "predict": "prediction arrives with the model file (issue 3)",
-}
+NOT_YET_METHODS = {"nystroem": "Nystroem features", "rff": "random Fourier features", "exact": "exact kernel RankSVM"}
 
 
 def _positive_int(name):
@@ -64,9 +61,83 @@ def _cmd_demo(args):
     return run_demo(workdir=args.dir, quiet=args.quiet)
 
 
-def _cmd_not_yet(args):
-    raise StreamrankError(f"'streamrank {args.command}' is not available yet in streamrank {__version__}: "
-                          f"{NOT_YET[args.command]}")
+def _setup_logging(quiet):
+    import logging
+    logger = logging.getLogger("streamrank")
+    logger.handlers[:] = []
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(h)
+    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.propagate = False
+
+
+def _float_list(name):
+    def parse(text):
+        try:
+            vals = [float(v) for v in text.split(",") if v.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be numbers separated by commas; got {text!r}") from None
+        if not vals:
+            raise argparse.ArgumentTypeError(f"{name} needs at least one value")
+        return vals
+    return parse
+
+
+def _cmd_train(args):
+    from .errors import ParameterError
+    from .evaluate import open_data
+    from .train import train_linear
+    if args.method != "primal":
+        raise ParameterError(f"--method {args.method} ({NOT_YET_METHODS[args.method]}) is not available yet in "
+                             f"streamrank {__version__}; use --method primal")
+    for opt in ("kernel", "gamma", "degree", "coef0", "components", "rank"):
+        if getattr(args, opt) is not None:
+            raise ParameterError(f"--{opt} applies to kernel methods (--method nystroem|rff|exact), which are not "
+                                 f"available yet in streamrank {__version__}")
+    if args.solver == "newton_cholesky":
+        raise ParameterError(f"--solver newton_cholesky is not available yet in streamrank {__version__}; "
+                             f"use --solver tron")
+    if args.loss != "squared_hinge":
+        raise ParameterError(f"--loss {args.loss} is not available yet; use --loss squared_hinge")
+    if args.resume and not args.checkpoint:
+        raise ParameterError("--resume needs --checkpoint DIR (where the checkpoints are)")
+    _setup_logging(args.quiet)
+    ds = open_data(args.data, args.cache_dir, quiet=args.quiet)
+    valid = open_data(args.valid, args.cache_dir, quiet=args.quiet) if args.valid else None
+    model, summary = train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
+                                  max_iter=args.max_iter, memory_budget=args.memory_budget,
+                                  pair_cost=args.pair_cost, query_weight=args.query_weight,
+                                  select_metric=args.select_metric, checkpoint=args.checkpoint,
+                                  resume=args.resume, seed=args.seed)
+    model.save(args.output)
+    if not args.quiet:
+        print(f"saved {args.output}: C={summary['C']:g}, objective {summary['objective']:.6e}, "
+              f"|g| {summary['grad_norm']:.3e}, {summary['iterations']} iterations, {summary['passes']} passes, "
+              f"{summary['seconds']:.2f} s")
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
+def _cmd_predict(args):
+    import numpy as np
+    from .evaluate import open_data
+    from .h5format import atomic_replace, temp_name
+    from .model import load
+    model = load(args.model)
+    with open_data(args.data, args.cache_dir) as ds:
+        scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
+    tmp = temp_name(args.output)
+    try:
+        np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
+        atomic_replace(tmp, args.output)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    if args.json:
+        print(json.dumps({"output": str(args.output), "rows": int(scores.size)}))
+    return 0
 
 
 def build_parser():
@@ -109,10 +180,43 @@ def build_parser():
     d.add_argument("--quiet", action="store_true")
     d.set_defaults(func=_cmd_demo)
 
-    for name in NOT_YET:
-        t = sub.add_parser(name, help=f"(not available yet: {NOT_YET[name]})")
-        t.add_argument("rest", nargs=argparse.REMAINDER)
-        t.set_defaults(func=_cmd_not_yet)
+    t = sub.add_parser("train", help="train a RankSVM model")
+    t.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
+    t.add_argument("-o", "--output", required=True, metavar="MODEL.h5")
+    t.add_argument("--valid", metavar="DATA", help="validation data: logged each iteration, chooses C")
+    t.add_argument("--C", type=_float_list("--C"), default=[1.0], metavar="C[,C...]")
+    t.add_argument("--select-metric", choices=["meanndcg", "ndcg@10", "map"], default="meanndcg")
+    t.add_argument("--method", choices=["primal", "nystroem", "rff", "exact"], default="primal")
+    t.add_argument("--kernel", choices=["rbf", "laplacian", "poly", "sigmoid", "linear"])
+    t.add_argument("--gamma", type=_float_list("--gamma"), metavar="G[,G...]")
+    t.add_argument("--degree", type=int)
+    t.add_argument("--coef0", type=float)
+    t.add_argument("--components", type=int)
+    t.add_argument("--rank", type=int)
+    t.add_argument("--solver", choices=["auto", "tron", "newton_cholesky"], default="auto")
+    t.add_argument("--loss", choices=["squared_hinge", "smooth_hinge"], default="squared_hinge")
+    t.add_argument("--pair-cost", choices=["none", "gain_difference"], default="none")
+    t.add_argument("--query-weight", choices=["none", "log_ratio"], default="none")
+    t.add_argument("--tol", type=float, default=1e-3, metavar="EPS")
+    t.add_argument("--max-iter", type=int, default=1000, metavar="N")
+    t.add_argument("--seed", type=int, default=0, metavar="S")
+    t.add_argument("--normalize", choices=["none", "zscore", "query_minmax"], default="none")
+    t.add_argument("--memory-budget", default="2GB", metavar="SIZE")
+    t.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
+    t.add_argument("--checkpoint", metavar="DIR", help="write a checkpoint after every iteration")
+    t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
+    t.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
+    t.add_argument("--quiet", action="store_true")
+    t.set_defaults(func=_cmd_train)
+
+    pr = sub.add_parser("predict", help="score data with a model, one score per line in input order")
+    pr.add_argument("model", metavar="MODEL.h5")
+    pr.add_argument("data", metavar="DATA")
+    pr.add_argument("-o", "--output", required=True, metavar="SCORES.txt")
+    pr.add_argument("--memory-budget", default="2GB", metavar="SIZE")
+    pr.add_argument("--cache-dir", metavar="DIR")
+    pr.add_argument("--json", action="store_true")
+    pr.set_defaults(func=_cmd_predict)
     return p
 
 

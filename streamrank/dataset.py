@@ -119,10 +119,16 @@ class Dataset:
         return str(self._fingerprint)
 
     # -- reading ------------------------------------------------------------------------------------
-    def read(self, start, stop):
-        """Rows ``start:stop`` as (X float32 (r, d), y float32 (r,)), one contiguous read each."""
-        X = np.empty((stop - start, self.n_features), np.float32)
-        y = np.empty(stop - start, np.float32)
+    def read(self, start, stop, out=None):
+        """Rows ``start:stop`` as (X float32 (r, d), y float32 (r,)), one contiguous read each.
+
+        ``out``: (X, y) buffers with at least ``stop - start`` rows to read into (views returned).
+        """
+        if out is None:
+            X = np.empty((stop - start, self.n_features), np.float32)
+            y = np.empty(stop - start, np.float32)
+        else:
+            X, y = out[0][:stop - start], out[1][:stop - start]
         if stop > start:
             self.X.read_direct(X, np.s_[start:stop])
             self.y.read_direct(y, np.s_[start:stop])

@@ -4,6 +4,12 @@ A :class:`QueryStream` yields ``(block, start, stop)``: rows ``start:stop`` of t
 splitting a query, each block at most ``block_bytes`` unless one query alone is larger (it is
 still yielded whole, with a warning). Blocks are planned from the in-memory ``query_ptr`` only, so
 the layout is known before any row is read and every pass reads the same contiguous slices.
+
+Rows are read into two buffers allocated once per stream and reused by every pass (double
+buffering: the prefetch thread fills one while the caller works on the other). A block's arrays
+are therefore valid until the caller asks for the next block; copy what must outlive that.
+Fresh allocations for every block cost page faults that, measured here, cut a pass from
+~7 GB/s to 0.35 GB/s for large blocks.
 """
 
 import warnings
@@ -93,7 +99,9 @@ class QueryStream:
         qp = dataset.query_ptr
         self.bounds = plan_blocks(qp, self.row_bytes, self.block_bytes, q0, q1)
         self.prefetch = prefetch
+        self._buffers = None
         rows = qp[self.bounds[1:]] - qp[self.bounds[:-1]]
+        self.max_block_rows = int(rows.max()) if rows.size else 0
         oversized = np.flatnonzero(rows * self.row_bytes > self.block_bytes)
         if oversized.size:
             q = int(self.bounds[oversized[0]])
@@ -115,11 +123,16 @@ class QueryStream:
         qp = self.dataset.query_ptr
         q0, q1 = int(self.bounds[k]), int(self.bounds[k + 1])
         start, stop = int(qp[q0]), int(qp[q1])
-        X, y = self.dataset.read(start, stop)
+        X, y = self.dataset.read(start, stop, out=self._buffers[k % len(self._buffers)])
         return Block(X, y, qp[q0:q1 + 1] - start, start, stop, q0, q1)
 
     def __iter__(self):
         n = len(self)
+        n_buf = 2 if self.prefetch and n > 1 else 1
+        if self._buffers is None or len(self._buffers) != n_buf:
+            d = self.dataset.n_features
+            self._buffers = [(np.empty((self.max_block_rows, d), np.float32), np.empty(self.max_block_rows, np.float32))
+                             for _ in range(n_buf)]
         if not self.prefetch or n <= 1:
             for k in range(n):
                 b = self._read(k)

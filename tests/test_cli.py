@@ -46,9 +46,19 @@ def test_eval_refuses_wrong_number_of_scores(tmp_path, capsys):
     assert "scores.txt: 1 scores but the data has 2 rows" in capsys.readouterr().err
 
 
-def test_train_is_refused_until_it_exists(capsys):
-    assert main(["train", "data.h5", "-o", "m.h5"]) == 2
-    assert "not available yet" in capsys.readouterr().err
+@pytest.mark.parametrize("extra,message", [
+    (["--method", "nystroem"], "--method nystroem (Nystroem features) is not available yet"),
+    (["--gamma", "0.5"], "--gamma applies to kernel methods"),
+    (["--solver", "newton_cholesky"], "--solver newton_cholesky is not available yet"),
+    (["--C", "-1"], "C must be > 0; got -1.0. Pass --C 0.5"),
+    (["--resume"], "--resume needs --checkpoint DIR"),
+])
+def test_train_refuses_what_is_not_there_yet(tmp_path, capsys, extra, message):
+    src = tmp_path / "s.txt"
+    src.write_text("1 qid:1 1:1\n0 qid:1 1:2\n")
+    assert main(["train", str(src), "-o", str(tmp_path / "m.h5"), "--cache-dir", str(tmp_path), *extra]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "m.h5").exists()
 
 
 def test_demo_runs(tmp_path, capsys):

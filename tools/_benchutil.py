@@ -3,7 +3,6 @@
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import time
@@ -35,10 +34,12 @@ def machine_facts():
 def run_child(code, timeout=3600):
     """Run python ``code`` in a fresh process; it must print one JSON dict as its last line.
 
-    Returns that dict with ``peak_rss_mb`` (the child's own ru_maxrss) and ``wall_s`` added.
+    Returns that dict with ``peak_rss_mb`` (the child's own VmHWM) and ``wall_s`` added.
     """
-    wrapper = (code + "\nimport resource as _r, json as _j\n"
-               "print(_j.dumps({'_rss_kb': _r.getrusage(_r.RUSAGE_SELF).ru_maxrss}))\n")
+    # VmHWM is this process image's own peak; ru_maxrss would carry the parent's peak across exec
+    wrapper = (code + "\nimport json as _j\n"
+               "_hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0].split()[1]\n"
+               "print(_j.dumps({'_rss_kb': int(_hwm)}))\n")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=timeout,
                        cwd=REPO)

@@ -1,0 +1,117 @@
+"""The model file (HDF5 format ``streamrank-model`` version 1) and prediction.
+
+Layout: root attrs ``format``, ``version``, ``created_by``, ``method``, ``n_features`` (input
+width), ``config`` (JSON: every training setting used), ``training`` (JSON: objective,
+gradient norm, iterations, passes, seconds, chosen C, every candidate's validation score),
+``fingerprint`` (the training data's), ``levels`` (JSON label levels); dataset ``w`` (float64);
+group ``normalize`` (attr ``kind``; ``mean``, ``scale`` for zscore); group ``feature_map``
+(attr ``kind``: ``identity`` for the linear model).
+"""
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from ._version import __version__
+from .errors import FormatError, InputError
+from .h5format import atomic_replace, temp_name
+from .normalize import Normalizer
+
+FORMAT_NAME = "streamrank-model"
+FORMAT_VERSION = 1
+
+
+class LinearModel:
+    """A trained linear scoring function s(x) = normalize(x) . w."""
+
+    method = "primal"
+
+    def __init__(self, w, normalizer, *, n_features, config=None, training=None, fingerprint="", levels=()):
+        self.w = np.asarray(w, np.float64)
+        self.normalizer = normalizer
+        self.n_features = int(n_features)
+        self.config = dict(config or {})
+        self.training = dict(training or {})
+        self.fingerprint = fingerprint
+        self.levels = [float(v) for v in levels]
+
+    # -- scoring --------------------------------------------------------------------------------
+    def _pad(self, X, where="X"):
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise InputError(f"{where} must be a 2-D array of rows; got shape {X.shape}")
+        d = X.shape[1]
+        if d > self.n_features:
+            raise InputError(f"{where} has {d} features but the model knows {self.n_features}; "
+                             f"convert the data with --n-features {self.n_features} or retrain")
+        if d < self.n_features:  # missing trailing features are zeros, as in SVMlight
+            Xp = np.zeros((X.shape[0], self.n_features), X.dtype if X.dtype.kind == "f" else np.float64)
+            Xp[:, :d] = X
+            return Xp
+        return X
+
+    def decision_function(self, X, query_ptr=None):
+        return self.normalizer.transform(self._pad(X), query_ptr) @ self.w
+
+    def predict_dataset(self, ds, *, memory_budget="2GB"):
+        """Scores of every row of ``ds`` in the input's row order (streamed)."""
+        if ds.n_features > self.n_features:
+            raise InputError(f"{ds.path} has {ds.n_features} features but the model knows {self.n_features}; "
+                             f"convert it with --n-features {self.n_features}")
+        out = np.empty(ds.n_rows)
+        row = ds.row
+        for block, a, b in ds.stream(memory_budget=memory_budget):
+            out[row[a:b]] = self.decision_function(block.X, block.query_ptr)
+        return out
+
+    # -- file ---------------------------------------------------------------------------------------
+    def save(self, path):
+        """Write atomically (temporary name, fsync, rename)."""
+        path = Path(path)
+        tmp = temp_name(path)
+        try:
+            with h5py.File(tmp, "w") as f:
+                a = f.attrs
+                a["format"] = FORMAT_NAME
+                a["version"] = FORMAT_VERSION
+                a["created_by"] = f"streamrank {__version__}"
+                a["method"] = self.method
+                a["n_features"] = self.n_features
+                a["config"] = json.dumps(self.config, sort_keys=True)
+                a["training"] = json.dumps(self.training, sort_keys=True)
+                a["fingerprint"] = self.fingerprint
+                a["levels"] = json.dumps(self.levels)
+                f.create_dataset("w", data=self.w)
+                self.normalizer.to_h5(f.create_group("normalize"))
+                f.create_group("feature_map").attrs["kind"] = "identity"
+            atomic_replace(tmp, path)
+        finally:
+            if tmp.exists():
+                os.unlink(tmp)
+        return path
+
+
+def load(path):
+    """Read a model file written by :meth:`LinearModel.save` (or ``RankSVM.save``)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if not h5py.is_hdf5(path):
+        raise FormatError(f"{path}: not an HDF5 file, so not a streamrank model")
+    with h5py.File(path, "r") as f:
+        fmt = f.attrs.get("format")
+        if fmt != FORMAT_NAME:
+            raise FormatError(f"{path}: not a streamrank model (format {fmt!r}); train one with streamrank train")
+        version = int(f.attrs.get("version", -1))
+        if version != FORMAT_VERSION:
+            raise FormatError(f"{path}: model format version {version} is not supported (this streamrank reads "
+                              f"{FORMAT_VERSION}); {'upgrade streamrank' if version > FORMAT_VERSION else 'retrain'}")
+        kind = f["feature_map"].attrs["kind"]
+        if kind != "identity":
+            raise FormatError(f"{path}: feature map {kind!r} is not supported by this streamrank")
+        return LinearModel(f["w"][:], Normalizer.from_h5(f["normalize"]), n_features=int(f.attrs["n_features"]),
+                           config=json.loads(f.attrs["config"]), training=json.loads(f.attrs["training"]),
+                           fingerprint=str(f.attrs["fingerprint"]), levels=json.loads(f.attrs["levels"]))

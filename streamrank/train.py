@@ -1,0 +1,206 @@
+"""Training runs: the C path with warm starts, validation, checkpoints and resume.
+
+One run = prepare the data once (label levels, query weights, normaliser), then for each C in
+increasing order solve with TRON from the previous solution (LIBLINEAR's warm-started C path),
+score the validation data, and keep the best model by ``select_metric``. After every TRON
+iteration a checkpoint holds everything to continue: the path position, the finished
+candidates, and the solver state.
+"""
+
+import logging
+import time
+
+import numpy as np
+
+from . import _pairkernels as pk
+from .checkpoint import read_checkpoint, write_checkpoint
+from .errors import ParameterError
+from .info import preference_pairs_per_query
+from .metrics import evaluate
+from .model import LinearModel
+from .normalize import Normalizer
+from .objective import BlockSource, RankObjective
+from .stream import BLOCK_SHARE_OF_BUDGET
+from .tron import TronState, tron
+from .units import parse_size
+
+log = logging.getLogger("streamrank.train")
+
+SELECT_METRICS = ("meanndcg", "ndcg@10", "map")
+QUERY_WEIGHTS = ("none", "log_ratio")
+PAIR_COSTS = ("none", "gain_difference")
+# share of --memory-budget for mapped float64 blocks kept in memory between passes
+MEMORY_TIER_SHARE = 0.5
+
+
+def read_labels(ds):
+    y = np.empty(ds.n_rows, np.float32)
+    if ds.n_rows:
+        ds.y.read_direct(y)
+    return y
+
+
+def query_weights(kind, y, query_ptr):
+    """mu_q: 1, or paper 001's ln(1 + max_q' |P_q'| / |P_q|) (0 for a query without pairs)."""
+    if kind in (None, "none"):
+        return np.ones(len(query_ptr) - 1)
+    if kind == "log_ratio":
+        p = preference_pairs_per_query(y, query_ptr).astype(np.float64)
+        mu = np.zeros_like(p)
+        has = p > 0
+        mu[has] = np.log1p(p.max() / p[has])
+        return mu
+    raise ParameterError(f"query_weight must be one of {', '.join(QUERY_WEIGHTS)}; got {kind!r}")
+
+
+def pair_cost_table(kind, levels):
+    """lambda over label ranks: 1 everywhere, or the gain difference (2^y_i - 1) - (2^y_j - 1)."""
+    L = len(levels)
+    if kind is None or (isinstance(kind, str) and kind == "none"):
+        return np.ones((L, L))
+    if isinstance(kind, str):
+        if kind == "gain_difference":
+            g = 2.0 ** np.asarray(levels) - 1.0
+            return np.subtract.outer(g, g)
+        raise ParameterError(f"pair_cost must be one of {', '.join(PAIR_COSTS)} or an L x L table; got {kind!r}")
+    lam = np.asarray(kind, np.float64)
+    if lam.shape != (L, L):
+        raise ParameterError(f"pair_cost table must be {L} x {L} (one row and column per label level "
+                             f"{list(levels)}); got shape {lam.shape}")
+    return lam
+
+
+def _metric_value(report, name):
+    m = report.means
+    return {"meanndcg": m["MeanNDCG"], "ndcg@10": m["NDCG@10"], "map": m["MAP"]}[name]
+
+
+def check_config(cfg):
+    for name in ("C_path",):
+        for C in cfg[name]:
+            if not C > 0:
+                raise ParameterError(f"C must be > 0; got {C}. Pass --C 0.5")
+    if not cfg["tol"] > 0:
+        raise ParameterError(f"tol must be > 0; got {cfg['tol']}. Pass --tol 1e-3")
+    if int(cfg["max_iter"]) < 1:
+        raise ParameterError(f"max_iter must be >= 1; got {cfg['max_iter']}. Pass --max-iter 1000")
+    if cfg["select_metric"] not in SELECT_METRICS:
+        raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {cfg['select_metric']!r}")
+
+
+def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_iter=1000,
+                 memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
+                 checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None):
+    """Train the linear RankSVM on an open dataset; return (LinearModel, summary dict).
+
+    ``valid``: an open dataset for selecting C (required when several C are given).
+    ``queries``: train on the contiguous query range [q0, q1) only (tests, subsets).
+    """
+    t_start = time.perf_counter()
+    Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
+    budget = parse_size(memory_budget)
+    cfg = {"method": "primal", "solver": "tron", "C_path": Cs, "normalize": normalize, "tol": float(tol),
+           "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
+           "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
+           "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
+           "queries": list(queries) if queries is not None else None,
+           "valid_fingerprint": valid.fingerprint if valid is not None else None}
+    check_config(cfg)
+    if len(Cs) > 1 and valid is None:
+        raise ParameterError(f"several C values ({', '.join(map(str, Cs))}) need --valid data to choose between them")
+    block_bytes = int(block_bytes or budget * BLOCK_SHARE_OF_BUDGET)
+
+    # -- one-time preparation: labels, weights, costs, normaliser ------------------------------------
+    y_all = read_labels(ds)
+    q0, q1 = queries if queries is not None else (0, ds.n_queries)
+    qp = ds.query_ptr
+    levels = np.unique(y_all[qp[q0]:qp[q1]])
+    mu = np.zeros(ds.n_queries)
+    mu[q0:q1] = query_weights(query_weight, y_all[qp[q0]:qp[q1]], qp[q0:q1 + 1] - qp[q0])
+    del y_all
+    cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
+    normalizer = Normalizer(normalize)
+    if normalize == "zscore":
+        normalizer.fit((b.X for b, _, _ in ds.stream(block_bytes=block_bytes, queries=(q0, q1))), ds.n_features)
+
+    def transform(block):
+        return normalizer.transform(block.X, block.query_ptr)
+
+    source = BlockSource(ds, transform, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
+                         queries=(q0, q1), levels=levels)
+    valid_y = read_labels(valid) if valid is not None else None
+
+    def score_valid(w):
+        model = LinearModel(w, normalizer, n_features=ds.n_features)
+        s = np.empty(valid.n_rows)
+        for block, a, b in valid.stream(block_bytes=block_bytes):
+            s[a:b] = model.decision_function(block.X, block.query_ptr)
+        rep = evaluate(valid_y, s, valid.query_ptr, qid=None)
+        return _metric_value(rep, select_metric)
+
+    # -- resume ----------------------------------------------------------------------------------------
+    candidates, path_w = [], []
+    start_index, tron_state = 0, None
+    w = np.zeros(ds.n_features)
+    if checkpoint and resume:
+        ck = read_checkpoint(checkpoint, config=cfg, fingerprint=ds.fingerprint, warn=log.warning)
+        if ck is not None:
+            sc = ck["scalars"]
+            candidates = sc["candidates"]
+            path_w = list(ck["extra"].get("path_w", np.zeros((0, ds.n_features))))
+            start_index = sc["C_index"]
+            tron_state = TronState(w=ck["w"], f=sc["f"], g=ck["g"], delta=sc["delta"], gnorm0=sc["gnorm0"],
+                                   iteration=sc["iteration"], n_steps=sc["n_steps"], n_cg=sc["n_cg"],
+                                   n_fun=sc["n_fun"], n_grad=sc["n_grad"], n_hessp=sc["n_hessp"],
+                                   seconds=sc["seconds"], history=[tuple(h) for h in sc["history"]])
+            source.passes = sc["passes"]
+            log.info("resuming from %s: C=%g, iteration %d", ck["path"], Cs[start_index], tron_state.iteration)
+        elif checkpoint:
+            log.info("no checkpoint in %s: starting from scratch", checkpoint)
+    if path_w:
+        w = np.asarray(path_w[-1], np.float64)
+
+    # -- the C path --------------------------------------------------------------------------------------
+    n_ck = [0]
+    for k in range(start_index, len(Cs)):
+        Ck = Cs[k]
+        obj = RankObjective(source, ds.n_features, C=Ck, cost=cost, mu=mu)
+        log.info("C=%g: TRON eps=%g on %d rows, %d queries (%s)", Ck, tol, source.n_rows, q1 - q0,
+                 "in memory after the first pass" if not source.in_memory else "in memory")
+
+        def on_iteration(st, k=k, Ck=Ck):
+            if valid is not None:
+                log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w))
+            if checkpoint:
+                n_ck[0] += 1
+                scal = {"C_index": k, "f": st.f, "delta": st.delta, "gnorm0": st.gnorm0, "iteration": st.iteration,
+                        "n_steps": st.n_steps, "n_cg": st.n_cg, "n_fun": st.n_fun, "n_grad": st.n_grad,
+                        "n_hessp": st.n_hessp, "seconds": st.seconds, "history": st.history,
+                        "candidates": candidates, "passes": source.passes}
+                extra = {"path_w": np.asarray(path_w).reshape(len(path_w), ds.n_features)}
+                write_checkpoint(checkpoint, config=cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
+                                 extra=extra, number=n_ck[0])
+
+        st = tron(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
+                  describe=lambda: f"passes {source.passes}")
+        tron_state = None
+        w = st.w
+        cand = {"C": Ck, "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration,
+                "cg_steps": st.n_cg, "passes": source.passes, "seconds": st.seconds, "message": st.message}
+        if valid is not None:
+            cand["valid_" + select_metric] = score_valid(w)
+        candidates.append(cand)
+        path_w.append(w.copy())
+        log.info("C=%g done: f %.6e |g| %.3e, %d iterations, %d CG steps, %s", Ck, st.f, st.gnorm, st.iteration,
+                 st.n_cg, st.message)
+
+    key = "valid_" + select_metric
+    best = max(range(len(Cs)), key=lambda i: candidates[i].get(key, 0.0)) if valid is not None else len(Cs) - 1
+    chosen = candidates[best]
+    summary = {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
+               "iterations": sum(c["iterations"] for c in candidates), "passes": source.passes,
+               "seconds": time.perf_counter() - t_start, "method": "primal", "solver": "tron",
+               "C": chosen["C"], "gamma": None, "in_memory": source.in_memory, "candidates": candidates}
+    model = LinearModel(path_w[best], normalizer, n_features=ds.n_features, config=cfg, training=summary,
+                        fingerprint=ds.fingerprint, levels=levels)
+    return model, summary
