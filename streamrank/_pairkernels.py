@@ -691,7 +691,7 @@ def _check_block(n, y_rank, query_ptr, cost, mu):
     return y_rank, query_ptr, mu
 
 
-def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None):
+def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None, loss_q=None):
     """Pair loss and its gradient in score space for all queries of a block.
 
     ``loss = sum_q mu_q sum_{(i,j) in P_q active} lam[r_i, r_j] max(0, 1 - (z_i - z_j))^2``
@@ -715,6 +715,9 @@ def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None):
         Arrays to reuse (overwritten).
     out : ndarray float64 (n,), optional
         Where to write the gradient.
+    loss_q : ndarray float64 (n_queries,), optional
+        Receives each query's loss (a caller summing over blocks adds these in query order, so
+        its total does not depend on the block layout).
 
     Returns
     -------
@@ -738,7 +741,10 @@ def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None):
     if dz.shape != (n,) or dz.dtype != np.float64 or not dz.flags.c_contiguous:
         raise ParameterError("out must be a C-contiguous float64 array of the scores' shape")
     state.query_ptr = None  # invalid while being filled
-    loss_q = np.empty(query_ptr.size - 1)
+    if loss_q is None:
+        loss_q = np.empty(query_ptr.size - 1)
+    elif loss_q.shape != (query_ptr.size - 1,) or loss_q.dtype != np.float64:
+        raise ParameterError("loss_q must be a float64 array with one entry per query")
     total = _loss_grad_kernel(z, y_rank, query_ptr, cost.lam, cost.g, cost.c0, cost.lam_r,
                               cost.g_r, cost.mode, mu, dz, state.order, state.cut_pref,
                               state.cut_less, loss_q)

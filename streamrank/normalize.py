@@ -4,11 +4,29 @@
 Every transform returns float64 rows: the solver works in float64 whatever is stored.
 """
 
+import numba
 import numpy as np
 
 from .errors import ParameterError
 
 KINDS = ("none", "zscore", "query_minmax")
+
+
+@numba.njit(cache=True, nogil=True)
+def _welford_rows(X, count, mean, m2):
+    """Welford's update, one row at a time in row order: the statistics (to the last bit) do
+    not depend on how the rows were split into blocks, and there is no cancellation of a
+    sum of squares. Returns the new count."""
+    d = mean.shape[0]
+    for i in range(X.shape[0]):
+        count += 1
+        inv = 1.0 / count
+        for k in range(d):
+            x = np.float64(X[i, k])
+            delta = x - mean[k]
+            mean[k] += delta * inv
+            m2[k] += delta * (x - mean[k])
+    return count
 
 
 class Normalizer:
@@ -37,21 +55,10 @@ class Normalizer:
         """``blocks``: iterable of float32 row blocks (one streamed pass)."""
         if self.kind != "zscore":
             return self
-        # Chan et al.'s pairwise merge of (count, mean, M2): no cancellation from sum of squares
         n, mean, m2 = 0, np.zeros(n_features), np.zeros(n_features)
         for X in blocks:
-            nb = X.shape[0]
-            if nb == 0:
-                continue
-            Xd = X.astype(np.float64)
-            mb = Xd.mean(axis=0)
-            m2b = ((Xd - mb) ** 2).sum(axis=0)
-            delta = mb - mean
-            tot = n + nb
-            mean = mean + delta * (nb / tot)
-            m2 = m2 + m2b + delta ** 2 * (n * nb / tot)
-            n = tot
-        std = np.sqrt(m2 / max(n, 1))
+            n = _welford_rows(np.ascontiguousarray(X), n, mean, m2)
+        std = np.sqrt(m2 / max(n, 1))  # population std, as scikit-learn's StandardScaler
         self.mean_ = mean
         self.scale_ = np.where(std > 0, std, 1.0)
         return self

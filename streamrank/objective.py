@@ -11,11 +11,17 @@ loss is block diagonal by query, so with query-aligned blocks
 
 ``fun`` keeps the trial point's gradient and active sets aside; ``grad`` at the same point
 commits them (TRON calls it only for accepted points), so a rejected trial never overwrites the
-active set that ``hessp`` uses. Sums over blocks run in block order: the same bits on every run.
+active set that ``hessp`` uses.
+
+Every sum runs in an order fixed by the data, not by the blocks (``_linalg``): per-row dot
+products, per-query partial sums added in query order, per-query losses added in query order.
+fun, grad and hessp are therefore bit-identical for any block size or memory budget, and so is
+the whole TRON trajectory and the model.
 """
 
 import numpy as np
 
+from . import _linalg as la
 from . import _pairkernels as pk
 
 
@@ -100,10 +106,11 @@ class RankObjective:
         loss = 0.0
         states = []
         for Phi, rank, qptr, q0, q1 in self.source:
-            z = Phi @ w
-            lb, dz, st = pk.loss_grad(z, rank, qptr, self.cost, self.mu[q0:q1])
-            loss += lb
-            acc += Phi.T @ dz
+            z = la.matvec(Phi, w)
+            loss_q = np.empty(q1 - q0)
+            _, dz, st = pk.loss_grad(z, rank, qptr, self.cost, self.mu[q0:q1], loss_q=loss_q)
+            loss = la.sum_in_order(loss, loss_q)
+            la.rmatvec_add(acc, Phi, dz, qptr)
             states.append(st)
         f = 0.5 * float(w @ w) + self.C * loss
         self._trial = (w.copy(), f, w + self.C * acc, states, loss)
@@ -121,10 +128,10 @@ class RankObjective:
         s = np.asarray(s, np.float64)
         acc = np.zeros(self.n_features)
         for (Phi, rank, qptr, q0, q1), st in zip(self.source, self._states):
-            t = pk.hess_prod(Phi @ s, rank, qptr, self.cost, self.mu[q0:q1], st)
-            acc += Phi.T @ t
+            t = pk.hess_prod(la.matvec(Phi, s), rank, qptr, self.cost, self.mu[q0:q1], st)
+            la.rmatvec_add(acc, Phi, t, qptr)
         return s + self.C * acc
 
     def scores(self, w):
         """z = Phi w for every row of the source, in its row order (one pass)."""
-        return np.concatenate([Phi @ w for Phi, *_ in self.source]) if self.source.n_rows else np.zeros(0)
+        return np.concatenate([la.matvec(Phi, w) for Phi, *_ in self.source]) if self.source.n_rows else np.zeros(0)
