@@ -75,6 +75,22 @@ _MICRO = 1_000_000          # values are integers m with value = m / _MICRO
 _N_LATENT = 8               # latent factors behind the correlated columns
 _N_SIGNAL = 6               # columns the relevance depends on
 _TAG_SIZES, _TAG_COLUMNS, _TAG_CALIB, _TAG_QUERY, _TAG_ALL_ZERO = 0, 1, 2, 3, 4
+# Parts (train / valid / test) share the relevance model (column parameters, calibration) of a
+# seed and draw their own queries: part k > 0 moves the sampling tags to 100 k + tag, and its
+# query ids to k * 10^6 + q + 1. Part 0 is the data set as generated before parts existed.
+PARTS = {"train": 0, "valid": 1, "test": 2}
+_PART_QID_OFFSET = 1_000_000
+
+
+def _part_index(part):
+    k = PARTS.get(part, part)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
+        raise ParameterError(f"part must be train, valid, test or an integer >= 0; got {part!r}. Pass --part test")
+    return int(k)
+
+
+def _sample_tag(tag, part):
+    return tag if part == 0 else 100 * part + tag
 _TEXT_BUFFER_BYTES = 16 << 20   # text formatted per chunk of rows within this budget
 _BATCH_VALUES = 1 << 22         # default rows per writer batch: about 4M values (16 MB of int32)
 _CALIB_ROWS = 30_000
@@ -185,10 +201,10 @@ def _check_seed(seed):
     return int(seed)
 
 
-def query_sizes(preset="small", *, scale=1.0, seed=0):
+def query_sizes(preset="small", *, scale=1.0, seed=0, part=0):
     """Rows per query (int64, length n_queries) summing exactly to the preset's row count."""
     p, nq, n = resolve(preset, scale)
-    raw = _rng(_check_seed(seed), _TAG_SIZES).lognormal(0.0, p.size_sigma, nq)
+    raw = _rng(_check_seed(seed), _sample_tag(_TAG_SIZES, _part_index(part))).lognormal(0.0, p.size_sigma, nq)
     lo, hi = p.size_min, p.size_max
 
     def total(c):
@@ -360,20 +376,20 @@ def _calibrate(m, seed):
     return np.quantile(np.concatenate(rel), cum)
 
 
-def all_zero_queries(preset="small", *, scale=1.0, seed=0):
+def all_zero_queries(preset="small", *, scale=1.0, seed=0, part=0):
     """Boolean mask of the queries whose documents all get grade 0: exactly
     round(all_zero_fraction * n_queries) of them, chosen at random."""
     p, nq, _ = resolve(preset, scale)
     n_zero = int(round(p.all_zero_fraction * nq))
-    chosen = _rng(_check_seed(seed), _TAG_ALL_ZERO).permutation(nq)[:n_zero]
+    chosen = _rng(_check_seed(seed), _sample_tag(_TAG_ALL_ZERO, _part_index(part))).permutation(nq)[:n_zero]
     mask = np.zeros(nq, bool)
     mask[chosen] = True
     return mask
 
 
-def _query(m, seed, q, all_zero, M, grade):
+def _query(m, seed, q, all_zero, M, grade, part=0):
     """Generate query q into M (int32 (n, d) micro-units) and grade (int8 (n,))."""
-    rng = _rng(seed, _TAG_QUERY, q)
+    rng = _rng(seed, _sample_tag(_TAG_QUERY, part), q)
     _features(m, rng, M.shape[0], M)
     rel = _relevance(m, rng, M)
     if all_zero:
@@ -425,17 +441,18 @@ def _batch_plan(sizes, batch_rows):
     return bounds
 
 
-def iter_blocks(preset="small", *, scale=1.0, seed=0, batch_rows=None):
+def iter_blocks(preset="small", *, scale=1.0, seed=0, batch_rows=None, part=0):
     """Yield :class:`Block` batches of whole queries (exact integer values), in file order."""
     seed = _check_seed(seed)
+    part = _part_index(part)
     p, nq, n_rows = resolve(preset, scale)
     if batch_rows is None:
         batch_rows = max(1024, _BATCH_VALUES // p.n_features)
     if isinstance(batch_rows, bool) or int(batch_rows) != batch_rows or batch_rows < 1:
         raise ParameterError(
             f"batch_rows must be an integer >= 1; got {batch_rows!r}. Pass batch_rows=65536")
-    sizes = query_sizes(p, scale=scale, seed=seed)
-    all_zero = all_zero_queries(p, scale=scale, seed=seed)
+    sizes = query_sizes(p, scale=scale, seed=seed, part=part)
+    all_zero = all_zero_queries(p, scale=scale, seed=seed, part=part)
     m = _build_model(p, seed)
     bounds = _batch_plan(sizes, int(batch_rows))
     ptr = np.concatenate(([0], np.cumsum(sizes)))
@@ -445,12 +462,12 @@ def iter_blocks(preset="small", *, scale=1.0, seed=0, batch_rows=None):
         grade = np.empty(r1 - r0, np.int8)
         for q in range(qa, qb):
             a, b = int(ptr[q]) - r0, int(ptr[q + 1]) - r0
-            _query(m, seed, q, all_zero[q], M[a:b], grade[a:b])
-        qid = np.repeat(np.arange(qa + 1, qb + 1, dtype=np.int64), sizes[qa:qb])
+            _query(m, seed, q, all_zero[q], M[a:b], grade[a:b], part)
+        qid = np.repeat(np.arange(qa + 1, qb + 1, dtype=np.int64) + part * _PART_QID_OFFSET, sizes[qa:qb])
         yield Block(M, grade, qid, r0, sizes[qa:qb])
 
 
-def generate_batches(preset="small", *, scale=1.0, seed=0, batch_rows=65536):
+def generate_batches(preset="small", *, scale=1.0, seed=0, batch_rows=65536, part=0):
     """Yield ``(X float32 (r, d), y float32 (r,), qid int64 (r,))`` batches ending on query
     boundaries; together they are the whole data set in file order.
 
@@ -461,11 +478,14 @@ def generate_batches(preset="small", *, scale=1.0, seed=0, batch_rows=65536):
     scale : float
         Multiplies the numbers of queries and rows (rounded).
     seed : int
-        Same seed, preset and scale give the same values for any ``batch_rows``.
+        Same seed, preset and scale give the same values for any ``batch_rows``. The seed also
+        fixes the relevance model (which features matter and how).
+    part : "train", "valid", "test" or int
+        Other queries drawn from the same relevance model (like the folds of a LETOR set).
     batch_rows : int
         Target rows per batch; a query larger than this is a batch of its own.
     """
-    for blk in iter_blocks(preset, scale=scale, seed=seed, batch_rows=batch_rows):
+    for blk in iter_blocks(preset, scale=scale, seed=seed, batch_rows=batch_rows, part=part):
         yield blk.X(), blk.grade.astype(np.float32), blk.qid
 
 
@@ -680,7 +700,7 @@ def _temp_name(path):
     return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
-def write_text(path, preset="small", *, scale=1.0, seed=0, sparse=False, gzip_level=1,
+def write_text(path, preset="small", *, scale=1.0, seed=0, part=0, sparse=False, gzip_level=1,
                progress=False, batch_rows=None):
     """Write the data set as LETOR text (gzip-compressed when ``path`` ends in ``.gz``).
 
@@ -690,7 +710,7 @@ def write_text(path, preset="small", *, scale=1.0, seed=0, sparse=False, gzip_le
     Parameters
     ----------
     path : str or Path
-    preset, scale, seed : see :func:`generate_batches`
+    preset, scale, seed, part : see :func:`generate_batches`
     sparse : bool
         Omit zero values (``j:0.000000``) from the lines.
     gzip_level : int
@@ -717,7 +737,7 @@ def write_text(path, preset="small", *, scale=1.0, seed=0, sparse=False, gzip_le
             out = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=gzip_level, mtime=0)
                    if fmt == "text.gz" else raw)
             try:
-                for blk in _prefetch(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows)):
+                for blk in _prefetch(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows, part=part)):
                     for chunk in fmtr.chunks(blk):
                         out.write(chunk)
                     stats.add(blk)
@@ -739,7 +759,7 @@ def write_text(path, preset="small", *, scale=1.0, seed=0, sparse=False, gzip_le
     return stats.finish(path)
 
 
-def write_hdf5(path, preset="small", *, scale=1.0, seed=0, compression=None, comments=False,
+def write_hdf5(path, preset="small", *, scale=1.0, seed=0, part=0, compression=None, comments=False,
                progress=False, batch_rows=None):
     """Write the data set as a streamrank HDF5 dataset through :class:`DatasetWriter`.
 
@@ -760,14 +780,14 @@ def write_hdf5(path, preset="small", *, scale=1.0, seed=0, compression=None, com
     path = Path(path)
     stats = _Stats(p, nq, n_rows, scale, seed, path, "hdf5")
     kw = {} if compression is None else {"compression": compression}
-    name = f"generated:{p.name} seed={seed} scale={float(scale):g}"
-    extra = {"generator": "streamrank.datasets", "preset": p.name, "scale": float(scale), "seed": seed,
+    name = f"generated:{p.name} seed={seed} scale={float(scale):g} part={part}"
+    extra = {"generator": "streamrank.datasets", "preset": p.name, "scale": float(scale), "seed": seed, "part": part,
              "preset_params": dataclasses.asdict(p)}
     bar = _progress(n_rows, progress, f"{p.name} -> {path.name}")
     try:
         with DatasetWriter(path, n_features=p.n_features, source=[{"name": name, "sha256": ""}],
                            fixed_width=True, comments=comments, extra=extra, **kw) as w:
-            for blk in _prefetch(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows)):
+            for blk in _prefetch(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows, part=part)):
                 w.append(blk.X(), blk.grade.astype(np.float32), blk.qid,
                          comments=_comments(blk) if comments else None)
                 stats.add(blk)

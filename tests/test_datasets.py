@@ -262,3 +262,24 @@ def test_cli_error_names_the_fix(tmp_path):
     with pytest.raises(SystemExit, match="--sparse applies to text output only"):
         make_letor.main(["--sparse", "-o", str(tmp_path / "bad.h5")])
     assert list(tmp_path.iterdir()) == []
+
+
+def test_parts_share_the_relevance_model_but_not_the_queries():
+    """train / valid / test: other queries, same features-to-relevance model (so a model learnt
+    on one part ranks the others well), and part 0 is the data set generated without parts."""
+    from streamrank import RankSVM
+    from streamrank.metrics import evaluate
+
+    def arrays(**kw):
+        X, y, q = zip(*ds.generate_batches("small", seed=0, **kw))
+        return np.vstack(X), np.concatenate(y), np.concatenate(q)
+
+    base = arrays()
+    tr = arrays(part="train")
+    assert all(np.array_equal(a, b) for a, b in zip(base, tr))
+    te = arrays(part="test")
+    assert te[2].min() > 1_000_000 and not np.array_equal(te[0][:50], tr[0][:50])
+    model = RankSVM(C=1.0).fit(*tr)
+    qp = np.concatenate(([0], np.flatnonzero(te[2][1:] != te[2][:-1]) + 1, [len(te[2])]))
+    acc = evaluate(te[1], model.predict(te[0]), qp).means["pairwise_accuracy"]
+    assert acc > 0.75  # another seed's model (a different relevance function) would be near 0.5

@@ -34,7 +34,9 @@ def build_parser():
                     help="data set shape to mimic (default: small)")
     ap.add_argument("--scale", type=float, default=1.0,
                     help="multiply the numbers of queries and rows (default: 1)")
-    ap.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
+    ap.add_argument("--seed", type=int, default=0, help="random seed; also fixes the relevance model (default: 0)")
+    ap.add_argument("--part", default="train",
+                    help="train, valid, test or an integer: other queries from the same relevance model")
     ap.add_argument("-o", "--output", required=True,
                     help="output file: .txt, .txt.gz or .h5 (format from the extension)")
     ap.add_argument("--sparse", action="store_true", help="text only: omit zero-valued features")
@@ -57,12 +59,14 @@ def main(argv=None):
                 raise SystemExit("make_letor.py: --sparse applies to text output only; "
                                  "drop it or write a .txt file")
             stats = datasets.write_hdf5(out, args.preset, scale=args.scale, seed=args.seed,
+                                          part=int(args.part) if args.part.isdigit() else args.part,
                                         compression=args.compression, progress=progress)
         else:
             if args.compression is not None:
                 raise SystemExit("make_letor.py: --compression applies to .h5 output only; "
                                  "name the output .txt.gz for gzip text")
             stats = datasets.write_text(out, args.preset, scale=args.scale, seed=args.seed,
+                                          part=int(args.part) if args.part.isdigit() else args.part,
                                         sparse=args.sparse, gzip_level=args.gzip_level,
                                         progress=progress)
     except StreamrankError as exc:
