@@ -64,4 +64,5 @@ def test_train_refuses_what_is_not_there_yet(tmp_path, capsys, extra, message):
 def test_demo_runs(tmp_path, capsys):
     assert main(["demo", "--dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "[4/4] streamed" in out and (tmp_path / "train.h5").exists()
+    assert "[3/4] trained the linear RankSVM" in out and "[4/4] test set" in out
+    assert "MeanNDCG" in out and (tmp_path / "model.h5").exists()
