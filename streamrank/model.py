@@ -100,18 +100,40 @@ def load(path):
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if not h5py.is_hdf5(path):
-        raise FormatError(f"{path}: not an HDF5 file, so not a streamrank model")
-    with h5py.File(path, "r") as f:
+        raise FormatError(f"{path}: not an HDF5 file, so not a streamrank model; train one with streamrank train")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot be read as a streamrank model ({exc}); the file is damaged, "
+                          f"train the model again") from None
+    with f:
         fmt = f.attrs.get("format")
+        if isinstance(fmt, bytes):
+            fmt = fmt.decode("utf-8", "replace")
         if fmt != FORMAT_NAME:
-            raise FormatError(f"{path}: not a streamrank model (format {fmt!r}); train one with streamrank train")
+            what = "a streamrank dataset, not a model" if fmt == "streamrank-dataset" else f"format {fmt!r}"
+            raise FormatError(f"{path}: not a streamrank model ({what}); train one with streamrank train")
         version = int(f.attrs.get("version", -1))
         if version != FORMAT_VERSION:
+            fix = ("it was written by a newer streamrank; upgrade with: pip install -U streamrank"
+                   if version > FORMAT_VERSION else "train the model again with this streamrank")
             raise FormatError(f"{path}: model format version {version} is not supported (this streamrank reads "
-                              f"{FORMAT_VERSION}); {'upgrade streamrank' if version > FORMAT_VERSION else 'retrain'}")
-        kind = f["feature_map"].attrs["kind"]
-        if kind != "identity":
-            raise FormatError(f"{path}: feature map {kind!r} is not supported by this streamrank")
-        return LinearModel(f["w"][:], Normalizer.from_h5(f["normalize"]), n_features=int(f.attrs["n_features"]),
-                           config=json.loads(f.attrs["config"]), training=json.loads(f.attrs["training"]),
-                           fingerprint=str(f.attrs["fingerprint"]), levels=json.loads(f.attrs["levels"]))
+                              f"{FORMAT_VERSION}); {fix}")
+        try:
+            kind = f["feature_map"].attrs["kind"]
+            if kind != "identity":
+                raise FormatError(f"{path}: feature map {kind!r} is not supported by streamrank {__version__}; "
+                                  f"upgrade with: pip install -U streamrank")
+            w, n_features = f["w"][:], int(f.attrs["n_features"])
+            if w.shape != (n_features,):
+                raise FormatError(f"{path}: the model file is inconsistent (w has shape {w.shape}, n_features "
+                                  f"is {n_features}); train the model again")
+            return LinearModel(w, Normalizer.from_h5(f["normalize"]),
+                               n_features=n_features, config=json.loads(f.attrs["config"]),
+                               training=json.loads(f.attrs["training"]), fingerprint=str(f.attrs["fingerprint"]),
+                               levels=json.loads(f.attrs["levels"]))
+        except FormatError:
+            raise
+        except (KeyError, OSError, ValueError) as exc:
+            raise FormatError(f"{path}: the model file is incomplete or damaged ({exc}); train the model again") \
+                from None

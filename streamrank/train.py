@@ -31,6 +31,9 @@ QUERY_WEIGHTS = ("none", "log_ratio")
 PAIR_COSTS = ("none", "gain_difference")
 # share of --memory-budget for mapped float64 blocks kept in memory between passes
 MEMORY_TIER_SHARE = 0.5
+# settings a resumed run may change: the model does not depend on them (block-independent sums;
+# more iterations simply continue)
+RESUMABLE_CHANGES = ("memory_budget", "block_bytes", "max_iter")
 
 
 def read_labels(ds):
@@ -142,8 +145,9 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     candidates, path_w = [], []
     start_index, tron_state = 0, None
     w = np.zeros(ds.n_features)
+    ck_cfg = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
     if checkpoint and resume:
-        ck = read_checkpoint(checkpoint, config=cfg, fingerprint=ds.fingerprint, warn=log.warning)
+        ck = read_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, warn=log.warning)
         if ck is not None:
             sc = ck["scalars"]
             candidates = sc["candidates"]
@@ -152,7 +156,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
             tron_state = TronState(w=ck["w"], f=sc["f"], g=ck["g"], delta=sc["delta"], gnorm0=sc["gnorm0"],
                                    iteration=sc["iteration"], n_steps=sc["n_steps"], n_cg=sc["n_cg"],
                                    n_fun=sc["n_fun"], n_grad=sc["n_grad"], n_hessp=sc["n_hessp"],
-                                   seconds=sc["seconds"], history=[tuple(h) for h in sc["history"]])
+                                   seconds=sc["seconds"], history=[tuple(h) for h in sc["history"]],
+                                   converged=sc.get("converged", False), message=sc.get("message", ""))
             source.passes = sc["passes"]
             log.info("resuming from %s: C=%g, iteration %d", ck["path"], Cs[start_index], tron_state.iteration)
         elif checkpoint:
@@ -176,9 +181,10 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                 scal = {"C_index": k, "f": st.f, "delta": st.delta, "gnorm0": st.gnorm0, "iteration": st.iteration,
                         "n_steps": st.n_steps, "n_cg": st.n_cg, "n_fun": st.n_fun, "n_grad": st.n_grad,
                         "n_hessp": st.n_hessp, "seconds": st.seconds, "history": st.history,
-                        "candidates": candidates, "passes": source.passes}
+                        "candidates": candidates, "passes": source.passes, "converged": st.converged,
+                        "message": st.message, "settings": cfg}
                 extra = {"path_w": np.asarray(path_w).reshape(len(path_w), ds.n_features)}
-                write_checkpoint(checkpoint, config=cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
+                write_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
                                  extra=extra, number=n_ck[0])
 
         st = tron(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,

@@ -125,14 +125,19 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
         f = obj.fun(state.w)
         g = obj.grad(state.w)
         if f != state.f or not np.array_equal(g, state.g):
-            raise RuntimeError(f"resumed objective {f!r} differs from the checkpoint's {state.f!r}: "
-                               f"the data or the settings changed")
+            from .checkpoint import CheckpointMismatch
+            raise CheckpointMismatch(
+                f"the objective at the checkpoint's w is {f!r} here but {state.f!r} in the checkpoint: data and "
+                f"settings match, so the numeric environment (BLAS, thread count, streamrank version) differs; "
+                f"start again without --resume")
         t0 -= state.seconds
     extra = describe or (lambda: "")
     if state.gnorm <= eps * state.gnorm0 or state.gnorm == 0:
         state.converged = True
         state.message = "converged"
-    while not state.converged and state.iteration < max_iter:
+    # a stop recorded in the state (converged, or no progress possible) is final; max_iter is
+    # not recorded, so a resumed run may be given more iterations
+    while not state.converged and not state.message and state.iteration < max_iter:
         s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state)
         state.n_cg += steps
         w_new = state.w + s

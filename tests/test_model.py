@@ -1,0 +1,281 @@
+"""The model file (format ``streamrank-model`` v1): round trips, padding, refusals, the released v1
+file, and ``streamrank predict`` writing scores in the input text's row order."""
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import streamrank
+from streamrank.cli import main
+from streamrank.errors import FormatError, InputError
+from streamrank.h5format import DatasetWriter
+from streamrank.model import load as load_model
+
+DATA = Path(__file__).parent / "data"
+NORMALIZE = ["none", "zscore", "query_minmax"]
+
+
+def make_arrays(n_queries=6, d=5, seed=0, scattered=False):
+    """Rows, graded labels and query ids; ``scattered``: a query's rows are not contiguous."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(3, 12, n_queries)
+    qid = np.repeat(np.arange(10, 10 + n_queries), sizes)
+    if scattered:
+        qid = qid[rng.permutation(qid.size)]
+    X = rng.standard_normal((qid.size, d)).round(3).astype(np.float32)
+    y = rng.integers(0, 3, qid.size).astype(np.float32)
+    return X, y, qid
+
+
+def query_ptr_of(qid):
+    change = np.flatnonzero(qid[1:] != qid[:-1]) + 1
+    return np.concatenate(([0], change, [len(qid)]))
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """One fitted RankSVM per normalisation (5 features)."""
+    X, y, qid = make_arrays()
+    return {kind: streamrank.RankSVM(C=0.5, normalize=kind).fit(X, y, qid) for kind in NORMALIZE}
+
+
+# -- save / load ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", NORMALIZE)
+def test_save_load_round_trip_predicts_identically(fitted, tmp_path, kind):
+    est = fitted[kind]
+    X, _, qid = make_arrays(n_queries=4, seed=7)
+    before = est.predict(X, qid)
+    path = tmp_path / "m.h5"
+    assert est.save(path) == path
+    assert [p.name for p in tmp_path.iterdir()] == ["m.h5"]  # no temporary file left behind
+
+    again = streamrank.load(path)
+    assert isinstance(again, streamrank.RankSVM)
+    assert np.array_equal(again.predict(X, qid), before)
+    assert np.array_equal(again.coef_, est.coef_)
+    assert again.normalize == kind and again.C == 0.5 and again.n_features_in_ == 5
+    assert again.objective_ == est.objective_ and again.C_ == est.C_
+
+    m, m0 = load_model(path), est.model_
+    assert m.w.dtype == np.float64 and np.array_equal(m.w, m0.w)
+    assert m.config == m0.config and m.training == m0.training
+    assert m.fingerprint == m0.fingerprint and m.levels == m0.levels == [0.0, 1.0, 2.0]
+    assert m.normalizer.kind == kind
+    if kind == "zscore":
+        assert np.array_equal(m.normalizer.mean_, m0.normalizer.mean_)
+        assert np.array_equal(m.normalizer.scale_, m0.normalizer.scale_)
+    with h5py.File(path, "r") as f:
+        assert f.attrs["format"] == "streamrank-model" and f.attrs["version"] == 1
+        assert f.attrs["method"] == "primal" and f.attrs["n_features"] == 5
+        assert f.attrs["created_by"] == f"streamrank {streamrank.__version__}"
+        assert f["feature_map"].attrs["kind"] == "identity"
+
+
+def test_save_replaces_an_existing_file(fitted, tmp_path):
+    path = tmp_path / "m.h5"
+    fitted["none"].save(path)
+    fitted["zscore"].save(path)
+    assert load_model(path).normalizer.kind == "zscore"
+    assert [p.name for p in tmp_path.iterdir()] == ["m.h5"]
+
+
+def test_load_then_predict_a_dataset_in_input_order(fitted, tmp_path):
+    X, y, qid = make_arrays(n_queries=5, seed=3, scattered=True)
+    with DatasetWriter(tmp_path / "d.h5", n_features=5) as w:
+        w.append(X, y, qid)
+    fitted["zscore"].save(tmp_path / "m.h5")
+    est = streamrank.load(tmp_path / "m.h5")
+    got = est.predict(tmp_path / "d.h5")
+    # zscore needs no query ids, so the rows in input order can be scored directly
+    assert np.array_equal(got, est.predict(X))
+
+
+# -- feature count --------------------------------------------------------------------------------
+@pytest.mark.parametrize("kind", NORMALIZE)
+def test_fewer_features_are_padded_with_zeros(fitted, tmp_path, kind):
+    est = fitted[kind]
+    X, y, qid = make_arrays(n_queries=4, d=3, seed=5)
+    Xpad = np.zeros((X.shape[0], 5), np.float32)
+    Xpad[:, :3] = X
+    assert np.array_equal(est.predict(X, qid), est.predict(Xpad, qid))
+    assert np.array_equal(est.model_.decision_function(X, query_ptr_of(qid)),
+                          est.model_.decision_function(Xpad, query_ptr_of(qid)))
+    # a dataset with fewer features too (streamed, input order)
+    with DatasetWriter(tmp_path / "narrow.h5", n_features=3) as w:
+        w.append(X, y, qid)
+    assert np.array_equal(est.predict(tmp_path / "narrow.h5"), est.predict(Xpad, qid))
+
+
+def test_integer_rows_are_padded_as_float(fitted):
+    est = fitted["none"]
+    X = np.array([[1, 2], [3, 4]])
+    assert np.array_equal(est.predict(X), est.predict(np.array([[1., 2, 0, 0, 0], [3, 4, 0, 0, 0]])))
+
+
+def test_more_features_than_the_model_knows_is_an_error(fitted, tmp_path, capsys):
+    est = fitted["none"]
+    X, y, qid = make_arrays(n_queries=3, d=6, seed=2)
+    with pytest.raises(InputError, match="X has 6 features but the model knows 5; convert the data with "
+                                         "--n-features 5 or retrain"):
+        est.predict(X)
+    with DatasetWriter(tmp_path / "wide.h5", n_features=6) as w:
+        w.append(X, y, qid)
+    with pytest.raises(InputError, match="wide.h5 has 6 features but the model knows 5; convert it with "
+                                         "--n-features 5"):
+        est.predict(tmp_path / "wide.h5")
+    est.save(tmp_path / "m.h5")
+    out = tmp_path / "scores.txt"
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "wide.h5"), "-o", str(out)]) == 2
+    assert "wide.h5 has 6 features but the model knows 5" in capsys.readouterr().err
+    assert not out.exists() and not list(tmp_path.glob(".scores*"))
+
+
+def test_query_minmax_needs_query_ids(fitted):
+    X, _, _ = make_arrays(n_queries=2, seed=1)
+    with pytest.raises(streamrank.errors.ParameterError, match="query_minmax needs query ids"):
+        fitted["query_minmax"].predict(X)
+
+
+# -- refusals -------------------------------------------------------------------------------------
+def _copy_with(tmp_path, edit):
+    path = tmp_path / "edited.h5"
+    shutil.copy(DATA / "model_v1.h5", path)
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    return path
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda f: f.attrs.__setitem__("version", 2),
+     "model format version 2 is not supported .this streamrank reads 1.; it was written by a newer streamrank; "
+     "upgrade with: pip install -U streamrank"),
+    (lambda f: f.attrs.__setitem__("version", 0),
+     "model format version 0 is not supported .this streamrank reads 1.; train the model again"),
+    (lambda f: f.attrs.__delitem__("version"), "model format version -1 is not supported"),
+    (lambda f: f.attrs.__setitem__("format", "something-else"),
+     "not a streamrank model .format 'something-else'.; train one with streamrank train"),
+    (lambda f: f.attrs.__delitem__("format"), "not a streamrank model .format None.; train one with streamrank train"),
+    (lambda f: f["feature_map"].attrs.__setitem__("kind", "nystroem"),
+     "feature map 'nystroem' is not supported by streamrank .*; upgrade with: pip install -U streamrank"),
+    (lambda f: f.__delitem__("w"), "the model file is incomplete or damaged .*; train the model again"),
+    (lambda f: f.attrs.__setitem__("n_features", 7), "inconsistent .w has shape .4,., n_features is 7."),
+])
+def test_unknown_or_broken_model_file_is_refused_naming_the_fix(tmp_path, capsys, edit, message):
+    path = _copy_with(tmp_path, edit)
+    with pytest.raises(FormatError, match=message):
+        load_model(path)
+    with pytest.raises(FormatError, match=message):
+        streamrank.load(path)
+    X = tmp_path / "x.txt"
+    X.write_text("1 qid:1 1:0.5\n")
+    assert main(["predict", str(path), str(X), "-o", str(tmp_path / "s.txt"), "--cache-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("streamrank predict: error: ") and "Traceback" not in err
+
+
+def test_other_files_are_refused(tmp_path):
+    text = tmp_path / "model.txt"
+    text.write_text("not a model\n")
+    with pytest.raises(FormatError, match="model.txt: not an HDF5 file, so not a streamrank model"):
+        load_model(text)
+    X, y, qid = make_arrays(n_queries=2)
+    with DatasetWriter(tmp_path / "d.h5", n_features=5) as w:
+        w.append(X, y, qid)
+    with pytest.raises(FormatError, match="d.h5: not a streamrank model .a streamrank dataset, not a model.; "
+                                          "train one with streamrank train"):
+        load_model(tmp_path / "d.h5")
+    with pytest.raises(InputError, match="missing.h5: no such file"):
+        load_model(tmp_path / "missing.h5")
+    damaged = tmp_path / "damaged.h5"
+    damaged.write_bytes((DATA / "model_v1.h5").read_bytes()[:3000])
+    with pytest.raises(FormatError, match="damaged.h5: .*damaged.*train the model again"):
+        load_model(damaged)
+
+
+# -- the released v1 file -------------------------------------------------------------------------
+# tests/data/model_v1.h5 was written once by streamrank 0.1.0 and must keep loading:
+#   X = the 12 x 4 matrix below as float32, y = [2,1,0,1, 2,0,0,1, 2,0,1,0], qid = [1]*4 + [2]*4 + [3]*4
+#   streamrank.RankSVM(C=1.0, normalize="zscore").fit(X, y, qid).save("model_v1.h5")
+# Its arrays, as stored (float64 reprs):
+V1_W = [0.03592660368370207, 0.48773705581729565, -0.22804701274692715, -0.13225665952446153]
+V1_MEAN = [0.48333333618938923, 0.45833333519597846, 1.7083333333333333, 0.5]
+V1_SCALE = [0.30776975189513206, 0.3328120900833392, 1.0889278621143317, 0.5]
+V1_X = np.array([[0.1, 1.0, 3.0, 0.0], [0.4, 0.5, 2.0, 1.0], [0.9, 0.0, 1.0, 0.0], [0.3, 0.2, 2.5, 1.0],
+                 [0.5, 0.7, 0.5, 0.0], [0.2, 0.9, 1.5, 1.0], [0.8, 0.1, 3.5, 0.0], [0.6, 0.3, 0.0, 1.0],
+                 [0.7, 0.6, 2.0, 0.0], [0.0, 0.4, 1.0, 1.0], [1.0, 0.8, 3.0, 0.0], [0.3, 0.0, 0.5, 1.0]],
+                np.float32)
+
+
+def test_released_v1_model_file_keeps_loading():
+    path = DATA / "model_v1.h5"
+    with h5py.File(path, "r") as f:
+        assert f.attrs["format"] == "streamrank-model" and int(f.attrs["version"]) == 1
+        assert f.attrs["method"] == "primal" and int(f.attrs["n_features"]) == 4
+        assert f["normalize"].attrs["kind"] == "zscore" and f["feature_map"].attrs["kind"] == "identity"
+        # the file is the released one: its arrays are exactly these
+        assert f["w"].dtype == np.float64 and f["w"][:].tolist() == V1_W
+        assert f["normalize/mean"][:].tolist() == V1_MEAN and f["normalize/scale"][:].tolist() == V1_SCALE
+
+    m = load_model(path)
+    assert m.method == "primal" and m.n_features == 4 and m.normalizer.kind == "zscore"
+    assert m.levels == [0.0, 1.0, 2.0] and m.config["C_path"] == [1.0] and m.config["normalize"] == "zscore"
+    assert m.training["C"] == 1.0 and m.training["candidates"][0]["message"] == "converged"
+
+    # a fixed matrix: the training rows, one row of another scale and a row with 3 features (padded)
+    X = np.vstack([V1_X, [[2.0, -1.0, 0.25, 3.0]]]).astype(np.float32)
+    # by hand from the stored arrays: sum_j (x_j - mean_j) / scale_j * w_j
+    want = np.array([sum((float(x[j]) - V1_MEAN[j]) / V1_SCALE[j] * V1_W[j] for j in range(4)) for x in X])
+    np.testing.assert_allclose(m.decision_function(X), want, rtol=1e-13, atol=1e-15)
+    est = streamrank.load(path)
+    np.testing.assert_allclose(est.predict(X), want, rtol=1e-13, atol=1e-15)
+    # a row with 3 features is padded with 0 for feature 4 (raw 0, then normalised)
+    x3 = np.array([[0.5, 0.25, 2.0]], np.float32)
+    want3 = sum((float(v) - V1_MEAN[j]) / V1_SCALE[j] * V1_W[j] for j, v in enumerate([*x3[0], 0.0]))
+    np.testing.assert_allclose(est.predict(x3), [want3], rtol=1e-13)
+
+
+# -- streamrank predict: input text order ---------------------------------------------------------
+def _write_text(path, X, y, qid):
+    with open(path, "w") as fh:
+        for xi, yi, qi in zip(X, y, qid):
+            feats = " ".join(f"{j + 1}:{v:.3f}" for j, v in enumerate(xi))
+            fh.write(f"{int(yi)} qid:{qi} {feats}\n")
+
+
+@pytest.mark.parametrize("kind", NORMALIZE)
+def test_cli_predict_writes_scores_in_input_text_order(fitted, tmp_path, capsys, kind):
+    X, y, qid = make_arrays(n_queries=5, d=4, seed=11, scattered=True)  # 4 < 5 features: padded
+    assert len(query_ptr_of(qid)) - 1 > 5  # more runs of rows than queries: non-contiguous in the text
+    src = tmp_path / "data.txt"
+    _write_text(src, X, y, qid)
+    fitted[kind].save(tmp_path / "m.h5")
+    out = tmp_path / "scores.txt"
+    assert main(["predict", str(tmp_path / "m.h5"), str(src), "-o", str(out), "--cache-dir", str(tmp_path / "c"),
+                 "--json"]) == 0
+    assert '"rows": %d' % len(y) in capsys.readouterr().out
+    got = np.loadtxt(out)
+    assert got.shape == (len(y),) and len(out.read_text().splitlines()) == len(y)
+    # expected: decision_function on the rows in text order; for query_minmax each query's rows
+    # (gathered from wherever they are in the text) form one group
+    model = load_model(tmp_path / "m.h5")
+    Xt = np.array([[float(t.split(":")[1]) for t in ln.split()[2:]] for ln in src.read_text().splitlines()],
+                  np.float32)
+    assert np.array_equal(Xt, X)
+    want = np.empty(len(y))
+    if kind == "query_minmax":
+        for q in np.unique(qid):
+            rows = np.flatnonzero(qid == q)
+            want[rows] = model.decision_function(Xt[rows], np.array([0, rows.size]))
+    else:
+        want[:] = model.decision_function(Xt)
+    # %.17g round-trips float64 exactly
+    assert np.array_equal(got, want)
+    # and the dataset itself was regrouped (so the /row mapping was needed)
+    ds = streamrank.open_dataset(next((tmp_path / "c").glob("data.txt.*.h5")))
+    try:
+        assert not np.array_equal(ds.row, np.arange(len(y)))
+    finally:
+        ds.close()
