@@ -63,30 +63,42 @@ class Normalizer:
         self.scale_ = np.where(std > 0, std, 1.0)
         return self
 
-    def transform(self, X, query_ptr=None):
-        """float64 copy of ``X`` normalised; ``query_ptr`` (local offsets) for ``query_minmax``."""
-        Xd = np.asarray(X, dtype=np.float64)
+    AFFINE_NONE, AFFINE_GLOBAL, AFFINE_PER_QUERY = 0, 1, 2
+
+    def affine(self, X, query_ptr=None):
+        """(shift, scale, mode): Phi = (X - shift) * scale, with one row of (shift, scale) for
+        all rows (mode 1), one per query (mode 2), or the identity (mode 0). The fused kernels
+        apply this on the fly; :meth:`transform` materialises it with the same arithmetic."""
+        d = X.shape[1]
         if self.kind == "none":
-            return Xd if Xd is not X else Xd.copy()
+            return np.zeros((1, d)), np.ones((1, d)), self.AFFINE_NONE
         if self.kind == "zscore":
-            d = min(Xd.shape[1], self.mean_.shape[0])
-            return (Xd - self.mean_[:d]) / self.scale_[:d]
+            return self.mean_[None, :d].copy(), (1.0 / self.scale_[None, :d]), self.AFFINE_GLOBAL
         if query_ptr is None:
             raise ParameterError("normalize=query_minmax needs query ids at prediction time; pass qid")
-        out = np.empty_like(Xd)
         starts = np.asarray(query_ptr[:-1])
-        sizes = np.diff(query_ptr)
-        if Xd.shape[0] == 0:
-            return out
-        lo = np.minimum.reduceat(Xd, starts, axis=0)
-        hi = np.maximum.reduceat(Xd, starts, axis=0)
+        if X.shape[0] == 0:
+            return np.zeros((0, d)), np.zeros((0, d)), self.AFFINE_PER_QUERY
+        lo = np.minimum.reduceat(X, starts, axis=0).astype(np.float64)
+        hi = np.maximum.reduceat(X, starts, axis=0).astype(np.float64)
+        # LETOR QueryLevelNorm: (x - min) / (max - min) within the query, as a product with the
+        # reciprocal; a feature constant within the query becomes 0 (reciprocal of an infinite span)
         span = hi - lo
-        # LETOR QueryLevelNorm: (x - min) / (max - min) within the query; a feature constant within
-        # the query becomes 0 (infinite span)
         span[span == 0] = np.inf
-        np.subtract(Xd, np.repeat(lo, sizes, axis=0), out=out)
-        out /= np.repeat(span, sizes, axis=0)
-        return out
+        return lo, 1.0 / span, self.AFFINE_PER_QUERY
+
+    def transform(self, X, query_ptr=None):
+        """float64 normalised copy of ``X``; ``query_ptr`` (local offsets) for ``query_minmax``."""
+        Xd = np.array(X, dtype=np.float64)
+        shift, scale, mode = self.affine(X, query_ptr)
+        if mode == self.AFFINE_NONE:
+            return Xd
+        if mode == self.AFFINE_PER_QUERY:
+            sizes = np.diff(query_ptr)
+            shift, scale = np.repeat(shift, sizes, axis=0), np.repeat(scale, sizes, axis=0)
+        Xd -= shift
+        Xd *= scale
+        return Xd
 
     def to_h5(self, group):
         group.attrs["kind"] = self.kind

@@ -5,49 +5,72 @@
 with z = Phi w (paper 000 eq. 22; paper 004 eq. 3.13 for Phi = the identity). In score space the
 loss is block diagonal by query, so with query-aligned blocks
 
-- ``fun`` + ``grad`` take ONE pass: z_b = Phi_b w, pair kernel on z_b, accumulate Phi_b^T dz_b;
-- ``hessp`` takes ONE pass: u_b = Phi_b s, t_b = (A^T D A)_b u_b with the active set of the last
-  accepted point, accumulate Phi_b^T t_b; H s = s + C * sum_b Phi_b^T t_b.
+- ``fun`` + ``grad`` take ONE pass: z_q = Phi_q w, pair sweep on z_q, P[q] = Phi_q^T dz_q;
+- ``hessp`` takes ONE pass: u_q = Phi_q s, t_q = (A^T D A)_q u_q with the active set of the last
+  accepted point, P[q] = Phi_q^T t_q; H s = s + C * sum_q P[q].
 
-``fun`` keeps the trial point's gradient and active sets aside; ``grad`` at the same point
-commits them (TRON calls it only for accepted points), so a rejected trial never overwrites the
-active set that ``hessp`` uses.
+Each query's rows are read once per pass (``_fused``), as float32 with the normalisation applied
+on the fly. ``fun`` keeps the trial point's gradient and active sets aside; ``grad`` at the same
+point commits them (TRON calls it only for accepted points), so a rejected trial never overwrites
+the active set that ``hessp`` uses.
 
-Every sum runs in an order fixed by the data, not by the blocks (``_linalg``): per-row dot
-products, per-query partial sums added in query order, per-query losses added in query order.
-fun, grad and hessp are therefore bit-identical for any block size or memory budget, and so is
-the whole TRON trajectory and the model.
+Every sum runs in an order fixed by the data, not by the blocks: per-row dot products, per-query
+partial sums added in query order, per-query losses added in query order. fun, grad and hessp are
+therefore bit-identical for any block size or memory budget, and so is the whole TRON trajectory.
 """
+
+from dataclasses import dataclass
 
 import numpy as np
 
+from . import _fused as fz
 from . import _linalg as la
-from . import _pairkernels as pk
+from .normalize import Normalizer
+
+
+@dataclass
+class SourceBlock:
+    """Whole queries q0:q1 as the objective needs them: float32 rows, label ranks, local
+    query offsets, and the normalisation as (shift, scale, affine mode)."""
+
+    X: np.ndarray
+    rank: np.ndarray
+    qptr: np.ndarray
+    q0: int
+    q1: int
+    shift: np.ndarray
+    scale: np.ndarray
+    affine: int
 
 
 class BlockSource:
-    """The blocks of one pass: from memory when they fit in ``memory_bytes``, else re-read.
+    """The blocks of one pass: from memory when the rows fit in ``memory_bytes``, else re-read.
 
-    ``transform(block) -> float64 (rows, m)`` maps raw rows to the model's features (identity
-    with normalisation for the linear model). Cached blocks are stored mapped, in float64, so a
-    pass from memory is pure BLAS; counted passes and rows are the same either way.
+    The choice is made up front from the query index (no memory is filled and then dropped); the
+    counted passes and rows are the same either way, and so are the values.
     """
 
-    def __init__(self, dataset, transform, *, block_bytes, memory_bytes, queries=None, levels=None):
+    def __init__(self, dataset, normalizer=None, *, block_bytes, memory_bytes, queries=None, levels=None):
         self.dataset = dataset
-        self.transform = transform
-        self.stream = dataset.stream(block_bytes=block_bytes, queries=queries)
-        self.levels = levels
+        self.normalizer = normalizer or Normalizer("none")
+        q0, q1 = queries if queries is not None else (0, dataset.n_queries)
+        n_rows = int(dataset.query_ptr[q1] - dataset.query_ptr[q0])
+        # rows (float32) + label ranks (int32) + the per-query affine rows (2 x d float64)
+        need = n_rows * (4 * dataset.n_features + 4) + (q1 - q0) * 16 * dataset.n_features
+        self.in_memory = need <= memory_bytes
+        # kept blocks get arrays of their own, read once; streamed ones reuse two buffers
+        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), reuse_buffers=not self.in_memory)
+        self.levels = np.asarray(levels, np.float64)
         self.passes = 0
         self.rows_read = 0
         self.n_rows = self.stream.n_rows
+        self.memory_bytes = need if self.in_memory else 0
         self._cache = None
-        self.memory_bytes = memory_bytes
 
     def _prepare(self, block):
-        Phi = self.transform(block)
         rank = np.searchsorted(self.levels, block.y).astype(np.int32)
-        return Phi, rank, block.query_ptr.copy(), block.q_start, block.q_stop
+        shift, scale, mode = self.normalizer.affine(block.X, block.query_ptr)
+        return SourceBlock(block.X, rank, block.query_ptr.copy(), block.q_start, block.q_stop, shift, scale, mode)
 
     def __iter__(self):
         self.passes += 1
@@ -55,20 +78,14 @@ class BlockSource:
         if self._cache is not None:
             yield from self._cache
             return
-        keep = []
-        used = 0
+        keep = [] if self.in_memory else None
         for block, _, _ in self.stream:
             item = self._prepare(block)
             if keep is not None:
-                used += item[0].nbytes + item[1].nbytes * 4
-                keep = keep + [item] if used <= self.memory_bytes else None
+                keep.append(item)
             yield item
         if keep is not None:
             self._cache = keep
-
-    @property
-    def in_memory(self):
-        return self._cache is not None
 
 
 class RankObjective:
@@ -93,24 +110,31 @@ class RankObjective:
         self.cost = cost
         self.mu = np.asarray(mu, np.float64)
         self._states = None      # active sets of the accepted point, one per block
-        self._trial = None       # (w, f, grad, states) of the last fun() call
+        self._trial = None       # (w, f, grad, states, loss) of the last fun() call
         self.loss = None
 
     @property
     def passes(self):
         return self.source.passes
 
+    def _cost_args(self):
+        c = self.cost
+        return c.lam, c.g, c.c0, c.lam_r, c.g_r, c.mode
+
     def fun(self, w):
-        w = np.asarray(w, np.float64)
+        w = np.ascontiguousarray(w, np.float64)
         acc = np.zeros(self.n_features)
         loss = 0.0
         states = []
-        for Phi, rank, qptr, q0, q1 in self.source:
-            z = la.matvec(Phi, w)
-            loss_q = np.empty(q1 - q0)
-            _, dz, st = pk.loss_grad(z, rank, qptr, self.cost, self.mu[q0:q1], loss_q=loss_q)
+        for b in self.source:
+            n, nq = b.X.shape[0], b.q1 - b.q0
+            st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
+            loss_q = np.empty(nq)
+            partials = np.empty((nq, self.n_features))
+            fz.fused_loss_grad(b.X, w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self._cost_args(),
+                               self.mu[b.q0:b.q1], *st, loss_q, partials)
             loss = la.sum_in_order(loss, loss_q)
-            la.rmatvec_add(acc, Phi, dz, qptr)
+            la.add_rows_in_order(acc, partials)
             states.append(st)
         f = 0.5 * float(w @ w) + self.C * loss
         self._trial = (w.copy(), f, w + self.C * acc, states, loss)
@@ -125,13 +149,21 @@ class RankObjective:
         return g.copy()
 
     def hessp(self, s):
-        s = np.asarray(s, np.float64)
+        s = np.ascontiguousarray(s, np.float64)
         acc = np.zeros(self.n_features)
-        for (Phi, rank, qptr, q0, q1), st in zip(self.source, self._states):
-            t = pk.hess_prod(la.matvec(Phi, s), rank, qptr, self.cost, self.mu[q0:q1], st)
-            la.rmatvec_add(acc, Phi, t, qptr)
+        for b, st in zip(self.source, self._states):
+            partials = np.empty((b.q1 - b.q0, self.n_features))
+            fz.fused_hess(b.X, s, b.shift, b.scale, b.affine, b.qptr, b.rank, *self._cost_args(),
+                          self.mu[b.q0:b.q1], *st, partials)
+            la.add_rows_in_order(acc, partials)
         return s + self.C * acc
 
     def scores(self, w):
         """z = Phi w for every row of the source, in its row order (one pass)."""
-        return np.concatenate([la.matvec(Phi, w) for Phi, *_ in self.source]) if self.source.n_rows else np.zeros(0)
+        w = np.ascontiguousarray(w, np.float64)
+        out = []
+        for b in self.source:
+            z = np.empty(b.X.shape[0])
+            fz.fused_scores(b.X, w, b.shift, b.scale, b.affine, b.qptr, z)
+            out.append(z)
+        return np.concatenate(out) if out else np.zeros(0)

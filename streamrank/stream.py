@@ -84,9 +84,13 @@ class QueryStream:
         Stream only the contiguous range of queries ``[q0, q1)``.
     prefetch : bool
         Read the next block in a background thread while the caller works on this one.
+    reuse_buffers : bool
+        Read into two buffers reused by every pass (default). False gives every block arrays of
+        its own (for a caller that keeps them all, e.g. an in-memory tier).
     """
 
-    def __init__(self, dataset, *, block_bytes=None, memory_budget=None, queries=None, prefetch=True):
+    def __init__(self, dataset, *, block_bytes=None, memory_budget=None, queries=None, prefetch=True,
+                 reuse_buffers=True):
         self.dataset = dataset
         if block_bytes is None:
             budget = parse_size(memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET)
@@ -99,6 +103,7 @@ class QueryStream:
         qp = dataset.query_ptr
         self.bounds = plan_blocks(qp, self.row_bytes, self.block_bytes, q0, q1)
         self.prefetch = prefetch
+        self.reuse_buffers = reuse_buffers
         self._buffers = None
         rows = qp[self.bounds[1:]] - qp[self.bounds[:-1]]
         self.max_block_rows = int(rows.max()) if rows.size else 0
@@ -123,13 +128,14 @@ class QueryStream:
         qp = self.dataset.query_ptr
         q0, q1 = int(self.bounds[k]), int(self.bounds[k + 1])
         start, stop = int(qp[q0]), int(qp[q1])
-        X, y = self.dataset.read(start, stop, out=self._buffers[k % len(self._buffers)])
+        out = self._buffers[k % len(self._buffers)] if self.reuse_buffers else None
+        X, y = self.dataset.read(start, stop, out=out)
         return Block(X, y, qp[q0:q1 + 1] - start, start, stop, q0, q1)
 
     def __iter__(self):
         n = len(self)
         n_buf = 2 if self.prefetch and n > 1 else 1
-        if self._buffers is None or len(self._buffers) != n_buf:
+        if self.reuse_buffers and (self._buffers is None or len(self._buffers) != n_buf):
             d = self.dataset.n_features
             self._buffers = [(np.empty((self.max_block_rows, d), np.float32), np.empty(self.max_block_rows, np.float32))
                              for _ in range(n_buf)]

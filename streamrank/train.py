@@ -126,10 +126,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     if normalize == "zscore":
         normalizer.fit((b.X for b, _, _ in ds.stream(block_bytes=block_bytes, queries=(q0, q1))), ds.n_features)
 
-    def transform(block):
-        return normalizer.transform(block.X, block.query_ptr)
-
-    source = BlockSource(ds, transform, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
+    source = BlockSource(ds, normalizer, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
                          queries=(q0, q1), levels=levels)
     valid_y = read_labels(valid) if valid is not None else None
 
@@ -171,7 +168,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         Ck = Cs[k]
         obj = RankObjective(source, ds.n_features, C=Ck, cost=cost, mu=mu)
         log.info("C=%g: TRON eps=%g on %d rows, %d queries (%s)", Ck, tol, source.n_rows, q1 - q0,
-                 "in memory after the first pass" if not source.in_memory else "in memory")
+                 f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
+                 else f"rows re-read every pass in {len(source.stream)} blocks")
 
         def on_iteration(st, k=k, Ck=Ck):
             if valid is not None:

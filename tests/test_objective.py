@@ -28,8 +28,7 @@ def random_dataset(path, n_queries=30, d=6, levels=(0, 1, 2, 3), seed=0):
 def make_objective(ds, C=1.0, block_bytes=10**9, lam=None, mu=None, memory=1 << 30):
     y = ds.y[:]
     levels = np.unique(y)
-    src = BlockSource(ds, lambda b: b.X.astype(np.float64), block_bytes=block_bytes, memory_bytes=memory,
-                      levels=levels)
+    src = BlockSource(ds, None, block_bytes=block_bytes, memory_bytes=memory, levels=levels)
     lam = np.ones((len(levels),) * 2) if lam is None else lam
     mu = np.ones(ds.n_queries) if mu is None else mu
     return RankObjective(src, ds.n_features, C=C, cost=pk.pair_cost(lam), mu=mu)

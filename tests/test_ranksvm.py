@@ -117,3 +117,15 @@ def test_cli_train_predict_eval(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     chosen = [c for c in summary["candidates"] if c["C"] == summary["C"]][0]
     assert report["means"]["MeanNDCG"] == pytest.approx(chosen["valid_meanndcg"], rel=1e-12)
+
+
+@pytest.mark.parametrize("normalize", ["zscore", "query_minmax"])
+def test_normalised_training_reaches_the_dense_optimum_on_normalised_rows(normalize):
+    """The fused kernels normalise on the fly; the oracle sees the materialised transform."""
+    X, y, qid = arrays()
+    est = streamrank.RankSVM(C=1.0, normalize=normalize, tol=1e-10).fit(X, y, qid)
+    qp = np.concatenate(([0], np.flatnonzero(qid[1:] != qid[:-1]) + 1, [len(qid)]))
+    Phi = est.model_.normalizer.transform(X, qp)
+    dense = DenseRankSVM(Phi, y, qp, 1.0)
+    assert est.objective_ == pytest.approx(dense.fun(dense.solve()), rel=1e-9)
+    np.testing.assert_allclose(est.predict(X, qid), Phi @ est.coef_, rtol=1e-12)

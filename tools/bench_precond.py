@@ -29,8 +29,10 @@ from streamrank.objective import BlockSource, RankObjective  # noqa: E402
 class DiagObjective(RankObjective):
     def hess_diag(self):
         acc = np.zeros(self.n_features)
-        for (Phi, rank, qptr, q0, q1), st in zip(self.source, self._states):
-            acc += (Phi * pk.hess_prod(Phi, rank, qptr, self.cost, self.mu[q0:q1], st)).sum(axis=0)
+        for b, st in zip(self.source, self._states):
+            Phi = b.X.astype(np.float64)
+            state = pk.PairState(*st, query_ptr=b.qptr)
+            acc += (Phi * pk.hess_prod(Phi, b.rank, b.qptr, self.cost, self.mu[b.q0:b.q1], state)).sum(axis=0)
         return 1.0 + self.C * acc
 
 
@@ -64,7 +66,7 @@ def trpcg(hessp, g, delta, M):
 
 
 def run(ds, levels, C, eps, a):
-    src = BlockSource(ds, lambda b: b.X.astype(np.float64), block_bytes=10**9, memory_bytes=1 << 30, levels=levels)
+    src = BlockSource(ds, None, block_bytes=10**9, memory_bytes=1 << 30, levels=levels)
     obj = DiagObjective(src, ds.n_features, C=C, cost=pk.pair_cost(np.ones((len(levels),) * 2)),
                         mu=np.ones(ds.n_queries))
     w = np.zeros(ds.n_features)
