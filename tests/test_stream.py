@@ -106,7 +106,7 @@ def test_stream_subset_of_queries(tmp_path):
 
 def test_prefetch_stops_cleanly_when_the_consumer_breaks(tmp_path):
     ds = streamrank.open_dataset(make_dataset(tmp_path / "d.h5"))
-    for k, _ in enumerate(ds.stream(block_bytes=500)):
+    for k, _ in enumerate(ds.stream(block_bytes=5000)):
         if k == 2:
             break
     ds.close()
