@@ -87,13 +87,16 @@ def _rmatvec_mode(X, s, e, v, shift, scale, affine, q, out):
 
 @numba.njit(cache=True, nogil=True, parallel=True)
 def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, mu,
-                    order, cut_pref, cut_less, loss_q, partials):
+                    order, cut_pref, cut_less, loss_q, partials, zout):
+    """... and zout = Phi w (the scores, kept by the objective for line searches)."""
     nq = qptr.shape[0] - 1
     for q in prange(nq):
         s = qptr[q]
         e = qptr[q + 1]
         l = e - s
         if _single_level(rank[s:e]):  # no pairs: no loss, no gradient, identity state
+            for i in range(s, e):
+                zout[i] = _row_dot(X, i, w, shift, scale, affine, q)
             loss_q[q] = 0.0
             for p in range(l):
                 order[s + p] = p
@@ -102,7 +105,7 @@ def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g
             for k in range(partials.shape[1]):
                 partials[q, k] = 0.0
             continue
-        z = np.empty(l)
+        z = zout[s:e]
         for i in range(l):
             z[i] = _row_dot(X, s + i, w, shift, scale, affine, q)
         dz = np.empty(l)

@@ -95,9 +95,6 @@ def _cmd_train(args):
         if getattr(args, opt) is not None:
             raise ParameterError(f"--{opt} applies to kernel methods (--method nystroem|rff|exact), which are not "
                                  f"available yet in streamrank {__version__}")
-    if args.solver == "newton_cholesky":
-        raise ParameterError(f"--solver newton_cholesky is not available yet in streamrank {__version__}; "
-                             f"use --solver tron")
     if args.loss != "squared_hinge":
         raise ParameterError(f"--loss {args.loss} is not available yet; use --loss squared_hinge")
     if args.resume and not args.checkpoint:
@@ -109,7 +106,7 @@ def _cmd_train(args):
                                   max_iter=args.max_iter, memory_budget=args.memory_budget,
                                   pair_cost=args.pair_cost, query_weight=args.query_weight,
                                   select_metric=args.select_metric, checkpoint=args.checkpoint,
-                                  resume=args.resume, seed=args.seed)
+                                  resume=args.resume, seed=args.seed, solver=args.solver)
     model.save(args.output)
     if not args.quiet:
         print(f"saved {args.output}: C={summary['C']:g}, objective {summary['objective']:.6e}, "

@@ -25,7 +25,12 @@ import numpy as np
 
 from . import _fused as fz
 from . import _linalg as la
+from . import _pairkernels as pk
 from .normalize import Normalizer
+
+# Rows of Phi materialised at a time (float64, with L Phi beside them) when forming the dense
+# Hessian: bounds that temporary memory to about 2 x 8 x HESSIAN_ROWS x m bytes.
+HESSIAN_ROWS = 1 << 15
 
 
 @dataclass
@@ -66,11 +71,19 @@ class BlockSource:
         self.n_rows = self.stream.n_rows
         self.memory_bytes = need if self.in_memory else 0
         self._cache = None
+        self._meta = None
 
     def _prepare(self, block):
         rank = np.searchsorted(self.levels, block.y).astype(np.int32)
         shift, scale, mode = self.normalizer.affine(block.X, block.query_ptr)
         return SourceBlock(block.X, rank, block.query_ptr.copy(), block.q_start, block.q_stop, shift, scale, mode)
+
+    def blocks_meta(self):
+        """(rank, qptr, q0, q1) of every block without reading rows: for passes over scores
+        held in memory (line searches). Ranks of streamed blocks are kept after the first pass."""
+        if self._cache is not None:
+            return [(b.rank, b.qptr, b.q0, b.q1) for b in self._cache]
+        return self._meta
 
     def __iter__(self):
         self.passes += 1
@@ -79,11 +92,14 @@ class BlockSource:
             yield from self._cache
             return
         keep = [] if self.in_memory else None
+        meta = []
         for block, _, _ in self.stream:
             item = self._prepare(block)
+            meta.append((item.rank, item.qptr, item.q0, item.q1))
             if keep is not None:
                 keep.append(item)
             yield item
+        self._meta = meta
         if keep is not None:
             self._cache = keep
 
@@ -110,7 +126,9 @@ class RankObjective:
         self.cost = cost
         self.mu = np.asarray(mu, np.float64)
         self._states = None      # active sets of the accepted point, one per block
-        self._trial = None       # (w, f, grad, states, loss) of the last fun() call
+        self._z = None           # scores of the accepted point, one array per block
+        self._trial = None       # (w, f, grad, states, loss, z) of the last fun() call
+        self._line = None        # (w, s, u per block) of prepare_line
         self.loss = None
 
     @property
@@ -125,26 +143,29 @@ class RankObjective:
         w = np.ascontiguousarray(w, np.float64)
         acc = np.zeros(self.n_features)
         loss = 0.0
-        states = []
+        states, zs = [], []
         for b in self.source:
             n, nq = b.X.shape[0], b.q1 - b.q0
             st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
             loss_q = np.empty(nq)
             partials = np.empty((nq, self.n_features))
+            z = np.empty(n)
             fz.fused_loss_grad(b.X, w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self._cost_args(),
-                               self.mu[b.q0:b.q1], *st, loss_q, partials)
+                               self.mu[b.q0:b.q1], *st, loss_q, partials, z)
             loss = la.sum_in_order(loss, loss_q)
             la.add_rows_in_order(acc, partials)
             states.append(st)
+            zs.append(z)
         f = 0.5 * float(w @ w) + self.C * loss
-        self._trial = (w.copy(), f, w + self.C * acc, states, loss)
+        self._trial = (w.copy(), f, w + self.C * acc, states, loss, zs)
         return f
 
     def grad(self, w):
-        tw, f, g, states, loss = self._trial
+        tw, f, g, states, loss, zs = self._trial
         if not np.array_equal(tw, w):
             raise RuntimeError("grad(w) must follow fun(w) at the same point (solver contract)")
         self._states = states
+        self._z = zs
         self.loss = loss
         return g.copy()
 
@@ -157,6 +178,72 @@ class RankObjective:
                           self.mu[b.q0:b.q1], *st, partials)
             la.add_rows_in_order(acc, partials)
         return s + self.C * acc
+
+    # -- Newton-Cholesky support: the dense Hessian and a line search on scores in memory ----------
+    def _phi(self, b, r0, r1, q):
+        """Rows r0:r1 (local to block b, whole queries) of Phi as float64."""
+        X = b.X[r0:r1].astype(np.float64)
+        if b.affine == 0:
+            return X
+        if b.affine == 1:
+            return (X - b.shift[0]) * b.scale[0]
+        sizes = np.diff(b.qptr[q[0]:q[1] + 1])
+        return (X - np.repeat(b.shift[q[0]:q[1]], sizes, axis=0)) * np.repeat(b.scale[q[0]:q[1]], sizes, axis=0)
+
+    def hessian(self):
+        """H = I + C Phi^T (A^T D A) Phi at the accepted point (one pass; paper 001's Newton).
+
+        The pair kernel runs with an m-wide payload (L Phi for groups of whole queries of at most
+        HESSIAN_ROWS rows), then BLAS-3 gives Phi_g^T (L Phi_g). Group sums are added in order;
+        unlike fun/grad/hessp the product's rounding follows BLAS (not the data alone).
+        """
+        m = self.n_features
+        H = np.zeros((m, m))
+        for b, st in zip(self.source, self._states):
+            qp = b.qptr
+            q = 0
+            nq = b.q1 - b.q0
+            while q < nq:
+                # a group of whole queries, at least one
+                q_end = max(q + 1, int(np.searchsorted(qp, qp[q] + HESSIAN_ROWS, side="right")) - 1)
+                q_end = min(q_end, nq)
+                r0, r1 = int(qp[q]), int(qp[q_end])
+                Phi = self._phi(b, r0, r1, (q, q_end))
+                local = qp[q:q_end + 1] - r0
+                state = pk.PairState(st[0][r0:r1].copy(), st[1][r0:r1].copy(), st[2][r0:r1].copy(), query_ptr=local)
+                LPhi = pk.hess_prod(Phi, b.rank[r0:r1], local, self.cost, self.mu[b.q0 + q:b.q0 + q_end], state)
+                H += Phi.T @ LPhi
+                q = q_end
+        H *= self.C
+        H[np.diag_indices_from(H)] += 1.0
+        return H
+
+    def prepare_line(self, w, s):
+        """One pass: u = Phi s per block, kept with the accepted scores for :meth:`line`."""
+        s = np.ascontiguousarray(s, np.float64)
+        us = []
+        for b in self.source:
+            u = np.empty(b.X.shape[0])
+            fz.fused_scores(b.X, s, b.shift, b.scale, b.affine, b.qptr, u)
+            us.append(u)
+        self._line = (np.array(w, np.float64), s, us)
+
+    def line(self, t):
+        """phi(t) = f(w + t s) and its first and (generalised) second derivative, from scores in
+        memory (no pass over the data): z + t u goes through the pair kernels per block."""
+        w, s, us = self._line
+        loss, d1, d2 = 0.0, 0.0, 0.0
+        for b, z, u in zip(self.source.blocks_meta(), self._z, us):
+            rank, qptr, q0, q1 = b
+            mu = self.mu[q0:q1]
+            zt = z + t * u
+            loss_q = np.empty(q1 - q0)
+            _, dz, st = pk.loss_grad(zt, rank, qptr, self.cost, mu, loss_q=loss_q)
+            loss = la.sum_in_order(loss, loss_q)
+            d1 += float(dz @ u)
+            d2 += float(u @ pk.hess_prod(u, rank, qptr, self.cost, mu, st))
+        wt = w + t * s
+        return (0.5 * float(wt @ wt) + self.C * loss, float(wt @ s) + self.C * d1, float(s @ s) + self.C * d2)
 
     def scores(self, w):
         """z = Phi w for every row of the source, in its row order (one pass)."""

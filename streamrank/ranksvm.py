@@ -28,12 +28,13 @@ class RankSVM:
     memory_budget : str or int, e.g. "2GB".
     checkpoint : directory for per-iteration checkpoints; ``resume`` continues from it.
     select_metric : {"meanndcg", "ndcg@10", "map"} for choosing among several C.
+    solver : {"auto", "tron", "newton_cholesky"}
     random_state : int (recorded; the linear primal path draws no random numbers).
     """
 
     def __init__(self, *, C=1.0, normalize="none", pair_cost=None, query_weight=None, tol=1e-3,
                  max_iter=1000, memory_budget="2GB", checkpoint=None, resume=False,
-                 select_metric="meanndcg", random_state=0, block_bytes=None):
+                 select_metric="meanndcg", random_state=0, block_bytes=None, solver="auto"):
         self.C = C
         self.normalize = normalize
         self.pair_cost = pair_cost
@@ -46,11 +47,12 @@ class RankSVM:
         self.select_metric = select_metric
         self.random_state = random_state
         self.block_bytes = block_bytes
+        self.solver = solver
 
     def get_params(self, deep=True):
         return {k: getattr(self, k) for k in ("C", "normalize", "pair_cost", "query_weight", "tol", "max_iter",
                                               "memory_budget", "checkpoint", "resume", "select_metric",
-                                              "random_state", "block_bytes")}
+                                              "random_state", "block_bytes", "solver")}
 
     def set_params(self, **params):
         for k, v in params.items():
@@ -74,7 +76,7 @@ class RankSVM:
                     ds, valid=vds, C=self.C, normalize=self.normalize, tol=self.tol, max_iter=self.max_iter,
                     memory_budget=self.memory_budget, pair_cost=self.pair_cost, query_weight=self.query_weight,
                     select_metric=self.select_metric, checkpoint=self.checkpoint, resume=self.resume,
-                    seed=self.random_state, block_bytes=self.block_bytes, queries=queries)
+                    seed=self.random_state, block_bytes=self.block_bytes, queries=queries, solver=self.solver)
             finally:
                 if vtmp is not None:
                     vds.close()

@@ -21,6 +21,7 @@ from .model import LinearModel
 from .normalize import Normalizer
 from .objective import BlockSource, RankObjective
 from .stream import BLOCK_SHARE_OF_BUDGET
+from .newton import newton_cholesky
 from .tron import TronState, tron
 from .units import parse_size
 
@@ -28,6 +29,7 @@ log = logging.getLogger("streamrank.train")
 
 SELECT_METRICS = ("meanndcg", "ndcg@10", "map")
 QUERY_WEIGHTS = ("none", "log_ratio")
+SOLVERS = ("auto", "tron", "newton_cholesky")
 PAIR_COSTS = ("none", "gain_difference")
 # share of --memory-budget for mapped float64 blocks kept in memory between passes
 MEMORY_TIER_SHARE = 0.5
@@ -93,7 +95,7 @@ def check_config(cfg):
 
 def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_iter=1000,
                  memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
-                 checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None):
+                 checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="auto"):
     """Train the linear RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``valid``: an open dataset for selecting C (required when several C are given).
@@ -102,7 +104,16 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     t_start = time.perf_counter()
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
     budget = parse_size(memory_budget)
-    cfg = {"method": "primal", "solver": "tron", "C_path": Cs, "normalize": normalize, "tol": float(tol),
+    if solver not in SOLVERS:
+        raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Pass --solver tron")
+    if solver == "auto":
+        # newton_cholesky pays n m^2 flops and an m-wide pair sweep per iteration; measured on the
+        # linear model (bench_linear.py) TRON's passes are cheaper whenever rows fit in memory or
+        # the page cache, so auto keeps TRON until the cost model of the kernel maps decides
+        solver = "tron"
+        log.info("solver auto: tron (passes over %d features are cheaper than forming the %d x %d Hessian)",
+                 ds.n_features, ds.n_features, ds.n_features)
+    cfg = {"method": "primal", "solver": solver, "C_path": Cs, "normalize": normalize, "tol": float(tol),
            "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
@@ -167,7 +178,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     for k in range(start_index, len(Cs)):
         Ck = Cs[k]
         obj = RankObjective(source, ds.n_features, C=Ck, cost=cost, mu=mu)
-        log.info("C=%g: TRON eps=%g on %d rows, %d queries (%s)", Ck, tol, source.n_rows, q1 - q0,
+        log.info("C=%g: %s eps=%g on %d rows, %d queries (%s)", Ck, solver, tol, source.n_rows, q1 - q0,
                  f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
                  else f"rows re-read every pass in {len(source.stream)} blocks")
 
@@ -185,8 +196,9 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                 write_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
                                  extra=extra, number=n_ck[0])
 
-        st = tron(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
-                  describe=lambda: f"passes {source.passes}")
+        solve = tron if solver == "tron" else newton_cholesky
+        st = solve(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
+                   describe=lambda: f"passes {source.passes}")
         tron_state = None
         w = st.w
         cand = {"C": Ck, "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration,
@@ -203,7 +215,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     chosen = candidates[best]
     summary = {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
                "iterations": sum(c["iterations"] for c in candidates), "passes": source.passes,
-               "seconds": time.perf_counter() - t_start, "method": "primal", "solver": "tron",
+               "seconds": time.perf_counter() - t_start, "method": "primal", "solver": solver,
                "C": chosen["C"], "gamma": None, "in_memory": source.in_memory, "candidates": candidates}
     model = LinearModel(path_w[best], normalizer, n_features=ds.n_features, config=cfg, training=summary,
                         fingerprint=ds.fingerprint, levels=levels)

@@ -134,7 +134,7 @@ def ref(data, tmp_path_factory):
     # one checkpoint per TRON step (accepted or not), one "iter" log line each
     steps, c, k = [], -1, 0
     for line in err.splitlines():
-        if re.match(r"C=\S+: TRON", line):
+        if re.match(r"C=\S+: (tron|newton_cholesky) eps", line):
             c, k = c + 1, 0
         elif re.match(r"iter +\d+ ", line):
             k += 1

@@ -49,7 +49,6 @@ def test_eval_refuses_wrong_number_of_scores(tmp_path, capsys):
 @pytest.mark.parametrize("extra,message", [
     (["--method", "nystroem"], "--method nystroem (Nystroem features) is not available yet"),
     (["--gamma", "0.5"], "--gamma applies to kernel methods"),
-    (["--solver", "newton_cholesky"], "--solver newton_cholesky is not available yet"),
     (["--C", "-1"], "C must be > 0; got -1.0. Pass --C 0.5"),
     (["--resume"], "--resume needs --checkpoint DIR"),
 ])

@@ -38,7 +38,9 @@ def test_fused_passes_equal_numpy(kind):
     nq, n, d = len(qp) - 1, X.shape[0], X.shape[1]
     st = [np.empty(n, np.int32) for _ in range(3)]
     loss_q, P = np.empty(nq), np.empty((nq, d))
-    fz.fused_loss_grad(X, w, shift, scale, mode, qp, rank, *c, np.ones(nq), *st, loss_q, P)
+    zz = np.empty(n)
+    fz.fused_loss_grad(X, w, shift, scale, mode, qp, rank, *c, np.ones(nq), *st, loss_q, P, zz)
+    assert np.array_equal(zz, z)
     loss, dz, state = pk.loss_grad(Phi @ w, rank, qp, cost, 1.0)
     assert loss_q.sum() == pytest.approx(loss, rel=1e-12)
     want = np.array([Phi[a:b].T @ dz[a:b] for a, b in zip(qp[:-1], qp[1:])])
@@ -63,7 +65,8 @@ def test_same_bits_for_any_block_split():
             r0, r1 = qp[a], qp[b]
             lq, P = np.empty(b - a), np.empty((b - a, X.shape[1]))
             st = [np.empty(r1 - r0, np.int32) for _ in range(3)]
-            fz.fused_loss_grad(X[r0:r1], w, *ident, qp[a:b + 1] - r0, rank[r0:r1], *c, np.ones(b - a), *st, lq, P)
+            fz.fused_loss_grad(X[r0:r1], w, *ident, qp[a:b + 1] - r0, rank[r0:r1], *c, np.ones(b - a), *st, lq, P,
+                               np.empty(r1 - r0))
             loss = la.sum_in_order(loss, lq)
             la.add_rows_in_order(acc, P)
         return loss, acc

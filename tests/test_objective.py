@@ -137,3 +137,29 @@ def test_tron_on_a_quadratic_and_its_stopping_rule():
     assert st2.gnorm0 == pytest.approx(np.linalg.norm(b))
     limited = tron(Quadratic(A, b), np.zeros(20), eps=1e-14, max_iter=1)
     assert limited.iteration == 1 and not limited.converged and "max_iter" in limited.message
+
+
+def test_newton_cholesky_reaches_the_tron_and_dense_optimum(fold1_subset, tmp_path):
+    ds = fold1_subset
+    nq = 150
+    newton, sn = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), solver="newton_cholesky")
+    tr, st = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), solver="tron")
+    assert sn["objective"] == pytest.approx(st["objective"], rel=1e-12)
+    assert sn["passes"] < st["passes"] / 5  # a few passes per iteration instead of one per CG step
+    assert sn["solver"] == "newton_cholesky"
+    # resumed from a checkpoint half-way, the same model
+    ck = tmp_path / "ck"
+    train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), solver="newton_cholesky", checkpoint=ck, max_iter=2)
+    again, _ = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), solver="newton_cholesky", checkpoint=ck,
+                            resume=True)
+    assert np.array_equal(again.w, newton.w)
+
+
+def test_line_search_finds_the_minimiser_of_a_piecewise_quadratic():
+    from streamrank.newton import line_search
+    # phi(t) = (t - 2)^2 for t < 2, 3 (t - 2)^2 above: kinked second derivative, minimum at 2
+    def line(t):
+        a = 1.0 if t < 2 else 3.0
+        return a * (t - 2) ** 2, 2 * a * (t - 2), 2 * a
+    t, evals = line_search(line, -4.0)
+    assert t == pytest.approx(2.0, abs=1e-12) and evals <= 5
