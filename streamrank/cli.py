@@ -69,7 +69,6 @@ def _setup_logging(quiet):
     h.setFormatter(logging.Formatter("%(message)s"))
     logger.addHandler(h)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
-    logger.propagate = False
 
 
 def _float_list(name):
@@ -190,7 +189,9 @@ def build_parser():
     t.add_argument("--coef0", type=float)
     t.add_argument("--components", type=int)
     t.add_argument("--rank", type=int)
-    t.add_argument("--solver", choices=["auto", "tron", "newton_cholesky"], default="auto")
+    t.add_argument("--solver", choices=["auto", "tron", "newton_cholesky"], default="tron",
+                   help="tron (default: the same bits for any memory budget), newton_cholesky, or auto "
+                        "(chosen from measured pass and Hessian costs, so it may differ between runs)")
     t.add_argument("--loss", choices=["squared_hinge", "smooth_hinge"], default="squared_hinge")
     t.add_argument("--pair-cost", choices=["none", "gain_difference"], default="none")
     t.add_argument("--query-weight", choices=["none", "log_ratio"], default="none")

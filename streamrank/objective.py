@@ -190,8 +190,10 @@ class RankObjective:
         sizes = np.diff(b.qptr[q[0]:q[1] + 1])
         return (X - np.repeat(b.shift[q[0]:q[1]], sizes, axis=0)) * np.repeat(b.scale[q[0]:q[1]], sizes, axis=0)
 
-    def hessian(self):
+    def hessian(self, max_rows=None):
         """H = I + C Phi^T (A^T D A) Phi at the accepted point (one pass; paper 001's Newton).
+
+        ``max_rows``: stop after about that many rows (a partial H, to time the work).
 
         The pair kernel runs with an m-wide payload (L Phi for groups of whole queries of at most
         HESSIAN_ROWS rows), then BLAS-3 gives Phi_g^T (L Phi_g). Group sums are added in order;
@@ -199,11 +201,12 @@ class RankObjective:
         """
         m = self.n_features
         H = np.zeros((m, m))
+        done = 0
         for b, st in zip(self.source, self._states):
             qp = b.qptr
             q = 0
             nq = b.q1 - b.q0
-            while q < nq:
+            while q < nq and (max_rows is None or done < max_rows):
                 # a group of whole queries, at least one
                 q_end = max(q + 1, int(np.searchsorted(qp, qp[q] + HESSIAN_ROWS, side="right")) - 1)
                 q_end = min(q_end, nq)
@@ -214,6 +217,8 @@ class RankObjective:
                 LPhi = pk.hess_prod(Phi, b.rank[r0:r1], local, self.cost, self.mu[b.q0 + q:b.q0 + q_end], state)
                 H += Phi.T @ LPhi
                 q = q_end
+                done += r1 - r0
+        self.hessian_rows = done
         H *= self.C
         H[np.diag_indices_from(H)] += 1.0
         return H

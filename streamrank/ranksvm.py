@@ -28,13 +28,16 @@ class RankSVM:
     memory_budget : str or int, e.g. "2GB".
     checkpoint : directory for per-iteration checkpoints; ``resume`` continues from it.
     select_metric : {"meanndcg", "ndcg@10", "map"} for choosing among several C.
-    solver : {"auto", "tron", "newton_cholesky"}
+    solver : {"tron", "newton_cholesky", "auto"}
+        ``tron`` (default) gives the same bits for any block size or budget; ``newton_cholesky``
+        forms the dense Hessian with BLAS (block layouts agree to the tolerance); ``auto`` picks
+        one from measured costs, so its choice may differ between runs (it is logged and saved).
     random_state : int (recorded; the linear primal path draws no random numbers).
     """
 
     def __init__(self, *, C=1.0, normalize="none", pair_cost=None, query_weight=None, tol=1e-3,
                  max_iter=1000, memory_budget="2GB", checkpoint=None, resume=False,
-                 select_metric="meanndcg", random_state=0, block_bytes=None, solver="auto"):
+                 select_metric="meanndcg", random_state=0, block_bytes=None, solver="tron"):
         self.C = C
         self.normalize = normalize
         self.pair_cost = pair_cost

@@ -80,6 +80,36 @@ def _metric_value(report, name):
     return {"meanndcg": m["MeanNDCG"], "ndcg@10": m["NDCG@10"], "map": m["MAP"]}[name]
 
 
+# TRON's expected CG steps per iteration for the cost comparison of --solver auto (LIBLINEAR's
+# experience and bench_linear.py: 8 to 40 on LETOR-like data; the low end favours TRON)
+TRON_CG_PER_ITER = 10
+AUTO_SAMPLE_ROWS = 20_000
+
+
+def choose_solver(obj, w):
+    """Pick tron or newton_cholesky from measured costs; return (name, reason).
+
+    TRON pays one pass per CG step, about (1 + TRON_CG_PER_ITER) passes an iteration; Newton pays
+    two passes plus forming the dense Hessian (an m-wide pair sweep and n m^2 flops), timed here
+    on about AUTO_SAMPLE_ROWS rows and scaled to all rows.
+    """
+    obj.fun(w)
+    obj.grad(w)
+    t = time.perf_counter()
+    obj.hessp(np.ones(obj.n_features))
+    pass_s = time.perf_counter() - t
+    obj.hessian(max_rows=1)  # loads (or compiles) the wide kernels outside the timing
+    t = time.perf_counter()
+    obj.hessian(max_rows=AUTO_SAMPLE_ROWS)
+    hess_s = (time.perf_counter() - t) * obj.source.n_rows / max(obj.hessian_rows, 1)
+    tron_it = (1 + TRON_CG_PER_ITER) * pass_s
+    newton_it = 2 * pass_s + hess_s
+    name = "newton_cholesky" if newton_it < tron_it else "tron"
+    return name, (f"measured: a pass {pass_s:.3g} s, the {obj.n_features} x {obj.n_features} Hessian ~{hess_s:.3g} s; "
+                  f"per iteration TRON ~{tron_it:.3g} s ({1 + TRON_CG_PER_ITER} passes), "
+                  f"Newton-Cholesky ~{newton_it:.3g} s")
+
+
 def check_config(cfg):
     for name in ("C_path",):
         for C in cfg[name]:
@@ -95,7 +125,7 @@ def check_config(cfg):
 
 def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_iter=1000,
                  memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
-                 checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="auto"):
+                 checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron"):
     """Train the linear RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``valid``: an open dataset for selecting C (required when several C are given).
@@ -106,13 +136,6 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     budget = parse_size(memory_budget)
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Pass --solver tron")
-    if solver == "auto":
-        # newton_cholesky pays n m^2 flops and an m-wide pair sweep per iteration; measured on the
-        # linear model (bench_linear.py) TRON's passes are cheaper whenever rows fit in memory or
-        # the page cache, so auto keeps TRON until the cost model of the kernel maps decides
-        solver = "tron"
-        log.info("solver auto: tron (passes over %d features are cheaper than forming the %d x %d Hessian)",
-                 ds.n_features, ds.n_features, ds.n_features)
     cfg = {"method": "primal", "solver": solver, "C_path": Cs, "normalize": normalize, "tol": float(tol),
            "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
@@ -174,6 +197,9 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         w = np.asarray(path_w[-1], np.float64)
 
     # -- the C path --------------------------------------------------------------------------------------
+    if solver == "auto":
+        solver, why = choose_solver(RankObjective(source, ds.n_features, C=Cs[start_index], cost=cost, mu=mu), w)
+        log.info("solver auto: %s (%s)", solver, why)
     n_ck = [0]
     for k in range(start_index, len(Cs)):
         Ck = Cs[k]

@@ -88,15 +88,23 @@ def test_block_size_does_not_change_the_model(fold1_subset):
     nq = 150
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # 1 byte: every query is its own block
-        one, s1 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), block_bytes=1)
-    mid, s2 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), block_bytes=50_000)
-    whole, s3 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq))
+        one, s1 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), block_bytes=1, solver="tron")
+    mid, s2 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), block_bytes=50_000, solver="tron")
+    whole, s3 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), solver="tron")
     # every sum runs in an order fixed by the data (streamrank/_linalg.py): not 1e-6 but identical
     assert np.array_equal(one.w, whole.w) and np.array_equal(mid.w, whole.w)
     assert s1["objective"] == s2["objective"] == s3["objective"]
     assert s1["passes"] == s3["passes"]
-    again, _ = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), block_bytes=50_000)
+    again, _ = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), block_bytes=50_000, solver="tron")
     assert np.array_equal(again.w, mid.w)  # same settings, same bits
+    # Newton-Cholesky's Hessian is a BLAS product: block layouts agree to the solver's tolerance
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        n1, t1 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), block_bytes=1, solver="newton_cholesky")
+    n3, t3 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), solver="newton_cholesky")
+    assert t1["objective"] == pytest.approx(t3["objective"], rel=1e-12)
+    # f is 1-strongly convex: ||w - w*|| <= ||g||, so two solutions lie within the sum of their gradients
+    assert np.linalg.norm(n1.w - n3.w) <= t1["grad_norm"] + t3["grad_norm"] + 1e-12
 
 
 def test_streaming_from_disk_equals_memory_tier(tmp_path):
