@@ -7,7 +7,7 @@ import sys
 from ._version import __version__
 from .errors import StreamrankError
 
-NOT_YET_METHODS = {"nystroem": "Nystroem features", "rff": "random Fourier features", "exact": "exact kernel RankSVM"}
+NOT_YET_METHODS = {"exact": "exact kernel RankSVM"}
 
 
 def _positive_int(name):
@@ -87,13 +87,16 @@ def _cmd_train(args):
     from .errors import ParameterError
     from .evaluate import open_data
     from .train import train_linear
-    if args.method != "primal":
+    if args.method in NOT_YET_METHODS:
         raise ParameterError(f"--method {args.method} ({NOT_YET_METHODS[args.method]}) is not available yet in "
-                             f"streamrank {__version__}; use --method primal")
-    for opt in ("kernel", "gamma", "degree", "coef0", "components", "rank"):
-        if getattr(args, opt) is not None:
-            raise ParameterError(f"--{opt} applies to kernel methods (--method nystroem|rff|exact), which are not "
-                                 f"available yet in streamrank {__version__}")
+                             f"streamrank {__version__}; use --method primal, nystroem or rff")
+    if args.method == "primal":
+        for opt in ("kernel", "gamma", "degree", "coef0", "components", "rank"):
+            if getattr(args, opt) is not None:
+                raise ParameterError(f"--{opt} applies to kernel methods; add --method nystroem or --method rff")
+    if args.method == "rff" and args.kernel not in (None, "rbf", "laplacian"):
+        raise ParameterError(f"--method rff supports --kernel rbf or laplacian; got {args.kernel}. "
+                             f"Use --method nystroem for {args.kernel}")
     if args.loss != "squared_hinge":
         raise ParameterError(f"--loss {args.loss} is not available yet; use --loss squared_hinge")
     if args.resume and not args.checkpoint:
@@ -105,7 +108,12 @@ def _cmd_train(args):
                                   max_iter=args.max_iter, memory_budget=args.memory_budget,
                                   pair_cost=args.pair_cost, query_weight=args.query_weight,
                                   select_metric=args.select_metric, checkpoint=args.checkpoint,
-                                  resume=args.resume, seed=args.seed, solver=args.solver)
+                                  resume=args.resume, seed=args.seed, solver=args.solver, method=args.method,
+                                  kernel=args.kernel or "rbf", gamma=args.gamma,
+                                  degree=3 if args.degree is None else args.degree,
+                                  coef0=1.0 if args.coef0 is None else args.coef0,
+                                  components=1000 if args.components is None else args.components,
+                                  rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache)
     model.save(args.output)
     if not args.quiet:
         print(f"saved {args.output}: C={summary['C']:g}, objective {summary['objective']:.6e}, "
@@ -185,10 +193,13 @@ def build_parser():
     t.add_argument("--method", choices=["primal", "nystroem", "rff", "exact"], default="primal")
     t.add_argument("--kernel", choices=["rbf", "laplacian", "poly", "sigmoid", "linear"])
     t.add_argument("--gamma", type=_float_list("--gamma"), metavar="G[,G...]")
-    t.add_argument("--degree", type=int)
-    t.add_argument("--coef0", type=float)
-    t.add_argument("--components", type=int)
-    t.add_argument("--rank", type=int)
+    t.add_argument("--degree", type=int, help="poly kernel degree (default 3)")
+    t.add_argument("--coef0", type=float, help="poly / sigmoid offset (default 1)")
+    t.add_argument("--components", type=int, metavar="M", help="Nystroem landmarks or random features (default 1000)")
+    t.add_argument("--rank", type=int, metavar="K", help="keep the top K Nystroem eigenvectors (default: all)")
+    t.add_argument("--map-cache", choices=["auto", "memory", "cache", "recompute"], default="auto",
+                   help="mapped rows: in memory if they fit, else on disk under --cache-dir or recomputed each "
+                        "pass, chosen from measured rates (auto); the model is the same either way")
     t.add_argument("--solver", choices=["auto", "tron", "newton_cholesky"], default="tron",
                    help="tron (default: the same bits for any memory budget), newton_cholesky, or auto "
                         "(chosen from measured pass and Hessian costs, so it may differ between runs)")

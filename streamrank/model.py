@@ -5,7 +5,8 @@ width), ``config`` (JSON: every training setting used), ``training`` (JSON: obje
 gradient norm, iterations, passes, seconds, chosen C, every candidate's validation score),
 ``fingerprint`` (the training data's), ``levels`` (JSON label levels); dataset ``w`` (float64);
 group ``normalize`` (attr ``kind``; ``mean``, ``scale`` for zscore); group ``feature_map``
-(attr ``kind``: ``identity`` for the linear model).
+(attr ``kind``: ``identity`` for the linear model, ``nystroem`` or ``rff`` with their fitted
+arrays and parameters, written by the map's ``to_h5``).
 """
 
 import json
@@ -25,13 +26,14 @@ FORMAT_VERSION = 1
 
 
 class LinearModel:
-    """A trained linear scoring function s(x) = normalize(x) . w."""
+    """A trained scoring function s(x) = phi(normalize(x)) . w, phi the feature map (identity for
+    the linear model; Nystroem or random Fourier features, whose float32 output training used)."""
 
-    method = "primal"
-
-    def __init__(self, w, normalizer, *, n_features, config=None, training=None, fingerprint="", levels=()):
+    def __init__(self, w, normalizer, *, n_features, fmap=None, config=None, training=None, fingerprint="",
+                 levels=()):
         self.w = np.asarray(w, np.float64)
         self.normalizer = normalizer
+        self.fmap = fmap if fmap is not None and fmap.kind != "identity" else None
         self.n_features = int(n_features)
         self.config = dict(config or {})
         self.training = dict(training or {})
@@ -53,8 +55,16 @@ class LinearModel:
             return Xp
         return X
 
+    @property
+    def method(self):
+        return "primal" if self.fmap is None else self.fmap.kind
+
     def decision_function(self, X, query_ptr=None):
-        return self.normalizer.transform(self._pad(X), query_ptr) @ self.w
+        Xn = self.normalizer.transform(self._pad(X), query_ptr)
+        if self.fmap is None:
+            return Xn @ self.w
+        # the same float32 features as in training, products in float64
+        return self.fmap.transform(Xn, dtype=np.float32).astype(np.float64) @ self.w
 
     def predict_dataset(self, ds, *, memory_budget="2GB"):
         """Scores of every row of ``ds`` in the input's row order (streamed)."""
@@ -86,7 +96,10 @@ class LinearModel:
                 a["levels"] = json.dumps(self.levels)
                 f.create_dataset("w", data=self.w)
                 self.normalizer.to_h5(f.create_group("normalize"))
-                f.create_group("feature_map").attrs["kind"] = "identity"
+                if self.fmap is None:
+                    f.create_group("feature_map").attrs["kind"] = "identity"
+                else:
+                    self.fmap.to_h5(f.create_group("feature_map"))
             atomic_replace(tmp, path)
         finally:
             if tmp.exists():
@@ -120,15 +133,14 @@ def load(path):
             raise FormatError(f"{path}: model format version {version} is not supported (this streamrank reads "
                               f"{FORMAT_VERSION}); {fix}")
         try:
-            kind = f["feature_map"].attrs["kind"]
-            if kind != "identity":
-                raise FormatError(f"{path}: feature map {kind!r} is not supported by streamrank {__version__}; "
-                                  f"upgrade with: pip install -U streamrank")
+            from .featuremap import load_map
+            fmap = load_map(f["feature_map"])
             w, n_features = f["w"][:], int(f.attrs["n_features"])
-            if w.shape != (n_features,):
+            width = n_features if fmap.kind == "identity" else int(fmap.n_components_)
+            if w.shape != (width,):
                 raise FormatError(f"{path}: the model file is inconsistent (w has shape {w.shape}, n_features "
                                   f"is {n_features}); train the model again")
-            return LinearModel(w, Normalizer.from_h5(f["normalize"]),
+            return LinearModel(w, Normalizer.from_h5(f["normalize"]), fmap=fmap,
                                n_features=n_features, config=json.loads(f.attrs["config"]),
                                training=json.loads(f.attrs["training"]), fingerprint=str(f.attrs["fingerprint"]),
                                levels=json.loads(f.attrs["levels"]))

@@ -28,6 +28,10 @@ class RankSVM:
     memory_budget : str or int, e.g. "2GB".
     checkpoint : directory for per-iteration checkpoints; ``resume`` continues from it.
     select_metric : {"meanndcg", "ndcg@10", "map"} for choosing among several C.
+    method : {"primal", "nystroem", "rff"}
+        Linear, or a kernel approximation (paper 000) with ``kernel``, ``gamma`` (float or several
+        with ``valid``; default 1/n_features), ``degree``, ``coef0``, ``n_components`` (m),
+        ``rank`` (Nystroem truncation), ``cache_dir`` and ``map_cache`` (where mapped rows live).
     solver : {"tron", "newton_cholesky", "auto"}
         ``tron`` (default) gives the same bits for any block size or budget; ``newton_cholesky``
         forms the dense Hessian with BLAS (block layouts agree to the tolerance); ``auto`` picks
@@ -37,7 +41,9 @@ class RankSVM:
 
     def __init__(self, *, C=1.0, normalize="none", pair_cost=None, query_weight=None, tol=1e-3,
                  max_iter=1000, memory_budget="2GB", checkpoint=None, resume=False,
-                 select_metric="meanndcg", random_state=0, block_bytes=None, solver="tron"):
+                 select_metric="meanndcg", random_state=0, block_bytes=None, solver="tron",
+                 method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None,
+                 cache_dir=None, map_cache="auto"):
         self.C = C
         self.normalize = normalize
         self.pair_cost = pair_cost
@@ -51,11 +57,22 @@ class RankSVM:
         self.random_state = random_state
         self.block_bytes = block_bytes
         self.solver = solver
+        self.method = method
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.n_components = n_components
+        self.rank = rank
+        self.cache_dir = cache_dir
+        self.map_cache = map_cache
 
     def get_params(self, deep=True):
         return {k: getattr(self, k) for k in ("C", "normalize", "pair_cost", "query_weight", "tol", "max_iter",
                                               "memory_budget", "checkpoint", "resume", "select_metric",
-                                              "random_state", "block_bytes", "solver")}
+                                              "random_state", "block_bytes", "solver", "method", "kernel",
+                                              "gamma", "degree", "coef0", "n_components", "rank", "cache_dir",
+                                              "map_cache")}
 
     def set_params(self, **params):
         for k, v in params.items():
@@ -79,7 +96,10 @@ class RankSVM:
                     ds, valid=vds, C=self.C, normalize=self.normalize, tol=self.tol, max_iter=self.max_iter,
                     memory_budget=self.memory_budget, pair_cost=self.pair_cost, query_weight=self.query_weight,
                     select_metric=self.select_metric, checkpoint=self.checkpoint, resume=self.resume,
-                    seed=self.random_state, block_bytes=self.block_bytes, queries=queries, solver=self.solver)
+                    seed=self.random_state, block_bytes=self.block_bytes, queries=queries, solver=self.solver,
+                    method=self.method, kernel=self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
+                    components=self.n_components, rank=self.rank, cache_dir=self.cache_dir,
+                    map_cache=self.map_cache)
             finally:
                 if vtmp is not None:
                     vds.close()

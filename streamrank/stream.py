@@ -87,10 +87,13 @@ class QueryStream:
     reuse_buffers : bool
         Read into two buffers reused by every pass (default). False gives every block arrays of
         its own (for a caller that keeps them all, e.g. an in-memory tier).
+    row_bytes : int, optional
+        Bytes one row costs the caller, for planning (default: the stored row, 4 d + 4). A
+        feature map that turns d features into m wider ones plans with its mapped width.
     """
 
     def __init__(self, dataset, *, block_bytes=None, memory_budget=None, queries=None, prefetch=True,
-                 reuse_buffers=True):
+                 reuse_buffers=True, row_bytes=None):
         self.dataset = dataset
         if block_bytes is None:
             budget = parse_size(memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET)
@@ -99,7 +102,7 @@ class QueryStream:
         q0, q1 = (0, dataset.n_queries) if queries is None else (int(queries[0]), int(queries[1]))
         if not 0 <= q0 <= q1 <= dataset.n_queries:
             raise ValueError(f"queries must lie within [0, {dataset.n_queries}]; got {queries}")
-        self.row_bytes = 4 * dataset.n_features + 4
+        self.row_bytes = int(row_bytes) if row_bytes else 4 * dataset.n_features + 4
         qp = dataset.query_ptr
         self.bounds = plan_blocks(qp, self.row_bytes, self.block_bytes, q0, q1)
         self.prefetch = prefetch

@@ -123,28 +123,56 @@ def check_config(cfg):
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {cfg['select_metric']!r}")
 
 
+METHODS = ("primal", "nystroem", "rff")
+MAP_CACHE_MODES = ("auto", "memory", "cache", "recompute")
+
+
 def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_iter=1000,
                  memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
-                 checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron"):
-    """Train the linear RankSVM on an open dataset; return (LinearModel, summary dict).
+                 checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
+                 method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
+                 cache_dir=None, map_cache="auto"):
+    """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
-    ``valid``: an open dataset for selecting C (required when several C are given).
+    ``method``: ``primal`` (linear), or ``nystroem`` / ``rff`` (paper 000: a feature map, then the
+    same L2-loss RankSVM in the mapped space). Several ``gamma`` values and several ``C`` values form
+    a path of (gamma, C) points: each gamma fits its map once (one pass; seeded, so a resumed run
+    refits the same map), C runs in increasing order with warm starts, and the best point on
+    ``valid`` by ``select_metric`` is kept (``valid`` is required when there are several points).
     ``queries``: train on the contiguous query range [q0, q1) only (tests, subsets).
+    ``map_cache``: keep mapped rows in memory, on disk under ``cache_dir``, or recompute them each
+    pass (``auto`` decides from the budget and measured rates; the values are the same).
     """
     t_start = time.perf_counter()
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
+    if method not in METHODS:
+        raise ParameterError(f"method must be one of {', '.join(METHODS)}; got {method!r}. Pass --method nystroem")
+    if map_cache not in MAP_CACHE_MODES:
+        raise ParameterError(f"map_cache must be one of {', '.join(MAP_CACHE_MODES)}; got {map_cache!r}")
+    if method == "primal":
+        gammas = [None]
+    else:
+        gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
+        for g in gammas:
+            if g is not None and not g > 0:
+                raise ParameterError(f"gamma must be > 0; got {g}. Pass --gamma 0.03125")
     budget = parse_size(memory_budget)
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Pass --solver tron")
-    cfg = {"method": "primal", "solver": solver, "C_path": Cs, "normalize": normalize, "tol": float(tol),
+    cfg = {"method": method, "solver": solver, "C_path": Cs, "normalize": normalize, "tol": float(tol),
            "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
+    if method != "primal":
+        cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": int(degree), "coef0": float(coef0),
+                    "components": int(components), "rank": rank})
     check_config(cfg)
-    if len(Cs) > 1 and valid is None:
-        raise ParameterError(f"several C values ({', '.join(map(str, Cs))}) need --valid data to choose between them")
+    points = [(gi, c) for gi in range(len(gammas)) for c in Cs]
+    if len(points) > 1 and valid is None:
+        raise ParameterError(f"several C (and gamma) values need --valid data to choose between them; "
+                             f"got C = {', '.join(map(str, Cs))}" + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
     block_bytes = int(block_bytes or budget * BLOCK_SHARE_OF_BUDGET)
 
     # -- one-time preparation: labels, weights, costs, normaliser ------------------------------------
@@ -159,13 +187,40 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
         normalizer.fit((b.X for b, _, _ in ds.stream(block_bytes=block_bytes, queries=(q0, q1))), ds.n_features)
-
-    source = BlockSource(ds, normalizer, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
-                         queries=(q0, q1), levels=levels)
     valid_y = read_labels(valid) if valid is not None else None
+    maps = {}
 
-    def score_valid(w):
-        model = LinearModel(w, normalizer, n_features=ds.n_features)
+    def feature_map(gi):
+        """The fitted map of gamma number gi (None for the linear model), fitted once."""
+        if method == "primal":
+            return None
+        if gi not in maps:
+            from .featuremap import make_map
+            t = time.perf_counter()
+            fm = make_map(method, kernel=kernel, gamma=gammas[gi], degree=degree, coef0=coef0,
+                          n_components=components, rank=rank, seed=seed)
+            fm.fit(ds, queries=(q0, q1), block_bytes=block_bytes, normalizer=normalizer)
+            log.info("%s map (%s kernel, gamma %s): %d features from %d, fitted in %.2f s", method, kernel,
+                     f"{fm.gamma_:g}" if getattr(fm, "gamma_", None) else "default", fm.n_components_,
+                     ds.n_features, time.perf_counter() - t)
+            maps[gi] = fm
+        return maps[gi]
+
+    def make_source(gi):
+        fm = feature_map(gi)
+        if fm is None:
+            return BlockSource(ds, normalizer, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
+                               queries=(q0, q1), levels=levels)
+        from .mapped import MappedSource
+        return MappedSource(ds, fm, normalizer, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
+                            queries=(q0, q1), levels=levels, cache_dir=cache_dir, mode=map_cache)
+
+    def width(gi):
+        fm = feature_map(gi)
+        return ds.n_features if fm is None else int(fm.n_components_)
+
+    def score_valid(w, gi):
+        model = LinearModel(w, normalizer, n_features=ds.n_features, fmap=feature_map(gi))
         s = np.empty(valid.n_rows)
         for block, a, b in valid.stream(block_bytes=block_bytes):
             s[a:b] = model.decision_function(block.X, block.query_ptr)
@@ -174,75 +229,95 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
 
     # -- resume ----------------------------------------------------------------------------------------
     candidates, path_w = [], []
-    start_index, tron_state = 0, None
-    w = np.zeros(ds.n_features)
+    start_index, tron_state, passes0 = 0, None, 0
     ck_cfg = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
     if checkpoint and resume:
         ck = read_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, warn=log.warning)
         if ck is not None:
             sc = ck["scalars"]
             candidates = sc["candidates"]
-            path_w = list(ck["extra"].get("path_w", np.zeros((0, ds.n_features))))
+            path_w = [ck["extra"][f"w{i}"] for i in range(len(candidates))]
             start_index = sc["C_index"]
             tron_state = TronState(w=ck["w"], f=sc["f"], g=ck["g"], delta=sc["delta"], gnorm0=sc["gnorm0"],
                                    iteration=sc["iteration"], n_steps=sc["n_steps"], n_cg=sc["n_cg"],
                                    n_fun=sc["n_fun"], n_grad=sc["n_grad"], n_hessp=sc["n_hessp"],
                                    seconds=sc["seconds"], history=[tuple(h) for h in sc["history"]],
                                    converged=sc.get("converged", False), message=sc.get("message", ""))
-            source.passes = sc["passes"]
-            log.info("resuming from %s: C=%g, iteration %d", ck["path"], Cs[start_index], tron_state.iteration)
-        elif checkpoint:
+            passes0 = sc["passes"]
+            log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[start_index][1], tron_state.iteration)
+        else:
             log.info("no checkpoint in %s: starting from scratch", checkpoint)
-    if path_w:
-        w = np.asarray(path_w[-1], np.float64)
 
-    # -- the C path --------------------------------------------------------------------------------------
-    if solver == "auto":
-        solver, why = choose_solver(RankObjective(source, ds.n_features, C=Cs[start_index], cost=cost, mu=mu), w)
-        log.info("solver auto: %s (%s)", solver, why)
+    # -- the path of (gamma, C) points ----------------------------------------------------------------
     n_ck = [0]
-    for k in range(start_index, len(Cs)):
-        Ck = Cs[k]
-        obj = RankObjective(source, ds.n_features, C=Ck, cost=cost, mu=mu)
-        log.info("C=%g: %s eps=%g on %d rows, %d queries (%s)", Ck, solver, tol, source.n_rows, q1 - q0,
-                 f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
-                 else f"rows re-read every pass in {len(source.stream)} blocks")
+    source, source_gi, total_passes = None, None, passes0
+    for k in range(start_index, len(points)):
+        gi, Ck = points[k]
+        if source_gi != gi:
+            if source is not None:
+                total_passes += source.passes
+            source, source_gi = make_source(gi), gi
+            if k == start_index:
+                source.passes = 0
+        m = width(gi)
+        # warm start from the previous point of the same gamma
+        w = (np.asarray(path_w[k - 1], np.float64) if k > 0 and points[k - 1][0] == gi and len(path_w) >= k
+             else np.zeros(m))
+        if tron_state is not None:
+            w = tron_state.w
+        if solver == "auto":
+            solver, why = choose_solver(RankObjective(source, m, C=Ck, cost=cost, mu=mu), w)
+            cfg["solver_chosen"] = solver
+            log.info("solver auto: %s (%s)", solver, why)
+        obj = RankObjective(source, m, C=Ck, cost=cost, mu=mu)
+        log.info("C=%g: %s eps=%g on %d rows, %d queries, %d features (%s)", Ck, solver, tol, source.n_rows,
+                 q1 - q0, m, f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
+                 else f"rows {'re-mapped' if method != 'primal' else 're-read'} every pass in "
+                      f"{len(source.stream)} blocks")
 
-        def on_iteration(st, k=k, Ck=Ck):
+        def on_iteration(st, k=k, Ck=Ck, gi=gi):
             if valid is not None:
-                log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w))
+                log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w, gi))
             if checkpoint:
                 n_ck[0] += 1
                 scal = {"C_index": k, "f": st.f, "delta": st.delta, "gnorm0": st.gnorm0, "iteration": st.iteration,
                         "n_steps": st.n_steps, "n_cg": st.n_cg, "n_fun": st.n_fun, "n_grad": st.n_grad,
                         "n_hessp": st.n_hessp, "seconds": st.seconds, "history": st.history,
-                        "candidates": candidates, "passes": source.passes, "converged": st.converged,
-                        "message": st.message, "settings": cfg}
-                extra = {"path_w": np.asarray(path_w).reshape(len(path_w), ds.n_features)}
+                        "candidates": candidates, "passes": total_passes + source.passes,
+                        "converged": st.converged, "message": st.message, "settings": cfg}
                 write_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
-                                 extra=extra, number=n_ck[0])
+                                 extra={f"w{i}": v for i, v in enumerate(path_w)}, number=n_ck[0])
 
         solve = tron if solver == "tron" else newton_cholesky
         st = solve(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
-                   describe=lambda: f"passes {source.passes}")
+                   describe=lambda: f"passes {total_passes + source.passes}")
         tron_state = None
-        w = st.w
-        cand = {"C": Ck, "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration,
-                "cg_steps": st.n_cg, "passes": source.passes, "seconds": st.seconds, "message": st.message}
+        cand = {"C": Ck, "gamma": None if method == "primal" else feature_map(gi).gamma_,
+                "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration, "cg_steps": st.n_cg,
+                "passes": total_passes + source.passes, "seconds": st.seconds, "message": st.message}
         if valid is not None:
-            cand["valid_" + select_metric] = score_valid(w)
+            cand["valid_" + select_metric] = score_valid(st.w, gi)
         candidates.append(cand)
-        path_w.append(w.copy())
+        path_w.append(st.w.copy())
         log.info("C=%g done: f %.6e |g| %.3e, %d iterations, %d CG steps, %s", Ck, st.f, st.gnorm, st.iteration,
                  st.n_cg, st.message)
+    total_passes += source.passes if source is not None else 0
 
     key = "valid_" + select_metric
-    best = max(range(len(Cs)), key=lambda i: candidates[i].get(key, 0.0)) if valid is not None else len(Cs) - 1
+    best = max(range(len(points)), key=lambda i: candidates[i].get(key, 0.0)) if valid is not None else len(points) - 1
     chosen = candidates[best]
+    fmap = feature_map(points[best][0])
     summary = {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
-               "iterations": sum(c["iterations"] for c in candidates), "passes": source.passes,
-               "seconds": time.perf_counter() - t_start, "method": "primal", "solver": solver,
-               "C": chosen["C"], "gamma": None, "in_memory": source.in_memory, "candidates": candidates}
-    model = LinearModel(path_w[best], normalizer, n_features=ds.n_features, config=cfg, training=summary,
+               "iterations": sum(c["iterations"] for c in candidates), "passes": total_passes,
+               "seconds": time.perf_counter() - t_start, "method": method, "solver": solver,
+               "C": chosen["C"], "gamma": chosen["gamma"], "in_memory": source.in_memory if source else None,
+               "candidates": candidates}
+    if method != "primal":
+        summary["components"] = int(fmap.n_components_)
+        summary["map_storage"] = source.mode if points[best][0] == source_gi else None
+    model = LinearModel(path_w[best], normalizer, n_features=ds.n_features, fmap=fmap, config=cfg, training=summary,
                         fingerprint=ds.fingerprint, levels=levels)
     return model, summary
+
+
+train = train_linear

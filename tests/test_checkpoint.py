@@ -369,7 +369,7 @@ def test_damaged_current_checkpoint_falls_back_to_the_previous(data, ref, tmp_pa
     if damage == "truncate":
         truncate(ck / CURRENT)
     else:
-        flip_bytes_of(ck / CURRENT, "w" if damage == "flip-w" else "extra/path_w")
+        flip_bytes_of(ck / CURRENT, "w" if damage == "flip-w" else "extra/w0")
     code, out = cli_train(data, tmp_path, ck)
     cap = capsys.readouterr()
     err = cap.err

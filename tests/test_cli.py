@@ -47,8 +47,10 @@ def test_eval_refuses_wrong_number_of_scores(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--method", "nystroem"], "--method nystroem (Nystroem features) is not available yet"),
-    (["--gamma", "0.5"], "--gamma applies to kernel methods"),
+    (["--method", "exact"], "--method exact (exact kernel RankSVM) is not available yet"),
+    (["--gamma", "0.5"], "--gamma applies to kernel methods; add --method nystroem or --method rff"),
+    (["--method", "rff", "--kernel", "poly"], "--method rff supports --kernel rbf or laplacian"),
+    (["--method", "nystroem", "--gamma", "-1"], "gamma must be > 0; got -1.0. Pass --gamma 0.03125"),
     (["--C", "-1"], "C must be > 0; got -1.0. Pass --C 0.5"),
     (["--resume"], "--resume needs --checkpoint DIR"),
 ])

@@ -158,8 +158,8 @@ def _copy_with(tmp_path, edit):
     (lambda f: f.attrs.__setitem__("format", "something-else"),
      "not a streamrank model .format 'something-else'.; train one with streamrank train"),
     (lambda f: f.attrs.__delitem__("format"), "not a streamrank model .format None.; train one with streamrank train"),
-    (lambda f: f["feature_map"].attrs.__setitem__("kind", "nystroem"),
-     "feature map 'nystroem' is not supported by streamrank .*; upgrade with: pip install -U streamrank"),
+    (lambda f: f["feature_map"].attrs.__setitem__("kind", "warp-drive"),
+     "unknown feature map kind 'warp-drive' .*upgrade streamrank"),
     (lambda f: f.__delitem__("w"), "the model file is incomplete or damaged .*; train the model again"),
     (lambda f: f.attrs.__setitem__("n_features", 7), "inconsistent .w has shape .4,., n_features is 7."),
 ])

@@ -82,7 +82,7 @@ def test_estimator_conventions():
     with pytest.raises(ParameterError, match="not fitted"):
         est.predict(X)
     assert est.set_params(C=0.25).C == 0.25
-    with pytest.raises(ParameterError, match="several C values"):
+    with pytest.raises(ParameterError, match=r"several C \(and gamma\) values need --valid"):
         streamrank.RankSVM(C=[0.1, 1]).fit(X, y, qid)
 
 

@@ -1,0 +1,134 @@
+"""Blocks of mapped features Phi = map(normalize(X)) for the objective (paper 000).
+
+Three ways to have Phi for every pass, all giving the same float32 values:
+
+- ``memory``: Phi fits in the memory share of the budget: mapped once, kept;
+- ``cache``: mapped once and stored on disk in a :class:`~streamrank.featurecache.FeatureCache`
+  (under ``--cache-dir``), read back every pass into a reused buffer;
+- ``recompute``: the raw rows are re-read and mapped every pass into a reused buffer.
+
+Between ``cache`` and ``recompute`` the first pass measures both rates (rows mapped per second,
+bytes of mapped rows read per second) and :func:`featurecache.choose` decides; the choice is
+logged and can be forced. Blocks are planned by the mapped width, so a block of mapped rows
+stays inside the block share of the budget however wide m is.
+"""
+
+import logging
+import time
+
+import numpy as np
+
+from .featurecache import FeatureCache, array_digest, choose
+from .objective import SourceBlock
+
+log = logging.getLogger("streamrank.mapped")
+
+MODES = ("auto", "memory", "cache", "recompute")
+
+
+class MappedSource:
+    """Iterate over SourceBlocks of mapped rows (same interface as objective.BlockSource)."""
+
+    def __init__(self, dataset, fmap, normalizer, *, block_bytes, memory_bytes, queries=None, levels=None,
+                 cache_dir=None, mode="auto", fingerprint=None):
+        self.dataset = dataset
+        self.fmap = fmap
+        self.normalizer = normalizer
+        self.m = int(fmap.n_components_)
+        q0, q1 = queries if queries is not None else (0, dataset.n_queries)
+        self.n_rows = int(dataset.query_ptr[q1] - dataset.query_ptr[q0])
+        # a mapped row costs 4 m bytes (float32) beside its raw row while it is made
+        row_bytes = 4 * self.m + 4 * dataset.n_features + 4
+        need = self.n_rows * (4 * self.m + 4)
+        self.in_memory = mode in ("auto", "memory") and need <= memory_bytes
+        if mode == "memory" and not self.in_memory:
+            log.warning("mapped rows need %.0f MB, more than the memory share of %.0f MB: not kept in memory",
+                        need / 1e6, memory_bytes / 1e6)
+        self.memory_bytes = need if self.in_memory else 0
+        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), row_bytes=row_bytes)
+        self.levels = np.asarray(levels, np.float64)
+        self.passes = 0
+        self.rows_read = 0
+        self.mode = "memory" if self.in_memory else ("recompute" if mode == "auto" and cache_dir is None else mode)
+        if self.mode == "cache" and cache_dir is None:
+            raise ValueError("the feature cache needs --cache-dir")
+        self._cache = None
+        self._meta = None
+        self._disk = None
+        if not self.in_memory and cache_dir is not None and self.mode in ("auto", "cache"):
+            layout = [(int(dataset.query_ptr[a]), int(dataset.query_ptr[b]))
+                      for a, b in zip(self.stream.bounds[:-1], self.stream.bounds[1:])]
+            key = {"dataset": fingerprint or dataset.fingerprint, "map": fmap.params(),
+                   "normalize": self.normalizer.kind,
+                   "normalize_arrays": array_digest(*[a for a in (self.normalizer.mean_, self.normalizer.scale_)
+                                                      if a is not None])}
+            self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32)
+        self._buf = np.empty((self.stream.max_block_rows, self.m), np.float32) if not self.in_memory else None
+        self._map_seconds = 0.0
+        self._map_rows = 0
+        self.reason = "mapped rows fit in memory" if self.in_memory else ""
+
+    def _identity(self):
+        return np.zeros((1, self.m)), np.ones((1, self.m))
+
+    def _map(self, block, out):
+        t = time.perf_counter()
+        Xn = self.normalizer.transform(block.X, block.query_ptr)
+        Phi = self.fmap.transform(Xn, dtype=np.float32, out=out)
+        self._map_seconds += time.perf_counter() - t
+        self._map_rows += block.X.shape[0]
+        return Phi
+
+    def _item(self, Phi, block):
+        rank = np.searchsorted(self.levels, block.y).astype(np.int32)
+        shift, scale = self._identity()
+        return SourceBlock(Phi, rank, block.query_ptr.copy(), block.q_start, block.q_stop, shift, scale, 0)
+
+    def blocks_meta(self):
+        if self._cache is not None:
+            return [(b.rank, b.qptr, b.q0, b.q1) for b in self._cache]
+        return self._meta
+
+    def _decide(self):
+        """After the first pass: cache or recompute, from the measured rates."""
+        if self._disk is None or not self._disk.complete:
+            self.mode = "recompute"
+            self.reason = "no complete feature cache (no --cache-dir, or the cache was refused space)"
+            return
+        read_bps = self._disk.measure_read(0)
+        map_rps = self._map_rows / max(self._map_seconds, 1e-9) if self._map_rows else float("inf")
+        forced = None if self.mode == "auto" else self.mode
+        self.mode, self.reason = choose(read_bps, map_rps, 4 * self.m, force=forced)
+        log.info("feature cache: %s", self.reason)
+
+    def __iter__(self):
+        self.passes += 1
+        self.rows_read += self.n_rows
+        if self._cache is not None:
+            yield from self._cache
+            return
+        first = self.passes == 1
+        keep = [] if self.in_memory else None
+        meta = []
+        for k, (block, _, _) in enumerate(self.stream):
+            if self.in_memory:
+                Phi = self._map(block, None)
+            elif not first and self.mode == "cache":
+                Phi = self._disk.get(k, out=self._buf[:block.n_rows])
+                if Phi is None:  # damaged or evicted: map it again and put it back
+                    Phi = self._map(block, self._buf[:block.n_rows])
+                    self._disk.put(k, Phi)
+            else:
+                Phi = self._map(block, self._buf[:block.n_rows])
+                if first and self._disk is not None:
+                    self._disk.put(k, Phi)
+            item = self._item(Phi, block)
+            meta.append((item.rank, item.qptr, item.q0, item.q1))
+            if keep is not None:
+                keep.append(item)
+            yield item
+        self._meta = meta
+        if keep is not None:
+            self._cache = keep
+        elif first:
+            self._decide()

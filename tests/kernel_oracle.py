@@ -1,0 +1,62 @@
+"""Plain NumPy twins of ``streamrank.kernels`` (tests only).
+
+``l1_distances`` adds |a_k - b_k| one feature at a time in increasing k, the order of the numba
+kernel ``streamrank.kernels._l1_distances``, so the two agree bit for bit. The other kernels are
+the textbook formulas, with the squared distance summed directly (not expanded as the library
+does), so they agree to rounding only.
+"""
+
+import numpy as np
+
+
+def l1_distances(A, B):
+    A = np.asarray(A, np.float64)
+    B = np.asarray(B, np.float64)
+    out = np.zeros((A.shape[0], B.shape[0]))
+    for k in range(A.shape[1]):
+        out += np.abs(A[:, k, None] - B[None, :, k])
+    return out
+
+
+def sq_distances(A, B):
+    A = np.asarray(A, np.float64)
+    B = np.asarray(B, np.float64)
+    return ((A[:, None, :] - B[None, :, :]) ** 2).sum(axis=-1)
+
+
+def rbf(A, B, gamma):
+    return np.exp(-gamma * sq_distances(A, B))
+
+
+def laplacian(A, B, gamma):
+    return np.exp(l1_distances(A, B) * -gamma)
+
+
+def dots(A, B):
+    A = np.asarray(A, np.float64)
+    B = np.asarray(B, np.float64)
+    return (A[:, None, :] * B[None, :, :]).sum(axis=-1)
+
+
+def poly(A, B, gamma, degree, coef0):
+    return (gamma * dots(A, B) + coef0) ** degree
+
+
+def sigmoid(A, B, gamma, coef0):
+    return np.tanh(gamma * dots(A, B) + coef0)
+
+
+def linear(A, B):
+    return dots(A, B)
+
+
+def kernel(name, A, B, gamma=0.5, degree=3, coef0=1.0):
+    if name == "rbf":
+        return rbf(A, B, gamma)
+    if name == "laplacian":
+        return laplacian(A, B, gamma)
+    if name == "poly":
+        return poly(A, B, gamma, degree, coef0)
+    if name == "sigmoid":
+        return sigmoid(A, B, gamma, coef0)
+    return linear(A, B)

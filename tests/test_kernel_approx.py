@@ -1,0 +1,89 @@
+"""Kernel-approximation RankSVM (paper 000): maps inside training, storage modes, model files."""
+
+import json
+
+import numpy as np
+import pytest
+
+import streamrank
+from dense_oracle import DenseRankSVM
+from streamrank.cli import main
+from streamrank.datasets import write_hdf5
+from streamrank.train import train_linear
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    d = tmp_path_factory.mktemp("ka")
+    out = {}
+    for part in ("train", "valid"):
+        write_hdf5(d / f"{part}.h5", "small", seed=0, part=part, scale=0.5)
+        out[part] = streamrank.open_dataset(d / f"{part}.h5")
+    out["dir"] = d
+    return out
+
+
+@pytest.mark.parametrize("method", ["nystroem", "rff"])
+def test_memory_cache_and_recompute_give_the_same_model(parts, tmp_path, method):
+    ds = parts["train"]
+    common = dict(C=0.5, tol=1e-6, method=method, gamma=0.05, components=64, seed=3)
+    mem, s_mem = train_linear(ds, **common)
+    assert s_mem["map_storage"] == "memory"
+    # a budget far below the mapped rows: streamed, mapped again every pass or read from disk
+    rec, s_rec = train_linear(ds, memory_budget="512KB", map_cache="recompute", **common)
+    disk, s_disk = train_linear(ds, memory_budget="512KB", map_cache="cache", cache_dir=tmp_path, **common)
+    assert s_rec["map_storage"] == "recompute" and s_disk["map_storage"] == "cache"
+    assert np.array_equal(mem.w, rec.w) and np.array_equal(mem.w, disk.w)
+    assert any(p.name.startswith("features-") for p in tmp_path.iterdir())
+    # the same cache serves another C
+    other, _ = train_linear(ds, memory_budget="512KB", map_cache="cache", cache_dir=tmp_path,
+                            **{**common, "C": 2.0})
+    again, _ = train_linear(ds, **{**common, "C": 2.0})
+    assert np.array_equal(other.w, again.w)
+
+
+@pytest.mark.parametrize("method,kernel", [("nystroem", "rbf"), ("nystroem", "poly"), ("rff", "laplacian")])
+def test_saved_model_predicts_identically_and_matches_the_mapped_oracle(parts, tmp_path, method, kernel):
+    ds = parts["train"]
+    model, s = train_linear(ds, C=1.0, tol=1e-9, method=method, kernel=kernel, gamma=0.05, components=40,
+                            normalize="zscore")
+    model.save(tmp_path / "m.h5")
+    back = streamrank.load(tmp_path / "m.h5")
+    X, y = ds.read(0, ds.n_rows)
+    assert np.array_equal(back.predict(X, ds.qid.repeat(np.diff(ds.query_ptr))), model.decision_function(X))
+    assert back.model_.method == method and back.coef_.shape == (model.fmap.n_components_,)
+    # the objective is the linear RankSVM's on the mapped rows (float32 features, as trained)
+    Phi = model.fmap.transform(model.normalizer.transform(X), dtype=np.float32).astype(np.float64)
+    dense = DenseRankSVM(Phi, y, ds.query_ptr, 1.0)
+    assert s["objective"] == pytest.approx(dense.fun(dense.solve()), rel=1e-8)
+
+
+def test_newton_cholesky_and_tron_agree_on_nystroem(parts):
+    ds = parts["train"]
+    common = dict(C=1.0, tol=1e-8, method="nystroem", gamma=0.05, components=60)
+    a, sa = train_linear(ds, solver="tron", **common)
+    b, sb = train_linear(ds, solver="newton_cholesky", **common)
+    assert sa["objective"] == pytest.approx(sb["objective"], rel=1e-10)
+
+
+def test_gamma_and_C_path_chooses_on_validation(parts):
+    model, s = train_linear(parts["train"], valid=parts["valid"], C=[0.1, 1.0], method="nystroem",
+                            gamma=[0.01, 0.2], components=32)
+    cands = s["candidates"]
+    assert [(c["gamma"], c["C"]) for c in cands] == [(0.01, 0.1), (0.01, 1.0), (0.2, 0.1), (0.2, 1.0)]
+    best = max(cands, key=lambda c: c["valid_meanndcg"])
+    assert (s["gamma"], s["C"]) == (best["gamma"], best["C"]) and model.fmap.gamma_ == best["gamma"]
+
+
+def test_cli_trains_and_predicts_with_a_map(parts, tmp_path, capsys):
+    d = parts["dir"]
+    assert main(["train", str(d / "train.h5"), "-o", str(tmp_path / "m.h5"), "--method", "rff", "--gamma", "0.05",
+                 "--components", "50", "--json", "--quiet"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["method"] == "rff" and summary["gamma"] == 0.05 and summary["components"] == 50
+    assert main(["predict", str(tmp_path / "m.h5"), str(d / "valid.h5"), "-o", str(tmp_path / "s.txt")]) == 0
+    with streamrank.open_dataset(d / "valid.h5") as v:
+        X, _ = v.read(0, v.n_rows)
+        want = streamrank.load(tmp_path / "m.h5").predict(X)
+        got = np.loadtxt(tmp_path / "s.txt")
+        assert np.array_equal(got[v.row], want)
