@@ -17,6 +17,7 @@ import numpy as np
 from tqdm import tqdm
 
 from . import _textparse as tp
+from ._threads import background
 from .errors import InputError, ParameterError
 from .h5format import DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESSION, DatasetWriter, _copy_spans
 from .textsource import DEFAULT_CHUNK_BYTES as TEXT_CHUNK_BYTES
@@ -48,42 +49,6 @@ _F32_MAX = float(np.finfo(np.float32).max)
 def _line_text(buf, ls, le, limit=200):
     text = bytes(buf[ls:le]).decode("utf-8", "replace").rstrip("\r\n")
     return text if len(text) <= limit else text[:limit] + " ..."
-
-
-def _background(iterable, maxsize):
-    """Iterate ``iterable`` in a thread, ``maxsize`` items ahead; re-raise its errors here."""
-    q = queue.Queue(maxsize=maxsize)
-    done = object()
-    stop = threading.Event()
-
-    def run():
-        try:
-            for item in iterable:
-                while not stop.is_set():
-                    try:
-                        q.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        pass
-                if stop.is_set():
-                    return
-            q.put(done)
-        except BaseException as exc:  # handed to the consumer
-            q.put(exc)
-
-    th = threading.Thread(target=run, daemon=True, name="streamrank-reader")
-    th.start()
-    try:
-        while True:
-            item = q.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        th.join()
 
 
 class _WriterThread:
@@ -304,7 +269,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
                     sizes = read_query_file(query_files[i])
                     cum = np.cumsum(sizes)
                 rows_in_file = 0
-                for buf, first_line in _background(src, maxsize=2):
+                for buf, first_line in background(src, depth=2, name="streamrank-reader"):
                     X, y, qid, comments = parser.parse(path, buf, first_line, query_files is None)
                     r = X.shape[0]
                     if query_files is not None:

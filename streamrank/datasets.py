@@ -56,13 +56,13 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import os
-import queue
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 from numba import njit
+
+from ._threads import background
 
 from .errors import ParameterError
 
@@ -489,45 +489,6 @@ def generate_batches(preset="small", *, scale=1.0, seed=0, batch_rows=65536, par
         yield blk.X(), blk.grade.astype(np.float32), blk.qid
 
 
-def _prefetch(it, depth=2):
-    """Run iterator ``it`` in a background thread, ``depth`` items ahead (order kept)."""
-    q = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    done = object()
-
-    def put(item):
-        while not stop.is_set():
-            try:
-                q.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False          # the consumer has gone away
-
-    def work():
-        try:
-            for item in it:
-                if not put(item):
-                    return
-            put(done)
-        except BaseException as exc:  # handed to the consumer
-            put(exc)
-
-    t = threading.Thread(target=work, name="streamrank-generate", daemon=True)
-    t.start()
-    try:
-        while True:
-            item = q.get()
-            if item is done:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        t.join()
-
-
 # ---------------------------------------------------------------------------------------------
 # numba kernels
 # ---------------------------------------------------------------------------------------------
@@ -737,7 +698,7 @@ def write_text(path, preset="small", *, scale=1.0, seed=0, part=0, sparse=False,
             out = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=gzip_level, mtime=0)
                    if fmt == "text.gz" else raw)
             try:
-                for blk in _prefetch(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows, part=part)):
+                for blk in background(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows, part=part)):
                     for chunk in fmtr.chunks(blk):
                         out.write(chunk)
                     stats.add(blk)
@@ -787,7 +748,7 @@ def write_hdf5(path, preset="small", *, scale=1.0, seed=0, part=0, compression=N
     try:
         with DatasetWriter(path, n_features=p.n_features, source=[{"name": name, "sha256": ""}],
                            fixed_width=True, comments=comments, extra=extra, **kw) as w:
-            for blk in _prefetch(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows, part=part)):
+            for blk in background(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows, part=part)):
                 w.append(blk.X(), blk.grade.astype(np.float32), blk.qid,
                          comments=_comments(blk) if comments else None)
                 stats.add(blk)

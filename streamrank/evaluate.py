@@ -2,7 +2,6 @@
 
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 
 import h5py

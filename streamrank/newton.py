@@ -18,7 +18,7 @@ import time
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from .tron import TronState
+from .tron import start_state
 
 log = logging.getLogger("streamrank.newton")
 
@@ -58,28 +58,7 @@ def line_search(line, d0):
 
 def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None):
     """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState."""
-    t0 = time.perf_counter()
-    if state is None:
-        w = np.array(w0, dtype=np.float64, copy=True)
-        calls = 1
-        if np.any(w):
-            z = np.zeros_like(w)
-            obj.fun(z)
-            gnorm0 = float(np.linalg.norm(obj.grad(z)))
-            calls = 2
-        f = obj.fun(w)
-        g = obj.grad(w)
-        gn = float(np.linalg.norm(g))
-        state = TronState(w=w, f=f, g=g, delta=0.0, gnorm0=gn if calls == 1 else gnorm0, n_fun=calls,
-                          n_grad=calls)
-    else:
-        f = obj.fun(state.w)
-        g = obj.grad(state.w)
-        if f != state.f or not np.array_equal(g, state.g):
-            from .checkpoint import CheckpointMismatch
-            raise CheckpointMismatch(f"the objective at the checkpoint's w is {f!r} here but {state.f!r} in the "
-                                     f"checkpoint: the numeric environment differs; start again without --resume")
-        t0 -= state.seconds
+    state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
     extra = describe or (lambda: "")
     if state.gnorm <= eps * state.gnorm0 or state.gnorm == 0:
         state.converged, state.message = True, "converged"

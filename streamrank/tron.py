@@ -90,6 +90,40 @@ def _trcg(hessp, g, delta, stats):
     return s, r, steps, False
 
 
+def start_state(obj, w0, state, *, delta_from_gradient):
+    """(state, t0) to begin or continue a solve; shared by TRON and Newton-Cholesky.
+
+    A new state evaluates fun/grad at w0, and at 0 as well when w0 != 0 (the stopping rule's
+    reference ||g(0)||). A resumed state's f and g are recomputed at its w and must equal the
+    stored ones bit for bit: the data and settings were checked already, so a difference means
+    another numeric environment, and continuing would not reproduce the uninterrupted run.
+    """
+    t0 = time.perf_counter()
+    if state is None:
+        w = np.array(w0, dtype=np.float64, copy=True)
+        calls = 1
+        if np.any(w):
+            z = np.zeros_like(w)
+            obj.fun(z)
+            gnorm0 = float(np.linalg.norm(obj.grad(z)))
+            calls = 2
+        f = obj.fun(w)
+        g = obj.grad(w)
+        gn = float(np.linalg.norm(g))
+        state = TronState(w=w, f=f, g=g, delta=gn if delta_from_gradient else 0.0,
+                          gnorm0=gn if calls == 1 else gnorm0, n_fun=calls, n_grad=calls)
+        return state, t0
+    f = obj.fun(state.w)
+    g = obj.grad(state.w)
+    if f != state.f or not np.array_equal(g, state.g):
+        from .checkpoint import CheckpointMismatch
+        raise CheckpointMismatch(
+            f"the objective at the checkpoint's w is {f!r} here but {state.f!r} in the checkpoint: data and "
+            f"settings match, so the numeric environment (BLAS, thread count, streamrank version) differs; "
+            f"start again without --resume")
+    return state, t0 - state.seconds
+
+
 def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None):
     """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState.
 
@@ -106,31 +140,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     describe : callable() -> str, optional
         Extra text for each log line (e.g. the objective's pass count).
     """
-    t0 = time.perf_counter()
-    if state is None:
-        w = np.array(w0, dtype=np.float64, copy=True)
-        n_calls = 1
-        if np.any(w):
-            z = np.zeros_like(w)
-            obj.fun(z)
-            gnorm0 = float(np.linalg.norm(obj.grad(z)))
-            n_calls = 2
-        f = obj.fun(w)
-        g = obj.grad(w)
-        gn = float(np.linalg.norm(g))
-        if n_calls == 1:
-            gnorm0 = gn
-        state = TronState(w=w, f=f, g=g, delta=gn, gnorm0=gnorm0, n_fun=n_calls, n_grad=n_calls)
-    else:
-        f = obj.fun(state.w)
-        g = obj.grad(state.w)
-        if f != state.f or not np.array_equal(g, state.g):
-            from .checkpoint import CheckpointMismatch
-            raise CheckpointMismatch(
-                f"the objective at the checkpoint's w is {f!r} here but {state.f!r} in the checkpoint: data and "
-                f"settings match, so the numeric environment (BLAS, thread count, streamrank version) differs; "
-                f"start again without --resume")
-        t0 -= state.seconds
+    state, t0 = start_state(obj, w0, state, delta_from_gradient=True)
     extra = describe or (lambda: "")
     if state.gnorm <= eps * state.gnorm0 or state.gnorm == 0:
         state.converged = True

@@ -1,7 +1,6 @@
 """Normalisation, the RankSVM estimator and the train -> predict -> eval command line."""
 
 import json
-import warnings
 
 import numpy as np
 import pytest
