@@ -19,15 +19,15 @@ import time
 import numpy as np
 
 from .featurecache import FeatureCache, array_digest, choose
-from .objective import SourceBlock
+from .objective import BlockSource, SourceBlock
 
 log = logging.getLogger("streamrank.mapped")
 
 MODES = ("auto", "memory", "cache", "recompute")
 
 
-class MappedSource:
-    """Iterate over SourceBlocks of mapped rows (same interface as objective.BlockSource)."""
+class MappedSource(BlockSource):
+    """Iterate over SourceBlocks of mapped rows (BlockSource with a feature map)."""
 
     def __init__(self, dataset, fmap, normalizer, *, block_bytes, memory_bytes, queries=None, levels=None,
                  cache_dir=None, mode="auto", fingerprint=None):
@@ -84,11 +84,6 @@ class MappedSource:
         shift, scale = self._identity()
         return SourceBlock(Phi, rank, block.query_ptr.copy(), block.q_start, block.q_stop, shift, scale, 0)
 
-    def blocks_meta(self):
-        if self._cache is not None:
-            return [(b.rank, b.qptr, b.q0, b.q1) for b in self._cache]
-        return self._meta
-
     def _decide(self):
         """After the first pass: cache or recompute, from the measured rates."""
         if self._disk is None or not self._disk.complete:
@@ -101,15 +96,7 @@ class MappedSource:
         self.mode, self.reason = choose(read_bps, map_rps, 4 * self.m, force=forced)
         log.info("feature cache: %s", self.reason)
 
-    def __iter__(self):
-        self.passes += 1
-        self.rows_read += self.n_rows
-        if self._cache is not None:
-            yield from self._cache
-            return
-        first = self.passes == 1
-        keep = [] if self.in_memory else None
-        meta = []
+    def _items(self, first):
         for k, (block, _, _) in enumerate(self.stream):
             if self.in_memory:
                 Phi = self._map(block, None)
@@ -122,13 +109,7 @@ class MappedSource:
                 Phi = self._map(block, self._buf[:block.n_rows])
                 if first and self._disk is not None:
                     self._disk.put(k, Phi)
-            item = self._item(Phi, block)
-            meta.append((item.rank, item.qptr, item.q0, item.q1))
-            if keep is not None:
-                keep.append(item)
-            yield item
-        self._meta = meta
-        if keep is not None:
-            self._cache = keep
-        elif first:
-            self._decide()
+            yield self._item(Phi, block)
+
+    def _after_first_pass(self):
+        self._decide()

@@ -85,16 +85,24 @@ class BlockSource:
             return [(b.rank, b.qptr, b.q0, b.q1) for b in self._cache]
         return self._meta
 
+    def _items(self, first):
+        """The SourceBlocks of one pass over the stream (subclasses map or cache them)."""
+        for block, _, _ in self.stream:
+            yield self._prepare(block)
+
+    def _after_first_pass(self):
+        """Hook: decisions that need the first pass's measurements."""
+
     def __iter__(self):
         self.passes += 1
         self.rows_read += self.n_rows
         if self._cache is not None:
             yield from self._cache
             return
+        first = self.passes == 1
         keep = [] if self.in_memory else None
         meta = []
-        for block, _, _ in self.stream:
-            item = self._prepare(block)
+        for item in self._items(first):
             meta.append((item.rank, item.qptr, item.q0, item.q1))
             if keep is not None:
                 keep.append(item)
@@ -102,6 +110,8 @@ class BlockSource:
         self._meta = meta
         if keep is not None:
             self._cache = keep
+        elif first:
+            self._after_first_pass()
 
 
 class RankObjective:
