@@ -113,7 +113,8 @@ def _cmd_train(args):
                                   degree=3 if args.degree is None else args.degree,
                                   coef0=1.0 if args.coef0 is None else args.coef0,
                                   components=1000 if args.components is None else args.components,
-                                  rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache)
+                                  rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
+                                  cache_size=args.cache_size)
     model.save(args.output)
     if not args.quiet:
         print(f"saved {args.output}: C={summary['C']:g}, objective {summary['objective']:.6e}, "
@@ -211,7 +212,10 @@ def build_parser():
     t.add_argument("--seed", type=int, default=0, metavar="S")
     t.add_argument("--normalize", choices=["none", "zscore", "query_minmax"], default="none")
     t.add_argument("--memory-budget", default="2GB", metavar="SIZE")
-    t.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
+    t.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank) "
+                   "and mapped rows are cached (default: not cached, recomputed each pass)")
+    t.add_argument("--cache-size", metavar="SIZE", help="cap on all feature caches in --cache-dir together; least "
+                   "recently used blocks are evicted (default: no cap)")
     t.add_argument("--checkpoint", metavar="DIR", help="write a checkpoint after every iteration")
     t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     t.add_argument("--json", action="store_true", help="print a JSON summary as the last line")

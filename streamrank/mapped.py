@@ -30,7 +30,7 @@ class MappedSource(BlockSource):
     """Iterate over SourceBlocks of mapped rows (BlockSource with a feature map)."""
 
     def __init__(self, dataset, fmap, normalizer, *, block_bytes, memory_bytes, queries=None, levels=None,
-                 cache_dir=None, mode="auto", fingerprint=None):
+                 cache_dir=None, mode="auto", fingerprint=None, cache_size=None):
         self.dataset = dataset
         self.fmap = fmap
         self.normalizer = normalizer
@@ -62,7 +62,7 @@ class MappedSource(BlockSource):
                    "normalize": self.normalizer.kind,
                    "normalize_arrays": array_digest(*[a for a in (self.normalizer.mean_, self.normalizer.scale_)
                                                       if a is not None])}
-            self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32)
+            self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32, size_cap=cache_size)
         self._buf = np.empty((self.stream.max_block_rows, self.m), np.float32) if not self.in_memory else None
         self._map_seconds = 0.0
         self._map_rows = 0
@@ -85,10 +85,15 @@ class MappedSource(BlockSource):
         return SourceBlock(Phi, rank, block.query_ptr.copy(), block.q_start, block.q_stop, shift, scale, 0)
 
     def _decide(self):
-        """After the first pass: cache or recompute, from the measured rates."""
-        if self._disk is None or not self._disk.complete:
+        """Cache or recompute, from measured rates: the first mapped block's rows/s against
+        reading stored block 0 back. Made after the first block, so a run that recomputes never
+        writes the rest of the cache, and a complete cache left by an earlier run is read from
+        the first pass on."""
+        if self._disk is None or self._disk.rows(0) == 0 or 0 not in self._disk.present:
             self.mode = "recompute"
-            self.reason = "no complete feature cache (no --cache-dir, or the cache was refused space)"
+            self.reason = ("no feature cache: pass --cache-dir DIR to store mapped rows" if self._disk is None
+                           else "the feature cache was refused space (--cache-size or a full disk)")
+            log.info("feature cache: %s", self.reason)
             return
         read_bps = self._disk.measure_read(0)
         map_rps = self._map_rows / max(self._map_seconds, 1e-9) if self._map_rows else float("inf")
@@ -97,19 +102,20 @@ class MappedSource(BlockSource):
         log.info("feature cache: %s", self.reason)
 
     def _items(self, first):
+        decided = not first or self.in_memory
         for k, (block, _, _) in enumerate(self.stream):
-            if self.in_memory:
-                Phi = self._map(block, None)
-            elif not first and self.mode == "cache":
-                Phi = self._disk.get(k, out=self._buf[:block.n_rows])
-                if Phi is None:  # damaged or evicted: map it again and put it back
-                    Phi = self._map(block, self._buf[:block.n_rows])
+            buf = None if self.in_memory else self._buf[:block.n_rows]
+            Phi = None
+            if decided and self.mode == "cache":
+                Phi = self._disk.get(k, out=buf)
+            if Phi is None:  # not cached yet, damaged or evicted: map it (and store it when caching)
+                Phi = self._map(block, buf)
+                if self._disk is not None and (not decided or self.mode == "cache"):
                     self._disk.put(k, Phi)
-            else:
-                Phi = self._map(block, self._buf[:block.n_rows])
-                if first and self._disk is not None:
-                    self._disk.put(k, Phi)
+            if not decided:
+                self._decide()
+                decided = True
             yield self._item(Phi, block)
 
     def _after_first_pass(self):
-        self._decide()
+        """Nothing left to decide: :meth:`_decide` ran after the first block."""

@@ -213,12 +213,15 @@ class RankObjective:
         H = np.zeros((m, m))
         done = 0
         for b, st in zip(self.source, self._states):
+            if max_rows is not None and done >= max_rows:
+                break  # a partial Hessian (timing) need not read the remaining blocks
             qp = b.qptr
             q = 0
             nq = b.q1 - b.q0
             while q < nq and (max_rows is None or done < max_rows):
                 # a group of whole queries, at least one
-                q_end = max(q + 1, int(np.searchsorted(qp, qp[q] + HESSIAN_ROWS, side="right")) - 1)
+                cap = HESSIAN_ROWS if max_rows is None else min(HESSIAN_ROWS, max_rows - done)
+                q_end = max(q + 1, int(np.searchsorted(qp, qp[q] + cap, side="right")) - 1)
                 q_end = min(q_end, nq)
                 r0, r1 = int(qp[q]), int(qp[q_end])
                 Phi = self._phi(b, r0, r1, (q, q_end))

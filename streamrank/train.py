@@ -83,7 +83,7 @@ def _metric_value(report, name):
 # TRON's expected CG steps per iteration for the cost comparison of --solver auto (LIBLINEAR's
 # experience and bench_linear.py: 8 to 40 on LETOR-like data; the low end favours TRON)
 TRON_CG_PER_ITER = 10
-AUTO_SAMPLE_ROWS = 20_000
+AUTO_SAMPLE_ROWS = 5_000
 
 
 def choose_solver(obj, w):
@@ -131,7 +131,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                  memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
-                 cache_dir=None, map_cache="auto"):
+                 cache_dir=None, map_cache="auto", cache_size=None):
     """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``method``: ``primal`` (linear), or ``nystroem`` / ``rff`` (paper 000: a feature map, then the
@@ -142,6 +142,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     ``queries``: train on the contiguous query range [q0, q1) only (tests, subsets).
     ``map_cache``: keep mapped rows in memory, on disk under ``cache_dir``, or recompute them each
     pass (``auto`` decides from the budget and measured rates; the values are the same).
+    ``cache_size``: cap on the bytes of all feature caches in ``cache_dir`` (least recently used
+    blocks are evicted; None: no cap).
     """
     t_start = time.perf_counter()
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
@@ -213,7 +215,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                                queries=(q0, q1), levels=levels)
         from .mapped import MappedSource
         return MappedSource(ds, fm, normalizer, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
-                            queries=(q0, q1), levels=levels, cache_dir=cache_dir, mode=map_cache)
+                            queries=(q0, q1), levels=levels, cache_dir=cache_dir, mode=map_cache,
+                            cache_size=cache_size)
 
     def width(gi):
         fm = feature_map(gi)

@@ -42,6 +42,44 @@ def test_memory_cache_and_recompute_give_the_same_model(parts, tmp_path, method)
     assert np.array_equal(other.w, again.w)
 
 
+@pytest.mark.parametrize("measured", ["recompute", "cache"])
+def test_auto_decides_after_the_first_block(parts, tmp_path, monkeypatch, measured):
+    """A run whose measurement says recompute writes one block, not the whole cache; a complete
+    cache left by an earlier run is read from the first pass on (only block 0 is mapped)."""
+    import streamrank.mapped as mapped
+    from streamrank.featurecache import choose
+
+    seen = []
+
+    def fake_choose(read_bps, map_rps, row_bytes, force=None):
+        seen.append((read_bps, map_rps))
+        return choose(read_bps, map_rps, row_bytes, force=force or measured)
+
+    monkeypatch.setattr(mapped, "choose", fake_choose)
+    ds = parts["train"]
+    common = dict(C=0.5, tol=1e-6, method="nystroem", gamma=0.05, components=64, seed=3,
+                  memory_budget="512KB", cache_dir=tmp_path)
+    model, summary = train_linear(ds, map_cache="auto", **common)
+    assert summary["map_storage"] == measured and len(seen) == 1 and seen[0][0] > 0
+    (cache,) = [p for p in tmp_path.iterdir() if p.name.startswith("features-")]
+    blocks = [p for p in cache.iterdir() if p.name.startswith("block-")]
+    if measured == "recompute":
+        assert len(blocks) == 1
+        return
+    assert len(blocks) > 2
+    mapped_rows = []
+    orig_map = mapped.MappedSource._map
+
+    def counting_map(self, block, out):
+        mapped_rows.append(block.X.shape[0])
+        return orig_map(self, block, out)
+
+    monkeypatch.setattr(mapped.MappedSource, "_map", counting_map)
+    again, _ = train_linear(ds, map_cache="auto", **common)
+    assert len(mapped_rows) == 1  # block 0 timed; every other block of every pass read back
+    assert np.array_equal(again.w, model.w)
+
+
 @pytest.mark.parametrize("method,kernel", [("nystroem", "rbf"), ("nystroem", "poly"), ("rff", "laplacian")])
 def test_saved_model_predicts_identically_and_matches_the_mapped_oracle(parts, tmp_path, method, kernel):
     ds = parts["train"]
@@ -87,3 +125,16 @@ def test_cli_trains_and_predicts_with_a_map(parts, tmp_path, capsys):
         want = streamrank.load(tmp_path / "m.h5").predict(X)
         got = np.loadtxt(tmp_path / "s.txt")
         assert np.array_equal(got[v.row], want)
+
+
+def test_cache_size_cap_below_a_block_falls_back_to_recompute(parts, tmp_path, capsys):
+    """--cache-size too small for one mapped block: nothing stored, recomputed, the same model."""
+    base = ["train", str(parts["dir"] / "train.h5"), "--method", "nystroem", "--gamma", "0.05",
+            "--components", "64", "--C", "0.5", "--memory-budget", "512KB", "--cache-dir", str(tmp_path), "--json"]
+    assert main(base + ["--cache-size", "1KB", "-o", str(tmp_path / "capped.h5")]) == 0
+    capped = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(base + ["--map-cache", "recompute", "-o", str(tmp_path / "rec.h5")]) == 0
+    capsys.readouterr()
+    assert capped["map_storage"] == "recompute"
+    a, b = streamrank.load(tmp_path / "capped.h5"), streamrank.load(tmp_path / "rec.h5")
+    assert np.array_equal(a.coef_, b.coef_)
