@@ -15,6 +15,7 @@ stays inside the block share of the budget however wide m is.
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class MappedSource(BlockSource):
             raise ValueError("the feature cache needs --cache-dir")
         self._cache = None
         self._meta = None
+        self._ranks = {}
         self._disk = None
         if not self.in_memory and cache_dir is not None and self.mode in ("auto", "cache"):
             layout = [(int(dataset.query_ptr[a]), int(dataset.query_ptr[b]))
@@ -64,6 +66,7 @@ class MappedSource(BlockSource):
                                                       if a is not None])}
             self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32, size_cap=cache_size)
         self._buf = np.empty((self.stream.max_block_rows, self.m), np.float32) if not self.in_memory else None
+        self._buf2 = None  # the second buffer of cache reads, made on the first cached pass
         self._map_seconds = 0.0
         self._map_rows = 0
         self.reason = "mapped rows fit in memory" if self.in_memory else ""
@@ -79,8 +82,8 @@ class MappedSource(BlockSource):
         self._map_rows += block.X.shape[0]
         return Phi
 
-    def _item(self, Phi, block):
-        rank = np.searchsorted(self.levels, block.y).astype(np.int32)
+    def _item(self, Phi, block, k):
+        rank = self._rank(k, block)
         shift, scale = self._identity()
         return SourceBlock(Phi, rank, block.query_ptr.copy(), block.q_start, block.q_stop, shift, scale, 0)
 
@@ -89,6 +92,10 @@ class MappedSource(BlockSource):
         reading stored block 0 back. Made after the first block, so a run that recomputes never
         writes the rest of the cache, and a complete cache left by an earlier run is read from
         the first pass on."""
+        if self.mode == "recompute":
+            self.reason = "recompute (forced)"
+            log.info("feature cache: %s", self.reason)
+            return
         if self._disk is None or self._disk.rows(0) == 0 or 0 not in self._disk.present:
             self.mode = "recompute"
             self.reason = ("no feature cache: pass --cache-dir DIR to store mapped rows" if self._disk is None
@@ -101,8 +108,36 @@ class MappedSource(BlockSource):
         self.mode, self.reason = choose(read_bps, map_rps, 4 * self.m, force=forced)
         log.info("feature cache: %s", self.reason)
 
+    def _cached_items(self):
+        """A pass over the feature cache: block k + 1 is read (and its crc32 checked) by a
+        thread into the other of two buffers while block k is used, as QueryStream does for rows."""
+        if self._buf2 is None:
+            self._buf2 = np.empty_like(self._buf)
+        bufs = (self._buf, self._buf2)
+        n = self._disk.n_blocks
+
+        def read(k):
+            return self._disk.get(k, out=bufs[k % 2][:self._disk.rows(k)])
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamrank-cache-read")
+        try:
+            fut = pool.submit(read, 0)
+            for k, (block, _, _) in enumerate(self.stream):
+                Phi = fut.result()
+                if k + 1 < n:
+                    fut = pool.submit(read, k + 1)
+                if Phi is None:  # damaged or evicted: map it again and put it back
+                    Phi = self._map(block, bufs[k % 2][:block.n_rows])
+                    self._disk.put(k, Phi)
+                yield self._item(Phi, block, k)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
     def _items(self, first):
         decided = not first or self.in_memory
+        if decided and self.mode == "cache":
+            yield from self._cached_items()
+            return
         for k, (block, _, _) in enumerate(self.stream):
             buf = None if self.in_memory else self._buf[:block.n_rows]
             Phi = None
@@ -115,7 +150,7 @@ class MappedSource(BlockSource):
             if not decided:
                 self._decide()
                 decided = True
-            yield self._item(Phi, block)
+            yield self._item(Phi, block, k)
 
     def _after_first_pass(self):
         """Nothing left to decide: :meth:`_decide` ran after the first block."""

@@ -72,9 +72,17 @@ class BlockSource:
         self.memory_bytes = need if self.in_memory else 0
         self._cache = None
         self._meta = None
+        self._ranks = {}
 
-    def _prepare(self, block):
-        rank = np.searchsorted(self.levels, block.y).astype(np.int32)
+    def _rank(self, k, block):
+        """Label ranks of block k: computed on the first pass, kept (4 bytes a row) for the rest."""
+        rank = self._ranks.get(k)
+        if rank is None:
+            rank = self._ranks[k] = np.searchsorted(self.levels, block.y).astype(np.int32)
+        return rank
+
+    def _prepare(self, block, k):
+        rank = self._rank(k, block)
         shift, scale, mode = self.normalizer.affine(block.X, block.query_ptr)
         return SourceBlock(block.X, rank, block.query_ptr.copy(), block.q_start, block.q_stop, shift, scale, mode)
 
@@ -87,8 +95,8 @@ class BlockSource:
 
     def _items(self, first):
         """The SourceBlocks of one pass over the stream (subclasses map or cache them)."""
-        for block, _, _ in self.stream:
-            yield self._prepare(block)
+        for k, (block, _, _) in enumerate(self.stream):
+            yield self._prepare(block, k)
 
     def _after_first_pass(self):
         """Hook: decisions that need the first pass's measurements."""
