@@ -114,7 +114,7 @@ def _cmd_train(args):
                                   coef0=1.0 if args.coef0 is None else args.coef0,
                                   components=1000 if args.components is None else args.components,
                                   rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
-                                  cache_size=args.cache_size)
+                                  cache_size=args.cache_size, precondition=args.precondition)
     model.save(args.output)
     if not args.quiet:
         print(f"saved {args.output}: C={summary['C']:g}, objective {summary['objective']:.6e}, "
@@ -204,6 +204,9 @@ def build_parser():
     t.add_argument("--solver", choices=["auto", "tron", "newton_cholesky"], default="tron",
                    help="tron (default: the same bits for any memory budget), newton_cholesky, or auto "
                         "(chosen from measured pass and Hessian costs, so it may differ between runs)")
+    t.add_argument("--precondition", choices=["auto", "on", "off"], default="auto",
+                   help="TRON's CG preconditioned by the Hessian of a sample of queries: fewer CG steps and "
+                        "passes; auto = on for linear features, and for feature maps when it is cheap against a pass")
     t.add_argument("--loss", choices=["squared_hinge", "smooth_hinge"], default="squared_hinge")
     t.add_argument("--pair-cost", choices=["none", "gain_difference"], default="none")
     t.add_argument("--query-weight", choices=["none", "log_ratio"], default="none")

@@ -104,10 +104,22 @@ class BlockSource:
     def __iter__(self):
         self.passes += 1
         self.rows_read += self.n_rows
+        yield from self._blocks(first=self.passes == 1)
+
+    def head(self):
+        """The blocks of a pass, for work that stops after the first few (the preconditioner's
+        sample): not counted as a pass; ``rows_read`` counts the blocks taken. Only after a
+        first full pass."""
+        if self.passes == 0:
+            raise RuntimeError("head() needs a first full pass (the solver contract: fun before the rest)")
+        for item in self._blocks(first=False):
+            self.rows_read += item.X.shape[0]
+            yield item
+
+    def _blocks(self, first):
         if self._cache is not None:
             yield from self._cache
             return
-        first = self.passes == 1
         keep = [] if self.in_memory else None
         meta = []
         for item in self._items(first):
@@ -243,6 +255,39 @@ class RankObjective:
         H *= self.C
         H[np.diag_indices_from(H)] += 1.0
         return H
+
+    def preconditioner(self, sample_rows=None):
+        """TRON's preconditioner at the accepted point: :mod:`streamrank.precondition` (one
+        partial pass over the blocks that hold the sampled queries)."""
+        from . import precondition as pc
+        m = self.n_features
+        if m > pc.MAX_WIDTH:
+            return None
+        sample_rows = pc.sample_rows(m) if sample_rows is None else sample_rows
+        qptr = self.source.dataset.query_ptr
+        q_first = self.source.stream.bounds[0]
+        n_q = pc.sample_queries(qptr[q_first:] - qptr[q_first], sample_rows)
+        n_s = int(qptr[q_first + n_q] - qptr[q_first])
+        Phi_S = np.empty((n_s, m))
+        LPhi_S = np.empty((n_s, m))
+        got = 0
+        for b, st in zip(self.source.head(), self._states):
+            if got == n_s:
+                break
+            qp = b.qptr
+            k = min(b.q1, q_first + n_q) - b.q0  # sampled queries in this block
+            r1 = int(qp[k])
+            Phi = self._phi(b, 0, r1, (0, k))
+            state = pk.PairState(st[0][:r1].copy(), st[1][:r1].copy(), st[2][:r1].copy(), query_ptr=qp[:k + 1])
+            Phi_S[got:got + r1] = Phi
+            LPhi_S[got:got + r1] = pk.hess_prod(Phi, b.rank[:r1], qp[:k + 1], self.cost, self.mu[b.q0:b.q0 + k], state)
+            got += r1
+        # one BLAS product over the gathered sample: the same call (shape, values) for any block
+        # layout, so the same bits
+        M = Phi_S.T @ LPhi_S
+        M *= self.C * (self.source.n_rows / n_s)
+        M[np.diag_indices_from(M)] += 1.0
+        return pc.DensePreconditioner(M)
 
     def prepare_line(self, w, s):
         """One pass: u = Phi s per block, kept with the accepted scores for :meth:`line`."""

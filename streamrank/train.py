@@ -125,13 +125,14 @@ def check_config(cfg):
 
 METHODS = ("primal", "nystroem", "rff")
 MAP_CACHE_MODES = ("auto", "memory", "cache", "recompute")
+PRECONDITION_MODES = ("auto", "on", "off")
 
 
 def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_iter=1000,
                  memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
-                 cache_dir=None, map_cache="auto", cache_size=None):
+                 cache_dir=None, map_cache="auto", cache_size=None, precondition="auto"):
     """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``method``: ``primal`` (linear), or ``nystroem`` / ``rff`` (paper 000: a feature map, then the
@@ -144,11 +145,18 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     pass (``auto`` decides from the budget and measured rates; the values are the same).
     ``cache_size``: cap on the bytes of all feature caches in ``cache_dir`` (least recently used
     blocks are evicted; None: no cap).
+    ``precondition``: TRON's CG with the sampled-Hessian preconditioner of
+    :mod:`streamrank.precondition` (``on``), without (``off``), or ``auto``: by
+    ``precondition.worth_it`` (linear RankSVM always; feature maps when building the
+    preconditioner costs little against a pass).
     """
     t_start = time.perf_counter()
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
     if method not in METHODS:
         raise ParameterError(f"method must be one of {', '.join(METHODS)}; got {method!r}. Pass --method nystroem")
+    if precondition not in PRECONDITION_MODES:
+        raise ParameterError(f"precondition must be one of {', '.join(PRECONDITION_MODES)}; got {precondition!r}. "
+                             f"Pass --precondition auto")
     if map_cache not in MAP_CACHE_MODES:
         raise ParameterError(f"map_cache must be one of {', '.join(MAP_CACHE_MODES)}; got {map_cache!r}")
     if method == "primal":
@@ -165,6 +173,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
            "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
+           "precondition": precondition,
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
     if method != "primal":
@@ -291,9 +300,13 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                 write_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
                                  extra={f"w{i}": v for i, v in enumerate(path_w)}, number=n_ck[0])
 
+        kw = {}
+        if solver == "tron":
+            from .precondition import worth_it
+            kw["precondition"] = precondition == "on" or (precondition == "auto" and worth_it(source.n_rows, width(gi)))
         solve = tron if solver == "tron" else newton_cholesky
         st = solve(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
-                   describe=lambda: f"passes {total_passes + source.passes}")
+                   describe=lambda: f"passes {total_passes + source.passes}", **kw)
         tron_state = None
         cand = {"C": Ck, "gamma": None if method == "primal" else feature_map(gi).gamma_,
                 "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration, "cg_steps": st.n_cg,

@@ -90,6 +90,47 @@ def _trcg(hessp, g, delta, stats):
     return s, r, steps, False
 
 
+def _trpcg(hessp, g, delta, stats, P):
+    """Preconditioned Steihaug CG (LIBLINEAR >= 2.20's trpcg): solve H s = -g approximately inside
+    ||s||_M <= delta, M = P's matrix. It is plain CG on the transformed system
+    M^-1/2 H M^-1/2 s^ = -M^-1/2 g with s^ = M^1/2 s, so the radius and the stopping test
+    (||r^|| = sqrt(z.r) <= XI_CG ||g^||) are measured in the transformed norm. Returns
+    (s, r, steps, boundary) like :func:`_trcg`."""
+    s = np.zeros_like(g)
+    r = -g
+    z = P.solve(r)
+    d = z.copy()
+    ztr = float(z @ r)
+    cgtol = XI_CG * math.sqrt(ztr)
+    steps = 0
+    while math.sqrt(ztr) > cgtol:
+        steps += 1
+        hd = hessp(d)
+        stats.n_hessp += 1
+        dhd = float(d @ hd)
+        if dhd <= 0:
+            raise FloatingPointError(f"Hessian product is not positive definite (d.Hd = {dhd:g})")
+        alpha = ztr / dhd
+        s += alpha * d
+        if math.sqrt(P.mdot(s, s)) > delta:
+            # back to the boundary along d in the M-norm: ||s + t d||_M = delta
+            s -= alpha * d
+            std, sts, dtd = P.mdot(s, d), P.mdot(s, s), P.mdot(d, d)
+            dsq = delta * delta
+            rad = math.sqrt(max(std * std + dtd * (dsq - sts), 0.0))
+            alpha = (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+            s += alpha * d
+            r -= alpha * hd
+            return s, r, steps, True
+        r -= alpha * hd
+        z = P.solve(r)
+        znew = float(z @ r)
+        d *= znew / ztr
+        d += z
+        ztr = znew
+    return s, r, steps, False
+
+
 def start_state(obj, w0, state, *, delta_from_gradient):
     """(state, t0) to begin or continue a solve; shared by TRON and Newton-Cholesky.
 
@@ -124,7 +165,7 @@ def start_state(obj, w0, state, *, delta_from_gradient):
     return state, t0 - state.seconds
 
 
-def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None):
+def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None, precondition=False):
     """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState.
 
     Parameters
@@ -139,16 +180,30 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
         Called after every iteration (accepted or not): checkpoints, validation logging.
     describe : callable() -> str, optional
         Extra text for each log line (e.g. the objective's pass count).
+    precondition : bool
+        Use ``obj.preconditioner()`` (an object with ``solve(r)`` = M^-1 r and ``mdot(u, v)`` =
+        u^T M v, rebuilt at every accepted point) in CG, with the trust region in the M-norm.
+        The radius starts at ||g||_{M^-1}, the transformed gradient's norm; the stopping rule is
+        unchanged (||g|| <= eps ||g(0)||, plain norms).
     """
     state, t0 = start_state(obj, w0, state, delta_from_gradient=True)
+    P = obj.preconditioner() if precondition else None
+    if P is not None and state.iteration == 0 and state.n_steps == 0:
+        state.delta = math.sqrt(float(state.g @ P.solve(state.g)))
     extra = describe or (lambda: "")
     if state.gnorm <= eps * state.gnorm0 or state.gnorm == 0:
         state.converged = True
         state.message = "converged"
     # a stop recorded in the state (converged, or no progress possible) is final; max_iter is
     # not recorded, so a resumed run may be given more iterations
+    stale = False
     while not state.converged and not state.message and state.iteration < max_iter:
-        s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state)
+        if stale:
+            P, stale = obj.preconditioner(), False
+        if P is None:
+            s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state)
+        else:
+            s, r, steps, boundary = _trpcg(obj.hessp, state.g, state.delta, state, P)
         state.n_cg += steps
         w_new = state.w + s
         gs = float(state.g @ s)
@@ -156,7 +211,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
         f_new = obj.fun(w_new)
         state.n_fun += 1
         actred = state.f - f_new
-        snorm = float(np.linalg.norm(s))
+        snorm = float(np.linalg.norm(s)) if P is None else math.sqrt(P.mdot(s, s))
         if state.iteration == 0:
             state.delta = min(state.delta, snorm)
         # radius update (LIBLINEAR): alpha minimises the 1-D quadratic interpolation along s
@@ -180,6 +235,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
             state.f = f_new
             state.g = obj.grad(w_new)
             state.n_grad += 1
+            stale = P is not None  # rebuilt at the new point when another CG follows
         state.seconds = time.perf_counter() - t0
         gnorm = state.gnorm
         log.info("iter %3d f %.6e |g| %.3e CG %3d radius %.3e %s%s %.1fs", state.iteration, state.f, gnorm,

@@ -481,9 +481,9 @@ def section_out_of_core(args):
     auto_iter = args.ooc_auto_iter or None
     plan = [("tron", "auto", auto_iter, not auto_iter), ("tron", "cache", None, True)]
     if not args.ooc_quick:
-        plan += [("tron", "recompute", args.ooc_recompute_iter, True),
-                 ("newton_cholesky", "cache", args.ooc_newton_iter, True),
-                 ("auto", "cache", 1, False)]
+        plan += ([("tron", "recompute", args.ooc_recompute_iter, True)] if args.ooc_recompute_iter > 0 else []) + [
+            ("newton_cholesky", "cache", args.ooc_newton_iter, True),
+            ("auto", "cache", 1, False)]
     rows, lim_rows = [], []
     try:
         for solver, mode, max_iter, limits in plan:
@@ -529,7 +529,8 @@ def section_out_of_core(args):
                  ("hess_s", "Hessian s", "{:.1f}"), ("choose_s", "auto s", "{:.1f}"),
                  ("objective", "objective", "{:.8e}"), ("rss_fit_mb", "RSS after map fit MB", "{:,.0f}"),
                  ("rss_train_mb", "peak RSS MB", "{:,.0f}")])
-    print("1st pass = mapping every row (and writing the cache); s/pass after = mean wall time of the later "
+    print("1st pass = mapping every row (and writing the cache; a run that finds the complete cache of an "
+          "earlier run maps block 0 only, to time it, and reads the rest); s/pass after = mean wall time of the later "
           "full passes of the solver (fun+grad or a Hessian product), each timed from its first block to its "
           "last; Hessian s = one dense m x m Hessian pass of newton_cholesky; peak RSS = VmHWM at the end of "
           "training (before the limit measurements below); RSS after map fit = VmHWM right after the map's fit "
@@ -767,7 +768,8 @@ def main():
     ap.add_argument("--ooc-budget", default="2GB")
     ap.add_argument("--ooc-quick", action="store_true", help="out of core: only the two tron runs (auto probe, cache)")
     ap.add_argument("--ooc-recompute-iter", type=int, default=1,
-                    help="max_iter of the forced-recompute run (every pass maps all rows)")
+                    help="max_iter of the forced-recompute run (every pass maps all rows; 0 skips the run, "
+                         "the map rate (b) below still bounds a recomputing pass)")
     ap.add_argument("--ooc-newton-iter", type=int, default=1, help="max_iter of the newton_cholesky run")
     ap.add_argument("--ooc-auto-iter", type=int, default=1,
                     help="max_iter of the map_cache=auto probe run (0: to convergence)")

@@ -1,0 +1,69 @@
+"""A dense preconditioner for TRON's CG: the generalised Hessian estimated on a sample of queries.
+
+    M = I + C (n / n_S) sum_{q in S} Phi_q^T L_q Phi_q
+
+is H = I + C Phi^T L Phi (paper 004 (B.3); L = A^T D A at the accepted point, block diagonal by
+query) with the sum over all queries replaced by the first queries of the data, up to
+``sample_rows`` rows, scaled to all n rows. Preconditioned CG then works on M^-1/2 H M^-1/2,
+whose eigenvalues cluster near 1 when the sample represents the data: CG needs a few steps per
+Newton iteration where plain CG needs tens (measured by ``tools/bench_linear.py --precond``).
+
+The sample is fixed by the query index alone and each query's product Phi_q^T (L_q Phi_q) is its
+own BLAS call, summed in query order: M is bit-identical for any block size or memory budget, so
+the solver's trajectory is too. Rebuilt at every accepted point (one partial pass over the first
+blocks plus sample_rows x d^2 flops); worth it when d is small against n (linear RankSVM).
+"""
+
+import numpy as np
+import scipy.linalg
+
+# Rows of the first queries sampled for M (at least one whole query): enough that M's
+# eigenvalues track H's on LETOR-like data, small enough that building M costs well under a pass;
+# fewer for wide Phi, so the sample (Phi_S and L Phi_S in float64) stays within SAMPLE_BYTES
+SAMPLE_ROWS = 1 << 14
+SAMPLE_BYTES = 64 << 20
+# widest Phi preconditioned: M is d x d float64 and each CG step solves with its Cholesky factor
+MAX_WIDTH = 4096
+# --precondition auto: always on up to this width (LETOR features: 46 to 220: M costs about a
+# pass and saves most CG steps); wider (mapped features) only when building M, 2 n_S m^2 + m^3/3
+# flops at BLAS-3 speed, costs at most PASS_FLOP_RATIO times a pass's 4 n m flops, which run
+# at memory speed, an order of magnitude slower per flop (measured: tools/bench_linear.py
+# --precond; Nystroem m = 1,024 on 2.27M rows is on, m = 2,000 on MQ2008's 9,630 rows off)
+AUTO_WIDTH = 256
+PASS_FLOP_RATIO = 10
+
+
+class DensePreconditioner:
+    """``solve(r)`` = M^-1 r by Cholesky; ``mdot(u, v)`` = u^T M v."""
+
+    def __init__(self, M):
+        self.M = M
+        self._cho = scipy.linalg.cho_factor(M, lower=True, check_finite=False)
+
+    def solve(self, r):
+        return scipy.linalg.cho_solve(self._cho, r, check_finite=False)
+
+    def mdot(self, u, v):
+        return float(u @ (self.M @ v))
+
+
+
+def sample_rows(m):
+    """Rows sampled for an m-wide Phi: SAMPLE_ROWS, fewer when m is wide (a function of m only)."""
+    return max(1, min(SAMPLE_ROWS, SAMPLE_BYTES // (16 * m)))
+
+
+def sample_queries(query_ptr, rows):
+    """Number of leading queries whose rows add up to at most ``rows`` (at least 1)."""
+    k = int(np.searchsorted(query_ptr, query_ptr[0] + rows, side="right")) - 1
+    return max(1, min(k, len(query_ptr) - 1))
+
+
+def worth_it(n_rows, m):
+    """--precondition auto: a rule of shapes only, so the model does not depend on timings."""
+    if m <= AUTO_WIDTH:
+        return True
+    if m > MAX_WIDTH:
+        return False
+    n_s = min(sample_rows(m), n_rows)
+    return 2.0 * n_s * m * m + m ** 3 / 3.0 <= PASS_FLOP_RATIO * 4.0 * n_rows * m
