@@ -7,7 +7,7 @@ import sys
 from ._version import __version__
 from .errors import StreamrankError
 
-NOT_YET_METHODS = {"exact": "exact kernel RankSVM"}
+NOT_YET_METHODS = {}
 
 
 def _positive_int(name):
@@ -104,17 +104,20 @@ def _cmd_train(args):
     _setup_logging(args.quiet)
     ds = open_data(args.data, args.cache_dir, quiet=args.quiet)
     valid = open_data(args.valid, args.cache_dir, quiet=args.quiet) if args.valid else None
-    model, summary = train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
-                                  max_iter=args.max_iter, memory_budget=args.memory_budget,
-                                  pair_cost=args.pair_cost, query_weight=args.query_weight,
-                                  select_metric=args.select_metric, checkpoint=args.checkpoint,
-                                  resume=args.resume, seed=args.seed, solver=args.solver, method=args.method,
-                                  kernel=args.kernel or "rbf", gamma=args.gamma,
-                                  degree=3 if args.degree is None else args.degree,
-                                  coef0=1.0 if args.coef0 is None else args.coef0,
-                                  components=1000 if args.components is None else args.components,
-                                  rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
-                                  cache_size=args.cache_size, precondition=args.precondition)
+    if args.method == "exact":
+        model, summary = _train_exact(args, ds, valid)
+    else:
+        model, summary = train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
+                                      max_iter=args.max_iter, memory_budget=args.memory_budget,
+                                      pair_cost=args.pair_cost, query_weight=args.query_weight,
+                                      select_metric=args.select_metric, checkpoint=args.checkpoint,
+                                      resume=args.resume, seed=args.seed, solver=args.solver, method=args.method,
+                                      kernel=args.kernel or "rbf", gamma=args.gamma,
+                                      degree=3 if args.degree is None else args.degree,
+                                      coef0=1.0 if args.coef0 is None else args.coef0,
+                                      components=1000 if args.components is None else args.components,
+                                      rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
+                                      cache_size=args.cache_size, precondition=args.precondition)
     model.save(args.output)
     if not args.quiet:
         print(f"saved {args.output}: C={summary['C']:g}, objective {summary['objective']:.6e}, "
@@ -123,6 +126,25 @@ def _cmd_train(args):
     if args.json:
         print(json.dumps(summary))
     return 0
+
+
+def _train_exact(args, ds, valid):
+    """--method exact (paper 004): TRON over beta with Q = K(X, X) in a kernel cache."""
+    from .errors import ParameterError
+    from .exact import train_exact
+    for opt in ("components", "rank"):
+        if getattr(args, opt) is not None:
+            raise ParameterError(f"--{opt} applies to --method nystroem / rff, not to --method exact (which uses "
+                                 f"every training row); drop --{opt}")
+    if args.solver != "tron":
+        raise ParameterError(f"--method exact is solved by TRON only; got --solver {args.solver}. Pass --solver tron")
+    return train_exact(ds, valid=valid, C=args.C, kernel=args.kernel or "rbf", gamma=args.gamma,
+                       degree=3 if args.degree is None else args.degree,
+                       coef0=1.0 if args.coef0 is None else args.coef0, normalize=args.normalize, tol=args.tol,
+                       max_iter=args.max_iter, memory_budget=args.memory_budget, pair_cost=args.pair_cost,
+                       query_weight=args.query_weight, select_metric=args.select_metric,
+                       checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,
+                       precondition=args.precondition)
 
 
 def _cmd_predict(args):

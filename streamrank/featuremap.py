@@ -558,6 +558,9 @@ _CLASSES = {"identity": IdentityMap, "nystroem": Nystroem, "rff": RandomFourier}
 def load_map(group):
     """The feature map saved in an HDF5 group by ``to_h5`` (dispatch on its ``kind`` attr)."""
     kind = _attr_str(group.attrs.get("kind"))
+    if kind == "exact":  # exact kernel RankSVM: phi(x) = K(x, support rows)
+        from .exact_model import ExactKernelMap
+        return ExactKernelMap.from_h5(group)
     if kind not in _CLASSES:
         raise _format_error(group, f"unknown feature map kind {kind!r} (this streamrank knows "
                                    f"{', '.join(MAP_KINDS)}); upgrade streamrank")

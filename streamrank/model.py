@@ -63,6 +63,8 @@ class LinearModel:
         Xn = self.normalizer.transform(self._pad(X), query_ptr)
         if self.fmap is None:
             return Xn @ self.w
+        if hasattr(self.fmap, "scores"):  # a map that scores in chunks itself (exact kernel: K(x, S) beta)
+            return self.fmap.scores(Xn, self.w)
         # the same float32 features as in training, products in float64
         return self.fmap.transform(Xn, dtype=np.float32).astype(np.float64) @ self.w
 

@@ -32,6 +32,9 @@ class RankSVM:
         Linear, or a kernel approximation (paper 000) with ``kernel``, ``gamma`` (float or several
         with ``valid``; default 1/n_features), ``degree``, ``coef0``, ``n_components`` (m),
         ``rank`` (Nystroem truncation), ``cache_dir`` and ``map_cache`` (where mapped rows live).
+        ``exact``: exact kernel RankSVM over beta (paper 004) with ``kernel`` (PSD), ``gamma``,
+        ``degree``, ``coef0``; Q = K(X, X) in memory or under ``cache_dir``; ``block_bytes`` is then
+        the size of a stored block of Q.
     solver : {"tron", "newton_cholesky", "auto"}
         ``tron`` (default) gives the same bits for any block size or budget; ``newton_cholesky``
         forms the dense Hessian with BLAS (block layouts agree to the tolerance); ``auto`` picks
@@ -92,7 +95,8 @@ class RankSVM:
             ds, tmp = _as_dataset(X, y, qid, "train")
             vds, vtmp = (None, None) if valid is None else _as_dataset(*_valid_parts(valid), "valid")
             try:
-                model, summary = train_linear(
+                train = _train_exact if self.method == "exact" else train_linear
+                model, summary = train(
                     ds, valid=vds, C=self.C, normalize=self.normalize, tol=self.tol, max_iter=self.max_iter,
                     memory_budget=self.memory_budget, pair_cost=self.pair_cost, query_weight=self.query_weight,
                     select_metric=self.select_metric, checkpoint=self.checkpoint, resume=self.resume,
@@ -147,6 +151,14 @@ class RankSVM:
         est.objective_ = model.training.get("objective")
         est.C_ = model.training.get("C")
         return est
+
+
+def _train_exact(ds, *, solver, method, components, rank, map_cache, **kw):
+    """train_exact with the estimator's arguments (TRON only; no map settings)."""
+    from .exact import train_exact
+    if solver != "tron":
+        raise ParameterError(f"method='exact' is solved by TRON only; got solver={solver!r}. Pass solver='tron'")
+    return train_exact(ds, **kw)
 
 
 def _params_from_config(cfg):

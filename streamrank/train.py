@@ -75,6 +75,24 @@ def pair_cost_table(kind, levels):
     return lam
 
 
+def tron_state_from_checkpoint(ck):
+    """The TronState a checkpoint holds (scalars written by :func:`checkpoint_scalars`)."""
+    sc = ck["scalars"]
+    return TronState(w=ck["w"], f=sc["f"], g=ck["g"], delta=sc["delta"], gnorm0=sc["gnorm0"],
+                     iteration=sc["iteration"], n_steps=sc["n_steps"], n_cg=sc["n_cg"],
+                     n_fun=sc["n_fun"], n_grad=sc["n_grad"], n_hessp=sc["n_hessp"],
+                     seconds=sc["seconds"], history=[tuple(h) for h in sc["history"]],
+                     converged=sc.get("converged", False), message=sc.get("message", ""))
+
+
+def checkpoint_scalars(st, **extra):
+    """The JSON scalars of TronState ``st`` for a checkpoint, with the caller's ``extra``."""
+    return {"f": st.f, "delta": st.delta, "gnorm0": st.gnorm0, "iteration": st.iteration,
+            "n_steps": st.n_steps, "n_cg": st.n_cg, "n_fun": st.n_fun, "n_grad": st.n_grad,
+            "n_hessp": st.n_hessp, "seconds": st.seconds, "history": st.history,
+            "converged": st.converged, "message": st.message, **extra}
+
+
 def _metric_value(report, name):
     m = report.means
     return {"meanndcg": m["MeanNDCG"], "ndcg@10": m["NDCG@10"], "map": m["MAP"]}[name]
@@ -250,11 +268,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
             candidates = sc["candidates"]
             path_w = [ck["extra"][f"w{i}"] for i in range(len(candidates))]
             start_index = sc["C_index"]
-            tron_state = TronState(w=ck["w"], f=sc["f"], g=ck["g"], delta=sc["delta"], gnorm0=sc["gnorm0"],
-                                   iteration=sc["iteration"], n_steps=sc["n_steps"], n_cg=sc["n_cg"],
-                                   n_fun=sc["n_fun"], n_grad=sc["n_grad"], n_hessp=sc["n_hessp"],
-                                   seconds=sc["seconds"], history=[tuple(h) for h in sc["history"]],
-                                   converged=sc.get("converged", False), message=sc.get("message", ""))
+            tron_state = tron_state_from_checkpoint(ck)
             passes0 = sc["passes"]
             log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[start_index][1], tron_state.iteration)
         else:
@@ -292,11 +306,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                 log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w, gi))
             if checkpoint:
                 n_ck[0] += 1
-                scal = {"C_index": k, "f": st.f, "delta": st.delta, "gnorm0": st.gnorm0, "iteration": st.iteration,
-                        "n_steps": st.n_steps, "n_cg": st.n_cg, "n_fun": st.n_fun, "n_grad": st.n_grad,
-                        "n_hessp": st.n_hessp, "seconds": st.seconds, "history": st.history,
-                        "candidates": candidates, "passes": total_passes + source.passes,
-                        "converged": st.converged, "message": st.message, "settings": cfg}
+                scal = checkpoint_scalars(st, C_index=k, candidates=candidates, passes=total_passes + source.passes,
+                                          settings=cfg)
                 write_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
                                  extra={f"w{i}": v for i, v in enumerate(path_w)}, number=n_ck[0])
 

@@ -47,7 +47,7 @@ def test_eval_refuses_wrong_number_of_scores(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("extra,message", [
-    (["--method", "exact"], "--method exact (exact kernel RankSVM) is not available yet"),
+    (["--method", "exact", "--kernel", "sigmoid"], "kernel=sigmoid is not positive semi-definite"),
     (["--gamma", "0.5"], "--gamma applies to kernel methods; add --method nystroem or --method rff"),
     (["--method", "rff", "--kernel", "poly"], "--method rff supports --kernel rbf or laplacian"),
     (["--method", "nystroem", "--gamma", "-1"], "gamma must be > 0; got -1.0. Pass --gamma 0.03125"),

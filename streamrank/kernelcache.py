@@ -1,0 +1,249 @@
+"""The kernel matrix Q = K(X, X) of exact kernel RankSVM in row blocks, on disk and in memory.
+
+Paper 004 sec. 3.3: Q does not depend on beta, so it is computed once and stored; for large l it
+does not fit in memory, so it is split into row blocks, some kept in memory, the others read
+when needed. Here Q is computed once in query-aligned row blocks (rows of whole queries, so the
+objective can run the pair sweeps block by block), each block as K(X_b, X) in float64 (BLAS for
+the distance part, see :mod:`streamrank.kernels`) rounded once to float32, and stored with the
+file, manifest and checksum machinery of :class:`~streamrank.featurecache.FeatureCache` (one
+cache directory ``features-<key16>`` under ``--cache-dir``; a block is a ``(rows, l)`` float32
+array). The key holds the dataset fingerprint, the query range, the kernel and its parameters and
+the normalisation (with a digest of its fitted arrays): nothing about C or the solver, so every
+C of a path (and later runs) reuse the same Q. A damaged or foreign cache is discarded and
+rebuilt by FeatureCache; a block that fails its check is recomputed and stored again.
+
+Memory: the first blocks that fit in ``memory_bytes`` stay in memory (a fixed set: passes scan
+the blocks cyclically, where LRU would never hit); the others are read from disk every pass into
+three reused buffers by a background thread one block ahead (explicit reads, no memory maps:
+pages of a mapped file count in RSS). Blocks are read with ``verify="once"``: the CRC is checked
+on a block's first read in the process, then trusted while the file's inode, size and mtime are
+unchanged (a pass re-reads all of Q, and the CRC would cost about 40% of the read).
+
+Row independence: :class:`~streamrank.kernels.PreparedKernel` computes a row of K(A, X) from that
+row of A alone, so a block's rows do not depend on the layout, and neither does anything computed
+from Q.
+"""
+
+import logging
+import time
+
+import numpy as np
+
+from ._threads import background
+from .errors import ParameterError
+from .featurecache import FeatureCache, array_digest
+from .kernels import ROW_ALIGN, PreparedKernel, check_kernel, is_psd
+from .stream import plan_blocks
+
+log = logging.getLogger("streamrank.kernelcache")
+
+# float64 rows of K(A, X) made at a time while building (bounds that temporary to ~32 MB)
+BUILD_CHUNK_BYTES = 32 << 20
+# block buffers for reads from disk: the one in use, the one queued, the one being read
+READ_BUFFERS = 3
+# Q is stored as float32(K). The rounding error E = float32(K) - K has entries of RMS sigma (about
+# 2^-24 |K| / sqrt(12)) that behave like independent noise, so ||E||_2 ~ 2 sigma sqrt(l) (the
+# semicircle law), and float32(K) has negative eigenvalues down to about that where K's spectrum
+# has decayed to nothing (measured on MQ2008 rbf 2^-5: l = 618, ||E||_2 = 8.6e-7, lambda_min =
+# -1.2e-7; l = 2189: 1.6e-6 and -6.6e-7). TRON then finds directions with beta^T Q beta < 0 and
+# runs to -inf at tight tolerances, or meets d.Hd < 0 under a preconditioner. The objective
+# therefore uses Q' = float32(K) + jitter I, jitter = JITTER_FACTOR sigma sqrt(l) (the semicircle
+# edge: 5 to 7 times |lambda_min| in those measurements), sigma measured on JITTER_SAMPLE_ROWS fixed
+# rows. It moves the optimum by about jitter ||beta||^2 / 2 (3e-5 relative on that MQ2008 subset,
+# where float32 storage alone moves it 9e-7).
+JITTER_FACTOR = 2.0
+JITTER_SAMPLE_ROWS = 64
+
+
+def check_psd_kernel(kernel, gamma, degree, coef0, n_features):
+    """check_kernel, and refuse kernels whose Gram matrix need not be PSD (the objective in beta
+    is convex only for PSD Q)."""
+    kernel, gamma, degree, coef0 = check_kernel(kernel, gamma, degree, coef0, n_features=n_features)
+    if not is_psd(kernel, coef0):
+        if kernel == "poly":
+            raise ParameterError(f"kernel=poly with coef0={coef0:g} is not positive semi-definite, which exact "
+                                 f"kernel RankSVM needs; pass --coef0 0 or a positive value")
+        raise ParameterError(f"kernel={kernel} is not positive semi-definite, which exact kernel RankSVM needs "
+                             f"(its objective in beta would not be convex); pass --kernel rbf, laplacian, poly or "
+                             f"linear, or use --method nystroem for {kernel}")
+    return kernel, gamma, degree, coef0
+
+
+def read_rows(dataset, normalizer, queries, block_bytes):
+    """(Xn float64 (l, d), float32 labels (l,), local query_ptr) of queries [q0, q1), normalised."""
+    q0, q1 = queries
+    qp = dataset.query_ptr
+    l, d = int(qp[q1] - qp[q0]), dataset.n_features
+    Xn, y = np.empty((l, d)), np.empty(l, np.float32)
+    for b, start, stop in dataset.stream(block_bytes=block_bytes, queries=(q0, q1)):
+        a = start - int(qp[q0])
+        Xn[a:a + b.n_rows] = normalizer.transform(b.X, b.query_ptr)
+        y[a:a + b.n_rows] = b.y
+    return Xn, y, qp[q0:q1 + 1] - qp[q0]
+
+
+class KernelCache(FeatureCache):
+    """Row blocks of Q = K(Xn, Xn) for the rows Xn (normalised, float64) of whole queries.
+
+    Parameters
+    ----------
+    Xn : float64 (l, d)
+        Normalised training rows (model inputs).
+    query_ptr : int64 (n_queries + 1,)
+        Query offsets in Xn (blocks hold whole queries).
+    kernel, gamma, degree, coef0
+        A PSD kernel (see :func:`check_psd_kernel`).
+    key_material : dict
+        What identifies Xn: dataset fingerprint, query range, normalisation (not C).
+    block_bytes : int
+        Bytes of one stored block (float32 rows of Q); a query larger than that is a block alone.
+    memory_bytes : int
+        Bytes of blocks kept in memory.
+    cache_dir : path or None
+        None keeps Q in memory only; blocks that do not fit are then recomputed every pass.
+    """
+
+    def __init__(self, Xn, query_ptr, *, kernel, gamma, degree=3, coef0=1.0, key_material, block_bytes,
+                 memory_bytes, cache_dir=None, size_cap=None):
+        kernel, gamma, degree, coef0 = check_psd_kernel(kernel, gamma, degree, coef0, Xn.shape[1])
+        self.Xn = np.ascontiguousarray(Xn, np.float64)
+        self.query_ptr = np.asarray(query_ptr, np.int64)
+        self.kernel_params = {"kernel": kernel, "gamma": gamma, "degree": degree, "coef0": coef0}
+        l = self.Xn.shape[0]
+        self.l = l
+        self.block_queries = plan_blocks(self.query_ptr, 4 * max(l, 1), block_bytes)
+        layout = [(int(self.query_ptr[a]), int(self.query_ptr[b]))
+                  for a, b in zip(self.block_queries[:-1], self.block_queries[1:])]
+        key = {"kind": "kernel-matrix", **key_material, **self.kernel_params, "rows": l,
+               "rows_digest": array_digest(self.Xn)}
+        super().__init__(cache_dir, key, layout, l, np.float32, memory_bytes=memory_bytes, size_cap=size_cap,
+                         verify="once")
+        self._prepared = None
+        self._buffers = None
+        self.build_seconds = 0.0
+        self.computed_blocks = 0
+        self.passes = 0
+        self._jitter = None
+
+    # -- computing -------------------------------------------------------------------------------
+    def _kernel(self):
+        if self._prepared is None:
+            p = self.kernel_params
+            self._prepared = PreparedKernel(self.Xn, p["kernel"], p["gamma"], p["degree"], p["coef0"])
+        return self._prepared
+
+    def compute(self, k, out):
+        """Block k = K(Xn[a:b], Xn) rounded to float32 into ``out`` (float64 in between)."""
+        a, b = self.layout[k]
+        prep = self._kernel()
+        step = max(ROW_ALIGN, (BUILD_CHUNK_BYTES // (8 * max(self.l, 1))) // ROW_ALIGN * ROW_ALIGN)
+        step = min(step, -(-(b - a) // ROW_ALIGN) * ROW_ALIGN)
+        tmp = np.empty((step, self.l))
+        A = np.zeros((step, self.Xn.shape[1]))
+        for r in range(a, b, step):
+            n = min(step, b - r)
+            A[:n] = self.Xn[r:r + n]
+            A[n:] = 0.0  # aligned row count: each row of K(A, X) from its own row only
+            prep.into(A, tmp)
+            out[r - a:r - a + n] = tmp[:n]  # the one rounding to float32
+        self.computed_blocks += 1
+        return out
+
+    def build(self):
+        """Read the stored blocks that fit into the in-memory tier, then compute and store every
+        block not stored yet (a background thread computes the next block while this one is
+        written). Returns the seconds spent."""
+        t0 = time.perf_counter()
+        stored = set(self.present)
+        for k in sorted(stored):  # stored blocks that fit in the tier are read into it now
+            if not self.in_memory(k) and self.memory_nbytes + self._nbytes(k) <= self.memory_bytes:
+                self.get(k)
+        missing = [k for k in range(self.n_blocks)
+                   if not self.in_memory(k) and (k not in stored or k not in self.present)]
+        if self.dir is None:  # memory only: compute what the tier can hold, the rest on demand
+            room, fits = self.memory_bytes - self.memory_nbytes, []
+            for k in missing:
+                if self._nbytes(k) <= room:
+                    fits.append(k)
+                    room -= self._nbytes(k)
+            missing = fits
+        if missing:
+            bufs = [np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
+
+            def made():
+                for n, k in enumerate(missing):
+                    yield k, self.compute(k, bufs[n % READ_BUFFERS][:self.rows(k)])
+
+            for k, Qk in background(made(), depth=1, name="streamrank-kernel-build"):
+                self.put(k, Qk)
+        self.build_seconds += time.perf_counter() - t0
+        return self.build_seconds
+
+    @property
+    def jitter(self):
+        """The diagonal added to float32(K) (see JITTER_FACTOR): measured once, from fixed rows."""
+        if self._jitter is None:
+            idx = np.unique(np.linspace(0, max(self.l - 1, 0), min(self.l, JITTER_SAMPLE_ROWS)).astype(np.int64))
+            K = self._kernel()(self.Xn[idx])
+            E = K.astype(np.float32).astype(np.float64) - K
+            sigma = float(np.sqrt(np.mean(E * E))) if E.size else 0.0
+            self._jitter = JITTER_FACTOR * sigma * float(np.sqrt(self.l))
+        return self._jitter
+
+    # -- reading ---------------------------------------------------------------------------------
+    @property
+    def max_rows(self):
+        return max((b - a for a, b in self.layout), default=0)
+
+    def _nbytes(self, k):
+        return self.rows(k) * self.l * 4
+
+    def in_memory(self, k):
+        with self._state:
+            return k in self._mem
+
+    @property
+    def all_in_memory(self):
+        return all(self.in_memory(k) for k in range(self.n_blocks))
+
+    def _fetch(self, k, out):
+        Qk = self.get(k, out=out)
+        if Qk is None:  # absent, damaged or evicted: compute it again and store it
+            Qk = self.compute(k, out)
+            self.put(k, Qk)
+        return Qk
+
+    def __iter__(self):
+        """One counted pass: :meth:`blocks`."""
+        self.passes += 1
+        return self.blocks()
+
+    def blocks(self):
+        """(k, row start, row stop, read-only float32 block) for every block, in row order.
+
+        Blocks in memory are returned as they are; the others are read (or recomputed) by a
+        background thread into reused buffers, one block ahead: a block is valid until the
+        next one is asked for.
+        """
+        disk = [k for k in range(self.n_blocks) if not self.in_memory(k)]
+        if disk and self._buffers is None:
+            self._buffers = [np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
+
+        def read():
+            for n, k in enumerate(disk):
+                yield k, self._fetch(k, self._buffers[n % READ_BUFFERS][:self.rows(k)])
+
+        ahead = background(read(), depth=1, name="streamrank-kernel-prefetch") if disk else (x for x in ())
+        try:
+            for k in range(self.n_blocks):
+                if self.in_memory(k):
+                    Qk = self.get(k)
+                else:
+                    kk, Qk = next(ahead)
+                    assert kk == k
+                    Qk = Qk.view()
+                    Qk.flags.writeable = False  # one numba specialisation for every block
+                a, b = self.layout[k]
+                yield k, a, b, Qk
+        finally:
+            ahead.close()

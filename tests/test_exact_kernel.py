@@ -1,0 +1,278 @@
+"""Exact kernel RankSVM (paper 004): products, objective, solution, model file, CLI, resume."""
+
+import json
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+import qprod_oracle
+import streamrank
+from dense_oracle import DenseRankSVM, explicit_pairs
+from streamrank import _pairkernels as pk
+from streamrank import _qprod
+from streamrank.checkpoint import ABORT_ENV, ABORT_EXIT_CODE
+from streamrank.cli import main
+from streamrank.convert import convert
+from streamrank.datasets import write_hdf5
+from streamrank.exact import train_exact
+from streamrank.kernel_objective import KernelObjective
+from streamrank.kernelcache import KernelCache, read_rows
+from streamrank.kernels import kernel_matrix
+from streamrank.normalize import Normalizer
+from streamrank.train import train_linear
+
+DATA = Path(__file__).resolve().parent / "data"
+GAMMA = 0.05
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("exact")
+    for part in ("train", "valid"):
+        write_hdf5(d / f"{part}.h5", "small", seed=0, part=part, scale=0.1)
+    return d
+
+
+@pytest.fixture(scope="module")
+def ds(small):
+    with streamrank.open_dataset(small / "train.h5") as d:
+        yield d
+
+
+def problem(ds, block_bytes=10 ** 9, sub_bytes=1 << 20, C=0.7, memory_bytes=1 << 30, cache_dir=None,
+            kernel="rbf"):
+    """(KernelObjective, its Q' as float64, labels, query_ptr) of the whole dataset."""
+    Xn, y, qp = read_rows(ds, Normalizer("none"), (0, ds.n_queries), 1 << 20)
+    levels = np.unique(y)
+    kc = KernelCache(Xn, qp, kernel=kernel, gamma=GAMMA, key_material={"dataset": ds.fingerprint},
+                     block_bytes=block_bytes, memory_bytes=memory_bytes, cache_dir=cache_dir)
+    kc.build()
+    obj = KernelObjective(kc, np.searchsorted(levels, y), C=C, cost=pk.pair_cost(np.ones((len(levels),) * 2)),
+                          mu=np.ones(len(qp) - 1), sub_bytes=sub_bytes)
+    Q = kernel_matrix(Xn, kernel=kernel, gamma=GAMMA).astype(np.float32).astype(np.float64)
+    Q[np.diag_indices_from(Q)] += obj.delta  # the objective's Q' = float32(K) + jitter I
+    return obj, Q, y, qp
+
+
+class DenseBeta:
+    """(3.13) written out with explicit pairs and the dense Q (tests only)."""
+
+    def __init__(self, Q, y, qp, C):
+        self.Q, self.C = Q, C
+        self.A, self.c = explicit_pairs(y, qp)
+
+    def fun(self, b):
+        m = np.maximum(0.0, 1.0 - self.A @ (self.Q @ b))
+        return 0.5 * b @ self.Q @ b + self.C * np.sum(self.c * m * m)
+
+    def grad(self, b):
+        m = np.maximum(0.0, 1.0 - self.A @ (self.Q @ b))
+        return self.Q @ b - 2 * self.C * self.Q @ (self.A.T @ (self.c * m))
+
+    def hessp(self, b, v):  # (B.3)
+        act = (1.0 - self.A @ (self.Q @ b)) > 0
+        Aa = self.A[act]
+        return self.Q @ v + 2 * self.C * self.Q @ (Aa.T @ (self.c[act] * (Aa @ (self.Q @ v))))
+
+
+def dense_optimum(Q, y, qp, C):
+    """min of (3.13) through w-space: Q = Phi Phi^T with Phi = V S^1/2 (PSD part), same optimum."""
+    s, V = np.linalg.eigh(Q)
+    Phi = V * np.sqrt(np.maximum(s, 0.0))
+    dense = DenseRankSVM(Phi, y, qp, C)
+    return dense.fun(dense.solve())
+
+
+# -- the numba products ------------------------------------------------------------------------------
+@pytest.mark.parametrize("m", [1, 7, 8, 13, 301])
+def test_products_equal_their_numpy_twins_bit_for_bit(m):
+    rng = np.random.default_rng(m)
+    Q = rng.standard_normal((37, m)).astype(np.float32)
+    Q.flags.writeable = False
+    v, t, acc = rng.standard_normal(m), rng.standard_normal(37), rng.standard_normal(m)
+    out = np.empty(37)
+    _qprod.rows_dot(Q, v, out)
+    assert np.array_equal(out, qprod_oracle.rows_dot(Q, v))
+    got = acc.copy()
+    _qprod.add_cols(Q, t, got)
+    assert np.array_equal(got, qprod_oracle.add_cols(Q, t, acc))
+    np.testing.assert_allclose(out, Q.astype(np.float64) @ v, rtol=1e-12, atol=1e-12)
+
+
+# -- the objective -------------------------------------------------------------------------------------
+def test_objective_matches_the_explicit_formulas_and_not_the_block_size(ds):
+    obj, Q, y, qp = problem(ds)
+    dense = DenseBeta(Q, y, qp, 0.7)
+    rng = np.random.default_rng(0)
+    beta, v = 0.05 * rng.standard_normal(len(y)), rng.standard_normal(len(y))
+    f = obj.fun(beta)
+    g = obj.grad(beta)
+    hv = obj.hessp(v)
+    assert f == pytest.approx(dense.fun(beta), rel=1e-12)
+    np.testing.assert_allclose(g, dense.grad(beta), rtol=1e-10, atol=1e-10 * np.abs(g).max())
+    np.testing.assert_allclose(hv, dense.hessp(beta, v), rtol=1e-10, atol=1e-10 * np.abs(hv).max())
+    assert obj.passes == 2  # fun + grad one pass, hessp one pass
+    # a rejected trial point does not change the active set hessp uses
+    obj.fun(beta + 5.0)
+    assert np.array_equal(obj.hessp(v), hv)
+    # one query per block and one query per sub-block, or everything at once: the same bits
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for bb, sb in ((1, 1), (20_000, 50_000), (10 ** 9, 1)):
+            other, *_ = problem(ds, block_bytes=bb, sub_bytes=sb)
+            assert other.fun(beta) == f
+            assert np.array_equal(other.grad(beta), g) and np.array_equal(other.hessp(v), hv)
+
+
+def test_gradient_and_hessian_by_differences(ds):
+    obj, Q, y, qp = problem(ds)
+    rng = np.random.default_rng(1)
+    beta, v = 0.05 * rng.standard_normal(len(y)), rng.standard_normal(len(y))
+    obj.fun(beta)
+    g = obj.grad(beta)
+    hv = obj.hessp(v)
+    h = 1e-6
+    fd = (obj.fun(beta + h * v) - obj.fun(beta - h * v)) / (2 * h)
+    assert fd == pytest.approx(g @ v, rel=1e-6)
+    # hessp = the difference of gradients along v (piecewise quadratic: exact while no pair changes side)
+    h = 1e-8
+    obj.fun(beta + h * v)
+    g1 = obj.grad(beta + h * v)
+    np.testing.assert_allclose((g1 - g) / h, hv, rtol=1e-4, atol=1e-5 * np.abs(hv).max())
+
+
+def test_solution_matches_the_dense_optimum(ds):
+    _, Q, y, qp = problem(ds)
+    model, s = train_exact(ds, C=0.7, kernel="rbf", gamma=GAMMA, tol=1e-9)
+    assert s["jitter"] == problem(ds)[0].delta > 0
+    f_star = dense_optimum(Q, y, qp, 0.7)
+    assert s["objective"] == pytest.approx(f_star, rel=1e-6)
+    # a pass per trial point (accepted or not) and per CG step, none for the preconditioner
+    assert s["passes"] >= s["iterations"] + s["cg_steps"] + 1
+
+
+@pytest.fixture
+def fold1(mq2008, tmp_path):
+    convert([mq2008 / "Fold1" / "train.txt.gz"], tmp_path / "t.h5", quiet=True)
+    with streamrank.open_dataset(tmp_path / "t.h5") as d:
+        yield d
+
+
+def test_mq2008_subset_reaches_the_dense_optimum(fold1):
+    nq = 25
+    model, s = train_exact(fold1, C=1.0, kernel="rbf", gamma=2 ** -5, tol=1e-8, queries=(0, nq))
+    X, y = fold1.read(0, int(fold1.query_ptr[nq]))
+    K = kernel_matrix(X, kernel="rbf", gamma=2 ** -5)
+    Q = K.astype(np.float32).astype(np.float64) + s["jitter"] * np.eye(len(y))
+    f_star = dense_optimum(Q, y, fold1.query_ptr[:nq + 1], 1.0)
+    assert abs(s["objective"] - f_star) / f_star < 1e-6
+    # the problem moved by float32 storage and its jitter: far below what changes a ranking
+    assert abs(dense_optimum(K, y, fold1.query_ptr[:nq + 1], 1.0) - f_star) / f_star < 1e-4
+    assert model.fmap.kind == "exact" and model.method == "exact"
+
+
+def test_linear_kernel_gives_the_linear_model(ds):
+    lin, sl = train_linear(ds, C=0.7, tol=1e-10)
+    ker, sk = train_exact(ds, C=0.7, kernel="linear", tol=1e-10)
+    assert sk["objective"] == pytest.approx(sl["objective"], rel=1e-6)
+    X, _ = ds.read(0, ds.n_rows)
+    a, b = lin.decision_function(X), ker.decision_function(X)
+    assert np.linalg.norm(a - b) <= 1e-6 * np.linalg.norm(a)
+
+
+# -- memory, disk, model file ---------------------------------------------------------------------------
+def test_streamed_from_disk_gives_the_same_model_and_predictions(ds, small, tmp_path):
+    common = dict(C=0.7, kernel="rbf", gamma=GAMMA, tol=1e-8, landmarks=100)
+    mem, sm = train_exact(ds, **common)
+    assert sm["in_memory"]
+    disk, sd = train_exact(ds, memory_budget="1MB", cache_dir=tmp_path, **common)
+    assert not sd["in_memory"]
+    assert np.array_equal(mem.w, disk.w) and sm["objective"] == sd["objective"] and sm["passes"] == sd["passes"]
+    with streamrank.open_dataset(small / "valid.h5") as v:
+        assert np.array_equal(mem.predict_dataset(v), disk.predict_dataset(v, memory_budget="1MB"))
+    # Q stays stored: another C reuses it (no kernel evaluations)
+    other, so = train_exact(ds, memory_budget="1MB", cache_dir=tmp_path, **{**common, "C": 2.0})
+    assert so["objective"] != sd["objective"] and so["kernel_seconds"] < sd["kernel_seconds"] + 1.0
+
+
+def test_model_file_round_trip_and_fixtures(ds, tmp_path):
+    model, s = train_exact(ds, C=0.7, kernel="poly", gamma=GAMMA, degree=2, coef0=0.5, tol=1e-6, normalize="zscore")
+    model.save(tmp_path / "m.h5")
+    back = streamrank.load(tmp_path / "m.h5")
+    X, _ = ds.read(0, ds.n_rows)
+    assert np.array_equal(back.predict(X), model.decision_function(X))
+    assert back.model_.method == "exact" and back.training_["support"] == len(back.coef_)
+    with h5py.File(tmp_path / "m.h5", "r") as f:
+        assert f.attrs["method"] == "exact" and f.attrs["version"] == 1
+        assert f["feature_map"].attrs["kind"] == "exact" and f["feature_map/support"].shape == (len(model.w), ds.n_features)
+    # the fixture of this kind, and the linear one, keep loading and scoring
+    fix = streamrank.load(DATA / "model_exact_v1.h5").model_
+    S = fix.fmap.support_
+    Xf = S[:5] * 0.5
+    want = kernel_matrix(fix.normalizer.transform(Xf), S, kernel="rbf", gamma=fix.fmap.gamma_).astype(np.float32)
+    np.testing.assert_allclose(fix.decision_function(Xf), want.astype(np.float64) @ fix.w, rtol=1e-12)
+    assert streamrank.load(DATA / "model_v1.h5").model_.method == "primal"
+
+
+def test_ranksvm_estimator_fits_exact(ds):
+    X, y = ds.read(0, ds.n_rows)
+    qid = np.repeat(np.arange(ds.n_queries), np.diff(ds.query_ptr))
+    est = streamrank.RankSVM(method="exact", kernel="laplacian", gamma=GAMMA, C=0.5, tol=1e-6).fit(X, y, qid)
+    model, s = train_exact(ds, C=0.5, kernel="laplacian", gamma=GAMMA, tol=1e-6)
+    assert est.objective_ == s["objective"]
+    assert np.array_equal(est.predict(X), model.decision_function(X))
+    with pytest.raises(streamrank.errors.ParameterError, match="TRON only"):
+        streamrank.RankSVM(method="exact", solver="newton_cholesky").fit(X, y, qid)
+
+
+def test_cli_trains_predicts_and_refuses_sigmoid(small, tmp_path, capsys):
+    args = ["train", str(small / "train.h5"), "-o", str(tmp_path / "m.h5"), "--method", "exact", "--kernel", "rbf",
+            "--gamma", str(GAMMA), "--C", "0.7", "--json", "--quiet"]
+    assert main(args) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["method"] == "exact" and summary["gamma"] == GAMMA and summary["passes"] > 0
+    assert main(["predict", str(tmp_path / "m.h5"), str(small / "valid.h5"), "-o", str(tmp_path / "s.txt")]) == 0
+    with streamrank.open_dataset(small / "valid.h5") as v:
+        X, _ = v.read(0, v.n_rows)
+        assert np.array_equal(np.loadtxt(tmp_path / "s.txt")[v.row], streamrank.load(tmp_path / "m.h5").predict(X))
+    capsys.readouterr()
+    assert main(args[:-4] + ["--kernel", "sigmoid", "--gamma", "0.1"]) == 2
+    err = capsys.readouterr().err
+    assert "kernel=sigmoid is not positive semi-definite" in err and "--kernel rbf" in err
+
+
+# -- kill and resume -------------------------------------------------------------------------------------
+def run_cli(args, abort=None):
+    env = {k: v for k, v in os.environ.items() if k != ABORT_ENV}
+    if abort:
+        env[ABORT_ENV] = abort
+    return subprocess.run([sys.executable, "-m", "streamrank.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_aborted_and_resumed_run_gives_the_uninterrupted_model(small, tmp_path):
+    def args(out, *extra):
+        return ["train", str(small / "train.h5"), "-o", str(out), "--method", "exact", "--gamma", str(GAMMA),
+                "--C", "0.05,0.7", "--valid", str(small / "valid.h5"), "--tol", "1e-8",
+                "--cache-dir", str(tmp_path / "cache"), "--checkpoint", str(tmp_path / "ck"), "--json", *extra]
+
+    ref = run_cli(args(tmp_path / "ref.h5")[:-3] + ["--json"])  # no checkpoint
+    assert ref.returncode == 0, ref.stderr
+    p = run_cli(args(tmp_path / "m.h5"), abort="after-iteration:3")
+    assert p.returncode == ABORT_EXIT_CODE, p.stderr
+    p = run_cli(args(tmp_path / "m.h5", "--resume"), abort="mid-checkpoint:4")
+    assert p.returncode == ABORT_EXIT_CODE, p.stderr
+    p = run_cli(args(tmp_path / "m.h5", "--resume", "--memory-budget", "64MB"))  # the budget may change
+    assert p.returncode == 0, p.stderr
+    assert "resuming from" in p.stderr
+    with h5py.File(tmp_path / "ref.h5", "r") as a, h5py.File(tmp_path / "m.h5", "r") as b:
+        assert np.array_equal(a["w"][:], b["w"][:])
+        assert np.array_equal(a["feature_map/support"][:], b["feature_map/support"][:])
+    assert json.loads(ref.stdout.strip().splitlines()[-1])["objective"] == \
+        json.loads(p.stdout.strip().splitlines()[-1])["objective"]
