@@ -149,8 +149,12 @@ class RankObjective:
         Query weights, indexed by the dataset's query number.
     """
 
-    def __init__(self, source, n_features, *, C, cost, mu):
+    def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True):
         self.source = source
+        # the accepted scores, for Newton's line search (prepare_line / line): 8 bytes a row,
+        # twice while a trial point is evaluated; TRON does not need them
+        self.keep_scores = bool(keep_scores)
+        self._zbuf = None
         self.n_features = int(n_features)
         self.C = float(C)
         self.cost = cost
@@ -179,13 +183,18 @@ class RankObjective:
             st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
             loss_q = np.empty(nq)
             partials = np.empty((nq, self.n_features))
-            z = np.empty(n)
+            if self.keep_scores:
+                z = np.empty(n)
+            else:  # written by the kernel, not kept: one scratch array for every block
+                if self._zbuf is None or self._zbuf.shape[0] < n:
+                    self._zbuf = np.empty(n)
+                z = self._zbuf[:n]
             fz.fused_loss_grad(b.X, w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self._cost_args(),
                                self.mu[b.q0:b.q1], *st, loss_q, partials, z)
             loss = la.sum_in_order(loss, loss_q)
             la.add_rows_in_order(acc, partials)
             states.append(st)
-            zs.append(z)
+            zs.append(z if self.keep_scores else None)
         f = 0.5 * float(w @ w) + self.C * loss
         self._trial = (w.copy(), f, w + self.C * acc, states, loss, zs)
         return f
@@ -257,34 +266,51 @@ class RankObjective:
         return H
 
     def preconditioner(self, sample_rows=None):
-        """TRON's preconditioner at the accepted point: :mod:`streamrank.precondition` (one
-        partial pass over the blocks that hold the sampled queries)."""
+        """TRON's preconditioner at the accepted point: :mod:`streamrank.precondition` (a partial
+        pass over the blocks that hold the sampled queries).
+
+        M sums Phi_G^T (L Phi_G) over groups G of whole sampled queries fixed by the query index
+        alone (``precondition.query_groups``), each one BLAS product on rows gathered into a
+        group buffer (a group may span two blocks): the same products for any block layout, so
+        the same bits, in memory bounded by the group size rather than the sample's.
+        """
         from . import precondition as pc
         m = self.n_features
         if m > pc.MAX_WIDTH:
             return None
         sample_rows = pc.sample_rows(m) if sample_rows is None else sample_rows
         qptr = self.source.dataset.query_ptr
-        q_first = self.source.stream.bounds[0]
-        n_q = pc.sample_queries(qptr[q_first:] - qptr[q_first], sample_rows)
-        n_s = int(qptr[q_first + n_q] - qptr[q_first])
-        Phi_S = np.empty((n_s, m))
-        LPhi_S = np.empty((n_s, m))
-        got = 0
+        q_first = int(self.source.stream.bounds[0])
+        base = int(qptr[q_first])
+        groups = pc.query_groups(qptr[q_first:] - base, sample_rows, pc.group_rows(m))  # local query bounds
+        q_end = q_first + int(groups[-1])
+        n_s = int(qptr[q_end]) - base
+        width = int(np.max(np.diff(qptr[q_first + groups]))) if len(groups) > 1 else 0
+        G_phi = np.empty((width, m))
+        G_lphi = np.empty((width, m))
+        M = np.zeros((m, m))
+        g = 0            # the group being filled: queries groups[g]:groups[g + 1] (local)
+        filled = 0       # its rows gathered so far
         for b, st in zip(self.source.head(), self._states):
-            if got == n_s:
+            if b.q0 >= q_end:
                 break
-            qp = b.qptr
-            k = min(b.q1, q_first + n_q) - b.q0  # sampled queries in this block
-            r1 = int(qp[k])
-            Phi = self._phi(b, 0, r1, (0, k))
-            state = pk.PairState(st[0][:r1].copy(), st[1][:r1].copy(), st[2][:r1].copy(), query_ptr=qp[:k + 1])
-            Phi_S[got:got + r1] = Phi
-            LPhi_S[got:got + r1] = pk.hess_prod(Phi, b.rank[:r1], qp[:k + 1], self.cost, self.mu[b.q0:b.q0 + k], state)
-            got += r1
-        # one BLAS product over the gathered sample: the same call (shape, values) for any block
-        # layout, so the same bits
-        M = Phi_S.T @ LPhi_S
+            q = 0        # block-local query index
+            while q < b.q1 - b.q0 and b.q0 + q < q_end:
+                # the part of group g inside this block: queries q .. e (block-local)
+                e = min(q_first + int(groups[g + 1]), b.q1) - b.q0
+                r0, r1 = int(b.qptr[q]), int(b.qptr[e])
+                Phi = self._phi(b, r0, r1, (q, e))
+                local = b.qptr[q:e + 1] - r0
+                state = pk.PairState(st[0][r0:r1].copy(), st[1][r0:r1].copy(), st[2][r0:r1].copy(),
+                                     query_ptr=local)
+                G_phi[filled:filled + r1 - r0] = Phi
+                G_lphi[filled:filled + r1 - r0] = pk.hess_prod(Phi, b.rank[r0:r1], local, self.cost,
+                                                               self.mu[b.q0 + q:b.q0 + e], state)
+                filled += r1 - r0
+                q = e
+                if b.q0 + q == q_first + int(groups[g + 1]):  # group complete: one product
+                    M += G_phi[:filled].T @ G_lphi[:filled]
+                    g, filled = g + 1, 0
         M *= self.C * (self.source.n_rows / n_s)
         M[np.diag_indices_from(M)] += 1.0
         return pc.DensePreconditioner(M)
@@ -303,6 +329,8 @@ class RankObjective:
         """phi(t) = f(w + t s) and its first and (generalised) second derivative, from scores in
         memory (no pass over the data): z + t u goes through the pair kernels per block."""
         w, s, us = self._line
+        if not self.keep_scores:
+            raise RuntimeError("line() needs the accepted scores: make the objective with keep_scores=True")
         loss, d1, d2 = 0.0, 0.0, 0.0
         for b, z, u in zip(self.source.blocks_meta(), self._z, us):
             rank, qptr, q0, q1 = b

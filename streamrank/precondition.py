@@ -22,6 +22,10 @@ import scipy.linalg
 # fewer for wide Phi, so the sample (Phi_S and L Phi_S in float64) stays within SAMPLE_BYTES
 SAMPLE_ROWS = 1 << 14
 SAMPLE_BYTES = 64 << 20
+# rows of whole queries per BLAS product: M's temporaries (two group buffers, Phi and L Phi of a
+# group's part in a block, all float64) stay near 4 x 8 x GROUP_ROWS x m bytes
+GROUP_ROWS = 2048
+GROUP_BYTES = 8 << 20
 # widest Phi preconditioned: M is d x d float64 and each CG step solves with its Cholesky factor
 MAX_WIDTH = 4096
 # --precondition auto: always on up to this width (LETOR features: 46 to 220: M costs about a
@@ -53,10 +57,23 @@ def sample_rows(m):
     return max(1, min(SAMPLE_ROWS, SAMPLE_BYTES // (16 * m)))
 
 
-def sample_queries(query_ptr, rows):
-    """Number of leading queries whose rows add up to at most ``rows`` (at least 1)."""
-    k = int(np.searchsorted(query_ptr, query_ptr[0] + rows, side="right")) - 1
-    return max(1, min(k, len(query_ptr) - 1))
+def group_rows(m):
+    """Rows per group product for an m-wide Phi (a function of m only)."""
+    return max(1, min(GROUP_ROWS, GROUP_BYTES // (8 * m)))
+
+
+def query_groups(query_ptr, rows, per_group):
+    """Bounds (query indices into ``query_ptr``, which starts at 0) of the groups of the sample:
+    the leading queries up to ``rows`` rows (at least one), cut into groups of whole queries of
+    at most ``per_group`` rows (at least one query each)."""
+    n_q = len(query_ptr) - 1
+    end = max(1, min(int(np.searchsorted(query_ptr, rows, side="right")) - 1, n_q))
+    bounds = [0]
+    while bounds[-1] < end:
+        q = bounds[-1]
+        k = int(np.searchsorted(query_ptr, query_ptr[q] + per_group, side="right")) - 1
+        bounds.append(min(max(k, q + 1), end))
+    return np.asarray(bounds, np.int64)
 
 
 def worth_it(n_rows, m):
@@ -67,3 +84,10 @@ def worth_it(n_rows, m):
         return False
     n_s = min(sample_rows(m), n_rows)
     return 2.0 * n_s * m * m + m ** 3 / 3.0 <= PASS_FLOP_RATIO * 4.0 * n_rows * m
+
+
+def temp_bytes(m):
+    """Peak bytes of M's temporaries for an m-wide Phi (M, its factor, the group buffers)."""
+    if m > MAX_WIDTH:
+        return 0
+    return 2 * 8 * m * m + 4 * 8 * group_rows(m) * m

@@ -202,7 +202,13 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     if len(points) > 1 and valid is None:
         raise ParameterError(f"several C (and gamma) values need --valid data to choose between them; "
                              f"got C = {', '.join(map(str, Cs))}" + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
-    block_bytes = int(block_bytes or budget * BLOCK_SHARE_OF_BUDGET)
+    if not block_bytes:
+        from . import memplan
+        from .precondition import temp_bytes
+        n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
+        widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
+        block_bytes = memplan.block_bytes(budget, n_train, extra=temp_bytes(widest))
+    block_bytes = int(block_bytes)
 
     # -- one-time preparation: labels, weights, costs, normaliser ------------------------------------
     y_all = read_labels(ds)
@@ -295,7 +301,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
             solver, why = choose_solver(RankObjective(source, m, C=Ck, cost=cost, mu=mu), w)
             cfg["solver_chosen"] = solver
             log.info("solver auto: %s (%s)", solver, why)
-        obj = RankObjective(source, m, C=Ck, cost=cost, mu=mu)
+        obj = RankObjective(source, m, C=Ck, cost=cost, mu=mu, keep_scores=solver != "tron")
         log.info("C=%g: %s eps=%g on %d rows, %d queries, %d features (%s)", Ck, solver, tol, source.n_rows,
                  q1 - q0, m, f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
                  else f"rows {'re-mapped' if method != 'primal' else 're-read'} every pass in "

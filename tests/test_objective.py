@@ -199,6 +199,14 @@ def test_preconditioned_tron_on_a_quadratic():
     assert exact.n_cg < plain.n_cg
 
 
+def test_query_groups_cover_the_sample_with_whole_queries():
+    from streamrank.precondition import query_groups
+    qp = np.array([0, 5, 9, 30, 31, 40, 46])
+    assert query_groups(qp, 31, 10).tolist() == [0, 2, 3, 4]   # a 21-row query is a group alone
+    assert query_groups(qp, 3, 10).tolist() == [0, 1]          # at least one query
+    assert query_groups(qp, 1000, 1000).tolist() == [0, 6]
+
+
 def test_preconditioner_is_the_sample_hessian_and_independent_of_blocks(fold1_subset, monkeypatch):
     import streamrank.precondition as pc
     ds = fold1_subset
@@ -220,6 +228,7 @@ def test_preconditioner_is_the_sample_hessian_and_independent_of_blocks(fold1_su
     # a sample of the first queries spanning several blocks: the same bits for any layout, and
     # preconditioned TRON reaches the unpreconditioned optimum with fewer CG steps
     monkeypatch.setattr(pc, "SAMPLE_ROWS", 700)
+    monkeypatch.setattr(pc, "GROUP_ROWS", 150)  # several group products, some spanning blocks
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         one, s1 = train_linear(ds, C=1.0, tol=1e-8, queries=(0, nq), block_bytes=1, precondition="on")

@@ -34,7 +34,8 @@ def machine_facts():
 def run_child(code, timeout=3600):
     """Run python ``code`` in a fresh process; it must print one JSON dict as its last line.
 
-    Returns that dict with ``peak_rss_mb`` (the child's own VmHWM) and ``wall_s`` added.
+    Returns that dict with ``peak_rss_mb`` (the child's own VmHWM, in MB = 10^6 bytes, the unit
+    of --memory-budget) and ``wall_s`` added.
     """
     # VmHWM is this process image's own peak; ru_maxrss would carry the parent's peak across exec
     wrapper = (code + "\nimport json as _j\n"
@@ -48,7 +49,7 @@ def run_child(code, timeout=3600):
         raise RuntimeError(f"child failed:\n{p.stderr[-3000:]}")
     lines = [ln for ln in p.stdout.strip().splitlines() if ln.startswith("{")]
     out = json.loads(lines[-2]) if len(lines) >= 2 else {}
-    out["peak_rss_mb"] = json.loads(lines[-1])["_rss_kb"] / 1024
+    out["peak_rss_mb"] = json.loads(lines[-1])["_rss_kb"] * 1024 / 1e6  # VmHWM is in KiB
     out["wall_s"] = wall
     return out
 

@@ -88,7 +88,7 @@ _I = {"sources": [], "fits": [], "fit_hwm": [], "passes": [], "hess": [], "hess_
 _FLAG = [None]
 
 def _hwm_mb():
-    return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
+    return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) * 1024 / 1e6  # MB
 
 class _Src(_mp.MappedSource):
     def __init__(self, *a, **k):
@@ -496,7 +496,7 @@ def section_out_of_core(args):
             h = r["hess"]
             ch = r["choose"][0] if r["choose"] else None
             r.update(run=f"{solver}, map_cache={mode}" + (f", max_iter={max_iter}" if max_iter else ""),
-                     first=first, per_pass=per, n_rest=n_rest, rss_gb=r["rss_train_mb"] / 1024,
+                     first=first, per_pass=per, n_rest=n_rest, rss_gb=r["rss_train_mb"] / 1000,
                      per_pass_formula=((r["tron_s"] - (first or 0)) / max(r["passes"] - 1, 1)
                                        if solver == "tron" else None),
                      chosen=r["solver"], choose_s=ch["s"] if ch else None,
@@ -539,9 +539,9 @@ def section_out_of_core(args):
         if r.get("why"):
             print(f"--solver auto chose {r['chosen']} in {r['choose_s']:.1f} s: {r['why']}")
         print(f"  {r['run']}: {r.get('reason', '')}")
-    ok_rss = all(r["rss_train_mb"] / 1024 * 2**30 / 1e9 < OOC_RSS_TARGET_GB for r in rows)
+    ok_rss = all(r["rss_train_mb"] / 1000 < OOC_RSS_TARGET_GB for r in rows)
     worst = max(r["rss_train_mb"] for r in rows)
-    print(f"peak RSS: largest {worst:,.0f} MB = {worst * 2**20 / 1e9:.2f} GB vs the target {OOC_RSS_TARGET_GB} GB: "
+    print(f"peak RSS: largest {worst:,.0f} MB = {worst / 1000:.2f} GB vs the target {OOC_RSS_TARGET_GB} GB: "
           f"{'met' if ok_rss else 'NOT met'} (mapped rows {mapped / 1e9:.2f} GB)")
     if lim_rows:
         print("\nPer-pass limits measured in the same process after training:")
