@@ -42,7 +42,12 @@ def block_bytes(budget, n_rows, extra=0, resident=None):
     fixed = resident + n_rows * STATE_BYTES_PER_ROW + extra
     share = int(budget * BLOCK_SHARE_OF_BUDGET)
     left = int(((budget - resident) / HEADROOM - (fixed - resident)) / BUFFERS)
+    if left <= 0:
+        log.warning("memory budget %.1f MB is below what this run needs besides its blocks (%.1f MB resident, "
+                    "%.1f MB of per-row state): peak RSS will exceed it; blocks of %.1f MB (an eighth of it)",
+                    budget / 1e6, resident / 1e6, n_rows * STATE_BYTES_PER_ROW / 1e6, share / 1e6)
+        return max(1, share)
     if left < share:
         log.info("memory budget %.0f MB: %.0f MB resident and %.0f MB of per-row state leave %.0f MB blocks",
-                 budget / 1e6, resident / 1e6, n_rows * STATE_BYTES_PER_ROW / 1e6, max(left, 1) / 1e6)
+                 budget / 1e6, resident / 1e6, n_rows * STATE_BYTES_PER_ROW / 1e6, left / 1e6)
     return max(1, min(share, left))
