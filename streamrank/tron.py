@@ -55,6 +55,14 @@ class TronState:
         return float(np.linalg.norm(self.g))
 
 
+def _boundary_step(std, sts, dtd, delta):
+    """t >= 0 with ||s + t d|| = delta, from s.d, s.s and d.d in the trust region's norm (the
+    root of a quadratic, in the form that does not cancel for either sign of s.d)."""
+    dsq = delta * delta
+    rad = math.sqrt(max(std * std + dtd * (dsq - sts), 0.0))
+    return (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+
+
 def _trcg(hessp, g, delta, stats):
     """Approximately solve H s = -g inside ||s|| <= delta (Steihaug CG). Returns (s, r, steps, boundary)."""
     s = np.zeros_like(g)
@@ -75,10 +83,7 @@ def _trcg(hessp, g, delta, stats):
         if np.linalg.norm(s) > delta:
             # step back and go to the boundary along d: ||s + t d|| = delta
             s -= alpha * d
-            std, sts, dtd = float(s @ d), float(s @ s), float(d @ d)
-            dsq = delta * delta
-            rad = math.sqrt(max(std * std + dtd * (dsq - sts), 0.0))
-            alpha = (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+            alpha = _boundary_step(float(s @ d), float(s @ s), float(d @ d), delta)
             s += alpha * d
             r -= alpha * hd
             return s, r, steps, True
@@ -115,10 +120,7 @@ def _trpcg(hessp, g, delta, stats, P):
         if math.sqrt(P.mdot(s, s)) > delta:
             # back to the boundary along d in the M-norm: ||s + t d||_M = delta
             s -= alpha * d
-            std, sts, dtd = P.mdot(s, d), P.mdot(s, s), P.mdot(d, d)
-            dsq = delta * delta
-            rad = math.sqrt(max(std * std + dtd * (dsq - sts), 0.0))
-            alpha = (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+            alpha = _boundary_step(P.mdot(s, d), P.mdot(s, s), P.mdot(d, d), delta)
             s += alpha * d
             r -= alpha * hd
             return s, r, steps, True
