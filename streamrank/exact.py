@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 
 from . import _pairkernels as pk
-from .checkpoint import read_checkpoint, write_checkpoint
 from .errors import ParameterError
 from .exact_model import ExactKernelMap
 from .featurecache import array_digest
@@ -33,8 +32,8 @@ from .metrics import evaluate
 from .model import LinearModel
 from .normalize import Normalizer
 from .stream import BLOCK_SHARE_OF_BUDGET
-from .train import (RESUMABLE_CHANGES, _metric_value, check_config, checkpoint_scalars, pair_cost_table,
-                    query_weights, read_labels, tron_state_from_checkpoint)
+from .train import (RESUMABLE_CHANGES, _metric_value, check_config, finish_point, iteration_callback,
+                    pair_cost_table, query_weights, read_labels, resume_point)
 from .tron import tron
 from .units import format_size, parse_size
 
@@ -51,7 +50,8 @@ def memory_plan(l, d, budget, block_bytes=None, landmarks=0):
     """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``."""
     qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
     chunk = min(BUILD_CHUNK_BYTES, 8 * l * (qblock // (4 * l) + 2 * ROW_ALIGN))  # float64 rows being computed
-    precond = 16 * l * min(landmarks, l)  # U and, while it is made, K(X, X_S)
+    m = min(landmarks, l)
+    precond = 4 * l * m + 8 * m * m  # float32 U and the Cholesky factor (made before the tier fills)
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
     q_bytes = 4 * l * l
     if q_bytes + fixed + READ_BUFFERS * qblock <= budget:
@@ -80,6 +80,13 @@ class _Gram:
         if kernel == "linear":  # Q = X X^T in float64, never stored (paper 004 sec. 3.3)
             self.counter = LinearKernelObjective(Xn, rank, qp, C=1.0, cost=cost, mu=mu).source
             return
+        if landmarks:  # first: its float64 temporaries are freed before the tier of Q fills memory
+            t = time.perf_counter()
+            self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                                                  landmarks=landmarks, seed=seed)
+            self.precond_seconds = time.perf_counter() - t
+            log.info("Nystroem preconditioner: %d landmarks, rank %d, sigma %.3g, %.2f s", len(self.precond.landmarks),
+                     self.precond.rank, self.precond.sigma, self.precond_seconds)
         self.cache = c = KernelCache(Xn, qp, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
                                      key_material=key, block_bytes=qblock, memory_bytes=tier, cache_dir=where)
         c.build()
@@ -88,13 +95,6 @@ class _Gram:
                  "(%d blocks computed); jitter %.3g", kernel, gamma, c.l, c.l, c.n_blocks,
                  format_size(c.memory_nbytes), f", {c.dir}" if c.dir is not None else "", c.build_seconds,
                  c.computed_blocks, c.jitter)
-        if landmarks:
-            t = time.perf_counter()
-            self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
-                                                  landmarks=landmarks, seed=seed)
-            self.precond_seconds = time.perf_counter() - t
-            log.info("Nystroem preconditioner: %d landmarks, rank %d, sigma %.3g, %.2f s", len(self.precond.landmarks),
-                     self.precond.rank, self.precond.sigma, self.precond_seconds)
 
     def objective(self, C):
         if self.cache is None:
@@ -197,19 +197,9 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         return _metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), select_metric)
 
     # -- resume ----------------------------------------------------------------------------------------
-    candidates, path_w = [], []
-    start_index, tron_state, passes0 = 0, None, 0
     ck_cfg = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
-    if checkpoint and resume:
-        ck = read_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, warn=log.warning)
-        if ck is not None:
-            candidates = ck["scalars"]["candidates"]
-            path_w = [ck["extra"][f"w{i}"] for i in range(len(candidates))]
-            start_index, passes0 = ck["scalars"]["C_index"], ck["scalars"]["passes"]
-            tron_state = tron_state_from_checkpoint(ck)
-            log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[start_index][1], tron_state.iteration)
-        else:
-            log.info("no checkpoint in %s: starting from scratch", checkpoint)
+    candidates, path_w, start_index, tron_state, passes0 = resume_point(checkpoint if resume else None, ck_cfg,
+                                                                        ds.fingerprint, points)
 
     # -- the path of (gamma, C) points -----------------------------------------------------------------
     n_ck = [0]
@@ -230,29 +220,18 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         obj = gram.objective(Ck)
         log.info("C=%g: exact kernel TRON eps=%g on %d rows, %d queries", Ck, tol, l, q1 - q0)
 
-        def on_iteration(st, k=k, Ck=Ck, gi=gi):
-            if valid is not None:
-                log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w, gi))
-            if checkpoint:
-                n_ck[0] += 1
-                scal = checkpoint_scalars(st, C_index=k, candidates=candidates, passes=total_passes + gram.passes,
-                                          settings=cfg)
-                write_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
-                                 extra={f"w{i}": v for i, v in enumerate(path_w)}, number=n_ck[0])
+        on_iteration = iteration_callback(
+            checkpoint=checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, settings=cfg, index=k,
+            candidates=candidates, path_w=path_w, counter=n_ck, passes=lambda: total_passes + gram.passes,
+            validate=None if valid is None else (lambda st, Ck=Ck, gi=gi: log.info(
+                "    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w, gi))))
 
         pre = {"precondition": True} if gram.precond is not None else {}
         st = tron(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
                   describe=lambda: f"passes {total_passes + gram.passes}", **pre)
         tron_state = None
-        cand = {"C": Ck, "gamma": gammas[gi], "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration,
-                "cg_steps": st.n_cg, "passes": total_passes + gram.passes, "seconds": st.seconds,
-                "message": st.message}
-        if valid is not None:
-            cand["valid_" + select_metric] = score_valid(st.w, gi)
-        candidates.append(cand)
-        path_w.append(st.w.copy())
-        log.info("C=%g done: f %.6e |g| %.3e, %d iterations, %d CG steps, %s", Ck, st.f, st.gnorm, st.iteration,
-                 st.n_cg, st.message)
+        finish_point(st, C=Ck, gamma=gammas[gi], passes=total_passes + gram.passes, candidates=candidates,
+                     path_w=path_w, valid=None if valid is None else ("valid_" + select_metric, score_valid(st.w, gi)))
     total_passes += gram.passes if gram is not None else 0
     in_memory, jitter = (gram.in_memory, gram.jitter) if gram is not None else (None, None)
     if gram is not None:

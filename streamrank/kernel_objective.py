@@ -26,6 +26,9 @@ memory budget. Trial state is kept aside by ``fun`` and committed by ``grad`` ex
 Q is often singular, so beta is not unique: compare objectives, Q beta or predictions.
 """
 
+import time
+
+import numba
 import numpy as np
 
 from . import _linalg as la
@@ -37,6 +40,45 @@ from .objective import RankObjective
 # the two products. Measured on MQ2008 Fold1-sized Q (9,630 columns), a pass over 371 MB:
 # 38 ms with ~1 MB sub-blocks, 47 ms with 4 MB, 52 ms with 15 MB.
 SUB_BYTES = 1 << 20
+# Threads of a pass: the kernels start two parallel loops per sub-block, so a thread the OS
+# starves (another process on its core; streamrank run under nice) stalls every one of them:
+# measured on MQ2008 Fold1 with the other core busy, a pass took 75 ms to 3.5 s with 2 threads and
+# a steady 65 to 150 ms with 1 (38 ms with 2 threads on an idle machine). The thread count never
+# changes a result (each row and each column of the products is one thread's, in a fixed order),
+# so passes are timed and the faster count is used; the other is tried again after PROBE_EVERY
+# passes, an interval that doubles each time the probe loses.
+PROBE_EVERY = 16
+
+
+class _ThreadChooser:
+    """Pick the thread count of the next pass from the measured times of earlier ones."""
+
+    def __init__(self):
+        top = numba.get_num_threads()
+        self.options = [1, top] if top > 1 else [1]
+        self.seconds = {}
+        self.best = self.options[0]
+        self.interval = PROBE_EVERY
+        self.next_probe = PROBE_EVERY
+
+    def pick(self):
+        untried = [k for k in self.options if k not in self.seconds]
+        if untried:
+            return untried[0]
+        self.next_probe -= 1
+        if self.next_probe <= 0:
+            return next(k for k in self.options if k != self.best)
+        return self.best
+
+    def record(self, k, seconds):
+        self.seconds[k] = seconds
+        if len(self.seconds) < len(self.options):
+            return
+        best = min(self.options, key=self.seconds.get)
+        if k != self.best and self.next_probe <= 0:  # a probe: switch, or wait twice as long
+            self.interval = PROBE_EVERY if best == k else 2 * self.interval
+            self.next_probe = self.interval
+        self.best = best
 
 
 class KernelObjective(RankObjective):
@@ -61,15 +103,24 @@ class KernelObjective(RankObjective):
         self.sub_rows = max(1, int(sub_bytes) // (4 * max(qcache.l, 1)))
         self.delta = float(qcache.jitter) if jitter is None else float(jitter)
         self._precond = None
+        self._threads = _ThreadChooser()
         bq = qcache.block_queries
         self._meta = [(int(a), int(b), np.ascontiguousarray(self.query_ptr[a:b + 1] - self.query_ptr[a]))
                       for a, b in zip(bq[:-1], bq[1:])]
 
     def _pass(self):
-        """(block rows a:b, its queries qa:qb, local query offsets, the float32 block)."""
-        for k, a, b, Qk in self.source:
-            qa, qb, lqp = self._meta[k]
-            yield a, b, qa, qb, lqp, Qk
+        """(block rows a:b, its queries qa:qb, local query offsets, the float32 block), with the
+        thread count :class:`_ThreadChooser` picks for the pass."""
+        k_threads, before = self._threads.pick(), numba.get_num_threads()
+        numba.set_num_threads(k_threads)
+        t = time.perf_counter()
+        try:
+            for k, a, b, Qk in self.source:
+                qa, qb, lqp = self._meta[k]
+                yield a, b, qa, qb, lqp, Qk
+        finally:
+            numba.set_num_threads(before)
+        self._threads.record(k_threads, time.perf_counter() - t)
 
     def fun(self, beta):
         beta = np.ascontiguousarray(beta, np.float64)

@@ -14,14 +14,18 @@ the landmarks miss, spread evenly; at least 1e-12 max(s) so M is positive defini
     M^-1 r = (r - U (sigma I + U^T U)^-1 U^T r) / sigma,     u^T M v = (U^T u).(U^T v) + sigma u.v,
 
 each O(l k) with a k x k Cholesky factor made once: M does not depend on beta, so it is built
-once per Q and serves every TRON iteration and every C. Its products are BLAS calls on arrays
-whose shapes do not depend on the blocks of Q, so the run stays bit-identical for any block
-layout.
+once per Q and serves every TRON iteration and every C. U is kept in float32 (M is then exactly
+U32 U32^T + sigma I, still symmetric positive definite, with G = sigma I + U32^T U32 formed from
+the same numbers) and its products go through ``_qprod``'s fixed-order float64 kernels on one
+thread (half the bytes of float64, no thread a busy core can stall, and the same bits for any
+block layout of Q).
 """
 
+import numba
 import numpy as np
 import scipy.linalg
 
+from . import _qprod
 from .kernels import PreparedKernel
 
 # landmarks (columns of Q) by default; measured on MQ2008 Fold1 (benchmark)
@@ -50,24 +54,50 @@ class NystroemPreconditioner:
         keep = s > s.max() * m * np.finfo(np.float64).eps
         U = CS @ (V[:, keep] / np.sqrt(s[keep]))
         diag = kernel_diagonal(Xn, kernel, gamma, degree, coef0)
-        resid = diag - np.einsum("ij,ij->i", U, U)
+        del CS
+        U32 = U.astype(np.float32)
+        del U
+        U64 = U32.astype(np.float64)
+        resid = diag - np.einsum("ij,ij->i", U64, U64)
         self.sigma = max(float(resid.mean()), 1e-12 * float(s.max()))
-        self.U = np.ascontiguousarray(U)
-        self.rank = int(keep.sum())
-        self.landmarks = S
-        G = self.U.T @ self.U
+        G = U64.T @ U64
+        del U64
         G[np.diag_indices_from(G)] += self.sigma
         self._chol = scipy.linalg.cho_factor(G, lower=True)
+        U32.flags.writeable = False  # the read-only specialisation the objective uses
+        self.U = U32
+        self.rank = int(keep.sum())
+        self.landmarks = S
 
     @property
     def nbytes(self):
         return self.U.nbytes + self._chol[0].nbytes
 
+    def _ut(self, r):
+        """U^T r."""
+        out = np.zeros(self.U.shape[1])
+        _qprod.add_cols(self.U, np.ascontiguousarray(r, np.float64), out)
+        return out
+
     def solve(self, r):
         """M^-1 r."""
-        y = scipy.linalg.cho_solve(self._chol, self.U.T @ r)
-        return (r - self.U @ y) / self.sigma
+        before = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            y = scipy.linalg.cho_solve(self._chol, self._ut(r))
+            Uy = np.empty(self.U.shape[0])
+            _qprod.rows_dot(self.U, y, Uy)
+        finally:
+            numba.set_num_threads(before)
+        return (r - Uy) / self.sigma
 
     def mdot(self, u, v):
         """u^T M v."""
-        return float((self.U.T @ u) @ (self.U.T @ v)) + self.sigma * float(u @ v)
+        before = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            a = self._ut(u)
+            b = a if v is u else self._ut(v)
+        finally:
+            numba.set_num_threads(before)
+        return float(a @ b) + self.sigma * float(u @ v)

@@ -93,6 +93,49 @@ def checkpoint_scalars(st, **extra):
             "converged": st.converged, "message": st.message, **extra}
 
 
+def resume_point(checkpoint, config, fingerprint, points):
+    """(candidates, path_w, path index, TronState or None, passes so far) from the checkpoint in
+    directory ``checkpoint`` (None: start afresh); ``points`` are the path's (gamma index, C)."""
+    if checkpoint:
+        ck = read_checkpoint(checkpoint, config=config, fingerprint=fingerprint, warn=log.warning)
+        if ck is not None:
+            sc = ck["scalars"]
+            state = tron_state_from_checkpoint(ck)
+            log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[sc["C_index"]][1], state.iteration)
+            return (sc["candidates"], [ck["extra"][f"w{i}"] for i in range(len(sc["candidates"]))], sc["C_index"],
+                    state, sc["passes"])
+        log.info("no checkpoint in %s: starting from scratch", checkpoint)
+    return [], [], 0, None, 0
+
+
+def iteration_callback(*, checkpoint, config, fingerprint, settings, index, candidates, path_w, counter, passes,
+                       validate=None):
+    """TRON's callback for point ``index`` of a path: ``validate(state)`` (a log line), then a
+    checkpoint (numbered by ``counter``) holding the solver state, the finished candidates and
+    the solutions ``path_w`` of the earlier points."""
+    def on_iteration(st):
+        if validate is not None:
+            validate(st)
+        if checkpoint:
+            counter[0] += 1
+            scal = checkpoint_scalars(st, C_index=index, candidates=candidates, passes=passes(), settings=settings)
+            write_checkpoint(checkpoint, config=config, fingerprint=fingerprint, scalars=scal, w=st.w, g=st.g,
+                             extra={f"w{i}": v for i, v in enumerate(path_w)}, number=counter[0])
+    return on_iteration
+
+
+def finish_point(st, *, C, gamma, passes, candidates, path_w, valid=None):
+    """Record a solved path point: its candidate entry (with ``valid`` = (key, score)) and w."""
+    cand = {"C": C, "gamma": gamma, "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration,
+            "cg_steps": st.n_cg, "passes": passes, "seconds": st.seconds, "message": st.message}
+    if valid is not None:
+        cand[valid[0]] = valid[1]
+    candidates.append(cand)
+    path_w.append(st.w.copy())
+    log.info("C=%g done: f %.6e |g| %.3e, %d iterations, %d CG steps, %s", C, st.f, st.gnorm, st.iteration,
+             st.n_cg, st.message)
+
+
 def _metric_value(report, name):
     m = report.means
     return {"meanndcg": m["MeanNDCG"], "ndcg@10": m["NDCG@10"], "map": m["MAP"]}[name]
@@ -264,21 +307,9 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         return _metric_value(rep, select_metric)
 
     # -- resume ----------------------------------------------------------------------------------------
-    candidates, path_w = [], []
-    start_index, tron_state, passes0 = 0, None, 0
     ck_cfg = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
-    if checkpoint and resume:
-        ck = read_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, warn=log.warning)
-        if ck is not None:
-            sc = ck["scalars"]
-            candidates = sc["candidates"]
-            path_w = [ck["extra"][f"w{i}"] for i in range(len(candidates))]
-            start_index = sc["C_index"]
-            tron_state = tron_state_from_checkpoint(ck)
-            passes0 = sc["passes"]
-            log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[start_index][1], tron_state.iteration)
-        else:
-            log.info("no checkpoint in %s: starting from scratch", checkpoint)
+    candidates, path_w, start_index, tron_state, passes0 = resume_point(checkpoint if resume else None, ck_cfg,
+                                                                        ds.fingerprint, points)
 
     # -- the path of (gamma, C) points ----------------------------------------------------------------
     n_ck = [0]
@@ -307,15 +338,11 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                  else f"rows {'re-mapped' if method != 'primal' else 're-read'} every pass in "
                       f"{len(source.stream)} blocks")
 
-        def on_iteration(st, k=k, Ck=Ck, gi=gi):
-            if valid is not None:
-                log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w, gi))
-            if checkpoint:
-                n_ck[0] += 1
-                scal = checkpoint_scalars(st, C_index=k, candidates=candidates, passes=total_passes + source.passes,
-                                          settings=cfg)
-                write_checkpoint(checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, scalars=scal, w=st.w, g=st.g,
-                                 extra={f"w{i}": v for i, v in enumerate(path_w)}, number=n_ck[0])
+        on_iteration = iteration_callback(
+            checkpoint=checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, settings=cfg, index=k,
+            candidates=candidates, path_w=path_w, counter=n_ck, passes=lambda: total_passes + source.passes,
+            validate=None if valid is None else (lambda st, Ck=Ck, gi=gi: log.info(
+                "    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w, gi))))
 
         kw = {}
         if solver == "tron":
@@ -325,15 +352,9 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         st = solve(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
                    describe=lambda: f"passes {total_passes + source.passes}", **kw)
         tron_state = None
-        cand = {"C": Ck, "gamma": None if method == "primal" else feature_map(gi).gamma_,
-                "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration, "cg_steps": st.n_cg,
-                "passes": total_passes + source.passes, "seconds": st.seconds, "message": st.message}
-        if valid is not None:
-            cand["valid_" + select_metric] = score_valid(st.w, gi)
-        candidates.append(cand)
-        path_w.append(st.w.copy())
-        log.info("C=%g done: f %.6e |g| %.3e, %d iterations, %d CG steps, %s", Ck, st.f, st.gnorm, st.iteration,
-                 st.n_cg, st.message)
+        finish_point(st, C=Ck, gamma=None if method == "primal" else feature_map(gi).gamma_,
+                     passes=total_passes + source.passes, candidates=candidates, path_w=path_w,
+                     valid=None if valid is None else ("valid_" + select_metric, score_valid(st.w, gi)))
     total_passes += source.passes if source is not None else 0
 
     key = "valid_" + select_metric

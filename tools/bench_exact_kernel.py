@@ -1,0 +1,270 @@
+"""Exact kernel RankSVM (paper 004): MQ2008 Fold1 against libsvm-ranksvm, the dense optimum, the
+preconditioner's CG steps, and the generated mq2007 set out of core.
+
+    python tools/bench_exact_kernel.py --fold1       # rbf 2^-5, C=1, eps=1e-3: build, solver, TRON,
+                                                     #   passes, objective, peak RSS, letor4 test metrics
+    python tools/bench_exact_kernel.py --precond     # CG steps to reach the same objectives, with and
+                                                     #   without the Nystroem preconditioner
+    python tools/bench_exact_kernel.py --oracle      # all of Fold1 solved tight vs a dense in-memory
+                                                     #   generalised Newton on the same Q' (1e-6 rel)
+    python tools/bench_exact_kernel.py --mq2007      # generated mq2007 (seed 0, 42,158 rows, Q = 7.1 GB),
+                                                     #   --memory-budget 2GB, Q on disk under --workdir
+
+Every timed run is a fresh process (peak RSS = its VmHWM) that first loads the numba kernels by
+training on a tiny generated set (not timed). "total" is the time inside ``train_exact``: reading
+the rows, building Q (and the preconditioner), TRON. MQ2008 is read from ../shared/data/MQ2008.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _benchutil import machine_facts, run_child, table  # noqa: E402
+from bench_linear import DEFAULT_DATA, converted, have_mq2008  # noqa: E402
+
+# libsvm-ranksvm (C++, OpenMP, whole Q cached in 740 MB), measured separately on this machine
+REF = {"seconds": 46.0, "iterations": 22, "cg": 360}
+GAMMA, C, EPS = 2.0 ** -5, 1.0, 1e-3
+
+WARM = """
+import time, warnings, tempfile, pathlib
+import numpy as np
+import streamrank
+from streamrank.datasets import write_hdf5
+from streamrank.exact import train_exact
+_d = pathlib.Path(tempfile.mkdtemp())
+write_hdf5(_d / "w.h5", "small", seed=0, scale=0.1)
+with streamrank.open_dataset(_d / "w.h5") as _ds, warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    train_exact(_ds, C=1.0, tol=1e-2, landmarks=50)
+    train_exact(_ds, C=1.0, tol=1e-2, landmarks=50, memory_budget="1MB", cache_dir=_d)
+"""
+
+TRAIN = WARM + """
+import json, resource
+from streamrank.metrics import evaluate
+from streamrank.train import read_labels
+P = json.loads({params!r})
+with streamrank.open_dataset(P["train"]) as ds:
+    t = time.perf_counter()
+    model, s = train_exact(ds, **P["kw"])
+    total = time.perf_counter() - t
+R = {{k: v for k, v in s.items() if k != "candidates"}}
+R.update(total_s=total, tron_s=s["candidates"][-1]["seconds"], message=s["candidates"][-1]["message"])
+R["hwm_train_mb"] = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
+if P.get("test"):
+    with streamrank.open_dataset(P["test"]) as tds:
+        t = time.perf_counter()
+        sc = model.predict_dataset(tds)
+        R["predict_s"] = time.perf_counter() - t
+        rep = evaluate(read_labels(tds), sc[tds.row], tds.query_ptr, convention="letor4", qid=tds.qid)
+    R["test"] = {{k: float(v) for k, v in rep.means.items()}}
+print(json.dumps(R))
+"""
+
+# Fold1's rows, labels, costs and Q (all in memory) for the low-level runs below
+SETUP = WARM + """
+import json
+from streamrank import _pairkernels as pk
+from streamrank.kernelcache import KernelCache, read_rows
+from streamrank.kernel_objective import KernelObjective
+from streamrank.kernel_precond import NystroemPreconditioner
+from streamrank.normalize import Normalizer
+from streamrank.tron import tron
+P = json.loads({params!r})
+with streamrank.open_dataset(P["train"]) as ds:
+    Xn, y, qp = read_rows(ds, Normalizer("none"), (0, ds.n_queries), 1 << 26)
+    levels = np.unique(y)
+    rank = np.searchsorted(levels, y).astype(np.int32)
+    cost = pk.pair_cost(np.ones((len(levels),) * 2))
+    mu = np.ones(len(qp) - 1)
+    kc = KernelCache(Xn, qp, kernel="rbf", gamma=P["gamma"], key_material={{"dataset": ds.fingerprint}},
+                     block_bytes=64 << 20, memory_bytes=1 << 40)
+    kc.build()
+"""
+
+# TRON's trajectory with and without the preconditioner: CG steps until f first reaches a target
+PRECOND = SETUP + """
+    R = {{"jitter": kc.jitter, "runs": []}}
+    for m in P["landmarks"]:
+        obj = KernelObjective(kc, rank, C=P["C"], cost=cost, mu=mu)
+        t = time.perf_counter()
+        if m:
+            obj.set_preconditioner(NystroemPreconditioner(Xn, kernel="rbf", gamma=P["gamma"], landmarks=m))
+        tp = time.perf_counter() - t
+        st = tron(obj, np.zeros(len(y)), eps=P["eps"], max_iter=P["max_iter"], precondition=bool(m))
+        cg, traj = 0, []
+        for it, f, gn, steps, acc in st.history:
+            cg += steps
+            traj.append((cg, f))
+        R["runs"].append({{"landmarks": m, "precond_s": tp, "seconds": time.perf_counter() - t, "f": st.f,
+                          "iterations": st.iteration, "cg": st.n_cg, "message": st.message, "traj": traj,
+                          "eps1e-3_cg": next((c for c, (i, f, gn, s_, a) in zip(np.cumsum([h[3] for h in st.history]),
+                                               st.history) if gn <= 1e-3 * st.gnorm0 and a), None)}})
+print(json.dumps(R))
+"""
+
+# All of Fold1 to a tight tolerance, then the dense in-memory generalised Newton on the same Q'
+# (float32(K) + jitter I as a float64 array): d = -(I + C L Q')^-1 (beta + C dz) solves H d = -g for
+# H = Q'(I + C L Q'), with L Q' from the pair sweep with an l-wide payload, an LU solve, and
+# backtracking on f. It starts from streamrank's beta (any start reaches the same minimum; this one
+# needs a few steps of 6e11 flops each, not tens) and stops when f no longer moves in float64.
+ORACLE = SETUP + """
+import scipy.linalg
+    obj = KernelObjective(kc, rank, C=P["C"], cost=cost, mu=mu)
+    obj.set_preconditioner(NystroemPreconditioner(Xn, kernel="rbf", gamma=P["gamma"], landmarks=P["landmarks"]))
+    t = time.perf_counter()
+    st = tron(obj, np.zeros(len(y)), eps=P["tol"], max_iter=500, precondition=True)
+    R = {{"streamrank_f": st.f, "streamrank_s": time.perf_counter() - t, "iterations": st.iteration, "cg": st.n_cg,
+          "jitter": kc.jitter, "message": st.message}}
+Q = np.vstack([Qk for _, _, _, Qk in kc.blocks()]).astype(np.float64)
+Q[np.diag_indices_from(Q)] += kc.jitter
+kc.close()
+t = time.perf_counter()
+
+def fgrad(b):
+    z = Q @ b
+    loss, dz, state = pk.loss_grad(z, rank, qp, cost, mu)
+    return 0.5 * b @ z + P["C"] * loss, dz, state
+
+b = st.w.copy()
+f, dz, state = fgrad(b)
+R["f_start_dense"] = f
+for it in range(30):
+    A = pk.hess_prod(Q, rank, qp, cost, mu, state)   # L Q' with an l-wide payload
+    A *= P["C"]
+    A[np.diag_indices_from(A)] += 1.0
+    d = -scipy.linalg.solve(A, b + P["C"] * dz, overwrite_a=True, check_finite=False)
+    del A
+    gd = float((Q @ (b + P["C"] * dz)) @ d)
+    step = 1.0
+    while True:
+        f1, dz1, state1 = fgrad(b + step * d)
+        if f1 <= f + 1e-4 * step * gd or step < 1e-12:
+            break
+        step *= 0.5
+    moved = f - f1
+    if f1 <= f:
+        b, f, dz, state = b + step * d, f1, dz1, state1
+    if moved <= 1e-15 * abs(f):
+        break
+R.update(dense_f=f, dense_newton_steps=it + 1, dense_s=time.perf_counter() - t)
+R["rel"] = (R["streamrank_f"] - f) / abs(f)
+print(json.dumps(R))
+"""
+
+
+def header(title):
+    print(f"\n== {title} ==", flush=True)
+
+
+def train_row(params, timeout=3600):
+    return run_child(TRAIN.format(params=json.dumps(params)), timeout=timeout)
+
+
+def section_fold1(args):
+    header(f"MQ2008 Fold1: rbf gamma=2^-5, C={C:g}, eps={EPS:g} (libsvm-ranksvm: {REF['seconds']:.0f} s, "
+           f"{REF['iterations']} iterations, {REF['cg']} CG steps)")
+    train = converted(args.work, args.data, 1, "train")
+    test = converted(args.work, args.data, 1, "test")
+    rows = []
+    for m in (args.landmarks, 0):
+        kw = {"C": C, "kernel": "rbf", "gamma": GAMMA, "tol": EPS, "landmarks": m}
+        r = train_row({"train": str(train), "test": str(test), "kw": kw})
+        r["setting"] = f"Nystroem {m}" if m else "plain CG"
+        r.update({k: r["test"][k] for k in ("NDCG@10", "MAP", "MeanNDCG")})
+        rows.append(r)
+        print(json.dumps({k: v for k, v in r.items() if k != "test"}), flush=True)
+    table(rows, [("setting", "preconditioner", None), ("total_s", "total s", "{:.2f}"),
+                 ("kernel_seconds", "Q build s", "{:.2f}"), ("precondition_seconds", "precond s", "{:.2f}"),
+                 ("tron_s", "solver s", "{:.2f}"), ("iterations", "TRON it", "{}"), ("cg_steps", "CG", "{}"),
+                 ("passes", "passes", "{}"), ("objective", "objective", "{:.6f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
+                 ("NDCG@10", "NDCG@10", "{:.4f}"), ("MAP", "MAP", "{:.4f}"), ("MeanNDCG", "MeanNDCG", "{:.4f}")])
+    print("test metrics: letor4 convention on Fold1 test; peak RSS includes the interpreter and libraries")
+
+
+def section_precond(args):
+    header(f"CG steps with and without the Nystroem preconditioner (Fold1, rbf 2^-5, C={C:g}, run to "
+           f"eps={args.precond_eps:g})")
+    train = converted(args.work, args.data, 1, "train")
+    ms = [0] + [int(m) for m in args.precond_landmarks.split(",")]
+    r = run_child(PRECOND.format(params=json.dumps({"train": str(train), "gamma": GAMMA, "C": C,
+                                                    "eps": args.precond_eps, "max_iter": 300, "landmarks": ms})))
+    runs = r["runs"]
+    best = min(x["f"] for x in runs)
+    plain = runs[0]
+    targets = [plain["f"]] + [best * (1 + e) for e in (1e-3, 1e-4, 1e-5, 1e-6)]
+    names = ["f(plain CG at eps)"] + [f"f* (1 + {e:g})" for e in (1e-3, 1e-4, 1e-5, 1e-6)]
+    out = []
+    for x in runs:
+        row = {"setting": f"Nystroem {x['landmarks']}" if x["landmarks"] else "plain CG", "f": x["f"],
+               "it": x["iterations"], "cg": x["cg"], "s": x["seconds"], "cg_eps3": x["eps1e-3_cg"]}
+        for name, tgt in zip(names, targets):
+            row[name] = next((c for c, f in x["traj"] if f <= tgt), None)
+        out.append(row)
+    table(out, [("setting", "preconditioner", None), ("cg_eps3", "CG to eps=1e-3", "{}")]
+          + [(n, "CG to " + n, "{}") for n in names]
+          + [("cg", f"CG to eps={args.precond_eps:g}", "{}"), ("f", "f reached", "{:.8f}"), ("s", "seconds", "{:.1f}")])
+    print(f"f* = the lowest objective of these runs ({best:.8f}); blank: not reached")
+
+
+def section_oracle(args):
+    header(f"Fold1 objective vs a dense in-memory generalised Newton on the same Q' (rbf 2^-5, C={C:g})")
+    train = converted(args.work, args.data, 1, "train")
+    r = run_child(ORACLE.format(params=json.dumps({"train": str(train), "gamma": GAMMA, "C": C, "tol": args.oracle_tol,
+                                                   "landmarks": args.landmarks})), timeout=7200)
+    print(json.dumps(r))
+    print(f"streamrank (eps={args.oracle_tol:g}): {r['streamrank_f']:.10f} in {r['streamrank_s']:.1f} s "
+          f"({r['iterations']} iterations, {r['cg']} CG); dense Newton: {r['dense_f']:.10f} "
+          f"({r['dense_newton_steps']} steps, {r['dense_s']:.0f} s); relative difference {r['rel']:.2e}")
+
+
+def section_mq2007(args):
+    from bench_linear import generated
+    header(f"generated mq2007 (seed 0): rbf gamma=2^-5, C={C:g}, eps={EPS:g}, --memory-budget {args.budget}")
+    path = generated(args.work, "mq2007", 1.0)
+    kw = {"C": C, "kernel": "rbf", "gamma": GAMMA, "tol": EPS, "memory_budget": args.budget,
+          "cache_dir": str(Path(args.work) / "exact-cache"), "landmarks": args.mq2007_landmarks}
+    r = train_row({"train": str(path), "kw": kw}, timeout=7200)
+    r["setting"] = f"Nystroem {args.mq2007_landmarks}" if args.mq2007_landmarks else "plain CG"
+    print(json.dumps(r), flush=True)
+    table([r], [("setting", "preconditioner", None), ("total_s", "total s", "{:.1f}"),
+                ("kernel_seconds", "Q build s", "{:.1f}"), ("precondition_seconds", "precond s", "{:.1f}"),
+                ("tron_s", "solver s", "{:.1f}"), ("iterations", "TRON it", "{}"), ("cg_steps", "CG", "{}"),
+                ("passes", "passes", "{}"), ("objective", "objective", "{:.6f}"), ("in_memory", "Q in memory", "{}"),
+                ("peak_rss_mb", "peak RSS MB", "{:.0f}")])
+    print("targets: under 600 s, peak RSS under 2,500 MB; a second run reuses Q from the cache (no build)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fold1", action="store_true")
+    ap.add_argument("--precond", action="store_true")
+    ap.add_argument("--oracle", action="store_true")
+    ap.add_argument("--mq2007", action="store_true")
+    ap.add_argument("--data", default=str(DEFAULT_DATA))
+    ap.add_argument("--workdir", dest="work", default="bench-out")
+    ap.add_argument("--landmarks", type=int, default=1000, help="preconditioner size for --fold1")
+    ap.add_argument("--precond-landmarks", default="300,1000")
+    ap.add_argument("--precond-eps", type=float, default=1e-4)
+    ap.add_argument("--oracle-tol", type=float, default=1e-6)
+    ap.add_argument("--budget", default="2GB")
+    ap.add_argument("--mq2007-landmarks", type=int, default=1000)
+    args = ap.parse_args()
+    if not (args.fold1 or args.precond or args.oracle or args.mq2007):
+        args.fold1 = args.precond = args.oracle = True
+    print(machine_facts())
+    if (args.fold1 or args.precond or args.oracle) and not have_mq2008(args.data):
+        args.fold1 = args.precond = args.oracle = False
+    for flag, fn in (("fold1", section_fold1), ("precond", section_precond), ("oracle", section_oracle),
+                     ("mq2007", section_mq2007)):
+        if getattr(args, flag):
+            fn(args)
+
+
+if __name__ == "__main__":
+    main()
