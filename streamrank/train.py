@@ -20,7 +20,6 @@ from .metrics import evaluate
 from .model import LinearModel
 from .normalize import Normalizer
 from .objective import BlockSource, RankObjective
-from .stream import BLOCK_SHARE_OF_BUDGET
 from .newton import newton_cholesky
 from .tron import TronState, tron
 from .units import parse_size
