@@ -68,7 +68,7 @@ print(json.dumps(R))
 
 # Fold1's rows, labels, costs and Q (all in memory) for the low-level runs below
 SETUP = WARM + """
-import json
+import json, scipy.linalg
 from streamrank import _pairkernels as pk
 from streamrank.kernelcache import KernelCache, read_rows
 from streamrank.kernel_objective import KernelObjective
@@ -103,8 +103,9 @@ PRECOND = SETUP + """
             traj.append((cg, f))
         R["runs"].append({{"landmarks": m, "precond_s": tp, "seconds": time.perf_counter() - t, "f": st.f,
                           "iterations": st.iteration, "cg": st.n_cg, "message": st.message, "traj": traj,
-                          "eps1e-3_cg": next((c for c, (i, f, gn, s_, a) in zip(np.cumsum([h[3] for h in st.history]),
+                          "eps1e-3_cg": next((int(c) for c, (i, f, gn, s_, a) in zip(np.cumsum([h[3] for h in st.history]),
                                                st.history) if gn <= 1e-3 * st.gnorm0 and a), None)}})
+        print(json.dumps(R["runs"][-1]), file=__import__("sys").stderr, flush=True)
 print(json.dumps(R))
 """
 
@@ -114,7 +115,6 @@ print(json.dumps(R))
 # backtracking on f. It starts from streamrank's beta (any start reaches the same minimum; this one
 # needs a few steps of 6e11 flops each, not tens) and stops when f no longer moves in float64.
 ORACLE = SETUP + """
-import scipy.linalg
     obj = KernelObjective(kc, rank, C=P["C"], cost=cost, mu=mu)
     obj.set_preconditioner(NystroemPreconditioner(Xn, kernel="rbf", gamma=P["gamma"], landmarks=P["landmarks"]))
     t = time.perf_counter()
