@@ -55,7 +55,7 @@ with streamrank.open_dataset(P["train"]) as ds:
     total = time.perf_counter() - t
 R = {{k: v for k, v in s.items() if k != "candidates"}}
 R.update(total_s=total, tron_s=s["candidates"][-1]["seconds"], message=s["candidates"][-1]["message"])
-R["hwm_train_mb"] = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) / 1024
+R["hwm_train_mb"] = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) * 1024 / 1e6
 if P.get("test"):
     with streamrank.open_dataset(P["test"]) as tds:
         t = time.perf_counter()
