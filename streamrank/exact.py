@@ -31,6 +31,7 @@ from .kernels import ROW_ALIGN
 from .metrics import evaluate
 from .model import LinearModel
 from .normalize import Normalizer
+from . import memplan
 from .stream import BLOCK_SHARE_OF_BUDGET
 from .train import (RESUMABLE_CHANGES, _metric_value, check_config, finish_point, iteration_callback,
                     pair_cost_table, query_weights, read_labels, resume_point)
@@ -46,16 +47,24 @@ Q_BLOCK_BYTES = 64 << 20
 VECTORS_PER_ROW = 40
 
 
-def memory_plan(l, d, budget, block_bytes=None, landmarks=0):
-    """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``."""
+def memory_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
+    """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
+    the whole process: what is resident already (the interpreter, libraries) counts, as in
+    :mod:`streamrank.memplan`."""
     qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
     chunk = min(BUILD_CHUNK_BYTES, 8 * l * (qblock // (4 * l) + 2 * ROW_ALIGN))  # float64 rows being computed
     m = min(landmarks, l)
     precond = 4 * l * m + 8 * m * m  # float32 U and the Cholesky factor (made before the tier fills)
+    resident = memplan.resident_bytes() if resident is None else resident
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
     q_bytes = 4 * l * l
-    if q_bytes + fixed + READ_BUFFERS * qblock <= budget:
+    if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
         return qblock, q_bytes  # all of Q in memory
+    if resident + fixed + READ_BUFFERS * qblock <= budget:
+        fixed += resident
+    elif fixed + READ_BUFFERS * qblock <= budget:
+        log.warning("memory budget %s is below what this run needs besides Q with %s already resident: "
+                    "peak RSS will exceed it", format_size(budget), format_size(resident))
     tier = budget - fixed - READ_BUFFERS * qblock
     if tier < 0:
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
