@@ -25,7 +25,7 @@ from .errors import ParameterError
 from .exact_model import ExactKernelMap
 from .featurecache import array_digest
 from .kernel_objective import KernelObjective, LinearKernelObjective
-from .kernel_precond import DEFAULT_LANDMARKS, NystroemPreconditioner
+from .kernel_precond import A_CHUNK_BYTES, DEFAULT_LANDMARKS, NystroemPreconditioner
 from .kernelcache import BUILD_CHUNK_BYTES, READ_BUFFERS, KernelCache, check_psd_kernel, read_rows
 from .kernels import ROW_ALIGN
 from .metrics import evaluate
@@ -54,7 +54,10 @@ def memory_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
     qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
     chunk = min(BUILD_CHUNK_BYTES, 8 * l * (qblock // (4 * l) + 2 * ROW_ALIGN))  # float64 rows being computed
     m = min(landmarks, l)
-    precond = 4 * l * m + 8 * m * m  # float32 U and the Cholesky factor (made before the tier fills)
+    # float32 U, five m x m float64 matrices (U^T U, two Cholesky factors, A and its temporary) and
+    # the chunks of A's product (kernel_precond); its float64 build-time factor (8 l m) is freed
+    # before the tier of Q fills memory
+    precond = (4 * l * m + 40 * m * m + min(A_CHUNK_BYTES, 16 * l * m)) if m else 0
     resident = memplan.resident_bytes() if resident is None else resident
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
     q_bytes = 4 * l * l
@@ -89,15 +92,15 @@ class _Gram:
         if kernel == "linear":  # Q = X X^T in float64, never stored (paper 004 sec. 3.3)
             self.counter = LinearKernelObjective(Xn, rank, qp, C=1.0, cost=cost, mu=mu).source
             return
-        if landmarks:  # first: its float64 temporaries are freed before the tier of Q fills memory
-            t = time.perf_counter()
-            self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
-                                                  landmarks=landmarks, seed=seed)
-            self.precond_seconds = time.perf_counter() - t
-            log.info("Nystroem preconditioner: %d landmarks, rank %d, sigma %.3g, %.2f s", len(self.precond.landmarks),
-                     self.precond.rank, self.precond.sigma, self.precond_seconds)
         self.cache = c = KernelCache(Xn, qp, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
                                      key_material=key, block_bytes=qblock, memory_bytes=tier, cache_dir=where)
+        if landmarks:  # before Q: its float64 temporaries are freed before the tier of Q fills memory
+            t = time.perf_counter()
+            self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                                                  landmarks=landmarks, seed=seed, ridge=c.jitter)
+            self.precond_seconds = time.perf_counter() - t
+            log.info("Nystroem preconditioner: %d landmarks (randomly pivoted Cholesky), sigma %.3g, %.2f s",
+                     len(self.precond.landmarks), self.precond.sigma, self.precond_seconds)
         c.build()
         self.build_seconds = c.build_seconds
         log.info("Q = K(X, X) (%s kernel, gamma %g): %d x %d, %d blocks, %s in memory%s; built in %.2f s "

@@ -152,9 +152,14 @@ class KernelObjective(RankObjective):
         return self._z.copy()
 
     def preconditioner(self):
-        """TRON's preconditioner (``precondition`` hook): the one given to :meth:`set_preconditioner`,
-        which does not depend on beta (M ~ Q, :mod:`streamrank.kernel_precond`), or None."""
-        return self._precond
+        """TRON's preconditioner (``precondition`` hook) at the accepted point: from the one given
+        to :meth:`set_preconditioner` (M ~ Q), M ~ H with the loss's part at the accepted
+        active set (:meth:`~streamrank.kernel_precond.NystroemPreconditioner.at_point`) when
+        its ``loss_term`` is set; None without one."""
+        P = self._precond
+        if P is None or not getattr(P, "loss_term", False) or self._states is None:
+            return P
+        return P.at_point(self.C, self.rank, self.query_ptr, self.cost, self.mu, self._states)
 
     def set_preconditioner(self, P):
         self._precond = P

@@ -21,6 +21,8 @@ therefore bit-identical for any block size or memory budget, and so is the whole
 
 from dataclasses import dataclass
 
+import time
+
 import numpy as np
 
 from . import _fused as fz
@@ -55,6 +57,8 @@ class BlockSource:
     counted passes and rows are the same either way, and so are the values.
     """
 
+    read_seconds = 0.0  # time inside the stream; subclasses that map rows do not count it
+
     def __init__(self, dataset, normalizer=None, *, block_bytes, memory_bytes, queries=None, levels=None):
         self.dataset = dataset
         self.normalizer = normalizer or Normalizer("none")
@@ -68,6 +72,7 @@ class BlockSource:
         self.levels = np.asarray(levels, np.float64)
         self.passes = 0
         self.rows_read = 0
+        self.read_seconds = 0.0  # inside the stream (file reads, decoding, preparing blocks)
         self.n_rows = self.stream.n_rows
         self.memory_bytes = need if self.in_memory else 0
         self._cache = None
@@ -94,9 +99,20 @@ class BlockSource:
         return self._meta
 
     def _items(self, first):
-        """The SourceBlocks of one pass over the stream (subclasses map or cache them)."""
-        for k, (block, _, _) in enumerate(self.stream):
-            yield self._prepare(block, k)
+        """The SourceBlocks of one pass over the stream (subclasses map or cache them); the time
+        spent reading and preparing them adds to ``read_seconds``."""
+        it = iter(self.stream)
+        k = 0
+        while True:
+            t = time.perf_counter()
+            try:
+                block, _, _ = next(it)
+            except StopIteration:
+                break
+            item = self._prepare(block, k)
+            self.read_seconds += time.perf_counter() - t
+            k += 1
+            yield item
 
     def _after_first_pass(self):
         """Hook: decisions that need the first pass's measurements."""

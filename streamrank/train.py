@@ -312,12 +312,13 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
 
     # -- the path of (gamma, C) points ----------------------------------------------------------------
     n_ck = [0]
-    source, source_gi, total_passes = None, None, passes0
+    source, source_gi, total_passes, read_s = None, None, passes0, 0.0
     for k in range(start_index, len(points)):
         gi, Ck = points[k]
         if source_gi != gi:
             if source is not None:
                 total_passes += source.passes
+                read_s += source.read_seconds
             source, source_gi = make_source(gi), gi
             if k == start_index:
                 source.passes = 0
@@ -355,6 +356,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                      passes=total_passes + source.passes, candidates=candidates, path_w=path_w,
                      valid=None if valid is None else ("valid_" + select_metric, score_valid(st.w, gi)))
     total_passes += source.passes if source is not None else 0
+    read_s += source.read_seconds if source is not None else 0.0
 
     key = "valid_" + select_metric
     best = max(range(len(points)), key=lambda i: candidates[i].get(key, 0.0)) if valid is not None else len(points) - 1
@@ -362,7 +364,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     fmap = feature_map(points[best][0])
     summary = {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
                "iterations": sum(c["iterations"] for c in candidates), "passes": total_passes,
-               "seconds": time.perf_counter() - t_start, "method": method, "solver": solver,
+               "seconds": time.perf_counter() - t_start, "read_seconds": read_s, "method": method, "solver": solver,
                "C": chosen["C"], "gamma": chosen["gamma"], "in_memory": source.in_memory if source else None,
                "candidates": candidates}
     if method != "primal":

@@ -188,7 +188,7 @@ def test_linear_kernel_gives_the_linear_model(ds):
 
 # -- memory, disk, model file ---------------------------------------------------------------------------
 def test_streamed_from_disk_gives_the_same_model_and_predictions(ds, small, tmp_path):
-    common = dict(C=0.7, kernel="rbf", gamma=GAMMA, tol=1e-8, landmarks=100)
+    common = dict(C=0.7, kernel="rbf", gamma=GAMMA, tol=1e-8, landmarks=30)
     mem, sm = train_exact(ds, **common)
     assert sm["in_memory"]
     disk, sd = train_exact(ds, memory_budget="800KB", cache_dir=tmp_path, **common)

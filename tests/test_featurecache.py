@@ -266,9 +266,13 @@ def test_size_cap_evicts_least_recently_used_other_cache(tmp_path):
 
 
 def test_size_cap_smaller_than_one_cache(tmp_path):
-    cap = 15 * WIDTH * 4 + 1000  # room for the manifest and a few blocks, not all of them
-    with open_cache(tmp_path, size_cap=cap) as c:
-        stored = [c.put(k, block(k)) for k in range(4)]
+    # blocks of 7, 13, 1 and 19 rows (140, 260, 20, 380 bytes). The manifest's length varies by a
+    # few bytes (its time stamp and checksum are printed numbers), so the cap is set from the usage
+    # measured after block 0: room for block 2 and its manifest entry (~100 bytes), not for 1 or 3
+    with open_cache(tmp_path, size_cap=1 << 20) as c:
+        stored = [c.put(0, block(0))]
+        cap = c.size_cap = sum(fc._usage(tmp_path).values()) + 200
+        stored += [c.put(k, block(k)) for k in range(1, 4)]
         assert stored == [True, False, True, False] and c.stats.refused == 2
         assert sum(fc._usage(tmp_path).values()) <= cap
         assert c.dir.exists()  # never evicts itself

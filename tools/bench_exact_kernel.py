@@ -90,18 +90,21 @@ with streamrank.open_dataset(P["train"]) as ds:
 # TRON's trajectory with and without the preconditioner: CG steps until f first reaches a target
 PRECOND = SETUP + """
     R = {{"jitter": kc.jitter, "runs": []}}
-    for m in P["landmarks"]:
+    for setting in P["settings"]:
         obj = KernelObjective(kc, rank, C=P["C"], cost=cost, mu=mu)
         t = time.perf_counter()
+        m = setting["landmarks"]
         if m:
-            obj.set_preconditioner(NystroemPreconditioner(Xn, kernel="rbf", gamma=P["gamma"], landmarks=m))
+            obj.set_preconditioner(NystroemPreconditioner(Xn, kernel="rbf", gamma=P["gamma"], landmarks=m,
+                                                          select=setting["select"], loss_term=setting["loss_term"],
+                                                          ridge=kc.jitter))
         tp = time.perf_counter() - t
         st = tron(obj, np.zeros(len(y)), eps=P["eps"], max_iter=P["max_iter"], precondition=bool(m))
         cg, traj = 0, []
         for it, f, gn, steps, acc in st.history:
             cg += steps
             traj.append((cg, f))
-        R["runs"].append({{"landmarks": m, "precond_s": tp, "seconds": time.perf_counter() - t, "f": st.f,
+        R["runs"].append({{**setting, "precond_s": tp, "seconds": time.perf_counter() - t, "f": st.f,
                           "iterations": st.iteration, "cg": st.n_cg, "message": st.message, "traj": traj,
                           "eps1e-3_cg": next((int(c) for c, (i, f, gn, s_, a) in zip(np.cumsum([h[3] for h in st.history]),
                                                st.history) if gn <= 1e-3 * st.gnorm0 and a), None)}})
@@ -191,9 +194,14 @@ def section_precond(args):
     header(f"CG steps with and without the Nystroem preconditioner (Fold1, rbf 2^-5, C={C:g}, run to "
            f"eps={args.precond_eps:g})")
     train = converted(args.work, args.data, 1, "train")
-    ms = [0] + [int(m) for m in args.precond_landmarks.split(",")]
+    settings = [{"landmarks": 0, "select": None, "loss_term": False}]
+    for item in args.precond_settings.split(","):
+        kind, m = item.split(":")
+        select, part = kind.split("-")
+        settings.append({"landmarks": int(m), "select": select, "loss_term": part == "H"})
     r = run_child(PRECOND.format(params=json.dumps({"train": str(train), "gamma": GAMMA, "C": C,
-                                                    "eps": args.precond_eps, "max_iter": 300, "landmarks": ms})))
+                                                    "eps": args.precond_eps, "max_iter": 300,
+                                                    "settings": settings})), timeout=7200)
     runs = r["runs"]
     best = min(x["f"] for x in runs)
     plain = runs[0]
@@ -201,7 +209,8 @@ def section_precond(args):
     names = ["f(plain CG at eps)"] + [f"f* (1 + {e:g})" for e in (1e-3, 1e-4, 1e-5, 1e-6)]
     out = []
     for x in runs:
-        row = {"setting": f"Nystroem {x['landmarks']}" if x["landmarks"] else "plain CG", "f": x["f"],
+        row = {"setting": (f"{x['select']} {x['landmarks']}, M ~ {'H' if x['loss_term'] else 'Q'}"
+                           if x["landmarks"] else "plain CG"), "f": x["f"],
                "it": x["iterations"], "cg": x["cg"], "s": x["seconds"], "cg_eps3": x["eps1e-3_cg"]}
         for name, tgt in zip(names, targets):
             row[name] = next((c for c, f in x["traj"] if f <= tgt), None)
@@ -209,7 +218,9 @@ def section_precond(args):
     table(out, [("setting", "preconditioner", None), ("cg_eps3", "CG to eps=1e-3", "{}")]
           + [(n, "CG to " + n, "{}") for n in names]
           + [("cg", f"CG to eps={args.precond_eps:g}", "{}"), ("f", "f reached", "{:.8f}"), ("s", "seconds", "{:.1f}")])
-    print(f"f* = the lowest objective of these runs ({best:.8f}); blank: not reached")
+    print(f"f* = the lowest objective of these runs ({best:.8f}); blank: not reached. uniform: landmarks drawn "
+          f"uniformly (session 2's default); rpcholesky: randomly pivoted Cholesky (the default). M ~ Q: "
+          f"U U^T + sigma I; M ~ H: sigma I + U (I + C U^T L U) U^T rebuilt at each accepted point (the default)")
 
 
 def section_oracle(args):
@@ -249,7 +260,10 @@ def main():
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--workdir", dest="work", default="bench-out")
     ap.add_argument("--landmarks", type=int, default=1000, help="preconditioner size for --fold1")
-    ap.add_argument("--precond-landmarks", default="300,1000")
+    ap.add_argument("--precond-settings", default="uniform-Q:1000,rpcholesky-Q:1000,rpcholesky-H:1000,"
+                                                   "rpcholesky-H:2000",
+                    help="preconditioners to compare with plain CG: SELECT-PART:LANDMARKS, SELECT uniform or "
+                         "rpcholesky, PART Q (M ~ Q) or H (M ~ H)")
     ap.add_argument("--precond-eps", type=float, default=1e-4)
     ap.add_argument("--oracle-tol", type=float, default=1e-6)
     ap.add_argument("--budget", default="2GB")

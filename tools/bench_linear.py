@@ -16,7 +16,9 @@ so "peak RSS" is that process's own maximum resident set (VmHWM), interpreter an
 the "floor" is the peak of a process that only loads streamrank and its compiled kernels (by training
 on a tiny generated set, as every timed child does before its clock starts).
 Solver seconds are the time inside ``train_linear`` (labels, the first pass that reads the HDF5 file,
-TRON), after the numba kernels are loaded; conversion and generation are not included.
+TRON), after the numba kernels are loaded; conversion and generation are not included. With the
+budget above X the rows are read into memory once, during the first pass; that reading (its own
+column) is what the reference's parsing is, so the verdict compares the time after it.
 """
 
 import argparse
@@ -88,7 +90,8 @@ c = s["candidates"][-1]
 print(json.dumps({{"train_s": dt, "cpu_s": (r1.ru_utime + r1.ru_stime) - (r0.ru_utime + r0.ru_stime),
                   "sys_s": r1.ru_stime - r0.ru_stime, "tron_s": c["seconds"], "iterations": c["iterations"], "cg": c["cg_steps"],
                   "passes": s["passes"], "objective": s["objective"], "grad_norm": s["grad_norm"],
-                  "in_memory": s["in_memory"], "message": c["message"], "warm_s": warm_s}}))
+                  "in_memory": s["in_memory"], "message": c["message"], "warm_s": warm_s,
+                  "read_s": s["read_seconds"]}}))
 """
 
 # Where one pass goes: reading, float64 copies, BLAS products, pair kernels; from memory and from disk.
@@ -326,7 +329,7 @@ def section_speed(args):
                 r.update(data=name, eps=eps, budget=f"{bname}: {fmt_bytes(budget)}", budget_b=budget,
                          over_floor=r["peak_rss_mb"] - floor["peak_rss_mb"],
                          rss_ok="yes" if r["peak_rss_mb"] * 1e6 <= budget else "no",
-                         per_pass=r["train_s"] / max(r["passes"], 1))
+                         per_pass=r["train_s"] / max(r["passes"], 1), after_read=r["train_s"] - r["read_s"])
                 rows.append(r)
                 print(f"  {bname} eps={eps:g}: {r['train_s']:.2f} s, {r['iterations']} iterations, "
                       f"{r['passes']} passes, peak RSS {r['peak_rss_mb']:,.0f} MB", flush=True)
@@ -337,13 +340,16 @@ def section_speed(args):
                 breakdown.append(b)
     print()
     table(rows, [("data", "data", None), ("budget", "budget", None), ("eps", "eps", "{:g}"),
-                 ("train_s", "solver s", "{:.2f}"), ("cpu_s", "CPU s", "{:.2f}"), ("sys_s", "sys s", "{:.2f}"),
+                 ("train_s", "solver s", "{:.2f}"), ("read_s", "reading s", "{:.2f}"),
+                 ("after_read", "s - reading", "{:.2f}"), ("cpu_s", "CPU s", "{:.2f}"), ("sys_s", "sys s", "{:.2f}"),
                  ("iterations", "TRON iter", None), ("cg", "CG steps", None),
                  ("passes", "passes", None), ("per_pass", "s/pass", "{:.3f}"), ("objective", "objective", "{:.8e}"),
                  ("in_memory", "in memory", None), ("peak_rss_mb", "peak RSS MB", "{:,.0f}"),
                  ("over_floor", "- floor", "{:,.0f}"),
                  ("rss_ok", "RSS < budget", None)])
-    print("solver s = wall time inside train_linear (labels, first read of the HDF5 file, TRON), CPU s = its "
+    print("solver s = wall time inside train_linear (labels, first read of the HDF5 file, TRON); reading s = "
+          "its time inside the block stream (HDF5 reads, decoding, label ranks, the in-memory copy of X and its "
+          "page faults): LIBLINEAR's parsing, which its 1.5 s excludes; CPU s = its "
           "user+system time over all threads, sys s = the system part (mostly page faults of fresh memory); kernels loaded beforehand; conversion / generation excluded. passes = full passes over the data "
           "(fun+grad = 1, Hessian product = 1).")
     if breakdown:
@@ -370,10 +376,16 @@ def section_speed(args):
         if r["eps"] == 1e-3 and r["data"].startswith(args.preset):
             is_above = r["budget"].startswith("above")
             lim = TARGET_ABOVE if is_above else TARGET_BELOW
-            ratio = r["train_s"] / REF_SOLVER_S
+            # above X the rows are read once into memory, as LIBLINEAR parses them before its clock
+            # starts: compare the solve after that read; below X every pass reads, so compare all
+            t = r["after_read"] if is_above else r["train_s"]
+            ratio = t / REF_SOLVER_S
             verdict = "met" if ratio <= lim else f"NOT met, {ratio / lim:.1f}x over"
-            line = (f"  {r['data']}, {r['budget']}: {r['train_s']:.2f} s = {ratio:.1f}x the reference "
+            line = (f"  {r['data']}, {r['budget']}: {t:.2f} s = {ratio:.1f}x the reference "
                     f"(target {lim}x: {verdict})")
+            if is_above:
+                line += (f" after reading the rows into memory in {r['read_s']:.2f} s ({r['train_s']:.2f} s "
+                         f"in all = {r['train_s'] / REF_SOLVER_S:.1f}x)")
             if not is_above:
                 line += (f"; peak RSS {r['peak_rss_mb']:,.0f} MB vs budget {fmt_bytes(r['budget_b'])} "
                          f"({'met' if r['rss_ok'] == 'yes' else 'NOT met'}; {r['over_floor']:,.0f} MB above the "

@@ -1,0 +1,102 @@
+"""The exact kernel path's preconditioner: randomly pivoted Cholesky and M ~ H (kernel_precond)."""
+
+import numpy as np
+import pytest
+
+from dense_oracle import explicit_pairs
+from streamrank import _pairkernels as pk
+from streamrank.datasets import generate_batches
+from streamrank.kernel_precond import NystroemPreconditioner, rpcholesky
+from streamrank.kernels import kernel_matrix
+
+GAMMA = 0.05
+
+
+@pytest.fixture(scope="module")
+def rows():
+    X, y, qid = next(generate_batches("small", scale=0.1, seed=3, batch_rows=1 << 20))
+    qp = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1], True])
+    return np.asarray(X, np.float64), np.asarray(y, np.float64), qp.astype(np.int64)
+
+
+@pytest.mark.parametrize("k", [1, 17, 60])
+def test_rpcholesky_is_the_nystroem_approximation_of_its_pivots(rows, k):
+    X = rows[0]
+    S, F = rpcholesky(X, k, kernel="rbf", gamma=GAMMA, seed=5)
+    assert F.shape == (len(X), k) and len(set(S.tolist())) == k
+    K = kernel_matrix(X, kernel="rbf", gamma=GAMMA)
+    nys = K[:, S] @ np.linalg.solve(K[np.ix_(S, S)], K[S, :])
+    np.testing.assert_allclose(F @ F.T, nys, atol=1e-8)
+    S2, F2 = rpcholesky(X, k, kernel="rbf", gamma=GAMMA, seed=5)
+    assert np.array_equal(S, S2) and np.array_equal(F, F2)  # the seed fixes every draw
+
+
+def test_rpcholesky_of_every_row_reproduces_the_kernel_and_leaves_no_residual(rows):
+    X = rows[0][:40]
+    K = kernel_matrix(X, kernel="poly", gamma=GAMMA, degree=2, coef0=1.0)
+    S, F = rpcholesky(X, 200, kernel="poly", gamma=GAMMA, degree=2, coef0=1.0)
+    # rank of a degree-2 polynomial kernel in d features is at most (d+1)(d+2)/2, here above 40
+    assert len(S) <= 40
+    np.testing.assert_allclose(F @ F.T, K, atol=1e-7 * np.abs(K).max())
+
+
+def test_rpcholesky_residual_falls_with_more_pivots(rows):
+    X = rows[0]
+    traces = [len(X) - np.einsum("ij,ij->", F, F)
+              for F in (rpcholesky(X, k, kernel="rbf", gamma=GAMMA)[1] for k in (5, 20, 80))]
+    assert traces[0] > traces[1] > traces[2] >= 0
+
+
+def dense_hessian(K, y, qp, z, C):
+    """H = K + C K L K at scores z, L = 2 A_act^T diag(c) A_act (paper 004 (B.3)), explicit pairs."""
+    A, c = explicit_pairs(y, qp)
+    A = A.toarray()
+    act = (1.0 - A @ z) > 0
+    L = 2.0 * A[act].T @ (c[act, None] * A[act])
+    return K + C * K @ L @ K
+
+
+@pytest.mark.parametrize("select", ["rpcholesky", "uniform"])
+def test_at_point_with_every_row_as_landmark_is_the_hessian(rows, select):
+    X, y, qp = rows
+    X, y, qp = X[:qp[2]], y[:qp[2]], qp[:3]
+    l, C = len(y), 0.8
+    K = kernel_matrix(X, kernel="rbf", gamma=GAMMA)
+    P = NystroemPreconditioner(X, kernel="rbf", gamma=GAMMA, landmarks=l, select=select)
+    levels = np.unique(y)
+    rank = np.searchsorted(levels, y).astype(np.int32)
+    cost, mu = pk.pair_cost(np.ones((len(levels),) * 2)), np.ones(len(qp) - 1)
+    z = np.random.default_rng(0).standard_normal(l)
+    _, _, st = pk.loss_grad(z, rank, qp, cost, mu)
+    M = P.at_point(C, rank, qp, cost, mu, (st.order, st.cut_pref, st.cut_less))
+    eye = np.eye(l)
+    Mdense = np.array([[M.mdot(eye[i], eye[j]) for j in range(l)] for i in range(l)])
+    H = dense_hessian(K, y, qp, z, C)
+    # M = sigma I + U A U^T with U U^T = K up to U's float32 rounding, and sigma ~ that rounding
+    assert P.sigma < 1e-5
+    np.testing.assert_allclose(Mdense, H, atol=1e-4 * np.abs(H).max())
+    # without the loss term, M ~ K
+    B = np.array([[P.mdot(eye[i], eye[j]) for j in range(l)] for i in range(l)])
+    np.testing.assert_allclose(B, K, atol=1e-5)
+
+
+@pytest.mark.parametrize("loss", [False, True])
+def test_solve_inverts_mdot(rows, loss):
+    X, y, qp = rows
+    l = len(y)
+    P = NystroemPreconditioner(X, kernel="rbf", gamma=GAMMA, landmarks=25)
+    if loss:
+        levels = np.unique(y)
+        rank = np.searchsorted(levels, y).astype(np.int32)
+        cost, mu = pk.pair_cost(np.ones((len(levels),) * 2)), np.ones(len(qp) - 1)
+        _, _, st = pk.loss_grad(np.random.default_rng(1).standard_normal(l), rank, qp, cost, mu)
+        P = P.at_point(3.0, rank, qp, cost, mu, (st.order, st.cut_pref, st.cut_less))
+    rng = np.random.default_rng(2)
+    r = rng.standard_normal(l)
+    x = P.solve(r)
+    eye = np.eye(l)
+    Mx = np.array([P.mdot(x, eye[i]) for i in range(l)])
+    np.testing.assert_allclose(Mx, r, rtol=1e-7, atol=1e-7 * np.abs(r).max())
+    u, v = rng.standard_normal(l), rng.standard_normal(l)
+    assert P.mdot(u, v) == pytest.approx(P.mdot(v, u), rel=1e-12)  # symmetric
+    assert P.mdot(u, u) > 0                                        # positive definite
