@@ -25,7 +25,7 @@ from .errors import ParameterError
 from .exact_model import ExactKernelMap
 from .featurecache import array_digest
 from .kernel_objective import KernelObjective, LinearKernelObjective
-from .kernel_precond import A_CHUNK_BYTES, DEFAULT_LANDMARKS, NystroemPreconditioner
+from .kernel_precond import A_CHUNK_BYTES, DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
 from .kernelcache import BUILD_CHUNK_BYTES, READ_BUFFERS, KernelCache, check_psd_kernel, read_rows
 from .kernels import ROW_ALIGN
 from .metrics import evaluate
@@ -143,8 +143,9 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     depend on it, nor on ``memory_budget``. ``cache_dir``: where Q is stored when it does not fit
     in memory (default ``$XDG_CACHE_HOME/streamrank``), and where a stored Q is found again by
     later runs (given explicitly, Q is always stored there). ``precondition``: ``auto`` or ``on``
-    precondition CG with a Nystroem approximation of Q from ``landmarks`` rows
-    (:mod:`streamrank.kernel_precond`), ``off`` runs plain CG (as ``landmarks=0``).
+    precondition CG with a Nystroem approximation of Q from ``landmarks`` rows (``"auto"``:
+    10 sqrt(l), within a quarter of the budget; :mod:`streamrank.kernel_precond`), ``off`` runs
+    plain CG (as ``landmarks=0``).
     """
     t_start = time.perf_counter()
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
@@ -157,6 +158,9 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         raise ParameterError(f"precondition must be one of auto, on, off; got {precondition!r}. Pass --precondition on")
     if precondition == "off" or kernel == "linear":
         landmarks = 0
+    elif landmarks == "auto":
+        q0_, q1_ = queries if queries is not None else (0, ds.n_queries)
+        landmarks = auto_landmarks(int(ds.query_ptr[q1_] - ds.query_ptr[q0_]), budget)
     cfg = {"method": "exact", "solver": "tron", "C_path": Cs, "kernel": kernel, "gamma_path": gammas,
            "degree": degree, "coef0": coef0, "normalize": normalize, "tol": float(tol), "max_iter": int(max_iter),
            "memory_budget": budget, "block_bytes": block_bytes,
@@ -259,6 +263,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
                "cg_steps": sum(c["cg_steps"] for c in candidates), "seconds": time.perf_counter() - t_start,
                "kernel_seconds": build_s, "precondition_seconds": precond_s, "jitter": jitter, "method": "exact", "solver": "tron", "C": chosen["C"],
                "gamma": chosen["gamma"], "kernel": kernel, "in_memory": in_memory, "support": int(support.size),
+               "landmarks": cfg["landmarks"],
                "candidates": candidates}
     model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(points[best][0], support), config=cfg,
                         training=summary, fingerprint=ds.fingerprint, levels=levels)

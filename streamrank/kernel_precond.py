@@ -40,10 +40,19 @@ import numpy as np
 import scipy.linalg
 
 from . import _qprod
+from ._blas import one_thread
 from .kernels import PreparedKernel
 
-# landmarks (columns of Q) by default; measured on MQ2008 Fold1 (benchmark)
-DEFAULT_LANDMARKS = 1000
+# landmarks (columns of Q): "auto" = LANDMARKS_PER_ROOT sqrt(l), in steps of 100. More landmarks
+# cut CG steps (each one pass over Q, l^2 floats) and cost 2 l k^2 flops per TRON iteration (A)
+# plus 4 l k bytes; sqrt(l) scaling keeps A's cost a few passes' worth. Measured (rbf 2^-5, C=1,
+# eps=1e-3; benchmark --precond): MQ2008 Fold1 (l = 9,630) 108 CG steps with 1,000, 50 with
+# 2,000 (but A then costs more than the passes it saves there); generated mq2007 (l = 42,158)
+# 107 CG steps with 2,000.
+DEFAULT_LANDMARKS = "auto"
+LANDMARKS_PER_ROOT = 10
+# ... and U (4 l k bytes) and its k x k matrices take at most this share of the memory budget
+LANDMARKS_BUDGET_SHARE = 0.25
 # rows of U per chunk of the A = I + C U^T L U product (whole queries; float64 U and L U rows of
 # the chunk are the temporaries): at most this many bytes for both
 A_CHUNK_BYTES = 32 << 20
@@ -51,6 +60,14 @@ A_CHUNK_BYTES = 32 << 20
 # diagonal entry) below which a pivot is rounding noise
 RPC_BLOCK = 128
 RPC_FLOOR = 1e-10
+
+
+def auto_landmarks(l, budget):
+    """The "auto" landmark count for l rows within ``budget`` bytes (see LANDMARKS_PER_ROOT)."""
+    k = max(100, int(round(LANDMARKS_PER_ROOT * np.sqrt(l) / 100.0)) * 100)
+    while k > 100 and 4 * l * k + 40 * k * k > LANDMARKS_BUDGET_SHARE * budget:
+        k -= 100
+    return int(min(k, l))
 
 
 def kernel_diagonal(Xn, kernel, gamma, degree=3, coef0=1.0):
@@ -173,9 +190,10 @@ class NystroemPreconditioner:
         before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
-            y = scipy.linalg.cho_solve(self._chol, self._ut(r))
-            Uy = np.empty(self.U.shape[0])
-            _qprod.rows_dot(self.U, y, Uy)
+            with one_thread():
+                y = scipy.linalg.cho_solve(self._chol, self._ut(r))
+                Uy = np.empty(self.U.shape[0])
+                _qprod.rows_dot(self.U, y, Uy)
         finally:
             numba.set_num_threads(before)
         return (r - Uy) / self.sigma
@@ -185,8 +203,9 @@ class NystroemPreconditioner:
         before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
-            a = self._ut(u)
-            b = a if v is u else self._ut(v)
+            with one_thread():
+                a = self._ut(u)
+                b = a if v is u else self._ut(v)
         finally:
             numba.set_num_threads(before)
         return float(a @ b) + self.sigma * float(u @ v)
@@ -233,9 +252,10 @@ class _LossPreconditioner:
         before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
-            y = scipy.linalg.cho_solve(self._chol, b._ut(r))
-            Uy = np.empty(b.U.shape[0])
-            _qprod.rows_dot(b.U, y, Uy)
+            with one_thread():
+                y = scipy.linalg.cho_solve(self._chol, b._ut(r))
+                Uy = np.empty(b.U.shape[0])
+                _qprod.rows_dot(b.U, y, Uy)
         finally:
             numba.set_num_threads(before)
         return (r - Uy) / b.sigma
@@ -246,8 +266,10 @@ class _LossPreconditioner:
         before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
-            x = b._ut(u)
-            y = x if v is u else b._ut(v)
+            with one_thread():
+                x = b._ut(u)
+                y = x if v is u else b._ut(v)
+                xay = float(x @ (self.A @ y))
         finally:
             numba.set_num_threads(before)
-        return float(x @ (self.A @ y)) + b.sigma * float(u @ v)
+        return xay + b.sigma * float(u @ v)

@@ -291,9 +291,18 @@ class RankObjective:
         the same bits, in memory bounded by the group size rather than the sample's.
         """
         from . import precondition as pc
+        from ._blas import one_thread
         m = self.n_features
         if m > pc.MAX_WIDTH:
             return None
+        if m > pc.AUTO_WIDTH:  # wide maps: products big enough to use every BLAS thread
+            return self._build_preconditioner(sample_rows)
+        with one_thread():
+            return self._build_preconditioner(sample_rows)
+
+    def _build_preconditioner(self, sample_rows):
+        from . import precondition as pc
+        m = self.n_features
         sample_rows = pc.sample_rows(m) if sample_rows is None else sample_rows
         qptr = self.source.dataset.query_ptr
         q_first = int(self.source.stream.bounds[0])

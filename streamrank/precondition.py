@@ -17,6 +17,8 @@ blocks plus sample_rows x d^2 flops); worth it when d is small against n (linear
 import numpy as np
 import scipy.linalg
 
+from ._blas import one_thread
+
 # Rows of the first queries sampled for M (at least one whole query): enough that M's
 # eigenvalues track H's on LETOR-like data, small enough that building M costs well under a pass;
 # fewer for wide Phi, so the sample (Phi_S and L Phi_S in float64) stays within SAMPLE_BYTES
@@ -42,13 +44,16 @@ class DensePreconditioner:
 
     def __init__(self, M):
         self.M = M
-        self._cho = scipy.linalg.cho_factor(M, lower=True, check_finite=False)
+        with one_thread():
+            self._cho = scipy.linalg.cho_factor(M, lower=True, check_finite=False)
 
     def solve(self, r):
-        return scipy.linalg.cho_solve(self._cho, r, check_finite=False)
+        with one_thread():
+            return scipy.linalg.cho_solve(self._cho, r, check_finite=False)
 
     def mdot(self, u, v):
-        return float(u @ (self.M @ v))
+        with one_thread():
+            return float(u @ (self.M @ v))
 
 
 

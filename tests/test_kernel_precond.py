@@ -6,7 +6,7 @@ import pytest
 from dense_oracle import explicit_pairs
 from streamrank import _pairkernels as pk
 from streamrank.datasets import generate_batches
-from streamrank.kernel_precond import NystroemPreconditioner, rpcholesky
+from streamrank.kernel_precond import NystroemPreconditioner, auto_landmarks, rpcholesky
 from streamrank.kernels import kernel_matrix
 
 GAMMA = 0.05
@@ -100,3 +100,11 @@ def test_solve_inverts_mdot(rows, loss):
     u, v = rng.standard_normal(l), rng.standard_normal(l)
     assert P.mdot(u, v) == pytest.approx(P.mdot(v, u), rel=1e-12)  # symmetric
     assert P.mdot(u, u) > 0                                        # positive definite
+
+
+def test_auto_landmarks_scale_with_the_root_of_the_rows_within_the_budget():
+    assert auto_landmarks(9630, 2e9) == 1000      # MQ2008 Fold1
+    assert auto_landmarks(42158, 2e9) == 2000     # generated mq2007: 2,100 would pass a quarter of 2 GB
+    assert auto_landmarks(42158, 1e12) == 2100
+    assert auto_landmarks(50, 2e9) == 50          # never more than the rows
+    assert auto_landmarks(10 ** 6, 1e8) == 100    # at least 100, whatever the budget
