@@ -5,18 +5,19 @@ spreads from hundreds down to rounding noise, so plain CG on H needs hundreds to
 steps where the same problem in w (Hessian I + C Phi^T L Phi) needs tens. With M ~ Q, M^-1 H ~
 I + C L Q has the spectrum of the w-space Hessian on the directions M captures.
 
-M = U U^T + sigma I, where U U^T is the Nystroem approximation of Q from m landmark rows S
-(uniform without replacement, seeded): C_S = K(X, X_S), W = K(X_S, X_S) = V diag(s) V^T,
-U = C_S V_k diag(s_k)^-1/2 over the eigenvalues above the floor max(s) m eps64 (as in
-:class:`~streamrank.featuremap.Nystroem`), and sigma = the mean of diag(Q - U U^T) (the part of Q
-the landmarks miss, spread evenly; at least 1e-12 max(s) so M is positive definite). By Woodbury
+M = U U^T + sigma I, where U U^T is the Nystroem approximation of Q from k landmark rows S,
+K(X, X_S) K(X_S, X_S)^-1 K(X_S, X). By default S and U come from randomly pivoted Cholesky
+(:func:`rpcholesky`: U = F, the partial Cholesky factor, with Q ~ F F^T exactly that Nystroem
+approximation); ``select="uniform"`` draws S uniformly (seeded) and forms U = C_S V_k
+diag(s_k)^-1/2 from W = K(X_S, X_S) = V diag(s) V^T over the eigenvalues above max(s) k eps64 (as
+in :class:`~streamrank.featuremap.Nystroem`). sigma = the mean of diag(Q - U U^T) (the part of Q
+the landmarks miss, spread evenly) plus ``ridge``, the jitter Q' carries. By Woodbury
 
     M^-1 r = (r - U (sigma I + U^T U)^-1 U^T r) / sigma,     u^T M v = (U^T u).(U^T v) + sigma u.v,
 
-each O(l k) with a k x k Cholesky factor made once: M does not depend on beta, so it is built
-once per Q and serves every TRON iteration and every C. U is kept in float32 (M is then exactly
-U32 U32^T + sigma I, still symmetric positive definite, with G = sigma I + U32^T U32 formed from
-the same numbers) and its products go through ``_qprod``'s fixed-order float64 kernels on one
+each O(l k) with a k x k Cholesky factor made once per Q. U is kept in float32 (M is then
+exactly U32 U32^T + sigma I, still symmetric positive definite, with U32^T U32 formed from the
+same numbers) and its products go through ``_qprod``'s fixed-order float64 kernels on one
 thread (half the bytes of float64, no thread a busy core can stall, and the same bits for any
 block layout of Q).
 
