@@ -186,30 +186,40 @@ class NystroemPreconditioner:
         _qprod.add_cols(self.U, np.ascontiguousarray(r, np.float64), out)
         return out
 
-    def solve(self, r):
-        """M^-1 r."""
+    def _woodbury_solve(self, chol, r):
+        """(r - U G^-1 U^T r) / sigma for G's Cholesky factor ``chol``: M^-1 r for M = sigma I +
+        U A U^T with G = sigma A^-1 + U^T U (A = I here, at_point's A there)."""
         before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
             with one_thread():
-                y = scipy.linalg.cho_solve(self._chol, self._ut(r))
+                y = scipy.linalg.cho_solve(chol, self._ut(r))
                 Uy = np.empty(self.U.shape[0])
                 _qprod.rows_dot(self.U, y, Uy)
         finally:
             numba.set_num_threads(before)
         return (r - Uy) / self.sigma
 
-    def mdot(self, u, v):
-        """u^T M v."""
+    def _mdot(self, u, v, A=None):
+        """u^T M v = (U^T u)^T A (U^T v) + sigma u.v (A = I when None)."""
         before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
             with one_thread():
-                a = self._ut(u)
-                b = a if v is u else self._ut(v)
+                x = self._ut(u)
+                y = x if v is u else self._ut(v)
+                xay = float(x @ (y if A is None else A @ y))
         finally:
             numba.set_num_threads(before)
-        return float(a @ b) + self.sigma * float(u @ v)
+        return xay + self.sigma * float(u @ v)
+
+    def solve(self, r):
+        """M^-1 r."""
+        return self._woodbury_solve(self._chol, r)
+
+    def mdot(self, u, v):
+        """u^T M v."""
+        return self._mdot(u, v)
 
     def at_point(self, C, rank, query_ptr, cost, mu, states):
         """M = sigma I + U A U^T, A = I + C U^T L U with L at the active set ``states`` (the
@@ -249,28 +259,8 @@ class _LossPreconditioner:
 
     def solve(self, r):
         """M^-1 r = (r - U B^-1 U^T r) / sigma."""
-        b = self.base
-        before = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            with one_thread():
-                y = scipy.linalg.cho_solve(self._chol, b._ut(r))
-                Uy = np.empty(b.U.shape[0])
-                _qprod.rows_dot(b.U, y, Uy)
-        finally:
-            numba.set_num_threads(before)
-        return (r - Uy) / b.sigma
+        return self.base._woodbury_solve(self._chol, r)
 
     def mdot(self, u, v):
         """u^T M v = (U^T u)^T A (U^T v) + sigma u.v."""
-        b = self.base
-        before = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            with one_thread():
-                x = b._ut(u)
-                y = x if v is u else b._ut(v)
-                xay = float(x @ (self.A @ y))
-        finally:
-            numba.set_num_threads(before)
-        return xay + b.sigma * float(u @ v)
+        return self.base._mdot(u, v, self.A)
