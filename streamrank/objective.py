@@ -19,9 +19,8 @@ partial sums added in query order, per-query losses added in query order. fun, g
 therefore bit-identical for any block size or memory budget, and so is the whole TRON trajectory.
 """
 
-from dataclasses import dataclass
-
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
