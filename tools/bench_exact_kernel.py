@@ -27,7 +27,9 @@ from _benchutil import machine_facts, run_child, table  # noqa: E402
 from bench_linear import DEFAULT_DATA, converted, have_mq2008  # noqa: E402
 
 # libsvm-ranksvm (C++, OpenMP, whole Q cached in 740 MB), measured separately on this machine
-REF = {"seconds": 46.0, "iterations": 22, "cg": 360}
+# (the issue's figures); "objective": the f its own log prints at its eps = 1e-3 stop (2.801e4),
+# from a build of its source run separately here
+REF = {"seconds": 46.0, "iterations": 22, "cg": 360, "objective": 2.801e4}
 GAMMA, C, EPS = 2.0 ** -5, 1.0, 1e-3
 
 WARM = """
@@ -176,19 +178,26 @@ def section_fold1(args):
     train = converted(args.work, args.data, 1, "train")
     test = converted(args.work, args.data, 1, "test")
     rows = []
-    for m in (args.landmarks, 0):
-        kw = {"C": C, "kernel": "rbf", "gamma": GAMMA, "tol": EPS, "landmarks": m}
+    for m, eps in ((args.landmarks, EPS), (0, EPS), (args.landmarks, args.fold1_loose_eps)):
+        kw = {"C": C, "kernel": "rbf", "gamma": GAMMA, "tol": eps, "landmarks": m}
         r = train_row({"train": str(train), "test": str(test), "kw": kw})
         r["setting"] = f"{r['landmarks']} landmarks" if m else "plain CG"
+        r["eps"] = eps
         r.update({k: r["test"][k] for k in ("NDCG@10", "MAP", "MeanNDCG")})
         rows.append(r)
         print(json.dumps({k: v for k, v in r.items() if k != "test"}), flush=True)
-    table(rows, [("setting", "preconditioner", None), ("total_s", "total s", "{:.2f}"),
+    table(rows, [("setting", "preconditioner", None), ("eps", "eps", "{:g}"), ("total_s", "total s", "{:.2f}"),
                  ("kernel_seconds", "Q build s", "{:.2f}"), ("precondition_seconds", "precond s", "{:.2f}"),
                  ("tron_s", "solver s", "{:.2f}"), ("iterations", "TRON it", "{}"), ("cg_steps", "CG", "{}"),
                  ("passes", "passes", "{}"), ("objective", "objective", "{:.6f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
                  ("NDCG@10", "NDCG@10", "{:.4f}"), ("MAP", "MAP", "{:.4f}"), ("MeanNDCG", "MeanNDCG", "{:.4f}")])
     print("test metrics: letor4 convention on Fold1 test; peak RSS includes the interpreter and libraries")
+    lim = REF["seconds"] / 3
+    for r in rows:
+        ok = r["total_s"] < lim and r["objective"] <= REF["objective"]
+        print(f"  {r['setting']}, eps={r['eps']:g}: {r['total_s']:.2f} s, f = {r['objective']:.2f} against "
+              f"libsvm-ranksvm's {REF['seconds']:.0f} s and f = {REF['objective']:.4g}: "
+              f"{'met' if ok else 'NOT met'} (target: under {lim:.1f} s at an objective no higher)")
 
 
 def section_precond(args):
@@ -270,6 +279,8 @@ def main():
                     help="preconditioners to compare with plain CG: SELECT-PART:LANDMARKS, SELECT uniform or "
                          "rpcholesky, PART Q (M ~ Q) or H (M ~ H)")
     ap.add_argument("--precond-eps", type=float, default=1e-4)
+    ap.add_argument("--fold1-loose-eps", type=float, default=0.1,
+                    help="--fold1 also runs the default preconditioner to this eps (time to libsvm-ranksvm's f)")
     ap.add_argument("--oracle-tol", type=float, default=1e-6)
     ap.add_argument("--budget", default="2GB")
     ap.add_argument("--mq2007-landmarks", type=landmarks_arg, default="auto")
