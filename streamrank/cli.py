@@ -229,7 +229,7 @@ def build_parser():
     t.add_argument("--precondition", choices=["auto", "on", "off"], default="auto",
                    help="TRON's CG preconditioned by the Hessian of a sample of queries: fewer CG steps and "
                         "passes; auto = on for linear features, and for feature maps when it is cheap against a pass; "
-                        "--method exact: a Nystroem approximation of the Hessian from 10 sqrt(rows) landmarks (on "
+                        "--method exact: a Nystroem approximation of the Hessian from about 10 sqrt(rows) landmarks (on "
                         "unless off)")
     t.add_argument("--loss", choices=["squared_hinge", "smooth_hinge"], default="squared_hinge")
     t.add_argument("--pair-cost", choices=["none", "gain_difference"], default="none")

@@ -144,7 +144,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     in memory (default ``$XDG_CACHE_HOME/streamrank``), and where a stored Q is found again by
     later runs (given explicitly, Q is always stored there). ``precondition``: ``auto`` or ``on``
     precondition CG with a Nystroem approximation of Q from ``landmarks`` rows (``"auto"``:
-    10 sqrt(l), within a quarter of the budget; :mod:`streamrank.kernel_precond`), ``off`` runs
+    10 sqrt(l) in thousands, 500 to 4,000; :mod:`streamrank.kernel_precond`), ``off`` runs
     plain CG (as ``landmarks=0``).
     """
     t_start = time.perf_counter()
@@ -160,7 +160,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         landmarks = 0
     elif landmarks == "auto":
         q0_, q1_ = queries if queries is not None else (0, ds.n_queries)
-        landmarks = auto_landmarks(int(ds.query_ptr[q1_] - ds.query_ptr[q0_]), budget)
+        landmarks = auto_landmarks(int(ds.query_ptr[q1_] - ds.query_ptr[q0_]))
     cfg = {"method": "exact", "solver": "tron", "C_path": Cs, "kernel": kernel, "gamma_path": gammas,
            "degree": degree, "coef0": coef0, "normalize": normalize, "tol": float(tol), "max_iter": int(max_iter),
            "memory_budget": budget, "block_bytes": block_bytes,

@@ -44,16 +44,18 @@ from . import _qprod
 from ._blas import one_thread
 from .kernels import PreparedKernel
 
-# landmarks (columns of Q): "auto" = LANDMARKS_PER_ROOT sqrt(l), in steps of 100. More landmarks
-# cut CG steps (each one pass over Q, l^2 floats) and cost 2 l k^2 flops per TRON iteration (A)
-# plus 4 l k bytes; sqrt(l) scaling keeps A's cost a few passes' worth. Measured (rbf 2^-5, C=1,
-# eps=1e-3; benchmark --precond): MQ2008 Fold1 (l = 9,630) 108 CG steps with 1,000, 50 with
-# 2,000 (but A then costs more than the passes it saves there); generated mq2007 (l = 42,158)
-# 107 CG steps with 2,000.
+# landmarks (columns of Q): "auto" = LANDMARKS_PER_ROOT sqrt(l) rounded to a multiple of
+# LANDMARKS_STEP, within [LANDMARKS_MIN, LANDMARKS_MAX] and at most l. More landmarks cut CG steps
+# (each one pass over Q, l^2 floats) and cost 2 l k^2 flops per TRON iteration (A) plus 4 l k
+# bytes; sqrt(l) scaling keeps A's cost a few passes' worth. A function of l alone, so the model
+# does not depend on the memory budget. Measured (rbf 2^-5, C=1, eps=1e-3; benchmark --precond):
+# MQ2008 Fold1 (l = 9,630) 108 CG steps with 1,000, 50 with 2,000 (but A then costs more than
+# the passes it saves there); generated mq2007 (l = 42,158) 107 CG steps with 2,000.
 DEFAULT_LANDMARKS = "auto"
 LANDMARKS_PER_ROOT = 10
-# ... and U (4 l k bytes) and its k x k matrices take at most this share of the memory budget
-LANDMARKS_BUDGET_SHARE = 0.25
+LANDMARKS_STEP = 1000
+LANDMARKS_MIN = 500
+LANDMARKS_MAX = 4000
 # rows of U per chunk of the A = I + C U^T L U product (whole queries; float64 U and L U rows of
 # the chunk are the temporaries): at most this many bytes for both
 A_CHUNK_BYTES = 32 << 20
@@ -63,12 +65,10 @@ RPC_BLOCK = 128
 RPC_FLOOR = 1e-10
 
 
-def auto_landmarks(l, budget):
-    """The "auto" landmark count for l rows within ``budget`` bytes (see LANDMARKS_PER_ROOT)."""
-    k = max(100, int(round(LANDMARKS_PER_ROOT * np.sqrt(l) / 100.0)) * 100)
-    while k > 100 and 4 * l * k + 40 * k * k > LANDMARKS_BUDGET_SHARE * budget:
-        k -= 100
-    return int(min(k, l))
+def auto_landmarks(l):
+    """The "auto" landmark count for l rows (see LANDMARKS_PER_ROOT)."""
+    k = LANDMARKS_STEP * int(round(LANDMARKS_PER_ROOT * np.sqrt(l) / LANDMARKS_STEP))
+    return int(min(l, max(LANDMARKS_MIN, min(k, LANDMARKS_MAX))))
 
 
 def kernel_diagonal(Xn, kernel, gamma, degree=3, coef0=1.0):

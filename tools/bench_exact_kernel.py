@@ -123,7 +123,7 @@ print(json.dumps(R))
 # needs a few steps of 6e11 flops each, not tens) and stops when f no longer moves in float64.
 ORACLE = SETUP + """
     obj = KernelObjective(kc, rank, C=P["C"], cost=cost, mu=mu)
-    m = auto_landmarks(len(y), 2e9) if P["landmarks"] == "auto" else P["landmarks"]
+    m = auto_landmarks(len(y)) if P["landmarks"] == "auto" else P["landmarks"]
     obj.set_preconditioner(NystroemPreconditioner(Xn, kernel="rbf", gamma=P["gamma"], landmarks=m, ridge=kc.jitter))
     t = time.perf_counter()
     st = tron(obj, np.zeros(len(y)), eps=P["tol"], max_iter=500, precondition=True)
