@@ -73,7 +73,10 @@ def memory_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
                              f"{l} rows (the rows, solver vectors, preconditioner and {READ_BUFFERS} blocks of Q need "
                              f"{format_size(fixed + READ_BUFFERS * qblock)}); pass --memory-budget "
-                             f"{format_size(2 * (fixed + READ_BUFFERS * qblock))}")
+                             f"{format_size(2 * (fixed + READ_BUFFERS * qblock))}"
+                             + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
+                                f"--precondition off drops them)" if precond > (fixed + READ_BUFFERS * qblock) / 2
+                                else ""))
     return qblock, tier
 
 
