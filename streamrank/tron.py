@@ -63,36 +63,22 @@ def _boundary_step(std, sts, dtd, delta):
     return (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
 
 
+class _Identity:
+    """M = I: preconditioned CG with it is plain Steihaug CG, bit for bit (z = r, z.r = r.r,
+    ||s||_M = sqrt(s.s), which is what np.linalg.norm computes for a float64 vector)."""
+
+    @staticmethod
+    def solve(r):
+        return r
+
+    @staticmethod
+    def mdot(u, v):
+        return float(u @ v)
+
+
 def _trcg(hessp, g, delta, stats):
     """Approximately solve H s = -g inside ||s|| <= delta (Steihaug CG). Returns (s, r, steps, boundary)."""
-    s = np.zeros_like(g)
-    r = -g
-    d = r.copy()
-    rtr = float(r @ r)
-    cgtol = XI_CG * math.sqrt(float(g @ g))
-    steps = 0
-    while math.sqrt(rtr) > cgtol:
-        steps += 1
-        hd = hessp(d)
-        stats.n_hessp += 1
-        dhd = float(d @ hd)
-        if dhd <= 0:  # cannot happen for I + PSD; guard against a broken objective
-            raise FloatingPointError(f"Hessian product is not positive definite (d.Hd = {dhd:g})")
-        alpha = rtr / dhd
-        s += alpha * d
-        if np.linalg.norm(s) > delta:
-            # step back and go to the boundary along d: ||s + t d|| = delta
-            s -= alpha * d
-            alpha = _boundary_step(float(s @ d), float(s @ s), float(d @ d), delta)
-            s += alpha * d
-            r -= alpha * hd
-            return s, r, steps, True
-        r -= alpha * hd
-        rnew = float(r @ r)
-        d *= rnew / rtr
-        d += r
-        rtr = rnew
-    return s, r, steps, False
+    return _trpcg(hessp, g, delta, stats, _Identity)
 
 
 def _trpcg(hessp, g, delta, stats, P):
