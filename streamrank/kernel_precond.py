@@ -102,10 +102,18 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
     floor = RPC_FLOOR * float(d.max())
     F = np.zeros((l, k))
     S = []
-    while len(S) < k and d.sum() > floor:
-        cand = rng.choice(l, size=block, p=d / d.sum())
+    while len(S) < k:
+        d[d <= floor] = 0.0  # explained: never drawn again
+        total = d.sum()
+        if total <= 0.0:
+            break
+        cand = rng.choice(l, size=block, p=d / total)
         j = len(S)
         H = PreparedKernel(Xn[cand], kernel, gamma, degree, coef0)(Xn[cand]) - F[cand, :j] @ F[cand, :j].T
+        # a candidate whose recomputed residual is already below the floor (d, kept by
+        # subtraction, rounds differently) is explained too: without this, draws could land
+        # on such rows forever
+        d[cand[np.diag(H) <= floor]] = 0.0
         u = rng.random(block)
         acc = []
         for t in range(block):
@@ -223,10 +231,13 @@ class NystroemPreconditioner:
 
     def at_point(self, C, rank, query_ptr, cost, mu, states):
         """M = sigma I + U A U^T, A = I + C U^T L U with L at the active set ``states`` (the
-        accepted point's (order, cut_pref, cut_less) over all rows): the module docstring.
+        accepted point's (order, cut_pref, cut_less) over all rows): the module docstring. Without
+        ``loss_term``, M ~ Q itself (self), whatever the point.
 
         U^T L U sums over chunks of whole queries fixed by ``query_ptr`` alone, so M is the same
         for any block layout of Q."""
+        if not self.loss_term:
+            return self
         from . import _pairkernels as pk
         from .precondition import query_groups
         U, k = self.U, self.U.shape[1]

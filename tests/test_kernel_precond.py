@@ -120,3 +120,26 @@ def test_memory_plan_names_the_preconditioner_when_it_does_not_fit():
     assert "landmarks" not in str(err.value)
     qblock, tier = memory_plan(200000, 46, 2e9, landmarks=1000, resident=2e8)
     assert tier > 0 and qblock >= 4 * 200000
+
+
+def test_rpcholesky_stops_when_every_row_is_explained(rows):
+    """Five rows repeated with 1e-6 perturbations: after one pivot per cluster every residual is
+    below the floor (at most ~8e-12) while their sum over 400 rows is above it (~1.4e-9); the
+    draws must stop rather than land on explained rows forever (an alarm fails a hang)."""
+    import signal
+
+    def hang(*_):
+        raise TimeoutError("rpcholesky kept drawing explained rows")
+
+    X = np.repeat(rows[0][:5], 80, axis=0)
+    X = X + 1e-6 * np.random.default_rng(0).standard_normal(X.shape)
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(30)
+    try:
+        S, F = rpcholesky(X, 50, kernel="rbf", gamma=GAMMA)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert 5 <= len(S) < 50
+    K = kernel_matrix(X, kernel="rbf", gamma=GAMMA)
+    np.testing.assert_allclose(F @ F.T, K, atol=1e-9)
