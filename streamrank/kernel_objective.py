@@ -152,12 +152,11 @@ class KernelObjective(RankObjective):
         return self._z.copy()
 
     def preconditioner(self):
-        """TRON's preconditioner (``precondition`` hook) at the accepted point: from the one given
-        to :meth:`set_preconditioner` (M ~ Q), M ~ H with the loss's part at the accepted
-        active set (:meth:`~streamrank.kernel_precond.NystroemPreconditioner.at_point`) when
-        its ``loss_term`` is set; None without one."""
+        """TRON's preconditioner (``precondition`` hook) at the accepted point: what the one given
+        to :meth:`set_preconditioner` makes of that point's active set
+        (:meth:`~streamrank.kernel_precond.NystroemPreconditioner.at_point`); None without one."""
         P = self._precond
-        if P is None or not getattr(P, "loss_term", False) or self._states is None:
+        if P is None or self._states is None:
             return P
         return P.at_point(self.C, self.rank, self.query_ptr, self.cost, self.mu, self._states)
 
