@@ -31,6 +31,19 @@ def machine_facts():
             f"streamrank {__version__}")
 
 
+def test_metrics(model, path):
+    """(prediction seconds, letor4 means) of ``model`` on the HDF5 file at ``path``; for children."""
+    import streamrank
+    from streamrank.metrics import evaluate
+    from streamrank.train import read_labels
+    with streamrank.open_dataset(path) as tds:
+        t = time.perf_counter()
+        sc = model.predict_dataset(tds)
+        seconds = time.perf_counter() - t
+        rep = evaluate(read_labels(tds), sc[tds.row], tds.query_ptr, convention="letor4", qid=tds.qid)
+    return seconds, {k: float(v) for k, v in rep.means.items()}
+
+
 def run_child(code, timeout=3600):
     """Run python ``code`` in a fresh process; it must print one JSON dict as its last line.
 

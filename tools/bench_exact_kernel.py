@@ -50,8 +50,6 @@ with streamrank.open_dataset(_d / "w.h5") as _ds, warnings.catch_warnings():
 
 TRAIN = WARM + """
 import json, resource
-from streamrank.metrics import evaluate
-from streamrank.train import read_labels
 P = json.loads({params!r})
 with streamrank.open_dataset(P["train"]) as ds:
     t = time.perf_counter()
@@ -61,12 +59,8 @@ R = {{k: v for k, v in s.items() if k != "candidates"}}
 R.update(total_s=total, tron_s=s["candidates"][-1]["seconds"], message=s["candidates"][-1]["message"])
 R["hwm_train_mb"] = int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) * 1024 / 1e6
 if P.get("test"):
-    with streamrank.open_dataset(P["test"]) as tds:
-        t = time.perf_counter()
-        sc = model.predict_dataset(tds)
-        R["predict_s"] = time.perf_counter() - t
-        rep = evaluate(read_labels(tds), sc[tds.row], tds.query_ptr, convention="letor4", qid=tds.qid)
-    R["test"] = {{k: float(v) for k, v in rep.means.items()}}
+    from tools._benchutil import test_metrics
+    R["predict_s"], R["test"] = test_metrics(model, P["test"])
 print(json.dumps(R))
 """
 

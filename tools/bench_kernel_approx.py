@@ -200,12 +200,8 @@ with streamrank.open_dataset(P["train"]) as ds:
     R["phi_s"] = sum(_I["phi"])
     R["choose"] = _I["choose"]
     if P.get("test"):
-        with streamrank.open_dataset(P["test"]) as tds:
-            t = time.perf_counter()
-            sc = model.predict_dataset(tds)
-            R["predict_s"] = time.perf_counter() - t
-            rep = evaluate(read_labels(tds), sc[tds.row], tds.query_ptr, convention="letor4", qid=tds.qid)
-        R["test"] = {k: float(v) for k, v in rep.means.items()}
+        from tools._benchutil import test_metrics
+        R["predict_s"], R["test"] = test_metrics(model, P["test"])
     if P.get("limits") and srcs:
         src = srcs[-1]
         L = {}
