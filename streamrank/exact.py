@@ -34,7 +34,7 @@ from .normalize import Normalizer
 from . import memplan
 from .stream import BLOCK_SHARE_OF_BUDGET
 from .train import (RESUMABLE_CHANGES, _metric_value, check_config, finish_point, iteration_callback,
-                    pair_cost_table, query_weights, read_labels, resume_point)
+                    pair_cost_table, query_weights, read_labels, report_grid_edges, resume_point)
 from .tron import tron
 from .units import format_size, parse_size
 
@@ -268,6 +268,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
                "gamma": chosen["gamma"], "kernel": kernel, "in_memory": in_memory, "support": int(support.size),
                "landmarks": cfg["landmarks"],
                "candidates": candidates}
+    report_grid_edges(summary, Cs, gammas)
     model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(points[best][0], support), config=cfg,
                         training=summary, fingerprint=ds.fingerprint, levels=levels)
     return model, summary

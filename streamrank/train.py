@@ -135,6 +135,33 @@ def finish_point(st, *, C, gamma, passes, candidates, path_w, valid=None):
              st.n_cg, st.message)
 
 
+def grid_edges(Cs, gammas, C, gamma):
+    """The grid edges the chosen (C, gamma) sits on, as (name, "smallest"|"largest") pairs: a
+    grid of one value has no edge; a chosen value at an edge means the best may lie beyond it."""
+    edges = []
+    for name, grid, value in (("C", Cs, C), ("gamma", gammas, gamma)):
+        grid = [g for g in grid if g is not None]
+        if len(grid) > 1 and value is not None:
+            if value <= min(grid):
+                edges.append((name, "smallest"))
+            elif value >= max(grid):
+                edges.append((name, "largest"))
+    return edges
+
+
+def report_grid_edges(summary, Cs, gammas):
+    """Put ``at_grid_edge`` (and ``grid_edge``, e.g. ["C smallest"]) into ``summary`` and log a
+    warning when the chosen point is at the edge of its grid."""
+    edges = grid_edges(Cs, gammas, summary["C"], summary.get("gamma"))
+    summary["at_grid_edge"] = bool(edges)
+    summary["grid_edge"] = [f"{name} {side}" for name, side in edges]
+    for name, side in edges:
+        value = summary[name]
+        log.warning("the chosen %s=%g is the %s value of its grid: the best %s may lie beyond it; extend the grid "
+                    "past %g", name, value, side, name, value)
+    return summary
+
+
 def _metric_value(report, name):
     m = report.means
     return {"meanndcg": m["MeanNDCG"], "ndcg@10": m["NDCG@10"], "map": m["MAP"]}[name]
@@ -367,6 +394,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                "seconds": time.perf_counter() - t_start, "read_seconds": read_s, "method": method, "solver": solver,
                "C": chosen["C"], "gamma": chosen["gamma"], "in_memory": source.in_memory if source else None,
                "candidates": candidates}
+    report_grid_edges(summary, Cs, gammas)
     if method != "primal":
         summary["components"] = int(fmap.n_components_)
         summary["map_storage"] = source.mode if points[best][0] == source_gi else None

@@ -6,9 +6,16 @@ with ``fun(w)``, ``grad(w)``, ``hessp(s)`` and ``n_features``; calls come in the
 grad -> hessp at the same point, and ``grad`` is called only for an accepted point, so an
 objective may keep the trial point's state aside in ``fun`` and commit it in ``grad``.
 
-Stopping rule: ||g(w)|| <= eps * ||g(0)||, or ``max_iter`` iterations. As in LIBLINEAR 2.x
-the reference is the gradient at w = 0, not at the starting point, so a warm start (the C path)
-stops at the same accuracy as a cold one; it costs one more fun/grad when w0 != 0.
+Stopping rule: ||g(w)|| <= eps * min(||g(0)||, ||g(w0)||), or ``max_iter`` iterations.
+
+- ||g(0)|| is LIBLINEAR's reference: a cold start (w0 = 0) stops where LIBLINEAR stops.
+- ||g(w0)|| makes the rule a promise about the solution also on a warm-started path: a candidate
+  reduces its own starting gradient by eps, so it takes at least one accepted step, and a start
+  that is already near its optimum is refined by the same factor as a cold one. With ||g(0)||
+  alone (LIBLINEAR's C path), ||g(0)|| = C ||dloss(0)|| grows with C, and the previous C's
+  solution met the rule before any step: every C after the first stopped at 0 iterations with
+  the first C's model (issue 10).
+  Costs one more fun/grad when w0 != 0 (at w = 0).
 """
 
 import logging
@@ -122,8 +129,8 @@ def _trpcg(hessp, g, delta, stats, P):
 def start_state(obj, w0, state, *, delta_from_gradient):
     """(state, t0) to begin or continue a solve; shared by TRON and Newton-Cholesky.
 
-    A new state evaluates fun/grad at w0, and at 0 as well when w0 != 0 (the stopping rule's
-    reference ||g(0)||). A resumed state's f and g are recomputed at its w and must equal the
+    A new state evaluates fun/grad at w0, and at 0 as well when w0 != 0: the stopping rule's
+    reference ``gnorm0`` is min(||g(0)||, ||g(w0)||) (see the module docstring). A resumed state's f and g are recomputed at its w and must equal the
     stored ones bit for bit: the data and settings were checked already, so a difference means
     another numeric environment, and continuing would not reproduce the uninterrupted run.
     """
@@ -140,7 +147,7 @@ def start_state(obj, w0, state, *, delta_from_gradient):
         g = obj.grad(w)
         gn = float(np.linalg.norm(g))
         state = TronState(w=w, f=f, g=g, delta=gn if delta_from_gradient else 0.0,
-                          gnorm0=gn if calls == 1 else gnorm0, n_fun=calls, n_grad=calls)
+                          gnorm0=gn if calls == 1 else min(gnorm0, gn), n_fun=calls, n_grad=calls)
         return state, t0
     f = obj.fun(state.w)
     g = obj.grad(state.w)
@@ -160,7 +167,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     ----------
     obj : object with fun(w), grad(w), hessp(s), n_features
     eps : float
-        Relative gradient tolerance.
+        Relative gradient tolerance: stop at ||g|| <= eps min(||g(0)||, ||g(w0)||).
     state : TronState, optional
         Continue a run (from a checkpoint). Its ``f`` and ``g`` are recomputed at ``w`` and must
         agree with the stored ones, which proves the data and settings are the same.
@@ -172,7 +179,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
         Use ``obj.preconditioner()`` (an object with ``solve(r)`` = M^-1 r and ``mdot(u, v)`` =
         u^T M v, rebuilt at every accepted point) in CG, with the trust region in the M-norm.
         The radius starts at ||g||_{M^-1}, the transformed gradient's norm; the stopping rule is
-        unchanged (||g|| <= eps ||g(0)||, plain norms).
+        unchanged (||g|| <= eps ``gnorm0``, plain norms).
     """
     state, t0 = start_state(obj, w0, state, delta_from_gradient=True)
     P = obj.preconditioner() if precondition else None

@@ -140,9 +140,15 @@ def test_tron_on_a_quadratic_and_its_stopping_rule():
     assert st.converged and st.gnorm <= 1e-6 * np.linalg.norm(b)
     # ||w - w*|| <= ||g|| / lambda_min(A), and lambda_min >= 1 here
     assert np.linalg.norm(st.w - w_star) <= st.gnorm
-    # warm start: the reference is ||g(0)||, so the tolerance means the same
-    st2 = tron(Quadratic(A, b), st.w + 1e-3, eps=1e-10)
-    assert st2.gnorm0 == pytest.approx(np.linalg.norm(b))
+    # warm start: the reference is min(||g(0)||, ||g(w0)||), so a start near the optimum is refined
+    # by eps as well, with at least one step (issue 10: the C path stopped at its warm starts)
+    w0 = st.w + 1e-3
+    g0 = np.linalg.norm(A @ w0 - b)
+    assert g0 < np.linalg.norm(b)
+    st2 = tron(Quadratic(A, b), w0, eps=1e-6)
+    assert st2.gnorm0 == pytest.approx(g0) and st2.iteration >= 1 and st2.gnorm <= 1e-6 * g0
+    far = np.full(20, 100.0)  # a start worse than 0 keeps LIBLINEAR's reference ||g(0)||
+    assert tron(Quadratic(A, b), far, eps=1e-6).gnorm0 == pytest.approx(np.linalg.norm(b))
     limited = tron(Quadratic(A, b), np.zeros(20), eps=1e-14, max_iter=1)
     assert limited.iteration == 1 and not limited.converged and "max_iter" in limited.message
 
