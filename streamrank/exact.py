@@ -100,12 +100,16 @@ class _Gram:
         if landmarks:  # before Q: its float64 temporaries are freed before the tier of Q fills memory
             t = time.perf_counter()
             self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
-                                                  landmarks=landmarks, seed=seed, ridge=c.jitter)
+                                                  landmarks=landmarks, seed=seed)
             self.precond_seconds = time.perf_counter() - t
-            log.info("Nystroem preconditioner: %d landmarks (randomly pivoted Cholesky), sigma %.3g, %.2f s",
-                     len(self.precond.landmarks), self.precond.sigma, self.precond_seconds)
         c.build()
         self.build_seconds = c.build_seconds
+        if self.precond is not None:  # the jitter is known once every block of Q has been seen
+            t = time.perf_counter()
+            self.precond.set_ridge(c.jitter)
+            self.precond_seconds += time.perf_counter() - t
+            log.info("Nystroem preconditioner: %d landmarks (randomly pivoted Cholesky), sigma %.3g, %.2f s",
+                     len(self.precond.landmarks), self.precond.sigma, self.precond_seconds)
         log.info("Q = K(X, X) (%s kernel, gamma %g): %d x %d, %d blocks, %s in memory%s; built in %.2f s "
                  "(%d blocks computed); jitter %.3g", kernel, gamma, c.l, c.l, c.n_blocks,
                  format_size(c.memory_nbytes), f", {c.dir}" if c.dir is not None else "", c.build_seconds,

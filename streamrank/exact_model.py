@@ -9,7 +9,9 @@ may depend on the training query, so raw rows would not do), the kernel and its 
 
 Kernel values are rounded to float32 as the training matrix Q was, and summed in float64 with
 ``_qprod``'s fixed order, in chunks of rows: prediction streams the support rows against the input
-in blocks of at most :data:`SCORE_CHUNK_BYTES` of kernel values.
+in blocks of at most :data:`SCORE_CHUNK_BYTES` of kernel values (or one transform tile, if more).
+A row's kernel values come from its tile by row index (``row0``, see :mod:`streamrank.kernels`),
+so its score does not depend on the chunks or blocks either.
 """
 
 import numpy as np
@@ -17,7 +19,7 @@ import numpy as np
 from . import _qprod
 from .featuremap import FeatureMap
 from .kernelcache import check_psd_kernel
-from .kernels import PreparedKernel
+from .kernels import PreparedKernel, check_row0
 
 # float32 kernel values K(x, S) held at a time while scoring
 SCORE_CHUNK_BYTES = 32 << 20
@@ -54,11 +56,11 @@ class ExactKernelMap(FeatureMap):
     def _config(self):
         return {"kernel": self.kernel, "gamma": self.gamma_, "degree": int(self.degree), "coef0": float(self.coef0)}
 
-    def _map_chunk(self, Xd, bufs, dest):
+    def _map_tile(self, Xt, bufs, p, dest):
         if self._prep is None:
             self._prep = PreparedKernel(self.support_, self.kernel, self.gamma_, self.degree, self.coef0)
-        self._prep.into(Xd, bufs[0])
-        dest[...] = bufs[0][:len(dest)]
+        self._prep.into(Xt, bufs[0])
+        dest[...] = bufs[0][p:p + len(dest)]
 
     @classmethod
     def _from_params(cls, p):
@@ -68,17 +70,24 @@ class ExactKernelMap(FeatureMap):
         self._set_support(arrays["support"])
 
     # -- scoring ---------------------------------------------------------------------------------
-    def scores(self, Xn, w):
-        """sum_i w_i float32(K(x, s_i)) for the rows of Xn, in chunks (``_qprod.rows_dot``)."""
+    def scores(self, Xn, w, row0=0):
+        """sum_i w_i float32(K(x, s_i)) for the rows of Xn, in chunks (``_qprod.rows_dot``);
+        ``row0`` is the index of Xn's first row in its dataset (see ``transform``)."""
         Xn = self._check_X(Xn)
+        row0 = check_row0(row0)
         w = np.ascontiguousarray(w, np.float64)
         n = Xn.shape[0]
         out = np.empty(n)
-        rows = max(1, SCORE_CHUNK_BYTES // (4 * max(self.n_components_, 1)))
+        # whole transform tiles per chunk, chunk edges on tile edges of the absolute rows: no
+        # tile is computed twice
+        T = self.chunk_rows()
+        rows = max(T, SCORE_CHUNK_BYTES // (4 * max(self.n_components_, 1)) // T * T)
         K = np.empty((min(rows, n), self.n_components_), np.float32)
-        for s in range(0, n, rows):
-            e = min(n, s + rows)
-            Kc = self.transform(Xn[s:e], np.float32, out=K[:e - s])
+        s = 0
+        while s < n:
+            e = min(n, s + rows - (row0 + s) % rows)
+            Kc = self.transform(Xn[s:e], np.float32, out=K[:e - s], row0=row0 + s)
             Kc.flags.writeable = False  # the specialisation training uses (read-only blocks of Q)
             _qprod.rows_dot(Kc, w, out[s:e])
+            s = e
         return out

@@ -6,11 +6,13 @@ The protocol (every map):
   is a :class:`~streamrank.Dataset` (ONE streamed pass; ``normalizer`` maps its raw float32
   rows to model inputs first, ``queries`` limits the pass to a range of queries) or a 2-D array
   of model-input rows. Returns self.
-- ``transform(X, dtype=np.float32, out=None)``: phi of every row of X, computed in float64 and
-  returned in ``dtype``. Rows map independently and bit-identically: a row gets the same
-  features whichever block it arrives in (see :mod:`streamrank.kernels`, "Row independence").
-  Large X is processed in row chunks, so the temporaries stay within about
-  :data:`TRANSFORM_CHUNK_BYTES` whatever the size of X (:meth:`work_bytes`).
+- ``transform(X, dtype=np.float32, out=None, row0=0)``: phi of every row of X, computed in
+  float64 and returned in ``dtype``; ``row0`` is the index of X's first row in its dataset
+  (0 for an array on its own). Rows map independently and bit-identically: the row with index r
+  gets the same features whichever block it arrives in, because its products are always
+  computed in the tile of :func:`~streamrank.kernels.tile_rows` rows that holds r, at position
+  r mod T (see :mod:`streamrank.kernels`, "Row independence"). The temporaries are one tile's
+  whatever the size of X (:meth:`work_bytes`).
 - ``n_features_`` (input width), ``n_components_`` (output width), ``params()`` (JSON-able:
   everything that defines the map, with a sha256 of the fitted arrays, for cache keys and
   model files), ``to_h5(group)`` and :func:`load_map` (``kind`` attribute dispatch). No pickle.
@@ -31,21 +33,14 @@ import math
 import numpy as np
 
 from .errors import InputError, ParameterError
-from .kernels import ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, check_kernel
+from .kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0,
+                      fill_tile, fixed_blas_threads, row_tiles, tile_rows)
 
 MAP_KINDS = ("identity", "nystroem", "rff")
 FORMAT_VERSION = 1
 
-# Bytes of float64 temporaries per transform chunk (input copy, kernel rows, output rows).
-# ~16 MB keeps a chunk's BLAS products large enough to run at full speed (512 rows for
-# m = k = 2000) while the memory does not grow with the block.
-TRANSFORM_CHUNK_BYTES = 16 << 20
 # Output columns per block of the Nystroem projection product (see Nystroem._prepare).
 PROJECTION_BLOCK_COLS = 160
-
-
-def _align(n):
-    return -(-n // ROW_ALIGN) * ROW_ALIGN
 
 
 def _int_param(value, name, flag, lo, example):
@@ -134,8 +129,9 @@ class FeatureMap:
         """Columns of the float64 work buffers per row (besides the input copy)."""
         return [self.n_components_]
 
-    def _map_chunk(self, Xd, bufs, dest):
-        """Map the aligned float64 rows ``Xd``; write the first ``len(dest)`` into ``dest``."""
+    def _map_tile(self, Xt, bufs, p, dest):
+        """Map the tile ``Xt`` (float64, zero rows around the data); write its rows
+        p:p + len(dest) into ``dest``."""
         raise NotImplementedError
 
     # -- protocol --------------------------------------------------------------------------------
@@ -165,19 +161,22 @@ class FeatureMap:
         return X
 
     def chunk_rows(self):
-        """Rows per transform chunk (a multiple of ROW_ALIGN)."""
-        per_row = 8 * (self.n_features_ + sum(self._widths()))
-        return max(ROW_ALIGN, (TRANSFORM_CHUNK_BYTES // per_row) // ROW_ALIGN * ROW_ALIGN)
+        """Rows per transform tile (:func:`~streamrank.kernels.tile_rows` of the map's widths)."""
+        return tile_rows(self.n_features_ + sum(self._widths()))
 
     def work_bytes(self, n_rows=None):
-        """Peak bytes of float64 temporaries of one transform call (output not included)."""
+        """Peak bytes of float64 temporaries of one transform call (output not included): one
+        tile, whatever the number of rows (none for no rows)."""
         self._check_fitted()
-        rows = self.chunk_rows() if n_rows is None else min(self.chunk_rows(), _align(n_rows))
-        return 8 * rows * (self.n_features_ + sum(self._widths()))
+        if n_rows == 0:
+            return 0
+        return 8 * self.chunk_rows() * (self.n_features_ + sum(self._widths()))
 
-    def transform(self, X, dtype=np.float32, out=None):
-        """phi(X) as ``dtype`` ``(len(X), n_components_)`` (into ``out`` when given)."""
+    def transform(self, X, dtype=np.float32, out=None, row0=0):
+        """phi(X) as ``dtype`` ``(len(X), n_components_)`` (into ``out`` when given); ``row0`` is
+        the index of X's first row in its dataset (module docstring)."""
         X = self._check_X(X)
+        row0 = check_row0(row0)
         n, k = X.shape[0], self.n_components_
         if out is None:
             out = np.empty((n, k), dtype)
@@ -185,16 +184,13 @@ class FeatureMap:
             raise ValueError(f"out has shape {out.shape}, expected {(n, k)}")
         if n == 0:
             return out
-        rows = min(self.chunk_rows(), _align(n))
-        Xd = np.zeros((rows, self.n_features_))
-        bufs = [np.empty((rows, w)) for w in self._widths()]
-        for s in range(0, n, rows):
-            e = min(s + rows, n)
-            r = e - s
-            ra = _align(r)
-            Xd[:r] = X[s:e]
-            Xd[r:ra] = 0.0
-            self._map_chunk(Xd[:ra], [b[:ra] for b in bufs], out[s:e])
+        T = self.chunk_rows()
+        Xt = aligned_empty((T, self.n_features_))
+        bufs = [aligned_empty((T, w)) for w in self._widths()]
+        with fixed_blas_threads():
+            for s, e, p in row_tiles(n, row0, T):
+                fill_tile(Xt, X[s:e], p)
+                self._map_tile(Xt, bufs, p, out[s:e])
         return out
 
     def fit_transform(self, X, dtype=np.float32):
@@ -272,8 +268,9 @@ class IdentityMap(FeatureMap):
         self.n_features_ = self.n_components_ = self._n_features_of(data)
         return self
 
-    def transform(self, X, dtype=np.float32, out=None):
+    def transform(self, X, dtype=np.float32, out=None, row0=0):
         X = self._check_X(X)
+        check_row0(row0)
         if out is None:
             return np.asarray(X, dtype=dtype)
         out[...] = X
@@ -448,14 +445,14 @@ class Nystroem(FeatureMap):
     def _widths(self):
         return [self.landmarks_.shape[0], max(j1 - j0 for j0, j1, _ in self._blocks)]
 
-    def _map_chunk(self, Xd, bufs, dest):
+    def _map_tile(self, Xt, bufs, p, dest):
         Kc, zbuf = bufs
-        self._kernel.into(Xd, Kc)
-        r, ra = dest.shape[0], Xd.shape[0]
+        self._kernel.into(Xt, Kc)
+        T, r = Xt.shape[0], dest.shape[0]
         for (j0, j1, Pj), i0 in zip(self._blocks, self._row0):
-            Z = zbuf.reshape(-1)[:ra * (j1 - j0)].reshape(ra, j1 - j0)
+            Z = zbuf.reshape(-1)[:T * (j1 - j0)].reshape(T, j1 - j0)  # starts where zbuf does: aligned
             np.matmul(Kc[:, i0:], Pj, out=Z)
-            dest[:, j0:j1] = Z[:r]
+            dest[:, j0:j1] = Z[p:p + r]
 
     # -- h5 --------------------------------------------------------------------------------------
     @classmethod
@@ -532,13 +529,13 @@ class RandomFourier(FeatureMap):
         self.n_features_, self.n_components_, self.gamma_ = d, m, gamma
         return self
 
-    def _map_chunk(self, Xd, bufs, dest):
+    def _map_tile(self, Xt, bufs, p, dest):
         (Z,) = bufs
-        np.matmul(Xd, self.omega_, out=Z)
+        np.matmul(Xt, self.omega_, out=Z)
         Z += self.offset_
         np.cos(Z, out=Z)
         Z *= math.sqrt(2.0 / self.n_components_)
-        dest[...] = Z[:dest.shape[0]]
+        dest[...] = Z[p:p + dest.shape[0]]
 
     @classmethod
     def _from_params(cls, p):

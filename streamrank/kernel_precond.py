@@ -171,18 +171,25 @@ class NystroemPreconditioner:
             Uc = U32[a:a + step].astype(np.float64)
             G += Uc.T @ Uc
             resid[a:a + step] -= np.einsum("ij,ij->i", Uc, Uc)
-        # sigma: the residual's mean plus the ridge Q' carries (the cache's jitter), which also keeps
-        # 1/sigma in M^-1 r's Woodbury form from amplifying rounding when the landmarks explain Q
-        self.sigma = max(float(resid.mean()), 0.0) + float(ridge)
-        if self.sigma <= 0.0:
-            self.sigma = 1e-12 * top
-        self._utu = G.copy()  # U^T U, for the Woodbury factor of at_point's M
-        G[np.diag_indices_from(G)] += self.sigma
-        self._chol = scipy.linalg.cho_factor(G, lower=True)
+        self._resid, self._top = max(float(resid.mean()), 0.0), top
+        self._utu = G  # U^T U, for the Woodbury factors
         U32.flags.writeable = False  # the read-only specialisation the objective uses
         self.U = U32
         self.rank = U32.shape[1]
         self.landmarks = np.asarray(S)
+        self.set_ridge(ridge)
+
+    def set_ridge(self, ridge):
+        """sigma = the residual's mean plus ``ridge``, the jitter Q' carries (known once Q is built),
+        which also keeps 1/sigma in M^-1 r's Woodbury form from amplifying rounding when the
+        landmarks explain Q; refactors sigma I + U^T U (k^3 / 3 flops). Returns self."""
+        self.sigma = self._resid + float(ridge)
+        if self.sigma <= 0.0:
+            self.sigma = 1e-12 * self._top
+        G = self._utu.copy()
+        G[np.diag_indices_from(G)] += self.sigma
+        self._chol = scipy.linalg.cho_factor(G, lower=True)
+        return self
 
     @property
     def nbytes(self):

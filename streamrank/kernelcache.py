@@ -19,9 +19,13 @@ pages of a mapped file count in RSS). Blocks are read with ``verify="once"``: th
 on a block's first read in the process, then trusted while the file's inode, size and mtime are
 unchanged (a pass re-reads all of Q, and the CRC would cost about 40% of the read).
 
-Row independence: :class:`~streamrank.kernels.PreparedKernel` computes a row of K(A, X) from that
-row of A alone, so a block's rows do not depend on the layout, and neither does anything computed
-from Q.
+Row independence: Q's row i is K(Xn[i], Xn) computed by :class:`~streamrank.kernels.PreparedKernel`
+in the tile of ``tile_rows`` rows that holds row i of Xn, at position i mod tile_rows (a fixed
+call shape, a fixed position, a pinned BLAS thread count; see :mod:`streamrank.kernels`). The
+tile size depends on l and d alone, so a block's rows are the same bits for any block layout
+(any ``block_bytes`` or memory budget), and so is everything computed from Q. The temporaries are
+one tile: at most ``kernels.TILE_BYTES`` (= BUILD_CHUNK_BYTES) unless l is so large that
+ROW_ALIGN rows pass it.
 """
 
 import logging
@@ -41,18 +45,40 @@ log = logging.getLogger("streamrank.kernelcache")
 BUILD_CHUNK_BYTES = 32 << 20
 # block buffers for reads from disk: the one in use, the one queued, the one being read
 READ_BUFFERS = 3
-# Q is stored as float32(K). The rounding error E = float32(K) - K has entries of RMS sigma (about
-# 2^-24 |K| / sqrt(12)) that behave like independent noise, so ||E||_2 ~ 2 sigma sqrt(l) (the
-# semicircle law), and float32(K) has negative eigenvalues down to about that where K's spectrum
-# has decayed to nothing (measured on MQ2008 rbf 2^-5: l = 618, ||E||_2 = 8.6e-7, lambda_min =
-# -1.2e-7; l = 2189: 1.6e-6 and -6.6e-7). TRON then finds directions with beta^T Q beta < 0 and
-# runs to -inf at tight tolerances, or meets d.Hd < 0 under a preconditioner. The objective
-# therefore uses Q' = float32(K) + jitter I, jitter = JITTER_FACTOR sigma sqrt(l) (the semicircle
-# edge: 5 to 7 times |lambda_min| in those measurements), sigma measured on JITTER_SAMPLE_ROWS fixed
-# rows. It moves the optimum by about jitter ||beta||^2 / 2 (3e-5 relative on that MQ2008 subset,
-# where float32 storage alone moves it 9e-7).
+# Q is stored as float32(K). The rounding error E = float32(K) - K makes float32(K) indefinite
+# where K's spectrum has decayed to nothing (MQ2008 rbf 2^-5, l = 2189: ||E||_2 = 1.6e-6,
+# lambda_min = -6.6e-7): TRON then finds directions with beta^T Q beta < 0, runs to -inf at tight
+# tolerances, crawls through hundreds of rejected steps, or meets d.Hd < 0 under a preconditioner,
+# whose M^-1 amplifies exactly those directions. The objective therefore uses Q' = float32(K) +
+# jitter I with jitter >= ||E||_2. For a symmetric E with independent entries, ||E||_2 is at most
+# about 2 max_i ||E_i|| (twice the largest row norm: the semicircle edge, and Bandeira and van
+# Handel 2016 for unequal variances) plus max |E_ij| sqrt(2 ln l). The row norms must be the rows'
+# own: a global RMS sigma (2 sigma sqrt(l)) misses a tight cluster of near-identical rows, whose
+# entries near 1 carry the largest rounding errors while most of K is small (issue 10: a query of
+# 700 near-duplicate documents among 1,600 rows gave lambda_min = 1.5 to 2 times 2 sigma sqrt(l),
+# and d.Hd < 0 on a public LETOR set). |E_ij| <= spacing(float32(K_ij)) / 2 for round-to-nearest,
+# so the bound below comes from the stored numbers alone (the same whether a block was computed
+# or read from the cache): jitter = JITTER_FACTOR max_i sqrt(sum_j (spacing_ij / 2)^2)
+# + max_ij (spacing_ij / 2) sqrt(2 ln l). The half-spacing is sqrt(3) times the RMS of a uniform
+# rounding error, a margin the random model does not promise. It moves the optimum by about
+# jitter ||beta||^2 / 2 (about 5e-5 relative on a 25-query MQ2008 subset).
 JITTER_FACTOR = 2.0
-JITTER_SAMPLE_ROWS = 64
+# rows of Q per chunk when the jitter's row sums are taken (a float64 temporary of this many rows)
+JITTER_CHUNK_ROWS = 256
+
+
+def rounding_bounds(Qb):
+    """(per-row sum_j (spacing_ij / 2)^2, max_ij spacing_ij / 2) of a float32 block: the bound on
+    float32(K)'s rounding error that the jitter is built from (JITTER_FACTOR)."""
+    rows = np.empty(Qb.shape[0])
+    top = 0.0
+    for a in range(0, Qb.shape[0], JITTER_CHUNK_ROWS):
+        h = np.spacing(np.abs(Qb[a:a + JITTER_CHUNK_ROWS])).astype(np.float64)
+        h *= 0.5
+        rows[a:a + JITTER_CHUNK_ROWS] = np.einsum("ij,ij->i", h, h)
+        if h.size:
+            top = max(top, float(h.max()))
+    return rows, top
 
 
 def check_psd_kernel(kernel, gamma, degree, coef0, n_features):
@@ -124,6 +150,8 @@ class KernelCache(FeatureCache):
         self.computed_blocks = 0
         self.passes = 0
         self._jitter = None
+        self._row_err = np.full(l, np.nan)  # rounding_bounds per row, as blocks are seen
+        self._max_err = 0.0
 
     # -- computing -------------------------------------------------------------------------------
     def _kernel(self):
@@ -133,19 +161,10 @@ class KernelCache(FeatureCache):
         return self._prepared
 
     def compute(self, k, out):
-        """Block k = K(Xn[a:b], Xn) rounded to float32 into ``out`` (float64 in between)."""
+        """Block k = K(Xn[a:b], Xn) rounded to float32 into ``out`` (float64 in between), in the
+        kernel's tiles by row index in Xn (module docstring, "Row independence")."""
         a, b = self.layout[k]
-        prep = self._kernel()
-        step = max(ROW_ALIGN, (BUILD_CHUNK_BYTES // (8 * max(self.l, 1))) // ROW_ALIGN * ROW_ALIGN)
-        step = min(step, -(-(b - a) // ROW_ALIGN) * ROW_ALIGN)
-        tmp = np.empty((step, self.l))
-        A = np.zeros((step, self.Xn.shape[1]))
-        for r in range(a, b, step):
-            n = min(step, b - r)
-            A[:n] = self.Xn[r:r + n]
-            A[n:] = 0.0  # aligned row count: each row of K(A, X) from its own row only
-            prep.into(A, tmp)
-            out[r - a:r - a + n] = tmp[:n]  # the one rounding to float32
+        self._kernel()(self.Xn[a:b], out=out, row0=a)
         self.computed_blocks += 1
         return out
 
@@ -157,7 +176,9 @@ class KernelCache(FeatureCache):
         stored = set(self.present)
         for k in sorted(stored):  # stored blocks that fit in the tier are read into it now
             if not self.in_memory(k) and self.memory_nbytes + self._nbytes(k) <= self.memory_bytes:
-                self.get(k)
+                Qk = self.get(k)
+                if Qk is not None:
+                    self._note(k, Qk)
         missing = [k for k in range(self.n_blocks)
                    if not self.in_memory(k) and (k not in stored or k not in self.present)]
         if self.dir is None:  # memory only: compute what the tier can hold, the rest on demand
@@ -176,18 +197,29 @@ class KernelCache(FeatureCache):
 
             for k, Qk in background(made(), depth=1, name="streamrank-kernel-build"):
                 self.put(k, Qk)
+                self._note(k, Qk)
+        self.jitter  # the blocks not seen yet are read once for it
         self.build_seconds += time.perf_counter() - t0
         return self.build_seconds
 
+    def _note(self, k, Qk):
+        """Record block k's rounding bounds for the jitter."""
+        a, b = self.layout[k]
+        self._row_err[a:b], top = rounding_bounds(Qk)
+        self._max_err = max(self._max_err, top)
+
     @property
     def jitter(self):
-        """The diagonal added to float32(K) (see JITTER_FACTOR): measured once, from fixed rows."""
+        """The diagonal added to float32(K) (see JITTER_FACTOR): from every row of Q, each block's
+        bounds taken when it is built or first read (the rest read here, once)."""
         if self._jitter is None:
-            idx = np.unique(np.linspace(0, max(self.l - 1, 0), min(self.l, JITTER_SAMPLE_ROWS)).astype(np.int64))
-            K = self._kernel()(self.Xn[idx])
-            E = K.astype(np.float32).astype(np.float64) - K
-            sigma = float(np.sqrt(np.mean(E * E))) if E.size else 0.0
-            self._jitter = JITTER_FACTOR * sigma * float(np.sqrt(self.l))
+            for k in range(self.n_blocks):
+                a, b = self.layout[k]
+                if b > a and np.isnan(self._row_err[a]):
+                    buf = np.empty((b - a, self.l), np.float32)
+                    self._note(k, self.get(k) if self.in_memory(k) else self._fetch(k, buf))
+            err = float(np.sqrt(np.max(self._row_err))) if self.l else 0.0
+            self._jitter = JITTER_FACTOR * err + self._max_err * float(np.sqrt(2.0 * np.log(max(self.l, 2))))
         return self._jitter
 
     # -- reading ---------------------------------------------------------------------------------

@@ -11,21 +11,30 @@ Inner products go through BLAS; the squared distance of ``rbf`` is ||x||^2 + ||y
 clipped at 0 (rounding can make it slightly negative for near-identical rows). The L1 distances
 of ``laplacian`` come from a numba kernel (plain NumPy twin in ``tests/kernel_oracle.py``).
 
-Row independence. Every entry point computes a row of K(A, B) from that row of A alone, to the
-last bit: BLAS (OpenBLAS here) computes a row of a product with a kernel that depends on how many
-rows the call has (an odd remainder goes through a different micro-kernel with a different
-summation order), so products are always called with a row count that is a multiple of
-:data:`ROW_ALIGN` (A is padded with zero rows when needed). The tests check that the rows of
-K(A, B) equal the rows of K(A[i:j], B) bit for bit, so a feature map gives a row the same
-features whichever block it arrives in.
+Row independence. A data row's kernel values (and the features and scores made from them) are
+the same bits whatever block it arrives in, by construction: every BLAS product on data rows is
+called with one fixed shape and the row at one fixed position in it. Rows are named by an absolute
+index r (their row in the dataset, or in the array); the row r is always computed in the tile of
+T rows that starts at floor(r / T) T, at position r mod T, the tile's other positions holding zero
+rows or other rows of the same tile (a row of a product is computed from that row alone, the
+other rows only share the call). T (:func:`tile_rows`: :data:`ROW_TILE`, fewer only for products
+so wide that a tile would pass :data:`TILE_BYTES`) depends on the product's fixed width alone,
+never on block sizes or budgets; tiles live in 64-byte aligned buffers, and the BLAS thread count
+is pinned for them (:func:`fixed_blas_threads`). Padding a call's row count to a multiple of 16
+was not enough: OpenBLAS picks its code path (small-matrix kernels, edge kernels, K blocking)
+by the call's shape, and 0.3.31 (SkylakeX kernels) gave a row of the Nystroem projection other
+bits in a 16-row call than in a 704-row one. A block whose edges fall inside tiles computes those
+(at most two) partial tiles in full: one row costs a tile.
 """
 
+import contextlib
 import math
 import numbers
 
 import numba
 import numpy as np
 from numba import prange
+from threadpoolctl import ThreadpoolController
 
 from .errors import ParameterError
 
@@ -41,8 +50,88 @@ USES_GAMMA = frozenset({"rbf", "laplacian", "poly", "sigmoid"})
 USES_DEGREE = frozenset({"poly"})
 USES_COEF0 = frozenset({"poly", "sigmoid"})
 
-# BLAS calls always get a row count that is a multiple of this (see the module docstring).
+# Rows of every BLAS call on data rows (see the module docstring). Fewer rows mean more calls, and
+# a two-thread call waits for its second thread when another process holds a core: Nystroem
+# m = k = 2000 on 20,000 rows (2 loaded cores) took 4.5-9.3 s with 256-row tiles, 4.6-4.9 s with
+# 512 and 3.8-3.9 s with the former 912-row chunks; single-threaded, 2.3-2.5 s for all three.
+# A call on one row costs a tile (70 ms for that map).
+ROW_TILE = 512
+# Fewer rows (a multiple of ROW_ALIGN, at least ROW_ALIGN) when a tile's float64 temporaries would
+# pass TILE_BYTES: only for products over 8,000 columns wide (exact-kernel rows against all l
+# training rows, or against many support rows), where a full tile would hold hundreds of MB.
+TILE_BYTES = 32 << 20
 ROW_ALIGN = 16
+
+# The BLAS thread count of the tile products: OpenBLAS splits a product differently with another
+# thread count (256 x 2000 x 125 gives other bits with 1 thread than with 2), and
+# _blas.one_thread() lowers the count process-wide around code that may map rows (the linear
+# objective's preconditioner pass). The same shape with the same count makes the same split, so
+# tiles run with the count the process had when this module was imported.
+_BLAS_THREADS = [(lc, lc.get_num_threads())
+                 for lc in ThreadpoolController().select(user_api="blas").lib_controllers]
+
+
+def tile_rows(width):
+    """Rows per tile of a product with ``width`` float64 columns of temporaries per row (input
+    copy and outputs): ROW_TILE, or fewer when that passes TILE_BYTES. A function of the width
+    alone, so fixed for a given map or kernel matrix."""
+    fit = TILE_BYTES // (8 * max(int(width), 1)) // ROW_ALIGN * ROW_ALIGN
+    return int(min(ROW_TILE, max(ROW_ALIGN, fit)))
+
+
+def row_tiles(n, row0, tile):
+    """(s, e, p) for the tiles met by rows 0..n-1 of an array whose row 0 has absolute index
+    ``row0``: its rows s:e sit at positions p:p + e - s of the tile of ``tile`` rows that starts
+    at absolute row row0 + s - p. Only the first and the last tile can be partial."""
+    s = 0
+    while s < n:
+        p = (row0 + s) % tile
+        e = min(n, s + tile - p)
+        yield s, e, p
+        s = e
+
+
+def check_row0(row0):
+    """``row0`` (absolute index of an array's first row) as an int >= 0."""
+    if isinstance(row0, bool) or not isinstance(row0, (int, np.integer)) or row0 < 0:
+        raise ParameterError(f"row0 must be an integer >= 0 (the index of the array's first row in its "
+                             f"dataset); got {row0!r}. Pass row0=0 for an array on its own")
+    return int(row0)
+
+
+def aligned_empty(shape, align=64):
+    """An uninitialised float64 array whose data starts on an ``align``-byte boundary."""
+    n = math.prod(shape)
+    raw = np.empty(n + align // 8, np.float64)
+    off = (-raw.ctypes.data % align) // 8
+    return raw[off:off + n].reshape(shape)
+
+
+def fill_tile(tile, rows, p):
+    """Rows at positions p:p + len(rows) of ``tile``, zeros elsewhere."""
+    r = rows.shape[0]
+    tile[:p] = 0.0
+    tile[p:p + r] = rows
+    tile[p + r:] = 0.0
+
+
+@contextlib.contextmanager
+def fixed_blas_threads():
+    """Inside it, the BLAS libraries run the thread counts they had at import (see _BLAS_THREADS).
+    Changes nothing (no process-wide write) unless a limit is in force; a limit set by another
+    thread while a tile runs is not guarded against (streamrank sets its own on the thread that
+    maps, never beside a thread computing tiles)."""
+    changed = []
+    for lc, n in _BLAS_THREADS:
+        now = lc.get_num_threads()
+        if now != n:
+            lc.set_num_threads(n)
+            changed.append((lc, now))
+    try:
+        yield
+    finally:
+        for lc, now in changed:
+            lc.set_num_threads(now)
 
 
 def default_gamma(n_features):
@@ -116,8 +205,10 @@ def _row_norms(A):
 class PreparedKernel:
     """K(., B) for a fixed B (landmarks), with what depends on B computed once.
 
-    :meth:`into` writes K(A, B) for an aligned float64 A; :meth:`__call__` takes any A.
-    Parameters are taken as given (validate with :func:`check_kernel` first).
+    :meth:`__call__` computes K(A, B) for any A in tiles of :attr:`tile_rows` rows by absolute
+    row index (``row0``, see the module docstring); :meth:`into` is one tile's product, for
+    callers that run the tiles themselves. Parameters are taken as given (validate with
+    :func:`check_kernel` first).
     """
 
     def __init__(self, B, kernel, gamma, degree=3, coef0=1.0):
@@ -125,6 +216,7 @@ class PreparedKernel:
         self.kernel, self.gamma, self.degree, self.coef0 = kernel, float(gamma), int(degree), float(coef0)
         self.n_features = B.shape[1]
         self.n_cols = B.shape[0]
+        self.tile_rows = tile_rows(self.n_features + self.n_cols)
         B = np.asarray(B, np.float64)
         if kernel == "rbf":
             # -2 B^T: scaling by a power of two is exact, so the product is exactly -2 A B^T
@@ -134,9 +226,10 @@ class PreparedKernel:
             self._BT = np.ascontiguousarray(B.T)
 
     def into(self, A, out):
-        """K(A, B) into ``out`` (float64 C-contiguous ``(len(A), n_cols)``); A float64
-        C-contiguous with a multiple of ROW_ALIGN rows."""
-        assert A.shape[0] % ROW_ALIGN == 0 and A.dtype == np.float64 and A.flags.c_contiguous
+        """K(A, B) into ``out`` (float64 C-contiguous ``(len(A), n_cols)``) for a float64
+        C-contiguous tile A: each row from its own row of A, in a call whose shape the caller
+        keeps fixed (module docstring)."""
+        assert A.dtype == np.float64 and A.flags.c_contiguous and out.flags.c_contiguous
         if self.kernel == "laplacian":
             _l1_distances(A, self._BT, out)
             out *= -self.gamma
@@ -160,24 +253,28 @@ class PreparedKernel:
             np.tanh(out, out=out)
         return out
 
-    def __call__(self, A, out=None):
-        """K(A, B) as float64 ``(len(A), n_cols)`` for any A (padded to aligned rows inside)."""
+    def __call__(self, A, out=None, row0=0):
+        """K(A, B) ``(len(A), n_cols)``, float64 unless ``out`` (any float dtype: the float64
+        values are rounded once into it) is given; ``row0`` is the absolute index of A's first
+        row. Temporaries: one tile (``tile_rows`` rows of A and of K)."""
         A = _as_rows(A, "A")
         if A.shape[1] != self.n_features:
             raise ValueError(f"A has {A.shape[1]} features, B has {self.n_features}")
+        row0 = check_row0(row0)
         n = A.shape[0]
-        n_pad = -(-n // ROW_ALIGN) * ROW_ALIGN
-        if n_pad == n and A.dtype == np.float64 and A.flags.c_contiguous:
-            Ap = A
-        else:
-            Ap = np.zeros((n_pad, A.shape[1]))
-            Ap[:n] = A
-        if out is not None and n_pad == n and out.dtype == np.float64 and out.flags.c_contiguous:
-            return self.into(Ap, out)
-        full = self.into(Ap, np.empty((n_pad, self.n_cols)))
         if out is None:
-            return full[:n] if n_pad != n else full
-        out[...] = full[:n]
+            out = np.empty((n, self.n_cols))
+        elif out.shape != (n, self.n_cols):
+            raise ValueError(f"out has shape {out.shape}, expected {(n, self.n_cols)}")
+        if n == 0:
+            return out
+        T = self.tile_rows
+        At, Kt = aligned_empty((T, self.n_features)), aligned_empty((T, self.n_cols))
+        with fixed_blas_threads():
+            for s, e, p in row_tiles(n, row0, T):
+                fill_tile(At, A[s:e], p)
+                self.into(At, Kt)
+                out[s:e] = Kt[p:p + e - s]
         return out
 
 

@@ -77,7 +77,7 @@ class MappedSource(BlockSource):
     def _map(self, block, out):
         t = time.perf_counter()
         Xn = self.normalizer.transform(block.X, block.query_ptr)
-        Phi = self.fmap.transform(Xn, dtype=np.float32, out=out)
+        Phi = self.fmap.transform(Xn, dtype=np.float32, out=out, row0=block.start)  # tiles by dataset row
         self._map_seconds += time.perf_counter() - t
         self._map_rows += block.X.shape[0]
         return Phi

@@ -16,6 +16,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from . import _qprod
 from ._version import __version__
 from .errors import FormatError, InputError
 from .h5format import atomic_replace, temp_name
@@ -59,14 +60,20 @@ class LinearModel:
     def method(self):
         return "primal" if self.fmap is None else self.fmap.kind
 
-    def decision_function(self, X, query_ptr=None):
+    def decision_function(self, X, query_ptr=None, row0=0):
+        """Scores of the rows of X. ``row0`` is the index of X's first row in its dataset: a
+        feature map computes the row with index r in the tile that holds r, so a row's score is
+        the same bits whichever block it is scored in (:mod:`streamrank.kernels`, "Row
+        independence"); 0 for an array on its own."""
         Xn = self.normalizer.transform(self._pad(X), query_ptr)
-        if self.fmap is None:
-            return Xn @ self.w
-        if hasattr(self.fmap, "scores"):  # a map that scores in chunks itself (exact kernel: K(x, S) beta)
-            return self.fmap.scores(Xn, self.w)
-        # the same float32 features as in training, products in float64
-        return self.fmap.transform(Xn, dtype=np.float32).astype(np.float64) @ self.w
+        if self.fmap is not None and hasattr(self.fmap, "scores"):  # scores in chunks itself (exact kernel)
+            return self.fmap.scores(Xn, self.w, row0=row0)
+        if self.fmap is not None:  # the same float32 features as in training, products in float64
+            Xn = self.fmap.transform(Xn, dtype=np.float32, row0=row0)
+        # x.w in a fixed order per row (a BLAS gemv sums a row differently by the call's row count)
+        out = np.empty(Xn.shape[0])
+        _qprod.rows_dot(Xn, self.w, out)
+        return out
 
     def predict_dataset(self, ds, *, memory_budget="2GB"):
         """Scores of every row of ``ds`` in the input's row order (streamed)."""
@@ -76,7 +83,7 @@ class LinearModel:
         out = np.empty(ds.n_rows)
         row = ds.row
         for block, a, b in ds.stream(memory_budget=memory_budget):
-            out[row[a:b]] = self.decision_function(block.X, block.query_ptr)
+            out[row[a:b]] = self.decision_function(block.X, block.query_ptr, row0=a)
         return out
 
     # -- file ---------------------------------------------------------------------------------------

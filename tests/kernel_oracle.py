@@ -60,3 +60,19 @@ def kernel(name, A, B, gamma=0.5, degree=3, coef0=1.0):
     if name == "sigmoid":
         return sigmoid(A, B, gamma, coef0)
     return linear(A, B)
+
+
+def fake_blas(monkeypatch):
+    """Replace np.matmul by one that rounds a row differently by the call's row count and the
+    row's position in the call (as OpenBLAS's shape-dependent code paths may, in the last bits):
+    rows stay independent of the block they arrive in only by the fixed tiles of
+    ``streamrank.kernels``, not by luck of the BLAS."""
+    real = np.matmul
+
+    def matmul(A, B, out=None):
+        C = real(A, B, out=out)
+        k = (C.shape[0] + np.arange(C.shape[0])) % 7
+        C *= (1.0 + 2.0 ** -40 * k)[:, None]
+        return C
+
+    monkeypatch.setattr(np, "matmul", matmul)

@@ -76,10 +76,16 @@ def test_laplacian_equals_numpy_twin_bit_for_bit():
 @pytest.mark.parametrize("kernel", KERNELS)
 def test_kernel_rows_do_not_depend_on_the_other_rows(kernel):
     rng = np.random.default_rng(3)
-    A, B = rng.random((300, 11)), rng.random((70, 11))
+    T = kn.ROW_TILE
+    A, B = rng.random((2 * T + 44, 11)), rng.random((70, 11))
     full = kn.kernel_matrix(A, B, kernel, 0.2)
-    for a, b in [(0, 1), (5, 6), (3, 20), (17, 33), (100, 300), (1, 299)]:
-        np.testing.assert_array_equal(kn.kernel_matrix(A[a:b], B, kernel, 0.2), full[a:b])
+    prep = kn.PreparedKernel(B, kernel, 0.2)
+    assert prep.tile_rows == T
+    for a, b in [(0, 1), (5, 6), (3, 20), (17, 33), (100, 300), (1, 299), (T - 2, 2 * T + 9), (T, 2 * T + 44)]:
+        np.testing.assert_array_equal(prep(A[a:b], row0=a), full[a:b])
+    # rounded once into a float32 out (as KernelCache stores Q)
+    out = np.empty((b - a, 70), np.float32)
+    assert prep(A[a:b], out=out, row0=a) is out and np.array_equal(out, full[a:b].astype(np.float32))
 
 
 def test_rbf_distance_is_clipped_at_zero():
@@ -318,46 +324,67 @@ def fitted_maps(X):
             RandomFourier("laplacian", gamma=0.3, n_components=70, seed=3).fit(X)]
 
 
-def test_rows_map_independently_and_bit_identically(monkeypatch):
+def test_rows_map_independently_and_bit_identically():
     rng = np.random.default_rng(12)
-    X = rng.standard_normal((700, 6)).astype(np.float32)
+    T = kn.ROW_TILE
+    n = 3 * T + 37  # several tiles, the last one partial
+    X = rng.standard_normal((n, 6)).astype(np.float32)
     maps = fitted_maps(X)
     assert maps[2].n_components_ < 150 and maps[1].n_components_ == 200
+    # slices from one row to all, starting and ending inside tiles, across several tiles
+    slices = [(0, 1), (3, 4), (5, 22), (17, 100), (99, 612), (600, 700), (T - 1, T + 1), (T, 2 * T),
+              (T + 5, 3 * T + 7), (37, n), (2 * T + 3, n), (0, n)]
     for mp in maps:
         ref64 = mp.transform(X, np.float64)
         ref32 = mp.transform(X)
         assert ref32.dtype == np.float32 and ref64.dtype == np.float64
-        assert ref32.shape == (700, mp.n_components_)
+        assert ref32.shape == (n, mp.n_components_)
         np.testing.assert_array_equal(ref32, ref64.astype(np.float32))
-        for a, b in [(0, 1), (3, 4), (5, 22), (17, 100), (99, 612), (600, 700)]:
-            np.testing.assert_array_equal(mp.transform(X[a:b], np.float64), ref64[a:b])
-        out = np.empty((700, mp.n_components_), np.float64)
+        for a, b in slices:
+            np.testing.assert_array_equal(mp.transform(X[a:b], np.float64, row0=a), ref64[a:b])
+            np.testing.assert_array_equal(mp.transform(X[a:b], row0=np.int64(a)), ref32[a:b])
+        out = np.empty((n, mp.n_components_), np.float64)
         assert mp.transform(X, np.float64, out=out) is out
         np.testing.assert_array_equal(out, ref64)
         assert mp.transform(X[:0]).shape == (0, mp.n_components_)
-    # many small chunks give the same rows as one big chunk
-    monkeypatch.setattr(fm, "TRANSFORM_CHUNK_BYTES", 20_000)
-    for mp in maps[1:]:
-        assert mp.chunk_rows() < 700 and mp.chunk_rows() % kn.ROW_ALIGN == 0
-        np.testing.assert_array_equal(mp.transform(X, np.float64), monkeypatch_free_ref(mp, X))
+        if mp.kind != "identity":
+            assert mp.chunk_rows() == T  # narrow maps: full tiles
+        with pytest.raises(ParameterError, match="row0 must be an integer >= 0.*Pass row0=0"):
+            mp.transform(X, row0=-1)
 
 
-def monkeypatch_free_ref(mp, X):
-    # one chunk holding all rows: the reference for the chunked transform
-    saved = fm.TRANSFORM_CHUNK_BYTES
-    try:
-        fm.TRANSFORM_CHUNK_BYTES = 1 << 40
-        return mp.transform(X, np.float64)
-    finally:
-        fm.TRANSFORM_CHUNK_BYTES = saved
+def test_rows_are_independent_by_construction_whatever_the_blas(monkeypatch):
+    rng = np.random.default_rng(15)
+    T = kn.ROW_TILE
+    n = 2 * T + 61
+    X = rng.standard_normal((n, 6)).astype(np.float32)
+    maps = fitted_maps(X)[1:]
+    oracle.fake_blas(monkeypatch)
+    for mp in maps:
+        ref = mp.transform(X, np.float64)
+        for a, b in [(0, 1), (7, 8), (5, 300), (T - 3, 2 * T + 2), (T + 1, n)]:
+            np.testing.assert_array_equal(mp.transform(X[a:b], np.float64, row0=a), ref[a:b])
+    # the fake has teeth: a row in another position of its tile gets other bits
+    ny = maps[0]
+    assert not np.array_equal(ny.transform(X[5:300], np.float64, row0=0), ny.transform(X, np.float64)[5:300])
+    K = kn.kernel_matrix(X, X[:40], "poly", gamma=0.5)
+    for a, b in [(3, 4), (10, 2 * T + 9)]:
+        np.testing.assert_array_equal(kn.PreparedKernel(X[:40], "poly", 0.5)(X[a:b], row0=a), K[a:b])
 
 
 def test_transform_memory_is_bounded():
     X = np.random.default_rng(13).standard_normal((50, 4))
     ny = Nystroem(gamma=0.3, n_components=50).fit(X)
-    assert ny.work_bytes() <= fm.TRANSFORM_CHUNK_BYTES
-    assert ny.work_bytes(10) == 8 * 16 * (4 + 50 + ny.n_components_)  # input, K(X, L), one output block
-    assert IdentityMap().fit(X).work_bytes() == 0
+    assert ny.work_bytes() <= kn.TILE_BYTES
+    # one tile whatever the rows: input, K(X, L), one output block
+    assert ny.work_bytes(10) == ny.work_bytes(10 ** 6) == 8 * kn.ROW_TILE * (4 + 50 + ny.n_components_)
+    assert ny.work_bytes(0) == 0 and IdentityMap().fit(X).work_bytes() == 0
+    # very wide products get fewer rows per tile (a multiple of ROW_ALIGN), never more bytes
+    assert kn.tile_rows(10) == kn.ROW_TILE
+    for width in (20_000, 100_000, 10 ** 6):
+        T = kn.tile_rows(width)
+        assert T % kn.ROW_ALIGN == 0 and kn.ROW_ALIGN <= T < kn.ROW_TILE
+        assert 8 * T * width <= kn.TILE_BYTES or T == kn.ROW_ALIGN
 
 
 def test_identity_map_returns_its_input():

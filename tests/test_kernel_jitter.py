@@ -1,0 +1,107 @@
+"""The jitter that keeps Q' = float32(K) + jitter I positive semi-definite (issue 10, part 2).
+
+The old jitter, 2 sigma sqrt(l) with one RMS sigma for all of K, missed a tight cluster of
+near-identical rows (entries near 1 carry the largest rounding errors while most of K is small):
+Q' was indefinite and the preconditioned CG met d.Hd < 0 on a public LETOR set. The oracle here is
+the dense eigenvalue decomposition of Q'.
+"""
+
+import numpy as np
+import pytest
+
+from streamrank import _pairkernels as pk
+from streamrank.kernel_objective import KernelObjective
+from streamrank.kernelcache import KernelCache, rounding_bounds
+from streamrank.normalize import Normalizer
+from streamrank.tron import tron
+
+
+def clustered(seed=0, n_cluster=700, n_spread=900, d=25):
+    """One query of n_cluster + 300 documents, n_cluster of them near-identical (documents that match
+    no query term differ only in two length-like features), and queries of 100; raw features of
+    scales 10^-2 .. 10^4; labels 0-2."""
+    rng = np.random.default_rng(seed)
+    scales = 10.0 ** rng.uniform(-2, 4, d)
+    cluster = np.tile(rng.standard_normal(d) * 0.3, (n_cluster, 1))
+    cluster[:, :2] += 0.05 * rng.standard_normal((n_cluster, 2))
+    spread = rng.standard_normal((n_spread, d)) * 3.0
+    X = np.vstack([cluster, spread]) * scales
+    qp = np.unique(np.r_[np.arange(n_cluster + 300, len(X), 100), 0, len(X)])
+    s = X[:, 2] / scales[2] + np.tanh(X[:, 3] / scales[3]) + 0.5 * rng.standard_normal(len(X))
+    y = np.digitize(s, np.quantile(s, [0.6, 0.9])).astype(np.float32)
+    return X.astype(np.float32), y, qp
+
+
+def gram(Xn, qp, gamma, block_bytes=10 ** 9):
+    kc = KernelCache(Xn, qp, kernel="rbf", gamma=gamma, key_material={"test": 1}, block_bytes=block_bytes,
+                     memory_bytes=1 << 30)
+    kc.build()
+    Q = np.vstack([Qk for _, _, _, Qk in kc]).astype(np.float64)
+    return kc, Q
+
+
+@pytest.mark.parametrize("normalize", ["zscore", "none"])
+@pytest.mark.parametrize("gamma", [2.0 ** -7, 2.0 ** -5, 2.0 ** -3])
+def test_jitter_makes_the_stored_kernel_matrix_positive_semidefinite(normalize, gamma):
+    X, y, qp = clustered()
+    norm = Normalizer(normalize)
+    if normalize == "zscore":
+        norm.fit([X], X.shape[1])
+    Xn = norm.transform(X)
+    kc, Q = gram(Xn, qp, gamma)
+    lam_min = np.linalg.eigvalsh(Q)[0]
+    assert lam_min + kc.jitter >= 0, (lam_min, kc.jitter)
+    # the bound is not wildly loose: within 20x of the indefiniteness it covers, where there is any
+    if lam_min < -1e-9:
+        assert kc.jitter < 20 * -lam_min
+    # the same jitter from another block layout (the bounds come from the stored numbers alone)
+    assert gram(Xn, qp, gamma, block_bytes=4 * len(Xn) * 200)[0].jitter == kc.jitter
+
+
+def test_the_global_rms_jitter_is_what_failed_here():
+    X, y, qp = clustered(n_cluster=400, n_spread=1600)  # the cluster is a fifth of the rows
+    Xn = Normalizer("zscore").fit([X], X.shape[1]).transform(X)
+    from streamrank.kernels import kernel_matrix
+    K = kernel_matrix(Xn, kernel="rbf", gamma=2.0 ** -5)
+    E = K.astype(np.float32).astype(np.float64) - K
+    idx = np.unique(np.linspace(0, len(K) - 1, 64).astype(np.int64))
+    old = 2.0 * np.sqrt(np.mean(E[idx] ** 2)) * np.sqrt(len(K))
+    Q32 = K.astype(np.float32)
+    assert np.linalg.eigvalsh(Q32.astype(np.float64))[0] + old < 0  # the old jitter left Q' indefinite
+    rows, top = rounding_bounds(Q32)
+    assert np.all(np.abs(E) <= np.spacing(np.abs(Q32)).astype(np.float64) / 2)  # the entry bound holds
+    assert np.all(np.sum(E * E, axis=1) <= rows)
+
+
+@pytest.mark.parametrize("precondition", [True, False])
+@pytest.mark.parametrize("C", [2.0 ** -6, 2.0 ** -2])
+def test_clustered_training_never_meets_negative_curvature_and_reaches_the_oracle(precondition, C):
+    from test_exact_kernel import dense_optimum
+    from streamrank.kernel_precond import NystroemPreconditioner
+    X, y, qp = clustered(n_cluster=150, n_spread=350)
+    Xn = Normalizer("zscore").fit([X], X.shape[1]).transform(X)
+    gamma = 2.0 ** -5
+    kc, Q = gram(Xn, qp, gamma)
+    levels = np.unique(y)
+    obj = KernelObjective(kc, np.searchsorted(levels, y), C=C, cost=pk.pair_cost(np.ones((3, 3))),
+                          mu=np.ones(len(qp) - 1))
+    if precondition:
+        obj.set_preconditioner(NystroemPreconditioner(Xn, kernel="rbf", gamma=gamma, landmarks=200).set_ridge(
+            kc.jitter))
+    curvatures = []
+    hessp = obj.hessp
+
+    def watched(v):
+        hv = hessp(v)
+        curvatures.append(float(v @ hv))
+        return hv
+
+    obj.hessp = watched
+    # with the preconditioner TRON still crawls on this shape (tiny trust regions, many rejected
+    # steps: open in issue 10), so its run is bounded and only its curvature is checked here
+    st = tron(obj, np.zeros(len(y)), eps=1e-8, max_iter=30 if precondition else 300, precondition=precondition)
+    assert min(curvatures) > 0
+    if not precondition:
+        Q[np.diag_indices_from(Q)] += kc.jitter
+        f_star = dense_optimum(Q, y, qp, C)
+        assert abs(st.f - f_star) / f_star < 1e-6

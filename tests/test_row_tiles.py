@@ -1,0 +1,97 @@
+"""Rows computed in fixed tiles by absolute row index (streamrank.kernels, "Row independence"):
+Q blocks and predictions are the same bits for any block layout, even with a BLAS whose rounding
+depends on the call's shape (kernel_oracle.fake_blas)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+import kernel_oracle as oracle
+import streamrank
+from streamrank import kernels as kn
+from streamrank.exact_model import ExactKernelMap
+from streamrank.featuremap import Nystroem, RandomFourier
+from streamrank.h5format import DatasetWriter
+from streamrank.kernelcache import KernelCache
+from streamrank.model import LinearModel
+from streamrank.normalize import Normalizer
+
+
+@pytest.fixture(scope="module")
+def rows():
+    rng = np.random.default_rng(21)
+    sizes = rng.integers(3, 40, size=75)
+    qp = np.concatenate(([0], np.cumsum(sizes)))
+    assert qp[-1] > 2 * kn.ROW_TILE  # blocks cross several tiles
+    return rng.random((qp[-1], 7)), qp
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "laplacian"])
+def test_kernel_cache_blocks_do_not_depend_on_the_layout(rows, monkeypatch, kernel):
+    X, qp = rows
+    oracle.fake_blas(monkeypatch)
+    want = kn.kernel_matrix(X, kernel=kernel, gamma=0.3).astype(np.float32)
+    for bb in (1, 20_000, 10 ** 9):  # one query per block, a few queries, everything in one block
+        kc = KernelCache(X, qp, kernel=kernel, gamma=0.3, key_material={"dataset": "test"}, block_bytes=bb,
+                         memory_bytes=1 << 30)
+        kc.build()
+        assert kc.n_blocks > 1 or bb == 10 ** 9
+        got = np.vstack([Qk.copy() for _, _, _, Qk in kc.blocks()])
+        assert np.array_equal(got, want)
+
+
+def _dataset(path, X, qp):
+    with DatasetWriter(path, n_features=X.shape[1]) as w:
+        for q in range(len(qp) - 1):
+            a, b = qp[q], qp[q + 1]
+            w.append(X[a:b].astype(np.float32), np.zeros(b - a, np.float32), np.full(b - a, q, np.int64))
+    return streamrank.open_dataset(path)
+
+
+@pytest.mark.parametrize("make", [
+    lambda X: Nystroem("rbf", gamma=0.3, n_components=90, seed=1).fit(X),
+    lambda X: RandomFourier("laplacian", gamma=0.3, n_components=50, seed=2).fit(X),
+    lambda X: ExactKernelMap(X[::9], "rbf", 0.3),
+    lambda X: None,
+], ids=["nystroem", "rff", "exact", "linear"])
+def test_predictions_do_not_depend_on_the_memory_budget(rows, tmp_path, monkeypatch, make):
+    X, qp = rows
+    X = X.astype(np.float32).astype(np.float64)
+    fmap = make(X)
+    width = X.shape[1] if fmap is None else fmap.n_components_
+    model = LinearModel(np.random.default_rng(3).standard_normal(width), Normalizer("none"),
+                        n_features=X.shape[1], fmap=fmap)
+    ds = _dataset(tmp_path / "d.h5", X, qp)
+    try:
+        oracle.fake_blas(monkeypatch)
+        want = model.decision_function(X)  # all rows, in the stored order: rows 0..n-1
+        for budget in ("2KB", "16KB", "1GB"):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # queries above a tiny block budget
+                got = model.predict_dataset(ds, memory_budget=budget)
+            assert np.array_equal(got[ds.row], want)
+    finally:
+        ds.close()
+
+
+def test_tiles_run_with_the_blas_threads_of_import_time():
+    """_blas.one_thread() lowers the BLAS thread count process-wide, and OpenBLAS splits a product
+    with K >= 400 or so differently with one thread (other bits): tiles pin the count."""
+    from streamrank._blas import one_thread
+
+    def counts():
+        return [lc.get_num_threads() for lc, _ in kn._BLAS_THREADS]
+
+    pinned = [n for _, n in kn._BLAS_THREADS]
+    X = np.random.default_rng(22).standard_normal((1200, 20))
+    ny = Nystroem("rbf", gamma=0.05, n_components=450, seed=0).fit(X)  # unpinned: other bits here
+    ref = ny.transform(X, np.float64)
+    with one_thread():
+        limited = counts()
+        with kn.fixed_blas_threads():
+            assert counts() == pinned
+        assert counts() == limited and all(n == 1 for n in limited)
+        got = ny.transform(X, np.float64)
+    assert counts() == pinned
+    assert np.array_equal(got, ref)
