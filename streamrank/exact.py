@@ -216,7 +216,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         model = LinearModel(beta, normalizer, n_features=d, fmap=kmap(gi))
         s = np.empty(valid.n_rows)
         for block, a, b in valid.stream(block_bytes=raw_block):
-            s[a:b] = model.decision_function(block.X, block.query_ptr)
+            s[a:b] = model.decision_function(block.X, block.query_ptr, row0=a)
         return _metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), select_metric)
 
     # -- resume ----------------------------------------------------------------------------------------

@@ -328,7 +328,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         model = LinearModel(w, normalizer, n_features=ds.n_features, fmap=feature_map(gi))
         s = np.empty(valid.n_rows)
         for block, a, b in valid.stream(block_bytes=block_bytes):
-            s[a:b] = model.decision_function(block.X, block.query_ptr)
+            s[a:b] = model.decision_function(block.X, block.query_ptr, row0=a)
         rep = evaluate(valid_y, s, valid.query_ptr, qid=None)
         return _metric_value(rep, select_metric)
 
