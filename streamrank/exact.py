@@ -26,8 +26,8 @@ from .exact_model import ExactKernelMap
 from .featurecache import array_digest
 from .kernel_objective import KernelObjective, LinearKernelObjective
 from .kernel_precond import A_CHUNK_BYTES, DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
-from .kernelcache import BUILD_CHUNK_BYTES, READ_BUFFERS, KernelCache, check_psd_kernel, read_rows
-from .kernels import ROW_ALIGN
+from .kernelcache import READ_BUFFERS, KernelCache, check_psd_kernel, read_rows
+from .kernels import tile_rows
 from .metrics import evaluate
 from .model import LinearModel
 from .normalize import Normalizer
@@ -52,7 +52,7 @@ def memory_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
     the whole process: what is resident already (the interpreter, libraries) counts, as in
     :mod:`streamrank.memplan`."""
     qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
-    chunk = min(BUILD_CHUNK_BYTES, 8 * l * (qblock // (4 * l) + 2 * ROW_ALIGN))  # float64 rows being computed
+    chunk = 8 * tile_rows(l + d) * (l + d)  # one tile of float64 rows and kernel values being computed
     m = min(landmarks, l)
     # float32 U, five m x m float64 matrices (U^T U, two Cholesky factors, A and its temporary) and
     # the chunks of A's product (kernel_precond); its float64 build-time factor (8 l m) is freed

@@ -24,25 +24,24 @@ in the tile of ``tile_rows`` rows that holds row i of Xn, at position i mod tile
 call shape, a fixed position, a pinned BLAS thread count; see :mod:`streamrank.kernels`). The
 tile size depends on l and d alone, so a block's rows are the same bits for any block layout
 (any ``block_bytes`` or memory budget), and so is everything computed from Q. The temporaries are
-one tile: at most ``kernels.TILE_BYTES`` (= BUILD_CHUNK_BYTES) unless l is so large that
-ROW_ALIGN rows pass it.
+one tile: at most ``kernels.TILE_BYTES`` unless l is so large that ROW_ALIGN rows pass it.
 """
 
 import logging
 import time
 
+import numba
 import numpy as np
+from numba import prange
 
 from ._threads import background
 from .errors import ParameterError
 from .featurecache import FeatureCache, array_digest
-from .kernels import ROW_ALIGN, PreparedKernel, check_kernel, is_psd
+from .kernels import PreparedKernel, check_kernel, is_psd
 from .stream import plan_blocks
 
 log = logging.getLogger("streamrank.kernelcache")
 
-# float64 rows of K(A, X) made at a time while building (bounds that temporary to ~32 MB)
-BUILD_CHUNK_BYTES = 32 << 20
 # block buffers for reads from disk: the one in use, the one queued, the one being read
 READ_BUFFERS = 3
 # Q is stored as float32(K). The rounding error E = float32(K) - K makes float32(K) indefinite
@@ -63,22 +62,40 @@ READ_BUFFERS = 3
 # rounding error, a margin the random model does not promise. It moves the optimum by about
 # jitter ||beta||^2 / 2 (about 5e-5 relative on a 25-query MQ2008 subset).
 JITTER_FACTOR = 2.0
-# rows of Q per chunk when the jitter's row sums are taken (a float64 temporary of this many rows)
-JITTER_CHUNK_ROWS = 256
+# (spacing / 2)^2 and spacing / 2 of a float32 number by its biased exponent e (bits 23-30):
+# spacing = 2^(e - 150) for normal numbers (e >= 1), 2^-149 for zero and subnormals (e = 0)
+_EXP = np.arange(256)
+_HALF_SPACING = np.ldexp(0.5, np.maximum(_EXP, 1) - 150)
+_HALF_SPACING_SQ = _HALF_SPACING * _HALF_SPACING
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _rounding_bounds(bits, half_sq, rows, top_exp):
+    """rows[i] = sum_j half_sq[e_ij] in increasing j, top_exp[i] = max_j e_ij, e_ij the biased
+    exponent of the float32 whose bits are ``bits[i, j]`` (int32 view; the sign bit is masked)."""
+    n, m = bits.shape
+    for i in prange(n):
+        s = 0.0
+        t = 0
+        for j in range(m):
+            e = (bits[i, j] >> 23) & 0xFF
+            s += half_sq[e]
+            t = max(t, e)
+        rows[i] = s
+        top_exp[i] = t
 
 
 def rounding_bounds(Qb):
     """(per-row sum_j (spacing_ij / 2)^2, max_ij spacing_ij / 2) of a float32 block: the bound on
-    float32(K)'s rounding error that the jitter is built from (JITTER_FACTOR)."""
-    rows = np.empty(Qb.shape[0])
-    top = 0.0
-    for a in range(0, Qb.shape[0], JITTER_CHUNK_ROWS):
-        h = np.spacing(np.abs(Qb[a:a + JITTER_CHUNK_ROWS])).astype(np.float64)
-        h *= 0.5
-        rows[a:a + JITTER_CHUNK_ROWS] = np.einsum("ij,ij->i", h, h)
-        if h.size:
-            top = max(top, float(h.max()))
-    return rows, top
+    float32(K)'s rounding error that the jitter is built from (JITTER_FACTOR). One read of the
+    block's exponents (the NumPy twin is tests/kernel_oracle.rounding_bounds)."""
+    n = Qb.shape[0]
+    rows, top = np.empty(n), np.zeros(n, np.int64)
+    if n and Qb.shape[1]:
+        _rounding_bounds(np.ascontiguousarray(Qb).view(np.int32), _HALF_SPACING_SQ, rows, top)
+    else:
+        rows[:] = 0.0
+    return rows, float(_HALF_SPACING[top.max()]) if n and Qb.shape[1] else 0.0
 
 
 def check_psd_kernel(kernel, gamma, degree, coef0, n_features):

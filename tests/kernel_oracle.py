@@ -76,3 +76,13 @@ def fake_blas(monkeypatch):
         return C
 
     monkeypatch.setattr(np, "matmul", matmul)
+
+
+def rounding_bounds(Q32):
+    """Twin of streamrank.kernelcache.rounding_bounds: per-row sum_j (spacing_ij / 2)^2 (added in
+    increasing j) and max_ij spacing_ij / 2, with np.spacing of |Q32|."""
+    h = np.spacing(np.abs(Q32)).astype(np.float64) / 2
+    rows = np.zeros(Q32.shape[0])
+    for j in range(Q32.shape[1]):
+        rows += h[:, j] * h[:, j]
+    return rows, float(h.max()) if h.size else 0.0

@@ -191,13 +191,13 @@ def test_streamed_from_disk_gives_the_same_model_and_predictions(ds, small, tmp_
     common = dict(C=0.7, kernel="rbf", gamma=GAMMA, tol=1e-8, landmarks=30)
     mem, sm = train_exact(ds, **common)
     assert sm["in_memory"]
-    disk, sd = train_exact(ds, memory_budget="800KB", cache_dir=tmp_path, **common)
+    disk, sd = train_exact(ds, memory_budget="2.1MB", cache_dir=tmp_path, **common)
     assert not sd["in_memory"]
     assert np.array_equal(mem.w, disk.w) and sm["objective"] == sd["objective"] and sm["passes"] == sd["passes"]
     with streamrank.open_dataset(small / "valid.h5") as v:
-        assert np.array_equal(mem.predict_dataset(v), disk.predict_dataset(v, memory_budget="800KB"))
+        assert np.array_equal(mem.predict_dataset(v), disk.predict_dataset(v, memory_budget="2.1MB"))
     # Q stays stored: another C reuses it (no kernel evaluations)
-    other, so = train_exact(ds, memory_budget="800KB", cache_dir=tmp_path, **{**common, "C": 2.0})
+    other, so = train_exact(ds, memory_budget="2.1MB", cache_dir=tmp_path, **{**common, "C": 2.0})
     assert so["objective"] != sd["objective"] and so["kernel_seconds"] < sd["kernel_seconds"] + 1.0
 
 

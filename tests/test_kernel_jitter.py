@@ -73,6 +73,16 @@ def test_the_global_rms_jitter_is_what_failed_here():
     assert np.all(np.sum(E * E, axis=1) <= rows)
 
 
+def test_rounding_bounds_equal_their_numpy_twin_bit_for_bit():
+    import kernel_oracle
+    rng = np.random.default_rng(3)
+    Q = np.exp(-rng.random((37, 301)) * 30).astype(np.float32)  # 1 .. 1e-13, several binades
+    Q[0, :5] = [0.0, 1.0, 0.5, np.float32(1e-40), -0.25]  # zero, powers of two, a subnormal, a sign
+    got, want = rounding_bounds(Q), kernel_oracle.rounding_bounds(Q)
+    assert np.array_equal(got[0], want[0]) and got[1] == want[1]
+    assert rounding_bounds(Q[:0]) == (pytest.approx([]), 0.0)
+
+
 @pytest.mark.parametrize("precondition", [True, False])
 @pytest.mark.parametrize("C", [2.0 ** -6, 2.0 ** -2])
 def test_clustered_training_never_meets_negative_curvature_and_reaches_the_oracle(precondition, C):
