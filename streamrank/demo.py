@@ -45,8 +45,8 @@ def run_demo(workdir=None, quiet=False, preset="small", seed=0):
                 open_dataset(paths["test"]) as te:
             say("[2/4] " + format_info(dataset_info(tr)))
             logging.getLogger("streamrank").setLevel(logging.WARNING)
-            model, s = train_linear(tr, valid=va, C=[2.0 ** k for k in range(-8, 3, 2)], normalize="zscore")
-            say(f"[3/4] trained the linear RankSVM along C = 2^-8..2^2 (zscore features): chose C={s['C']:g}, "
+            model, s = train_linear(tr, valid=va, C=[2.0 ** k for k in range(-16, 5, 2)], normalize="zscore")
+            say(f"[3/4] trained the linear RankSVM along C = 2^-16..2^4 (zscore features): chose C={s['C']:g}, "
                 f"objective {s['objective']:.6g}, {s['iterations']} TRON iterations, {s['passes']} passes, "
                 f"{s['seconds']:.2f} s")
             for c in s["candidates"]:
