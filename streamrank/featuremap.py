@@ -33,8 +33,8 @@ import math
 import numpy as np
 
 from .errors import InputError, ParameterError
-from .kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0,
-                      fill_tile, fixed_blas_threads, row_tiles, tile_rows)
+from .kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, tiles,
+                      tile_rows)
 
 MAP_KINDS = ("identity", "nystroem", "rff")
 FORMAT_VERSION = 1
@@ -185,12 +185,9 @@ class FeatureMap:
         if n == 0:
             return out
         T = self.chunk_rows()
-        Xt = aligned_empty((T, self.n_features_))
         bufs = [aligned_empty((T, w)) for w in self._widths()]
-        with fixed_blas_threads():
-            for s, e, p in row_tiles(n, row0, T):
-                fill_tile(Xt, X[s:e], p)
-                self._map_tile(Xt, bufs, p, out[s:e])
+        for Xt, s, e, p in tiles(X, row0, T):
+            self._map_tile(Xt, bufs, p, out[s:e])
         return out
 
     def fit_transform(self, X, dtype=np.float32):

@@ -115,6 +115,18 @@ def fill_tile(tile, rows, p):
     tile[p + r:] = 0.0
 
 
+def tiles(A, row0, T):
+    """(tile, s, e, p) for the rows of A (absolute index of A[0]: ``row0``): ``tile`` is a
+    64-byte aligned float64 (T, width) buffer holding A[s:e] at positions p:p + e - s and zeros
+    elsewhere, refilled for each tile; the loop body runs with the BLAS thread counts pinned
+    (:func:`fixed_blas_threads`). The one tile loop of every product on data rows."""
+    At = aligned_empty((T, A.shape[1]))
+    with fixed_blas_threads():
+        for s, e, p in row_tiles(A.shape[0], row0, T):
+            fill_tile(At, A[s:e], p)
+            yield At, s, e, p
+
+
 @contextlib.contextmanager
 def fixed_blas_threads():
     """Inside it, the BLAS libraries run the thread counts they had at import (see _BLAS_THREADS).
@@ -268,13 +280,10 @@ class PreparedKernel:
             raise ValueError(f"out has shape {out.shape}, expected {(n, self.n_cols)}")
         if n == 0:
             return out
-        T = self.tile_rows
-        At, Kt = aligned_empty((T, self.n_features)), aligned_empty((T, self.n_cols))
-        with fixed_blas_threads():
-            for s, e, p in row_tiles(n, row0, T):
-                fill_tile(At, A[s:e], p)
-                self.into(At, Kt)
-                out[s:e] = Kt[p:p + e - s]
+        Kt = aligned_empty((self.tile_rows, self.n_cols))
+        for At, s, e, p in tiles(A, row0, self.tile_rows):
+            self.into(At, Kt)
+            out[s:e] = Kt[p:p + e - s]
         return out
 
 

@@ -9,7 +9,8 @@ expensive and m is moderate.
 
 Same contract as TRON beyond ``fun``/``grad``: the objective also offers ``hessian()``,
 ``prepare_line(w, s)`` and ``line(t) -> (phi, phi', phi'')``. Same stopping rule
-(||g|| <= eps min(||g(0)||, ||g(w0)||), see :mod:`streamrank.tron`) and the same state object, so checkpoints work unchanged.
+(||g|| <= eps min(||g(0)||, ||g(w0)||), see :mod:`streamrank.tron`) and the same state
+object, so checkpoints work unchanged.
 """
 
 import logging

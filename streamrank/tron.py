@@ -130,8 +130,8 @@ def start_state(obj, w0, state, *, delta_from_gradient):
     """(state, t0) to begin or continue a solve; shared by TRON and Newton-Cholesky.
 
     A new state evaluates fun/grad at w0, and at 0 as well when w0 != 0: the stopping rule's
-    reference ``gnorm0`` is min(||g(0)||, ||g(w0)||) (see the module docstring). A resumed state's f and g are recomputed at its w and must equal the
-    stored ones bit for bit: the data and settings were checked already, so a difference means
+    reference ``gnorm0`` is min(||g(0)||, ||g(w0)||) (see the module docstring). A resumed
+    state's f and g are recomputed at its w and must equal the stored ones bit for bit: the data and settings were checked already, so a difference means
     another numeric environment, and continuing would not reproduce the uninterrupted run.
     """
     t0 = time.perf_counter()
