@@ -12,7 +12,7 @@ memory, on MQ2008, the generated ``mq2007`` preset and, out of core, the generat
     python tools/bench_kernel_approx.py --out-of-core    # generated mslr30k, m=1,024, --memory-budget 2GB,
                                                          #   mapped rows on disk: per-pass time vs its limits
     python tools/bench_kernel_approx.py --out-of-core --scale 0.1    # the same, smaller first
-    python tools/bench_kernel_approx.py --mq2008-table   # 5 folds: linear, Nystroem, LightGBM lambdarank;
+    python tools/bench_kernel_approx.py --mq2008-table   # 5 folds: linear, Nystroem, exact, LightGBM lambdarank;
                                                          #   hyperparameters on vali, letor4 metrics on test
 
 MQ2008 is read from ``../shared/data/MQ2008`` beside the repository (``--data``); sections that need it
@@ -635,7 +635,7 @@ def lgbm_fold(args, paths):
 
 def section_table(args):
     folds = args.folds
-    header(f"MQ2008, folds {','.join(map(str, folds))}: linear, Nystroem and LightGBM lambdarank; hyperparameters "
+    header(f"MQ2008, folds {','.join(map(str, folds))}: linear, Nystroem, exact kernel and LightGBM lambdarank; hyperparameters "
            f"on vali (letor4 MeanNDCG), letor4 metrics on test")
     if not have_mq2008(args.data, folds):
         return None
@@ -652,7 +652,7 @@ def section_table(args):
         print("lightgbm is not installed (pip install lightgbm): its column is skipped")
     keys = (("n1", "NDCG@1"), ("n3", "NDCG@3"), ("n5", "NDCG@5"), ("n10", "NDCG@10"), ("mean", "MeanNDCG"),
             ("map", "MAP"))
-    res = {"linear": [], "nystroem": [], "lightgbm": []}
+    res = {"linear": [], "nystroem": [], "exact": [], "lightgbm": []}
 
     def test_row(fold, model, tds, extra):
         scores = model.predict_dataset(tds)   # input row order
@@ -668,7 +668,7 @@ def section_table(args):
             dt = time.perf_counter() - t
             best = next(c for c in s["candidates"] if c["C"] == s["C"])
             res["linear"].append(test_row(k, model, tds, {"C": fmt_c(s["C"]), "valid": best["valid_meanndcg"],
-                                                           "s": dt}))
+                                                           "s": dt, "edge": ",".join(s["grid_edge"]) or "-"}))
             print(f"  Fold{k} linear: C={fmt_c(s['C'])}, {dt:.1f} s", flush=True)
             chosen = None
             for m in args.kernel_m:
@@ -687,6 +687,19 @@ def section_table(args):
             res["nystroem"].append(test_row(k, model, tds, {
                 "C": fmt_c(s["C"]), "gamma": fmt_c(s["gamma"]), "m": m, "k": s["components"], "valid": v,
                 "s": sum(res["_kernel_s"][k])}))
+            if not args.no_exact:
+                from streamrank.exact import train_exact
+                t = time.perf_counter()
+                model, s = train_exact(ds, valid=vds, C=args.exact_C, gamma=args.exact_gamma, kernel="rbf", tol=args.tol,
+                                       select_metric="meanndcg", cache_dir=args.work / "exact-cache")
+                dt = time.perf_counter() - t
+                best = next(c for c in s["candidates"] if c["C"] == s["C"] and c["gamma"] == s["gamma"])
+                res["exact"].append(test_row(k, model, tds, {"C": fmt_c(s["C"]), "gamma": fmt_c(s["gamma"]),
+                                                              "valid": best["valid_meanndcg"], "s": dt,
+                                                              "edge": ",".join(s["grid_edge"]) or "-"}))
+                print(f"  Fold{k} exact: gamma={fmt_c(s['gamma'])} C={fmt_c(s['C'])} vali "
+                      f"{best['valid_meanndcg']:.4f}, {len(s['candidates'])} points, {s['cg_steps']} CG steps, "
+                      f"{dt:.1f} s", flush=True)
         if lgbm_version:
             means, params, v, dt = lgbm_fold(args, paths)
             res["lightgbm"].append(dict({"fold": f"Fold{k}"}, **{kk: means[n] for kk, n in keys},
@@ -696,12 +709,13 @@ def section_table(args):
             print(f"  Fold{k} LightGBM: {params}, vali {v:.4f}, {dt:.1f} s", flush=True)
     metric_cols = [("n1", "NDCG@1", "{:.4f}"), ("n3", "NDCG@3", "{:.4f}"), ("n5", "NDCG@5", "{:.4f}"),
                    ("n10", "NDCG@10", "{:.4f}"), ("mean", "MeanNDCG", "{:.4f}"), ("map", "MAP", "{:.4f}")]
-    hp = {"linear": [("C", "chosen C", None)],
+    hp = {"linear": [("C", "chosen C", None), ("edge", "grid edge", None)],
+          "exact": [("gamma", "gamma", None), ("C", "C", None), ("edge", "grid edge", None)],
           "nystroem": [("m", "m", None), ("k", "features", None), ("gamma", "gamma", None), ("C", "C", None)],
           "lightgbm": [("leaves", "leaves", None), ("lr", "lr", "{:g}"), ("mcs", "min child", None),
                        ("trees", "trees", None)]}
     summary = []
-    for name in ("linear", "nystroem", "lightgbm"):
+    for name in ("linear", "nystroem", "exact", "lightgbm"):
         rows = res[name]
         if not rows:
             continue
@@ -713,6 +727,7 @@ def section_table(args):
         table(rows + [mean], [("fold", "fold", None)] + hp[name] + [("valid", "vali MeanNDCG", "{:.4f}")] +
               metric_cols + [("s", "tuning s", "{:.1f}")])
         summary.append(dict(mean, fold={"linear": "linear RankSVM", "nystroem": "Nystroem RankSVM (rbf)",
+                                        "exact": "exact kernel RankSVM (rbf)",
                                         "lightgbm": f"LightGBM {lgbm_version} lambdarank"}[name]))
     print(f"\nmeans over folds {','.join(map(str, folds))} (letor4, all test queries):")
     table(summary, [("fold", "model", None)] + metric_cols + [("s", "tuning s (sum)", "{:.1f}")])
@@ -720,7 +735,9 @@ def section_table(args):
     cs = ",".join(fmt_c(c) for c in args.kernel_C)
     print(f"linear: C in {','.join(map(fmt_c, args.C_grid))} (TRON, tol {args.tol:g}); Nystroem: m in "
           f"{','.join(map(str, args.kernel_m))} x gamma in {gam} x C in {cs} (tol {args.tol:g}; gammas and Cs "
-          f"along train_linear's warm-started path per m); both chosen by vali MeanNDCG. LightGBM: "
+          f"along train_linear's warm-started path per m); exact kernel: gamma in "
+          f"{','.join(fmt_c(g) for g in args.exact_gamma)} x C in {','.join(fmt_c(c) for c in args.exact_C)} "
+          f"(warm-started C path per gamma); all chosen by vali MeanNDCG. LightGBM: "
           f"LGBMRanker(objective='lambdarank'), num_leaves in {args.lgbm_leaves} x learning_rate in "
           f"{args.lgbm_lr} x min_child_samples in {args.lgbm_min_child}, up to {args.lgbm_max_trees} trees with "
           f"early stopping ({args.lgbm_patience} rounds) on vali NDCG@10 (LightGBM's own NDCG), the grid point "
@@ -750,7 +767,8 @@ def main():
     ap.add_argument("--mq2007", action="store_true", help="generated mq2007, m=2,000: HDF5 file -> saved model")
     ap.add_argument("--out-of-core", action="store_true", help="generated mslr30k, m=1,024, 2GB budget (heavy: "
                                                                "~9.3 GB of mapped rows at --scale 1; opt-in)")
-    ap.add_argument("--mq2008-table", action="store_true", help="5-fold table: linear, Nystroem, LightGBM")
+    ap.add_argument("--mq2008-table", action="store_true",
+                    help="5-fold table: linear, Nystroem, exact kernel, LightGBM")
     ap.add_argument("--data", default=str(DEFAULT_DATA), help="folder with MQ2008 Fold1..Fold5")
     ap.add_argument("--workdir", default="bench-out")
     ap.add_argument("--tol", type=float, default=1e-3, help="solver tolerance (sections 1, 3, 4, 5)")
@@ -778,6 +796,9 @@ def main():
     # its smallest gamma and C (measured), i.e. the optimum lay outside
     ap.add_argument("--kernel-gamma", type=float_list, default=[2.0 ** -9, 2.0 ** -7, 2.0 ** -5, 2.0 ** -3])
     ap.add_argument("--kernel-C", type=float_list, default=[2.0 ** k for k in range(-12, 3, 2)])
+    ap.add_argument("--exact-gamma", type=float_list, default=[2.0 ** -9, 2.0 ** -7, 2.0 ** -5])
+    ap.add_argument("--exact-C", type=float_list, default=[2.0 ** k for k in range(-8, 3, 2)])
+    ap.add_argument("--no-exact", action="store_true", help="table without the exact kernel column")
     ap.add_argument("--lgbm-leaves", type=lambda s: [int(x) for x in s.split(",")], default=[7, 15, 31])
     ap.add_argument("--lgbm-lr", type=float_list, default=[0.01, 0.02, 0.05, 0.1])
     ap.add_argument("--lgbm-min-child", type=lambda s: [int(x) for x in s.split(",")], default=[20, 50])
