@@ -795,3 +795,21 @@ def hess_prod(u, y_rank, query_ptr, lam, mu, state, *, out=None):
                       cost.mode, mu, state.order, state.cut_pref, state.cut_less,
                       out.reshape(n, -1))
     return out
+
+
+def hess_diag(y_rank, query_ptr, lam, mu, state):
+    """The diagonal of the generalised Hessian ``A^T D A`` at ``state``'s active set:
+    ``2 mu_q sum_j lam`` over the active partners of each row, in either role.
+
+    One :func:`hess_prod` sweep with ``L + 1`` indicator columns ``T[:, t] = [rank >= t]``: for a
+    row of rank ``a``, every partner it is preferred to has rank ``< a`` and every partner
+    preferred to it has rank ``> a``, so ``(A^T D A T)[i, a]`` is the weight of the first kind
+    (those partners are 0 in column ``a``, row ``i`` is 1) and ``-(A^T D A T)[i, a + 1]`` that of
+    the second (row ``i`` is 0, its partners 1); both kinds sum to the diagonal entry.
+    """
+    cost = pair_cost(lam)
+    r = np.asarray(y_rank, np.int64)
+    T = (r[:, None] >= np.arange(cost.n_levels + 1)[None, :]).astype(np.float64)
+    LT = hess_prod(T, y_rank, query_ptr, cost, mu, state)
+    rows = np.arange(r.shape[0])
+    return LT[rows, r] - LT[rows, r + 1]

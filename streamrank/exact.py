@@ -54,10 +54,10 @@ def memory_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
     qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
     chunk = 8 * tile_rows(l + d) * (l + d)  # one tile of float64 rows and kernel values being computed
     m = min(landmarks, l)
-    # float32 U, five m x m float64 matrices (U^T U, two Cholesky factors, A and its temporary) and
-    # the chunks of A's product (kernel_precond); its float64 build-time factor (8 l m) is freed
-    # before the tier of Q fills memory
-    precond = (4 * l * m + 40 * m * m + min(A_CHUNK_BYTES, 16 * l * m)) if m else 0
+    # float32 U, diag(R) and two D (the base's and the point's), five m x m float64 matrices (A,
+    # U^T D^-1 U, R_A, B's factor and a temporary) and the chunks of their products
+    # (kernel_precond); its float64 build-time factor (8 l m) is freed before the tier of Q fills memory
+    precond = (4 * l * m + 24 * l + 40 * m * m + min(A_CHUNK_BYTES, 24 * l * m)) if m else 0
     resident = memplan.resident_bytes() if resident is None else resident
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
     q_bytes = 4 * l * l
@@ -108,8 +108,9 @@ class _Gram:
             t = time.perf_counter()
             self.precond.set_ridge(c.jitter)
             self.precond_seconds += time.perf_counter() - t
-            log.info("Nystroem preconditioner: %d landmarks (randomly pivoted Cholesky), sigma %.3g, %.2f s",
-                     len(self.precond.landmarks), self.precond.sigma, self.precond_seconds)
+            log.info("Nystroem preconditioner: %d landmarks (randomly pivoted Cholesky), residual diagonal "
+                     "mean %.3g, %.2f s", len(self.precond.landmarks), float(np.mean(self.precond.diag)),
+                     self.precond_seconds)
         log.info("Q = K(X, X) (%s kernel, gamma %g): %d x %d, %d blocks, %s in memory%s; built in %.2f s "
                  "(%d blocks computed); jitter %.3g", kernel, gamma, c.l, c.l, c.n_blocks,
                  format_size(c.memory_nbytes), f", {c.dir}" if c.dir is not None else "", c.build_seconds,

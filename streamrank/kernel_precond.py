@@ -2,38 +2,45 @@
 
 The Hessian of (3.13) in beta is H = Q + C Q L Q = Q (I + C L Q) (paper 004 (B.3)): Q's spectrum
 spreads from hundreds down to rounding noise, so plain CG on H needs hundreds to thousands of
-steps where the same problem in w (Hessian I + C Phi^T L Phi) needs tens. With M ~ Q, M^-1 H ~
-I + C L Q has the spectrum of the w-space Hessian on the directions M captures.
+steps where the same problem in w (Hessian I + C Phi^T L Phi) needs tens.
 
-M = U U^T + sigma I, where U U^T is the Nystroem approximation of Q from k landmark rows S,
-K(X, X_S) K(X_S, X_S)^-1 K(X_S, X). By default S and U come from randomly pivoted Cholesky
-(:func:`rpcholesky`: U = F, the partial Cholesky factor, with Q ~ F F^T exactly that Nystroem
-approximation); ``select="uniform"`` draws S uniformly (seeded) and forms U = C_S V_k
-diag(s_k)^-1/2 from W = K(X_S, X_S) = V diag(s) V^T over the eigenvalues above max(s) k eps64 (as
-in :class:`~streamrank.featuremap.Nystroem`). sigma = the mean of diag(Q - U U^T) (the part of Q
-the landmarks miss, spread evenly) plus ``ridge``, the jitter Q' carries. By Woodbury
+Q = U U^T + R, where U U^T is the Nystroem approximation of Q from k landmark rows S,
+K(X, X_S) K(X_S, X_S)^-1 K(X_S, X), and R the part the landmarks miss. By default S and U come
+from randomly pivoted Cholesky (:func:`rpcholesky`: U = F, the partial Cholesky factor);
+``select="uniform"`` draws S uniformly (seeded) and forms U = C_S V_k diag(s_k)^-1/2 from
+W = K(X_S, X_S) = V diag(s) V^T over the eigenvalues above max(s) k eps64 (as in
+:class:`~streamrank.featuremap.Nystroem`). R is PSD and is replaced by its diagonal (Jacobi), so
 
-    M^-1 r = (r - U (sigma I + U^T U)^-1 U^T r) / sigma,     u^T M v = (U^T u).(U^T v) + sigma u.v,
+    M ~ Q:  M = D + U U^T,         D = diag(R) + ridge,
+    M ~ H:  M = D + U A U^T,       A = I + C U^T L U,   D = diag(R) + ridge + C diag(L) diag(R)^2,
 
-each O(l k) with a k x k Cholesky factor made once per Q. U is kept in float32 (M is then
-exactly U32 U32^T + sigma I, still symmetric positive definite, with U32^T U32 formed from the
-same numbers) and its products go through ``_qprod``'s fixed-order float64 kernels on one
-thread (half the bytes of float64, no thread a busy core can stall, and the same bits for any
-block layout of Q).
+since H = Q + C Q L Q ~ U (I + C U^T L U) U^T + R + C R L R, and R L R's diagonal keeps
+R_ii L_ii R_ii of its terms. ``ridge`` is the jitter Q' carries; diag(L) (one sweep,
+:func:`streamrank._pairkernels.hess_diag`) and U^T L U (one wide sweep and a k x l x k product)
+are taken at the accepted point's active set, once per accepted TRON iteration.
 
-That M ~ Q leaves M^-1 H ~ I + C L Q, whose spread is the one plain CG faces in w-space.
-:meth:`NystroemPreconditioner.at_point` takes the loss's part in as well, as the linear path's
-M = I + C Phi_S^T L Phi_S does (:mod:`streamrank.precondition`): with Q ~ U U^T,
+Why a diagonal and not one number: rows the landmarks explain (a tight cluster of near-identical
+documents, explained by one pivot) have R_ii ~ 0, rows far from every landmark R_ii ~ K_ii. A
+single sigma = mean(R_ii) made M overweight the first kind by orders of magnitude (0.175 against
+1e-6 on generated clustered data), so the M-norm trust region all but froze those directions and
+TRON crawled (400 iterations without converging at C = 1/4, against 12 with the diagonal); the
+loss's part of the diagonal then cut CG steps 5x where a 1,000-document query makes L large.
 
-    H = Q + C Q L Q ~ U (I + C U^T L U) U^T,   so   M = sigma I + U A U^T,   A = I + C U^T L U,
+By Woodbury, with A = R_A R_A^T (Cholesky; R_A = I for M ~ Q), W = D^-1/2 U R_A and
+B = I + W^T W = I + R_A^T (U^T D^-1 U) R_A (eigenvalues >= 1, so its Cholesky factor is well
+conditioned from below whatever D's spread),
 
-L (block diagonal by query) at the accepted point's active set. A is k x k and needs L applied to
-U's k columns (one wide pair sweep, :func:`streamrank._pairkernels.hess_prod`) and one k x l x k
-product per accepted TRON iteration. By Woodbury with B = sigma A^-1 + U^T U,
+    M^-1 r = x - D^-1 U R_A B^-1 R_A^T U^T x,  x = D^-1 r,     u^T M v = (U^T u)^T A (U^T v) + u.D v,
 
-    M^-1 r = (r - U B^-1 U^T r) / sigma,     u^T M v = (U^T u)^T A (U^T v) + sigma u.v,
-
-the same cost per CG step as before. M stays symmetric positive definite (A >= I).
+each O(l k + k^2) per CG step; U^T D^-1 U costs one more k x l x k product per accepted point.
+The subtraction cancels where D is small and A large: ``solve`` inverts ``mdot`` to about
+eps64 max(A) max(U^T D^-1 U) relative (1e-6 at D >= 1e-6, C = 3 on generated data; Q' carries a
+jitter of that size, and D >= the float32 rounding of diag(R) in any case). CG needs a fixed
+operator close to M^-1, not an exact one. U
+is kept in float32 (M is then exactly D + U32 A U32^T, still symmetric positive definite, with
+U32's products formed from the same numbers) and its products go through ``_qprod``'s
+fixed-order float64 kernels on one thread (half the bytes of float64, no thread a busy core can
+stall, and the same bits for any block layout of Q).
 """
 
 import numba
@@ -56,8 +63,8 @@ LANDMARKS_PER_ROOT = 10
 LANDMARKS_STEP = 1000
 LANDMARKS_MIN = 500
 LANDMARKS_MAX = 4000
-# rows of U per chunk of the A = I + C U^T L U product (whole queries; float64 U and L U rows of
-# the chunk are the temporaries): at most this many bytes for both
+# rows of U per chunk of the products A = I + C U^T L U and U^T D^-1 U (whole queries; the float64
+# rows of U, L U and D^-1 U in the chunk are the temporaries): at most this many bytes for the three
 A_CHUNK_BYTES = 32 << 20
 # randomly pivoted Cholesky: candidates drawn per block, and the residual (relative to the largest
 # diagonal entry) below which a pivot is rounding noise
@@ -137,8 +144,8 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
 
 
 class NystroemPreconditioner:
-    """M = U U^T + sigma I ~ Q for TRON's ``precondition`` hook (``solve``, ``mdot``); ``at_point``
-    gives M ~ H with the loss's part."""
+    """M = D + U U^T ~ Q for TRON's ``precondition`` hook (``solve``, ``mdot``); ``at_point``
+    gives M ~ H with the loss's part (module docstring)."""
 
     def __init__(self, Xn, *, kernel, gamma, degree=3, coef0=1.0, landmarks=DEFAULT_LANDMARKS, seed=0,
                  loss_term=True, select="rpcholesky", ridge=0.0):
@@ -160,19 +167,17 @@ class NystroemPreconditioner:
             del CS
         else:
             raise ValueError(f"select must be rpcholesky or uniform; got {select!r}")
-        diag = kernel_diagonal(Xn, kernel, gamma, degree, coef0)
         U32 = U.astype(np.float32)
         del U
-        # U^T U and the residual diagonal from U32's own numbers, in row chunks (no float64 copy)
-        G = np.zeros((U32.shape[1], U32.shape[1]))
-        resid = diag.astype(np.float64)
-        step = max(1, A_CHUNK_BYTES // (8 * max(U32.shape[1], 1)))
-        for a in range(0, l, step):
-            Uc = U32[a:a + step].astype(np.float64)
-            G += Uc.T @ Uc
-            resid[a:a + step] -= np.einsum("ij,ij->i", Uc, Uc)
-        self._resid, self._top = max(float(resid.mean()), 0.0), top
-        self._utu = G  # U^T U, for the Woodbury factors
+        # diag(R) = diag(Q) - rowsums(U32^2) from U32's own numbers, in row chunks (no float64
+        # copy); R is PSD, so a negative value is rounding
+        resid = kernel_diagonal(Xn, kernel, gamma, degree, coef0).astype(np.float64)
+        for a, b, Uc in _row_chunks(U32):
+            resid[a:b] -= np.einsum("ij,ij->i", Uc, Uc)
+        self._resid = np.maximum(resid, 0.0)
+        # D's floor: diag(R) is known only to the rounding of U32's row sums (about eps32 of the
+        # largest diagonal entry), and D^-1 in the Woodbury form amplifies rounding by 1/min(D)
+        self._floor = float(np.finfo(np.float32).eps) * top
         U32.flags.writeable = False  # the read-only specialisation the objective uses
         self.U = U32
         self.rank = U32.shape[1]
@@ -180,20 +185,95 @@ class NystroemPreconditioner:
         self.set_ridge(ridge)
 
     def set_ridge(self, ridge):
-        """sigma = the residual's mean plus ``ridge``, the jitter Q' carries (known once Q is built),
-        which also keeps 1/sigma in M^-1 r's Woodbury form from amplifying rounding when the
-        landmarks explain Q; refactors sigma I + U^T U (k^3 / 3 flops). Returns self."""
-        self.sigma = self._resid + float(ridge)
-        if self.sigma <= 0.0:
-            self.sigma = 1e-12 * self._top
-        G = self._utu.copy()
-        G[np.diag_indices_from(G)] += self.sigma
-        self._chol = scipy.linalg.cho_factor(G, lower=True)
+        """D = diag(R) + ``ridge``, the jitter Q' carries (known once Q is built), which also keeps
+        D^-1 in the Woodbury form from amplifying rounding where the landmarks explain Q;
+        refactors M ~ Q (one k x l x k product and a k x k Cholesky). Returns self."""
+        self.ridge = float(ridge)
+        D = np.maximum(self._resid + self.ridge, self._floor)
+        G = np.zeros((self.rank, self.rank))
+        for a, b, Uc in _row_chunks(self.U):
+            G += Uc.T @ (Uc / D[a:b, None])
+        self._m = _DiagLowRank(self.U, D, None, G)
         return self
 
     @property
+    def diag(self):
+        """D of M ~ Q."""
+        return self._m.D
+
+    @property
     def nbytes(self):
-        return self.U.nbytes + self._chol[0].nbytes + self._utu.nbytes
+        return self.U.nbytes + self._resid.nbytes + self._m.nbytes
+
+    def solve(self, r):
+        """M^-1 r."""
+        return self._m.solve(r)
+
+    def mdot(self, u, v):
+        """u^T M v."""
+        return self._m.mdot(u, v)
+
+    def at_point(self, C, rank, query_ptr, cost, mu, states):
+        """M = D + U A U^T, A = I + C U^T L U, D = diag(R) + ridge + C diag(L) diag(R)^2, with L
+        at the active set ``states`` (the accepted point's (order, cut_pref, cut_less) over all
+        rows): the module docstring. Without ``loss_term``, M ~ Q itself (self), whatever the point.
+
+        U^T L U, diag(L) and U^T D^-1 U sum over chunks of whole queries fixed by ``query_ptr``
+        alone, so M is the same for any block layout of Q."""
+        if not self.loss_term:
+            return self
+        from . import _pairkernels as pk
+        from .precondition import query_groups
+        U, k = self.U, self.U.shape[1]
+        l = U.shape[0]
+        A, G = np.zeros((k, k)), np.zeros((k, k))
+        D = np.empty(l)
+        order, cut_pref, cut_less = states
+        bounds = query_groups(query_ptr, l, max(1, A_CHUNK_BYTES // (24 * max(k, 1))))
+        for qa, qb in zip(bounds[:-1], bounds[1:]):
+            r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
+            local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)
+            st = pk.PairState(order[r0:r1].copy(), cut_pref[r0:r1].copy(), cut_less[r0:r1].copy(), query_ptr=local)
+            Uc = U[r0:r1].astype(np.float64)
+            rc = self._resid[r0:r1]
+            # the residual's Jacobi part: R_ii (1 + C L_ii R_ii), plus the ridge
+            Dc = rc + self.ridge + C * pk.hess_diag(rank[r0:r1], local, cost, mu[qa:qb], st) * rc * rc
+            D[r0:r1] = np.maximum(Dc, self._floor)
+            LU = pk.hess_prod(Uc, rank[r0:r1], local, cost, mu[qa:qb], st)
+            A += Uc.T @ LU
+            G += Uc.T @ (Uc / D[r0:r1, None])
+        A = 0.5 * (A + A.T)  # exactly symmetric: the product's rounding is not
+        A *= C
+        A[np.diag_indices_from(A)] += 1.0
+        return _DiagLowRank(U, D, A, G)
+
+
+def _row_chunks(U32):
+    """(a, b, float64 rows a:b of U32) in chunks of at most A_CHUNK_BYTES."""
+    step = max(1, A_CHUNK_BYTES // (8 * max(U32.shape[1], 1)))
+    for a in range(0, U32.shape[0], step):
+        yield a, min(a + step, U32.shape[0]), U32[a:a + step].astype(np.float64)
+
+
+class _DiagLowRank:
+    """M = D + U A U^T (A = I when None) from G = U^T D^-1 U: solve and mdot (module docstring)."""
+
+    def __init__(self, U, D, A, G):
+        self.U, self.D, self.A = U, D, A
+        G = 0.5 * (G + G.T)
+        if A is None:
+            self._ra = None
+            B = G
+        else:
+            self._ra = np.linalg.cholesky(A)  # A = R_A R_A^T, A >= I
+            B = self._ra.T @ G @ self._ra
+            B = 0.5 * (B + B.T)
+        B[np.diag_indices_from(B)] += 1.0
+        self._chol = scipy.linalg.cho_factor(B, lower=True)
+
+    @property
+    def nbytes(self):
+        return self.D.nbytes + self._chol[0].nbytes + (0 if self.A is None else self.A.nbytes + self._ra.nbytes)
 
     def _ut(self, r):
         """U^T r."""
@@ -201,84 +281,34 @@ class NystroemPreconditioner:
         _qprod.add_cols(self.U, np.ascontiguousarray(r, np.float64), out)
         return out
 
-    def _woodbury_solve(self, chol, r):
-        """(r - U G^-1 U^T r) / sigma for G's Cholesky factor ``chol``: M^-1 r for M = sigma I +
-        U A U^T with G = sigma A^-1 + U^T U (A = I here, at_point's A there)."""
+    def solve(self, r):
+        """M^-1 r = x - D^-1 U R_A B^-1 R_A^T U^T x, x = D^-1 r."""
         before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
             with one_thread():
-                y = scipy.linalg.cho_solve(chol, self._ut(r))
-                Uy = np.empty(self.U.shape[0])
-                _qprod.rows_dot(self.U, y, Uy)
+                x = r / self.D
+                t = self._ut(x)
+                if self._ra is not None:
+                    t = self._ra.T @ t
+                t = scipy.linalg.cho_solve(self._chol, t)
+                if self._ra is not None:
+                    t = self._ra @ t
+                Ut = np.empty(self.U.shape[0])
+                _qprod.rows_dot(self.U, t, Ut)
         finally:
             numba.set_num_threads(before)
-        return (r - Uy) / self.sigma
+        return x - Ut / self.D
 
-    def _mdot(self, u, v, A=None):
-        """u^T M v = (U^T u)^T A (U^T v) + sigma u.v (A = I when None)."""
+    def mdot(self, u, v):
+        """u^T M v = (U^T u)^T A (U^T v) + u.D v."""
         before = numba.get_num_threads()
         numba.set_num_threads(1)
         try:
             with one_thread():
                 x = self._ut(u)
                 y = x if v is u else self._ut(v)
-                xay = float(x @ (y if A is None else A @ y))
+                xay = float(x @ (y if self.A is None else self.A @ y))
         finally:
             numba.set_num_threads(before)
-        return xay + self.sigma * float(u @ v)
-
-    def solve(self, r):
-        """M^-1 r."""
-        return self._woodbury_solve(self._chol, r)
-
-    def mdot(self, u, v):
-        """u^T M v."""
-        return self._mdot(u, v)
-
-    def at_point(self, C, rank, query_ptr, cost, mu, states):
-        """M = sigma I + U A U^T, A = I + C U^T L U with L at the active set ``states`` (the
-        accepted point's (order, cut_pref, cut_less) over all rows): the module docstring. Without
-        ``loss_term``, M ~ Q itself (self), whatever the point.
-
-        U^T L U sums over chunks of whole queries fixed by ``query_ptr`` alone, so M is the same
-        for any block layout of Q."""
-        if not self.loss_term:
-            return self
-        from . import _pairkernels as pk
-        from .precondition import query_groups
-        U, k = self.U, self.U.shape[1]
-        l = U.shape[0]
-        A = np.zeros((k, k))
-        order, cut_pref, cut_less = states
-        bounds = query_groups(query_ptr, l, max(1, A_CHUNK_BYTES // (16 * max(k, 1))))
-        for qa, qb in zip(bounds[:-1], bounds[1:]):
-            r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
-            local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)
-            st = pk.PairState(order[r0:r1].copy(), cut_pref[r0:r1].copy(), cut_less[r0:r1].copy(), query_ptr=local)
-            Uc = U[r0:r1].astype(np.float64)
-            A += Uc.T @ pk.hess_prod(Uc, rank[r0:r1], local, cost, mu[qa:qb], st)
-        A = 0.5 * (A + A.T)  # exactly symmetric: the product's rounding is not
-        A *= C
-        A[np.diag_indices_from(A)] += 1.0
-        return _LossPreconditioner(self, A)
-
-
-class _LossPreconditioner:
-    """M = sigma I + U A U^T at one TRON point (:meth:`NystroemPreconditioner.at_point`)."""
-
-    def __init__(self, base, A):
-        self.base, self.A = base, A
-        chol_a = scipy.linalg.cho_factor(A, lower=True)
-        B = base.sigma * scipy.linalg.cho_solve(chol_a, np.eye(A.shape[0]))
-        B = 0.5 * (B + B.T)
-        B += base._utu
-        self._chol = scipy.linalg.cho_factor(B, lower=True)
-
-    def solve(self, r):
-        """M^-1 r = (r - U B^-1 U^T r) / sigma."""
-        return self.base._woodbury_solve(self._chol, r)
-
-    def mdot(self, u, v):
-        """u^T M v = (U^T u)^T A (U^T v) + sigma u.v."""
-        return self.base._mdot(u, v, self.A)
+        return xay + float(u @ (self.D * v))

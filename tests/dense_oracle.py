@@ -31,26 +31,40 @@ def explicit_pairs(y, query_ptr, lam=None, mu=None, levels=None):
 
 
 class DenseRankSVM:
+    """The explicit pairs as a sparse p x n matrix A (two entries a row) beside the dense rows X:
+    pair margins A (X w), and the generalised Hessian I + 2C X^T (A_act^T diag(c) A_act) X, whose
+    middle factor is sparse n x n (dense within each query), so large queries (10^5 pairs and
+    more) cost n^2 d per Newton step rather than p d^2."""
+
     def __init__(self, X, y, query_ptr, C, lam=None, mu=None):
-        A, self.c = explicit_pairs(y, query_ptr, lam, mu)
-        self.D = np.asarray((A @ sp.csr_matrix(X.astype(np.float64))).todense())  # pair differences
+        self.A, self.c = explicit_pairs(y, query_ptr, lam, mu)
+        self.X = np.asarray(X, np.float64)
         self.C = C
 
+    @property
+    def D(self):
+        """The pair differences A X, dense (p, d)."""
+        return np.asarray(self.A @ self.X)
+
+    def _margins(self, w):
+        return np.maximum(0.0, 1.0 - self.A @ (self.X @ w))
+
     def fun(self, w):
-        m = np.maximum(0.0, 1.0 - self.D @ w)
+        m = self._margins(w)
         return 0.5 * w @ w + self.C * np.sum(self.c * m * m)
 
     def grad(self, w):
-        m = np.maximum(0.0, 1.0 - self.D @ w)
-        return w - 2 * self.C * self.D.T @ (self.c * m)
+        m = self._margins(w)
+        return w - 2 * self.C * self.X.T @ (self.A.T @ (self.c * m))
 
     def hess(self, w):
-        act = (1.0 - self.D @ w) > 0
-        Da = self.D[act]
-        return np.eye(len(w)) + 2 * self.C * Da.T @ (self.c[act, None] * Da)
+        act = (1.0 - self.A @ (self.X @ w)) > 0
+        Aa = self.A[act]
+        S = (Aa.T @ sp.diags(self.c[act]) @ Aa).tocsr()
+        return np.eye(len(w)) + 2 * self.C * self.X.T @ np.asarray(S @ self.X)
 
     def solve(self, tol=1e-13, max_iter=200):
-        w = np.zeros(self.D.shape[1])
+        w = np.zeros(self.X.shape[1])
         for _ in range(max_iter):
             g = self.grad(w)
             if np.linalg.norm(g) <= tol * max(1.0, np.linalg.norm(self.grad(np.zeros_like(w)))):

@@ -83,15 +83,55 @@ def test_rounding_bounds_equal_their_numpy_twin_bit_for_bit():
     assert rounding_bounds(Q[:0]) == (pytest.approx([]), 0.0)
 
 
-@pytest.mark.parametrize("precondition", [True, False])
-@pytest.mark.parametrize("C", [2.0 ** -6, 2.0 ** -2])
-def test_clustered_training_never_meets_negative_curvature_and_reaches_the_oracle(precondition, C):
+@pytest.fixture(scope="module")
+def clustered_problems():
+    """(Xn, y, qp, KernelCache, f*(C)) per (normalize, gamma), built once for the module; f*(C)
+    is the dense optimum on Q' (explicit pairs, generalised Newton), computed once per C."""
     from test_exact_kernel import dense_optimum
+    made = {}
+
+    def get(normalize, gamma):
+        if (normalize, gamma) not in made:
+            X, y, qp = clustered(n_cluster=150, n_spread=350)
+            norm = Normalizer(normalize)
+            if normalize == "zscore":
+                norm.fit([X], X.shape[1])
+            Xn = norm.transform(X)
+            kc, Q = gram(Xn, qp, gamma)
+            Q[np.diag_indices_from(Q)] += kc.jitter
+            optima = {}
+
+            def f_star(C, Q=Q, y=y, qp=qp, optima=optima):
+                if C not in optima:
+                    optima[C] = dense_optimum(Q, y, qp, C)
+                return optima[C]
+            made[normalize, gamma] = Xn, y, qp, kc, f_star
+        return made[normalize, gamma]
+    yield get
+    for *_, kc, _ in made.values():
+        kc.close()
+
+
+CLUSTERED_SETTINGS = [("zscore", 2.0 ** -7), ("zscore", 2.0 ** -3), ("none", 2.0 ** -5)]
+
+
+@pytest.mark.parametrize("precondition,normalize,gamma,C", [
+    *[(True, n, g, C) for n, g in CLUSTERED_SETTINGS for C in (2.0 ** -6, 2.0 ** -2, 2.0 ** 2)],
+    *[(False, n, g, C) for n, g in CLUSTERED_SETTINGS for C in (2.0 ** -6, 2.0 ** -2)],
+    (False, "none", 2.0 ** -5, 2.0 ** 2)])
+def test_clustered_training_never_meets_negative_curvature_and_reaches_the_oracle(clustered_problems, normalize,
+                                                                                  gamma, precondition, C):
+    """Raw features of scales 10^-2..10^4, a 450-document query with 150 near-duplicates: TRON
+    reaches the dense optimum of (3.13) on Q' with and without the preconditioner, and no CG step
+    sees d.Hd <= 0. The preconditioner's diagonal (diag(R) per row, not its mean) is what lets it
+    converge here: with one sigma it took hundreds of iterations (kernel_precond's docstring).
+
+    Plain CG (paper 004's TRON, Euclidean trust region in beta) at C = 4 with zscore is left out:
+    measured, it needs 443 iterations and 42,837 CG steps at gamma 2^-7 and stops at 1.7e-5 above
+    the optimum at gamma 2^-3 (reductions below float64 resolution after 1,967 iterations), the
+    price of Q's 1e8 condition in beta-space, which the preconditioner's M-norm removes."""
     from streamrank.kernel_precond import NystroemPreconditioner
-    X, y, qp = clustered(n_cluster=150, n_spread=350)
-    Xn = Normalizer("zscore").fit([X], X.shape[1]).transform(X)
-    gamma = 2.0 ** -5
-    kc, Q = gram(Xn, qp, gamma)
+    Xn, y, qp, kc, f_star = clustered_problems(normalize, gamma)
     levels = np.unique(y)
     obj = KernelObjective(kc, np.searchsorted(levels, y), C=C, cost=pk.pair_cost(np.ones((3, 3))),
                           mu=np.ones(len(qp) - 1))
@@ -107,11 +147,11 @@ def test_clustered_training_never_meets_negative_curvature_and_reaches_the_oracl
         return hv
 
     obj.hessp = watched
-    # with the preconditioner TRON still crawls on this shape (tiny trust regions, many rejected
-    # steps: open in issue 10), so its run is bounded and only its curvature is checked here
-    st = tron(obj, np.zeros(len(y)), eps=1e-8, max_iter=30 if precondition else 300, precondition=precondition)
+    # the gradient in beta, Q (beta + C dz), is small along Q's smallest eigenvectors whatever the
+    # objective's gap there, so plain CG is run tighter to get as close
+    st = tron(obj, np.zeros(len(y)), eps=1e-8 if precondition else 1e-11, max_iter=1000, precondition=precondition)
     assert min(curvatures) > 0
-    if not precondition:
-        Q[np.diag_indices_from(Q)] += kc.jitter
-        f_star = dense_optimum(Q, y, qp, C)
-        assert abs(st.f - f_star) / f_star < 1e-6
+    f_star = f_star(C)
+    assert abs(st.f - f_star) / f_star < 1e-6, (st.f, f_star, st.iteration, st.message)
+    if precondition:  # converged, not stopped by max_iter; at C <= 1/4 in a handful of Newton steps
+        assert st.converged and (C > 0.25 or st.iteration <= 30), (st.iteration, st.message)

@@ -182,6 +182,24 @@ def test_hessian_matches_gradient_differences_and_is_symmetric(mode):
     np.testing.assert_allclose(hu[s:e], hmat @ u[s:e], rtol=1e-10, atol=1e-10 * np.abs(hmat).sum())
 
 
+@pytest.mark.parametrize("n_levels", [2, 3, 5])
+def test_hess_diag_is_the_diagonal_of_the_brute_force_hessian(n_levels):
+    """The diagonal that kernel_precond's M ~ H takes, against the oracle's dense per-query
+    generalised Hessian, for every cost mode, with ties and exact margin-one pairs (grid scores)."""
+    rng = np.random.default_rng(40 + n_levels)
+    z, y_rank, qp, mu = make_block(rng, [1, 60, 7, 140, 2], n_levels, grid=True, zrange=3.0)
+    for name, lam, modes in cost_tables(rng, n_levels):
+        for mode in modes:
+            cost = pk.pair_cost(lam, mode)
+            _, _, state = pk.loss_grad(z, y_rank, qp, cost, mu)
+            d = pk.hess_diag(y_rank, qp, cost, mu, state)
+            for q in range(len(qp) - 1):
+                s, e = qp[q], qp[q + 1]
+                want = np.diag(po.hessian_query(z[s:e], y_rank[s:e], lam, mu[q]))
+                np.testing.assert_allclose(d[s:e], want, rtol=1e-12, atol=1e-12, err_msg=f"{name} {mode} q{q}")
+            assert np.any(d > 0)
+
+
 def test_hessian_needs_no_scores_and_keeps_active_set():
     """hess_prod uses the active set of the last loss_grad that filled the state: a second state
     at another point does not disturb the first (TRON keeps both, commits on accept)."""

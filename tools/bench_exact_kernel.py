@@ -45,7 +45,7 @@ write_hdf5(_d / "w.h5", "small", seed=0, scale=0.1)
 with streamrank.open_dataset(_d / "w.h5") as _ds, warnings.catch_warnings():
     warnings.simplefilter("ignore")
     train_exact(_ds, C=1.0, tol=1e-2, landmarks=50)
-    train_exact(_ds, C=1.0, tol=1e-2, landmarks=50, memory_budget="1MB", cache_dir=_d)
+    train_exact(_ds, C=1.0, tol=1e-2, landmarks=50, memory_budget="4MB", cache_dir=_d)
 """
 
 TRAIN = WARM + """

@@ -261,7 +261,7 @@ def section_oracle(args):
         w_dense = dense.solve()
         t_dense = time.perf_counter() - t
         f_dense = dense.fun(w_dense)
-        n_pairs = dense.D.shape[0]
+        n_pairs = dense.A.shape[0]
         g_dense = float(np.linalg.norm(dense.grad(w_dense)))
         rows.append({"run": "dense oracle (explicit pairs, scipy, Newton)", "blocks": 1, "f": f_dense,
                      "gnorm": g_dense, "s": t_dense})
