@@ -1,9 +1,9 @@
 """streamrank: pairwise ranking SVMs on learning-to-rank data larger than memory."""
 
-from . import _memory
-from ._version import __version__
-from .dataset import Dataset, open_dataset
-from .ranksvm import RankSVM, load
+from streamrank._native import memory as _memory
+from streamrank._version import __version__
+from streamrank.io.dataset import Dataset, open_dataset
+from streamrank.estimator import RankSVM, load
 
 _memory.configure()
 

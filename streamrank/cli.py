@@ -4,8 +4,8 @@ import argparse
 import json
 import sys
 
-from ._version import __version__
-from .errors import StreamrankError
+from streamrank._version import __version__
+from streamrank.errors import StreamrankError
 
 NOT_YET_METHODS = {}
 
@@ -23,7 +23,7 @@ def _positive_int(name):
 
 
 def _cmd_convert(args):
-    from .convert import convert
+    from streamrank.io.convert import convert
     stats = convert(args.inputs, args.output, query_files=args.query_file, zero_based=args.zero_based,
                     n_features=args.n_features, compression=args.compression,
                     keep_comments=not args.no_comments, memory_budget=args.memory_budget, quiet=args.quiet)
@@ -38,8 +38,8 @@ def _cmd_convert(args):
 
 
 def _cmd_info(args):
-    from .dataset import open_dataset
-    from .info import dataset_info, format_info
+    from streamrank.io.dataset import open_dataset
+    from streamrank.io.info import dataset_info, format_info
     with open_dataset(args.data) as ds:
         info = dataset_info(ds)
     print(json.dumps(info) if args.json else format_info(info))
@@ -47,7 +47,7 @@ def _cmd_info(args):
 
 
 def _cmd_eval(args):
-    from .evaluate import evaluate_file
+    from streamrank.evaluation.score_files import evaluate_file
     report = evaluate_file(args.data, args.scores, convention=args.convention, cache_dir=args.cache_dir)
     if args.json:
         print(json.dumps(report.to_dict(per_query=args.per_query)))
@@ -57,7 +57,7 @@ def _cmd_eval(args):
 
 
 def _cmd_demo(args):
-    from .demo import run_demo
+    from streamrank.demo import run_demo
     return run_demo(workdir=args.dir, quiet=args.quiet)
 
 
@@ -84,9 +84,9 @@ def _float_list(name):
 
 
 def _cmd_train(args):
-    from .errors import ParameterError
-    from .evaluate import open_data
-    from .train import train_linear
+    from streamrank.errors import ParameterError
+    from streamrank.evaluation.score_files import open_data
+    from streamrank.training.linear import train_linear
     if args.method in NOT_YET_METHODS:
         raise ParameterError(f"--method {args.method} ({NOT_YET_METHODS[args.method]}) is not available yet in "
                              f"streamrank {__version__}; use --method primal, nystroem or rff")
@@ -130,8 +130,8 @@ def _cmd_train(args):
 
 def _train_exact(args, ds, valid):
     """--method exact (paper 004): TRON over beta with Q = K(X, X) in a kernel cache."""
-    from .errors import ParameterError
-    from .exact import train_exact
+    from streamrank.errors import ParameterError
+    from streamrank.training.exact import train_exact
     for opt in ("components", "rank"):
         if getattr(args, opt) is not None:
             raise ParameterError(f"--{opt} applies to --method nystroem / rff, not to --method exact (which uses "
@@ -149,9 +149,9 @@ def _train_exact(args, ds, valid):
 
 def _cmd_predict(args):
     import numpy as np
-    from .evaluate import open_data
-    from .h5format import atomic_replace, temp_name
-    from .model import load
+    from streamrank.evaluation.score_files import open_data
+    from streamrank.io.hdf5_format import atomic_replace, temp_name
+    from streamrank.state.model import load
     model = load(args.model)
     with open_data(args.data, args.cache_dir) as ds:
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
@@ -263,7 +263,7 @@ def build_parser():
 def main(argv=None):
     args = build_parser().parse_args(argv)
     if getattr(args, "compression", "unset") is None:
-        from .h5format import DEFAULT_COMPRESSION
+        from streamrank.io.hdf5_format import DEFAULT_COMPRESSION
         args.compression = DEFAULT_COMPRESSION
     try:
         return args.func(args)

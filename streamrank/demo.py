@@ -11,17 +11,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from .convert import convert
-from .dataset import open_dataset
-from .info import dataset_info, format_info
-from .metrics import evaluate
+from streamrank.io.convert import convert
+from streamrank.io.dataset import open_dataset
+from streamrank.io.info import dataset_info, format_info
+from streamrank.evaluation.metrics import evaluate
 
 
 def run_demo(workdir=None, quiet=False, preset="small", seed=0):
     """Run the demo; return the exit status."""
-    from .cli import _setup_logging
-    from .datasets import write_text
-    from .train import train_linear
+    from streamrank.cli import _setup_logging
+    from streamrank.io.synthetic import write_text
+    from streamrank.training.linear import train_linear
 
     say = (lambda *a: None) if quiet else print
     tmp = None

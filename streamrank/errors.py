@@ -15,3 +15,8 @@ class FormatError(StreamrankError, ValueError):
 
 class ParameterError(StreamrankError, ValueError):
     """A parameter out of range: the message names the parameter, the value and the fix."""
+
+
+class CheckpointMismatch(StreamrankError):
+    """A saved state that does not continue here: a checkpoint from other data or other settings, or
+    a solver state whose objective evaluates differently in this numeric environment."""

@@ -2,7 +2,7 @@
 
 import re
 
-from .errors import ParameterError
+from streamrank.errors import ParameterError
 
 _UNITS = {
     "": 1, "b": 1,

@@ -1,7 +1,7 @@
-"""Plain NumPy twins of ``streamrank.kernels`` (tests only).
+"""Plain NumPy twins of ``streamrank.features.kernels`` (tests only).
 
 ``l1_distances`` adds |a_k - b_k| one feature at a time in increasing k, the order of the numba
-kernel ``streamrank.kernels._l1_distances``, so the two agree bit for bit. The other kernels are
+kernel ``streamrank.features.kernels._l1_distances``, so the two agree bit for bit. The other kernels are
 the textbook formulas, with the squared distance summed directly (not expanded as the library
 does), so they agree to rounding only.
 """
@@ -66,7 +66,7 @@ def fake_blas(monkeypatch):
     """Replace np.matmul by one that rounds a row differently by the call's row count and the
     row's position in the call (as OpenBLAS's shape-dependent code paths may, in the last bits):
     rows stay independent of the block they arrive in only by the fixed tiles of
-    ``streamrank.kernels``, not by luck of the BLAS."""
+    ``streamrank.features.kernels``, not by luck of the BLAS."""
     real = np.matmul
 
     def matmul(A, B, out=None):
@@ -79,7 +79,7 @@ def fake_blas(monkeypatch):
 
 
 def rounding_bounds(Q32):
-    """Twin of streamrank.kernelcache.rounding_bounds: per-row sum_j (spacing_ij / 2)^2 (added in
+    """Twin of streamrank.cache.kernel_cache.rounding_bounds: per-row sum_j (spacing_ij / 2)^2 (added in
     increasing j) and max_ij spacing_ij / 2, with np.spacing of |Q32|."""
     h = np.spacing(np.abs(Q32)).astype(np.float64) / 2
     rows = np.zeros(Q32.shape[0])

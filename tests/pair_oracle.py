@@ -1,8 +1,8 @@
-"""Brute-force NumPy twins of ``streamrank._pairkernels`` (tests only).
+"""Brute-force NumPy twins of ``streamrank._native.pairkernels`` (tests only).
 
 Explicit O(l^2) pair matrices for one query: the pair (i, j) (i preferred) exists when
 ``r_i > r_j`` and is active when ``(z_j - z_i) + 1.0 > 0.0`` -- the very expression the kernels
-use (see the module docstring of ``streamrank._pairkernels``).  Paper 004 eq. 3.13, (B.1)-(B.3).
+use (see the module docstring of ``streamrank._native.pairkernels``).  Paper 004 eq. 3.13, (B.1)-(B.3).
 """
 
 import numpy as np

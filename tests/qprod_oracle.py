@@ -1,4 +1,4 @@
-"""NumPy twins of streamrank._qprod (tests only): the same summation orders, so the same bits."""
+"""NumPy twins of streamrank._native.qprod (tests only): the same summation orders, so the same bits."""
 
 import numpy as np
 

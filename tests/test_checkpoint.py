@@ -31,14 +31,14 @@ import numpy as np
 import pytest
 
 import streamrank
-from streamrank import checkpoint as ckm
-from streamrank.checkpoint import (ABORT_ENV, ABORT_EXIT_CODE, CURRENT, DAMAGED, PREVIOUS, CheckpointMismatch,
+from streamrank.state import checkpoint as ckm
+from streamrank.state.checkpoint import (ABORT_ENV, ABORT_EXIT_CODE, CURRENT, DAMAGED, PREVIOUS, CheckpointMismatch,
                                    read_checkpoint, write_checkpoint)
 from streamrank.cli import main
-from streamrank.convert import convert
-from streamrank.datasets import write_text
+from streamrank.io.convert import convert
+from streamrank.io.synthetic import write_text
 from streamrank.errors import FormatError
-from streamrank.train import train_linear
+from streamrank.training.linear import train_linear
 
 # TRON without the preconditioner: many steps to kill (the preconditioned run: its own test below)
 SETTINGS = ["--C", "0.01,0.1", "--tol", "1e-6", "--solver", "tron", "--precondition", "off"]

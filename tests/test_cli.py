@@ -7,7 +7,7 @@ import pytest
 
 from letor_oracle import parse_letor
 from streamrank.cli import main
-from streamrank.metrics import evaluate
+from streamrank.evaluation.metrics import evaluate
 
 EVAL = __import__("pathlib").Path(__file__).parent / "data" / "letor4_eval"
 

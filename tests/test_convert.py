@@ -10,7 +10,7 @@ import pytest
 import streamrank
 from letor_oracle import parse_letor
 from streamrank.cli import main
-from streamrank.convert import convert
+from streamrank.io.convert import convert
 from streamrank.errors import InputError
 
 
@@ -234,7 +234,7 @@ def test_chunk_size_and_regroup_passes_do_not_change_the_file(tmp_path):
     src = write(tmp_path / "s.txt", _shuffled_text(np.random.default_rng(1)))
     convert([src], tmp_path / "big.h5", quiet=True)
     convert([src], tmp_path / "small.h5", quiet=True, text_chunk_bytes=4096, memory_budget="64MB")
-    from streamrank.h5format import DatasetWriter
+    from streamrank.io.hdf5_format import DatasetWriter
     big, small = load(tmp_path / "big.h5"), load(tmp_path / "small.h5")
     assert_same(small, big)
     assert small["fingerprint"] == big["fingerprint"]

@@ -2,7 +2,7 @@
 
 Issue 10: with the stopping rule ||g|| <= eps ||g(0)|| alone, ||g(0)|| = C ||dloss(0)|| grows with
 C, so the previous C's solution met the rule before any step and every later candidate kept the
-first C's model. The rule is now ||g|| <= eps min(||g(0)||, ||g(w0)||) (streamrank.tron).
+first C's model. The rule is now ||g|| <= eps min(||g(0)||, ||g(w0)||) (streamrank.solvers.tron).
 """
 
 import json
@@ -12,7 +12,7 @@ import pytest
 
 import streamrank
 from streamrank.cli import main
-from streamrank.h5format import DatasetWriter
+from streamrank.io.hdf5_format import DatasetWriter
 
 PATH = [2.0 ** k for k in range(-8, 9, 2)]  # 9 values, 2^-8 .. 2^8
 

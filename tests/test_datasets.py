@@ -1,4 +1,4 @@
-"""Tests of the synthetic LETOR generator (streamrank.datasets) and tools/make_letor.py."""
+"""Tests of the synthetic LETOR generator (streamrank.io.synthetic) and tools/make_letor.py."""
 
 import gzip
 import subprocess
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamrank import datasets as ds
+from streamrank.io import synthetic as ds
 from streamrank.errors import ParameterError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -211,7 +211,7 @@ def test_write_is_atomic_on_error(tmp_path, monkeypatch):
 # --- HDF5 ----------------------------------------------------------------------------------------
 def test_hdf5_equals_converted_text(tmp_path):
     h5py = pytest.importorskip("h5py")
-    convert = pytest.importorskip("streamrank.convert")
+    convert = pytest.importorskip("streamrank.io.convert")
     txt = tmp_path / "s.txt"
     ds.write_text(txt, "small", seed=5)
     direct = tmp_path / "direct.h5"
@@ -268,7 +268,7 @@ def test_parts_share_the_relevance_model_but_not_the_queries():
     """train / valid / test: other queries, same features-to-relevance model (so a model learnt
     on one part ranks the others well), and part 0 is the data set generated without parts."""
     from streamrank import RankSVM
-    from streamrank.metrics import evaluate
+    from streamrank.evaluation.metrics import evaluate
 
     def arrays(**kw):
         X, y, q = zip(*ds.generate_batches("small", seed=0, **kw))

@@ -14,18 +14,18 @@ import pytest
 import qprod_oracle
 import streamrank
 from dense_oracle import DenseRankSVM, explicit_pairs
-from streamrank import _pairkernels as pk
-from streamrank import _qprod
-from streamrank.checkpoint import ABORT_ENV, ABORT_EXIT_CODE
+from streamrank._native import pairkernels as pk
+from streamrank._native import qprod as _qprod
+from streamrank.state.checkpoint import ABORT_ENV, ABORT_EXIT_CODE
 from streamrank.cli import main
-from streamrank.convert import convert
-from streamrank.datasets import write_hdf5
-from streamrank.exact import train_exact
-from streamrank.kernel_objective import KernelObjective
-from streamrank.kernelcache import KernelCache, read_rows
-from streamrank.kernels import kernel_matrix
-from streamrank.normalize import Normalizer
-from streamrank.train import train_linear
+from streamrank.io.convert import convert
+from streamrank.io.synthetic import write_hdf5
+from streamrank.training.exact import train_exact
+from streamrank.objectives.kernel_objective import KernelObjective
+from streamrank.cache.kernel_cache import KernelCache, read_rows
+from streamrank.features.kernels import kernel_matrix
+from streamrank.features.normalize import Normalizer
+from streamrank.training.linear import train_linear
 
 DATA = Path(__file__).resolve().parent / "data"
 GAMMA = 0.05

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamrank import featurecache as fc
+from streamrank.cache import feature_cache as fc
 from streamrank.errors import ParameterError, StreamrankError
-from streamrank.featurecache import CacheDiskFull, FeatureCache, array_digest, choose, measure_map_rate
+from streamrank.cache.feature_cache import CacheDiskFull, FeatureCache, array_digest, choose, measure_map_rate
 
 LAYOUT = [(0, 7), (7, 20), (20, 21), (21, 40)]
 WIDTH = 5
@@ -106,7 +106,7 @@ def test_foreign_cache_is_rebuilt(tmp_path, caplog):
         p.unlink()
     other.dir.rmdir()
     os.rename(tmp_path / "elsewhere", other.dir)  # a's blocks under b's name
-    with caplog.at_level(logging.WARNING, "streamrank.featurecache"):
+    with caplog.at_level(logging.WARNING, "streamrank.cache.feature_cache"):
         with open_cache(tmp_path, key_material=material(gamma=2.0)) as b:
             assert b.present == [] and all(b.get(k) is None for k in range(4))
             assert not any(p.name.startswith("block-") for p in b.dir.iterdir())
@@ -136,7 +136,7 @@ def test_damaged_or_unknown_manifest_is_discarded(tmp_path, caplog, damage):
         mpath.write_text(json.dumps(m))
     else:
         mpath.unlink()
-    with caplog.at_level(logging.WARNING, "streamrank.featurecache"):
+    with caplog.at_level(logging.WARNING, "streamrank.cache.feature_cache"):
         with open_cache(tmp_path) as c:
             assert c.present == [] and c.get(0) is None
             assert sorted(p.name for p in c.dir.iterdir()) == ["lock", "manifest.json"]
@@ -150,7 +150,7 @@ def test_damaged_block_is_dropped_then_rewritten(tmp_path, caplog):
     raw = bytearray(path.read_bytes())
     raw[17] ^= 0x10
     path.write_bytes(bytes(raw))
-    with caplog.at_level(logging.WARNING, "streamrank.featurecache"):
+    with caplog.at_level(logging.WARNING, "streamrank.cache.feature_cache"):
         with open_cache(tmp_path) as c:
             assert same_bits(c.get(0), block(0))
             assert c.get(1) is None

@@ -10,12 +10,12 @@ import pytest
 
 import kernel_oracle as oracle
 import streamrank
-from streamrank import featuremap as fm
-from streamrank import kernels as kn
+from streamrank.features import maps as fm
+from streamrank.features import kernels as kn
 from streamrank.errors import FormatError, InputError, ParameterError
-from streamrank.featuremap import IdentityMap, Nystroem, RandomFourier, Reservoir, load_map
-from streamrank.h5format import DatasetWriter
-from streamrank.normalize import Normalizer
+from streamrank.features.maps import IdentityMap, Nystroem, RandomFourier, Reservoir, load_map
+from streamrank.io.hdf5_format import DatasetWriter
+from streamrank.features.normalize import Normalizer
 
 KERNELS = ["rbf", "laplacian", "poly", "sigmoid", "linear"]
 

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from streamrank import _fused as fz
-from streamrank import _linalg as la
-from streamrank import _pairkernels as pk
-from streamrank.normalize import Normalizer
+from streamrank._native import fused as fz
+from streamrank._native import linalg as la
+from streamrank._native import pairkernels as pk
+from streamrank.features.normalize import Normalizer
 
 
 def setup(seed=0, n=300, d=13):

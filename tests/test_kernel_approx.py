@@ -8,8 +8,8 @@ import pytest
 import streamrank
 from dense_oracle import DenseRankSVM
 from streamrank.cli import main
-from streamrank.datasets import write_hdf5
-from streamrank.train import train_linear
+from streamrank.io.synthetic import write_hdf5
+from streamrank.training.linear import train_linear
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +46,8 @@ def test_memory_cache_and_recompute_give_the_same_model(parts, tmp_path, method)
 def test_auto_decides_after_the_first_block(parts, tmp_path, monkeypatch, measured):
     """A run whose measurement says recompute writes one block, not the whole cache; a complete
     cache left by an earlier run is read from the first pass on (only block 0 is mapped)."""
-    import streamrank.mapped as mapped
-    from streamrank.featurecache import choose
+    import streamrank.objectives.mapped_source as mapped
+    from streamrank.cache.feature_cache import choose
 
     seen = []
 

@@ -9,11 +9,11 @@ the dense eigenvalue decomposition of Q'.
 import numpy as np
 import pytest
 
-from streamrank import _pairkernels as pk
-from streamrank.kernel_objective import KernelObjective
-from streamrank.kernelcache import KernelCache, rounding_bounds
-from streamrank.normalize import Normalizer
-from streamrank.tron import tron
+from streamrank._native import pairkernels as pk
+from streamrank.objectives.kernel_objective import KernelObjective
+from streamrank.cache.kernel_cache import KernelCache, rounding_bounds
+from streamrank.features.normalize import Normalizer
+from streamrank.solvers.tron import tron
 
 
 def clustered(seed=0, n_cluster=700, n_spread=900, d=25):
@@ -61,7 +61,7 @@ def test_jitter_makes_the_stored_kernel_matrix_positive_semidefinite(normalize, 
 def test_the_global_rms_jitter_is_what_failed_here():
     X, y, qp = clustered(n_cluster=400, n_spread=1600)  # the cluster is a fifth of the rows
     Xn = Normalizer("zscore").fit([X], X.shape[1]).transform(X)
-    from streamrank.kernels import kernel_matrix
+    from streamrank.features.kernels import kernel_matrix
     K = kernel_matrix(Xn, kernel="rbf", gamma=2.0 ** -5)
     E = K.astype(np.float32).astype(np.float64) - K
     idx = np.unique(np.linspace(0, len(K) - 1, 64).astype(np.int64))
@@ -130,7 +130,7 @@ def test_clustered_training_never_meets_negative_curvature_and_reaches_the_oracl
     measured, it needs 443 iterations and 42,837 CG steps at gamma 2^-7 and stops at 1.7e-5 above
     the optimum at gamma 2^-3 (reductions below float64 resolution after 1,967 iterations), the
     price of Q's 1e8 condition in beta-space, which the preconditioner's M-norm removes."""
-    from streamrank.kernel_precond import NystroemPreconditioner
+    from streamrank.objectives.kernel_precond import NystroemPreconditioner
     Xn, y, qp, kc, f_star = clustered_problems(normalize, gamma)
     levels = np.unique(y)
     obj = KernelObjective(kc, np.searchsorted(levels, y), C=C, cost=pk.pair_cost(np.ones((3, 3))),

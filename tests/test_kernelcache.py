@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from streamrank.errors import ParameterError
-from streamrank.featurecache import MANIFEST, block_name
-from streamrank.kernelcache import KernelCache
-from streamrank.kernels import kernel_matrix
+from streamrank.cache.feature_cache import MANIFEST, block_name
+from streamrank.cache.kernel_cache import KernelCache
+from streamrank.features.kernels import kernel_matrix
 
 
 @pytest.fixture(scope="module")

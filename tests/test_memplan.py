@@ -1,7 +1,7 @@
 """The memory plan: blocks get what the budget leaves; the model never depends on it."""
 
-from streamrank import memplan
-from streamrank.stream import BLOCK_SHARE_OF_BUDGET
+from streamrank.training import memory_plan as memplan
+from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 
 
 def test_blocks_get_what_the_resident_process_and_the_state_leave():

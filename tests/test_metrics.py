@@ -1,4 +1,4 @@
-"""Tests of streamrank.metrics.
+"""Tests of streamrank.evaluation.metrics.
 
 The acceptance test reproduces, to the printed digit, the official LETOR 4.0 script
 (Eval-Score-4.0.pl, per-query mode) on MQ2008 Fold1 test for two score files (see
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamrank.metrics import _count_inversions, evaluate, pairwise_accuracy_counts
+from streamrank.evaluation.metrics import _count_inversions, evaluate, pairwise_accuracy_counts
 
 DATA = Path(__file__).parent / "data" / "letor4_eval"
 SHARED = Path(__file__).parents[2] / "shared" / "data"

@@ -11,8 +11,8 @@ import pytest
 import streamrank
 from streamrank.cli import main
 from streamrank.errors import FormatError, InputError
-from streamrank.h5format import DatasetWriter
-from streamrank.model import load as load_model
+from streamrank.io.hdf5_format import DatasetWriter
+from streamrank.state.model import load as load_model
 
 DATA = Path(__file__).parent / "data"
 NORMALIZE = ["none", "zscore", "query_minmax"]

@@ -7,12 +7,12 @@ import pytest
 
 import streamrank
 from dense_oracle import DenseRankSVM
-from streamrank import _pairkernels as pk
-from streamrank.convert import convert
-from streamrank.h5format import DatasetWriter
-from streamrank.objective import BlockSource, RankObjective
-from streamrank.train import pair_cost_table, query_weights, train_linear
-from streamrank.tron import tron
+from streamrank._native import pairkernels as pk
+from streamrank.io.convert import convert
+from streamrank.io.hdf5_format import DatasetWriter
+from streamrank.objectives.rank_objective import BlockSource, RankObjective
+from streamrank.training.linear import pair_cost_table, query_weights, train_linear
+from streamrank.solvers.tron import tron
 
 
 def random_dataset(path, n_queries=30, d=6, levels=(0, 1, 2, 3), seed=0):
@@ -170,7 +170,7 @@ def test_newton_cholesky_reaches_the_tron_and_dense_optimum(fold1_subset, tmp_pa
 
 
 def test_line_search_finds_the_minimiser_of_a_piecewise_quadratic():
-    from streamrank.newton import line_search
+    from streamrank.solvers.newton import line_search
     # phi(t) = (t - 2)^2 for t < 2, 3 (t - 2)^2 above: kinked second derivative, minimum at 2
     def line(t):
         a = 1.0 if t < 2 else 3.0
@@ -185,7 +185,7 @@ class Preconditioned(Quadratic):
         self.M = M
 
     def preconditioner(self):
-        from streamrank.precondition import DensePreconditioner
+        from streamrank.objectives.linear_precond import DensePreconditioner
         return DensePreconditioner(self.M)
 
 
@@ -206,7 +206,7 @@ def test_preconditioned_tron_on_a_quadratic():
 
 
 def test_query_groups_cover_the_sample_with_whole_queries():
-    from streamrank.precondition import query_groups
+    from streamrank.objectives.linear_precond import query_groups
     qp = np.array([0, 5, 9, 30, 31, 40, 46])
     assert query_groups(qp, 31, 10).tolist() == [0, 2, 3, 4]   # a 21-row query is a group alone
     assert query_groups(qp, 3, 10).tolist() == [0, 1]          # at least one query
@@ -214,7 +214,7 @@ def test_query_groups_cover_the_sample_with_whole_queries():
 
 
 def test_preconditioner_is_the_sample_hessian_and_independent_of_blocks(fold1_subset, monkeypatch):
-    import streamrank.precondition as pc
+    import streamrank.objectives.linear_precond as pc
     ds = fold1_subset
     nq = 150
     y = ds.y[:]

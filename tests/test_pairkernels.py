@@ -1,11 +1,11 @@
-"""Pair kernels (streamrank._pairkernels) against the brute-force twins in pair_oracle.py."""
+"""Pair kernels (streamrank._native.pairkernels) against the brute-force twins in pair_oracle.py."""
 
 import numba
 import numpy as np
 import pytest
 
 import pair_oracle as po
-from streamrank import _pairkernels as pk
+from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
 
 RTOL = 1e-10

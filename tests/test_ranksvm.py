@@ -9,9 +9,9 @@ import streamrank
 from dense_oracle import DenseRankSVM
 from streamrank.cli import main
 from streamrank.errors import ParameterError
-from streamrank.h5format import DatasetWriter
-from streamrank.normalize import Normalizer
-from streamrank.train import pair_cost_table, query_weights
+from streamrank.io.hdf5_format import DatasetWriter
+from streamrank.features.normalize import Normalizer
+from streamrank.training.linear import pair_cost_table, query_weights
 
 
 def arrays(n_queries=25, d=5, seed=0):
@@ -99,7 +99,7 @@ def test_C_path_keeps_the_best_on_validation():
 
 
 def test_cli_train_predict_eval(tmp_path, capsys):
-    from streamrank.datasets import write_text
+    from streamrank.io.synthetic import write_text
     write_text(tmp_path / "train.txt", preset="small", seed=0)
     write_text(tmp_path / "valid.txt", preset="small", seed=1)
     common = ["--cache-dir", str(tmp_path / "cache")]

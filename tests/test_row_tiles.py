@@ -1,4 +1,4 @@
-"""Rows computed in fixed tiles by absolute row index (streamrank.kernels, "Row independence"):
+"""Rows computed in fixed tiles by absolute row index (streamrank.features.kernels, "Row independence"):
 Q blocks and predictions are the same bits for any block layout, even with a BLAS whose rounding
 depends on the call's shape (kernel_oracle.fake_blas)."""
 
@@ -9,13 +9,13 @@ import pytest
 
 import kernel_oracle as oracle
 import streamrank
-from streamrank import kernels as kn
-from streamrank.exact_model import ExactKernelMap
-from streamrank.featuremap import Nystroem, RandomFourier
-from streamrank.h5format import DatasetWriter
-from streamrank.kernelcache import KernelCache
-from streamrank.model import LinearModel
-from streamrank.normalize import Normalizer
+from streamrank.features import kernels as kn
+from streamrank.features.exact_map import ExactKernelMap
+from streamrank.features.maps import Nystroem, RandomFourier
+from streamrank.io.hdf5_format import DatasetWriter
+from streamrank.cache.kernel_cache import KernelCache
+from streamrank.state.model import LinearModel
+from streamrank.features.normalize import Normalizer
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_predictions_do_not_depend_on_the_memory_budget(rows, tmp_path, monkeypa
 def test_tiles_run_with_the_blas_threads_of_import_time():
     """_blas.one_thread() lowers the BLAS thread count process-wide, and OpenBLAS splits a product
     with K >= 400 or so differently with one thread (other bits): tiles pin the count."""
-    from streamrank._blas import one_thread
+    from streamrank._native.blas import one_thread
 
     def counts():
         return [lc.get_num_threads() for lc, _ in kn._BLAS_THREADS]

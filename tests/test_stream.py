@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 import streamrank
-from streamrank.convert import convert
+from streamrank.io.convert import convert
 from streamrank.errors import FormatError
-from streamrank.h5format import DatasetWriter
-from streamrank.stream import plan_blocks
+from streamrank.io.hdf5_format import DatasetWriter
+from streamrank.io.query_stream import plan_blocks
 
 HERE = __import__("pathlib").Path(__file__).parent
 

@@ -34,8 +34,8 @@ def machine_facts():
 def test_metrics(model, path):
     """(prediction seconds, letor4 means) of ``model`` on the HDF5 file at ``path``; for children."""
     import streamrank
-    from streamrank.metrics import evaluate
-    from streamrank.train import read_labels
+    from streamrank.evaluation.metrics import evaluate
+    from streamrank.training.linear import read_labels
     with streamrank.open_dataset(path) as tds:
         t = time.perf_counter()
         sc = model.predict_dataset(tds)

@@ -21,7 +21,7 @@ JOB = """
 import json, os, time
 import numpy as np
 import streamrank
-from streamrank.convert import convert
+from streamrank.io.convert import convert
 s = convert([{src!r}], {out!r}, quiet=True, compression={comp!r}, chunk_bytes={chunk})
 passes = []
 with streamrank.open_dataset({out!r}) as ds:
@@ -48,7 +48,7 @@ def main():
     work.mkdir(exist_ok=True)
     src = work / f"{args.preset}-s{args.scale:g}.txt"
     if not src.exists():
-        from streamrank.datasets import write_text
+        from streamrank.io.synthetic import write_text
         write_text(src, preset=args.preset, scale=args.scale, seed=0)
     text_mb = src.stat().st_size / 1e6
     rows = []

@@ -21,7 +21,7 @@ from _benchutil import machine_facts, run_child, table  # noqa: E402
 
 CONVERT = """
 import json, sys
-from streamrank.convert import convert
+from streamrank.io.convert import convert
 s = convert([{src!r}], {out!r}, quiet=True, compression={comp!r})
 print(json.dumps(s))
 """
@@ -58,7 +58,7 @@ def main():
     work.mkdir(exist_ok=True)
     src = work / f"{args.preset}-s{args.scale:g}.txt"
     if not src.exists():
-        from streamrank.datasets import write_text
+        from streamrank.io.synthetic import write_text
         print(f"generating {src} ...", flush=True)
         write_text(src, preset=args.preset, scale=args.scale, seed=0)
     size = src.stat().st_size

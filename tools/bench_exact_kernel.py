@@ -38,8 +38,8 @@ WARM = """
 import time, warnings, tempfile, pathlib
 import numpy as np
 import streamrank
-from streamrank.datasets import write_hdf5
-from streamrank.exact import train_exact
+from streamrank.io.synthetic import write_hdf5
+from streamrank.training.exact import train_exact
 _d = pathlib.Path(tempfile.mkdtemp())
 write_hdf5(_d / "w.h5", "small", seed=0, scale=0.1)
 with streamrank.open_dataset(_d / "w.h5") as _ds, warnings.catch_warnings():
@@ -67,12 +67,12 @@ print(json.dumps(R))
 # Fold1's rows, labels, costs and Q (all in memory) for the low-level runs below
 SETUP = WARM + """
 import json, scipy.linalg
-from streamrank import _pairkernels as pk
-from streamrank.kernelcache import KernelCache, read_rows
-from streamrank.kernel_objective import KernelObjective
-from streamrank.kernel_precond import NystroemPreconditioner, auto_landmarks
-from streamrank.normalize import Normalizer
-from streamrank.tron import tron
+from streamrank._native import pairkernels as pk
+from streamrank.cache.kernel_cache import KernelCache, read_rows
+from streamrank.objectives.kernel_objective import KernelObjective
+from streamrank.objectives.kernel_precond import NystroemPreconditioner, auto_landmarks
+from streamrank.features.normalize import Normalizer
+from streamrank.solvers.tron import tron
 P = json.loads({params!r})
 with streamrank.open_dataset(P["train"]) as ds:
     Xn, y, qp = read_rows(ds, Normalizer("none"), (0, ds.n_queries), 1 << 26)

@@ -61,8 +61,8 @@ import time, warnings
 _t = time.perf_counter()
 import numpy as np
 import streamrank
-from streamrank.train import train_linear, read_labels
-from streamrank.metrics import evaluate
+from streamrank.training.linear import train_linear, read_labels
+from streamrank.evaluation.metrics import evaluate
 with streamrank.open_dataset(__WARM__) as _ds, warnings.catch_warnings():
     warnings.simplefilter("ignore")
     train_linear(_ds, C=[1.0], tol=1e-2)
@@ -82,8 +82,8 @@ warm_s = time.perf_counter() - _t
 INSTR = """
 import json, os, time, zlib
 import numpy as np
-import streamrank.mapped as _mp, streamrank.featuremap as _fm, streamrank.train as _tr
-import streamrank.objective as _ob
+import streamrank.objectives.mapped_source as _mp, streamrank.features.maps as _fm, streamrank.training.linear as _tr
+import streamrank.objectives.rank_objective as _ob
 _I = {"sources": [], "fits": [], "fit_hwm": [], "passes": [], "hess": [], "hess_prod": [], "phi": [], "choose": []}
 _FLAG = [None]
 
@@ -160,7 +160,7 @@ _ob.RankObjective._phi = _timer("phi", _ob.RankObjective._phi, lambda a: _FLAG[0
 # One training run: open -> train -> (save) -> (letor4 on test) [-> per-pass limits]
 RUN = WARM + INSTR + """
 P = json.loads(__PARAMS__)
-from streamrank.featurecache import block_name
+from streamrank.cache.feature_cache import block_name
 R = {"warm_s": warm_s}
 kw = dict(P["kw"])
 t0 = time.perf_counter()
@@ -599,7 +599,7 @@ def lgbm_fold(args, paths):
     import numpy as np
 
     import streamrank
-    from streamrank.metrics import evaluate
+    from streamrank.evaluation.metrics import evaluate
     data = {}
     for part, p in paths.items():
         with streamrank.open_dataset(p) as ds:
@@ -642,8 +642,8 @@ def section_table(args):
     import numpy as np
 
     import streamrank
-    from streamrank.metrics import evaluate
-    from streamrank.train import read_labels, train_linear
+    from streamrank.evaluation.metrics import evaluate
+    from streamrank.training.linear import read_labels, train_linear
     try:
         import lightgbm
         lgbm_version = lightgbm.__version__
@@ -688,7 +688,7 @@ def section_table(args):
                 "C": fmt_c(s["C"]), "gamma": fmt_c(s["gamma"]), "m": m, "k": s["components"], "valid": v,
                 "s": sum(res["_kernel_s"][k])}))
             if not args.no_exact:
-                from streamrank.exact import train_exact
+                from streamrank.training.exact import train_exact
                 t = time.perf_counter()
                 model, s = train_exact(ds, valid=vds, C=args.exact_C, gamma=args.exact_gamma, kernel="rbf", tol=args.tol,
                                        select_metric="meanndcg", cache_dir=args.work / "exact-cache")
@@ -741,7 +741,7 @@ def section_table(args):
           f"LGBMRanker(objective='lambdarank'), num_leaves in {args.lgbm_leaves} x learning_rate in "
           f"{args.lgbm_lr} x min_child_samples in {args.lgbm_min_child}, up to {args.lgbm_max_trees} trees with "
           f"early stopping ({args.lgbm_patience} rounds) on vali NDCG@10 (LightGBM's own NDCG), the grid point "
-          f"chosen by vali letor4 MeanNDCG. All test metrics: streamrank.metrics.evaluate(convention='letor4').")
+          f"chosen by vali letor4 MeanNDCG. All test metrics: streamrank.evaluation.metrics.evaluate(convention='letor4').")
     cmd = ["python tools/bench_kernel_approx.py --mq2008-table"]
     if Path(args.data).resolve() != DEFAULT_DATA.resolve():
         cmd.append(f"--data {args.data}")

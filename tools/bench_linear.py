@@ -51,7 +51,7 @@ WARM = """
 import time, warnings
 _t = time.perf_counter()
 import streamrank
-from streamrank.train import train_linear
+from streamrank.training.linear import train_linear
 with streamrank.open_dataset({warm!r}) as _ds, warnings.catch_warnings():
     warnings.simplefilter("ignore")
     train_linear(_ds, C=[1.0], tol=1e-2)
@@ -80,7 +80,7 @@ print(json.dumps({"first": ts[0], "again": ts[1]}))
 TRAIN = WARM + """
 import json, resource, time
 import streamrank
-from streamrank.train import train_linear
+from streamrank.training.linear import train_linear
 
 with streamrank.open_dataset({path!r}) as ds:
     r0, t = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
@@ -99,11 +99,11 @@ BREAKDOWN = WARM + """
 import json, resource, time
 import numpy as np
 import streamrank
-from streamrank import _pairkernels as pk
-from streamrank.objective import BlockSource, RankObjective
-from streamrank.train import read_labels, pair_cost_table
+from streamrank._native import pairkernels as pk
+from streamrank.objectives.rank_objective import BlockSource, RankObjective
+from streamrank.training.linear import read_labels, pair_cost_table
 from streamrank.units import parse_size
-from streamrank.stream import BLOCK_SHARE_OF_BUDGET
+from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 
 def best(f, reps):
     ts = []
@@ -201,7 +201,7 @@ def have_mq2008(data, folds=(1,)):
 
 def converted(work, data, fold, part):
     """The HDF5 conversion of MQ2008 FoldK/part.txt.gz under work/ (made once, then reused)."""
-    from streamrank.convert import convert
+    from streamrank.io.convert import convert
     src = mq2008_files(data, fold)[part]
     out = Path(work) / "mq2008" / f"Fold{fold}" / f"{part}.h5"
     if not out.exists() or out.stat().st_mtime < src.stat().st_mtime:
@@ -212,7 +212,7 @@ def converted(work, data, fold, part):
 
 
 def generated(work, preset, scale):
-    from streamrank.datasets import write_hdf5
+    from streamrank.io.synthetic import write_hdf5
     out = Path(work) / f"{preset}-s{scale:g}.h5"
     if not out.exists():
         print(f"generating {out} (preset {preset}, scale {scale:g}, seed 0) ...", flush=True)
@@ -246,7 +246,7 @@ def section_oracle(args):
     import numpy as np
 
     import streamrank
-    from streamrank.train import train_linear
+    from streamrank.training.linear import train_linear
     spec = importlib.util.spec_from_file_location("dense_oracle", ORACLE)
     oracle = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(oracle)
@@ -363,7 +363,7 @@ def section_speed(args):
         print("read f32 = QueryStream pass (HDF5 in the page cache); 1st pass = the first fun(w) of a fresh "
               "process that keeps every block (float32) in memory (reads, copies, allocates), (sys) its system "
               "time; fun/hessp disk = streamed objective re-reading every block; mem = all blocks kept in memory "
-              "(whatever the budget); both are fused passes reading each row once (streamrank._fused); "
+              "(whatever the budget); both are fused passes reading each row once (streamrank._native.fused); "
               "f32 BLAS X@w, X.T@v = numpy's float32 products over the blocks in memory, for reference; "
               "loss_grad, hess_prod = the numba pair kernels of one pass alone.")
     print(f"\nReference: LIBLINEAR ranksvm extension (C++, in memory, TRON with order-statistic trees), measured "
@@ -410,8 +410,8 @@ def section_table(args):
     import numpy as np
 
     import streamrank
-    from streamrank.metrics import evaluate
-    from streamrank.train import read_labels, train_linear
+    from streamrank.evaluation.metrics import evaluate
+    from streamrank.training.linear import read_labels, train_linear
     rows = []
     for k in folds:
         paths = {p: converted(args.work, args.data, k, p) for p in ("train", "vali", "test")}

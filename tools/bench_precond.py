@@ -22,8 +22,8 @@ from _benchutil import machine_facts, table  # noqa: E402
 import streamrank  # noqa: E402
 from streamrank import _pairkernels as pk  # noqa: E402
 from streamrank import tron as T  # noqa: E402
-from streamrank.convert import convert  # noqa: E402
-from streamrank.objective import BlockSource, RankObjective  # noqa: E402
+from streamrank.io.convert import convert  # noqa: E402
+from streamrank.objectives.rank_objective import BlockSource, RankObjective  # noqa: E402
 
 
 class DiagObjective(RankObjective):

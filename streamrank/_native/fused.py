@@ -1,0 +1,143 @@
+"""Fused per-query passes: scores, pair sweep and X^T product while the query's rows are in cache.
+
+For each query q of a block (``prange`` over queries) with rows X_q stored as float32:
+
+- ``fused_loss_grad``: z_q = Phi_q w, the pair sweep (loss, dz_q, active set; paper 004
+  (B.1)-(B.2)), and P[q] = Phi_q^T dz_q;
+- ``fused_hess``: u_q = Phi_q s, t_q = (A^T D A)_q u_q with the stored active set ((B.3)), and
+  P[q] = Phi_q^T t_q;
+- ``fused_scores``: z_q only.
+
+Each pass reads every row once (a separate X@w and X^T v read them twice) and allocates nothing
+of the block's size. Phi = (X - shift) * scale elementwise, the normalisation applied on the
+fly: ``affine`` 0 = identity, 1 = one (shift, scale) row for all rows (zscore), 2 = one row per
+query (query_minmax). float32 -> float64 is exact, so the values equal a float64 copy's.
+
+Summation orders are fixed by the data (as in ``_linalg``): four interleaved partial sums per
+row dot product, rows in order within a query; the caller adds P[q] in query order. The plain
+NumPy twin is ``tests/linalg_oracle.py`` via the unfused objective in the tests.
+"""
+
+import numba
+import numpy as np
+from numba import prange
+
+from streamrank._native.pairkernels import _query_hess, _query_loss_grad, _single_level
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _phi(X, i, k, shift, scale, affine, q):
+    x = np.float64(X[i, k])
+    if affine == 0:
+        return x
+    r = np.int64(0) if affine == 1 else np.int64(q)  # prange indices are unsigned: unify as int64
+    return (x - shift[r, k]) * scale[r, k]
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_dot(X, i, w, shift, scale, affine, q):
+    if affine == 0:  # the mode is tested once per row, not in the inner loop
+        return _row_dot_mode(X, i, w, shift, scale, 0, q)
+    if affine == 1:
+        return _row_dot_mode(X, i, w, shift, scale, 1, q)
+    return _row_dot_mode(X, i, w, shift, scale, 2, q)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _row_dot_mode(X, i, w, shift, scale, affine, q):
+    d = X.shape[1]
+    d4 = d - d % 4
+    a0 = 0.0
+    a1 = 0.0
+    a2 = 0.0
+    a3 = 0.0
+    for k in range(0, d4, 4):
+        a0 += _phi(X, i, k, shift, scale, affine, q) * w[k]
+        a1 += _phi(X, i, k + 1, shift, scale, affine, q) * w[k + 1]
+        a2 += _phi(X, i, k + 2, shift, scale, affine, q) * w[k + 2]
+        a3 += _phi(X, i, k + 3, shift, scale, affine, q) * w[k + 3]
+    for k in range(d4, d):
+        a0 += _phi(X, i, k, shift, scale, affine, q) * w[k]
+    return (a0 + a1) + (a2 + a3)
+
+
+@numba.njit(cache=True, nogil=True)
+def _query_rmatvec(X, s, e, v, shift, scale, affine, q, out):
+    """out[k] = sum_{i in s:e} Phi_ik v_{i-s}, rows in order."""
+    for k in range(X.shape[1]):
+        out[k] = 0.0
+    if affine == 0:
+        _rmatvec_mode(X, s, e, v, shift, scale, 0, q, out)
+    elif affine == 1:
+        _rmatvec_mode(X, s, e, v, shift, scale, 1, q, out)
+    else:
+        _rmatvec_mode(X, s, e, v, shift, scale, 2, q, out)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _rmatvec_mode(X, s, e, v, shift, scale, affine, q, out):
+    d = X.shape[1]
+    for i in range(s, e):
+        vi = v[i - s]
+        if vi == 0.0:
+            continue  # inactive documents add exact zeros; skipping them changes no value
+        for k in range(d):
+            out[k] += _phi(X, i, k, shift, scale, affine, q) * vi
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, mu,
+                    order, cut_pref, cut_less, loss_q, partials, zout):
+    """... and zout = Phi w (the scores, kept by the objective for line searches)."""
+    nq = qptr.shape[0] - 1
+    for q in prange(nq):
+        s = qptr[q]
+        e = qptr[q + 1]
+        l = e - s
+        if _single_level(rank[s:e]):  # no pairs: no loss, no gradient, identity state
+            for i in range(s, e):
+                zout[i] = _row_dot(X, i, w, shift, scale, affine, q)
+            loss_q[q] = 0.0
+            for p in range(l):
+                order[s + p] = p
+                cut_pref[s + p] = 0
+                cut_less[s + p] = 0
+            for k in range(partials.shape[1]):
+                partials[q, k] = 0.0
+            continue
+        z = zout[s:e]
+        for i in range(l):
+            z[i] = _row_dot(X, s + i, w, shift, scale, affine, q)
+        dz = np.empty(l)
+        loss_q[q] = _query_loss_grad(z, rank[s:e], lam, g, c0, lam_r, g_r, mode, mu[q], dz,
+                                     order[s:e], cut_pref[s:e], cut_less[s:e])
+        _query_rmatvec(X, s, e, dz, shift, scale, affine, q, partials[q])
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def fused_hess(X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, mu,
+               order, cut_pref, cut_less, partials):
+    nq = qptr.shape[0] - 1
+    for q in prange(nq):
+        s = qptr[q]
+        e = qptr[q + 1]
+        l = e - s
+        if _single_level(rank[s:e]):
+            for k in range(partials.shape[1]):
+                partials[q, k] = 0.0
+            continue
+        u = np.empty((l, 1))
+        for i in range(l):
+            u[i, 0] = _row_dot(X, s + i, v, shift, scale, affine, q)
+        t = np.empty((l, 1))
+        _query_hess(u, rank[s:e], lam, g, c0, lam_r, g_r, mode, mu[q], order[s:e], cut_pref[s:e],
+                    cut_less[s:e], t)
+        _query_rmatvec(X, s, e, t[:, 0], shift, scale, affine, q, partials[q])
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def fused_scores(X, w, shift, scale, affine, qptr, out):
+    nq = qptr.shape[0] - 1
+    for q in prange(nq):
+        for i in range(qptr[q], qptr[q + 1]):
+            out[i] = _row_dot(X, i, w, shift, scale, affine, q)

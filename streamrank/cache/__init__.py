@@ -1,0 +1,1 @@
+"""Blocks kept on disk between passes: mapped features and the kernel matrix."""

@@ -1,0 +1,209 @@
+"""``streamrank.RankSVM``: the scikit-learn style estimator over the streamed trainer."""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from streamrank.io.dataset import Dataset, open_dataset
+from streamrank.errors import ParameterError
+from streamrank.io.hdf5_format import DatasetWriter
+from streamrank.state.model import load as load_model
+from streamrank.training.linear import train_linear
+
+
+class RankSVM:
+    """Pairwise RankSVM with the squared hinge loss, trained by TRON over a block stream.
+
+    Parameters (keyword-only; stored as given, validated in :meth:`fit`)
+    ----------
+    C : float or sequence of float
+        Loss weight; several values need ``valid`` in :meth:`fit` and the best is kept.
+    normalize : {"none", "zscore", "query_minmax"}
+    pair_cost : None, "gain_difference" or (L, L) array
+        lambda(y_i, y_j) over the sorted label levels (paper 001).
+    query_weight : None or "log_ratio"
+        mu_q (paper 001).
+    tol, max_iter : TRON's relative gradient tolerance and iteration limit.
+    memory_budget : str or int, e.g. "2GB".
+    checkpoint : directory for per-iteration checkpoints; ``resume`` continues from it.
+    select_metric : {"meanndcg", "ndcg@10", "map"} for choosing among several C.
+    method : {"primal", "nystroem", "rff"}
+        Linear, or a kernel approximation (paper 000) with ``kernel``, ``gamma`` (float or several
+        with ``valid``; default 1/n_features), ``degree``, ``coef0``, ``n_components`` (m),
+        ``rank`` (Nystroem truncation), ``cache_dir`` and ``map_cache`` (where mapped rows live).
+        ``exact``: exact kernel RankSVM over beta (paper 004) with ``kernel`` (PSD), ``gamma``,
+        ``degree``, ``coef0``; Q = K(X, X) in memory or under ``cache_dir``; ``block_bytes`` is then
+        the size of a stored block of Q.
+    solver : {"tron", "newton_cholesky", "auto"}
+        ``tron`` (default) gives the same bits for any block size or budget; ``newton_cholesky``
+        forms the dense Hessian with BLAS (block layouts agree to the tolerance); ``auto`` picks
+        one from measured costs, so its choice may differ between runs (it is logged and saved).
+    random_state : int (recorded; the linear primal path draws no random numbers).
+    """
+
+    def __init__(self, *, C=1.0, normalize="none", pair_cost=None, query_weight=None, tol=1e-3,
+                 max_iter=1000, memory_budget="2GB", checkpoint=None, resume=False,
+                 select_metric="meanndcg", random_state=0, block_bytes=None, solver="tron",
+                 method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None,
+                 cache_dir=None, map_cache="auto"):
+        self.C = C
+        self.normalize = normalize
+        self.pair_cost = pair_cost
+        self.query_weight = query_weight
+        self.tol = tol
+        self.max_iter = max_iter
+        self.memory_budget = memory_budget
+        self.checkpoint = checkpoint
+        self.resume = resume
+        self.select_metric = select_metric
+        self.random_state = random_state
+        self.block_bytes = block_bytes
+        self.solver = solver
+        self.method = method
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.n_components = n_components
+        self.rank = rank
+        self.cache_dir = cache_dir
+        self.map_cache = map_cache
+
+    def get_params(self, deep=True):
+        return {k: getattr(self, k) for k in ("C", "normalize", "pair_cost", "query_weight", "tol", "max_iter",
+                                              "memory_budget", "checkpoint", "resume", "select_metric",
+                                              "random_state", "block_bytes", "solver", "method", "kernel",
+                                              "gamma", "degree", "coef0", "n_components", "rank", "cache_dir",
+                                              "map_cache")}
+
+    def set_params(self, **params):
+        for k, v in params.items():
+            if k not in self.get_params():
+                raise ParameterError(f"unknown parameter {k!r} for RankSVM")
+            setattr(self, k, v)
+        return self
+
+    def fit(self, X, y=None, qid=None, *, valid=None, queries=None):
+        """Train on a dataset (path or :class:`Dataset`) or on in-memory arrays ``X, y, qid``.
+
+        In-memory arrays are written to a temporary dataset first, so every fit reads through
+        the same query-aligned stream.
+        """
+        tmp = None
+        try:
+            ds, tmp = _as_dataset(X, y, qid, "train")
+            vds, vtmp = (None, None) if valid is None else _as_dataset(*_valid_parts(valid), "valid")
+            try:
+                train = _train_exact if self.method == "exact" else train_linear
+                model, summary = train(
+                    ds, valid=vds, C=self.C, normalize=self.normalize, tol=self.tol, max_iter=self.max_iter,
+                    memory_budget=self.memory_budget, pair_cost=self.pair_cost, query_weight=self.query_weight,
+                    select_metric=self.select_metric, checkpoint=self.checkpoint, resume=self.resume,
+                    seed=self.random_state, block_bytes=self.block_bytes, queries=queries, solver=self.solver,
+                    method=self.method, kernel=self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
+                    components=self.n_components, rank=self.rank, cache_dir=self.cache_dir,
+                    map_cache=self.map_cache)
+            finally:
+                if vtmp is not None:
+                    vds.close()
+                    vtmp.cleanup()
+        finally:
+            if tmp is not None:
+                ds.close()
+                tmp.cleanup()
+        self.model_ = model
+        self.coef_ = model.w
+        self.n_features_in_ = model.n_features
+        self.training_ = summary
+        self.objective_ = summary["objective"]
+        self.C_ = summary["C"]
+        return self
+
+    def predict(self, X, qid=None):
+        """Scores of the rows of ``X`` (array) or of a dataset (path/Dataset, input row order)."""
+        model = self._model()
+        if isinstance(X, (str, Path, Dataset)):
+            ds = open_dataset(X) if not isinstance(X, Dataset) else X
+            return model.predict_dataset(ds, memory_budget=self.memory_budget)
+        query_ptr = None
+        if qid is not None:
+            qid = np.asarray(qid)
+            change = np.flatnonzero(qid[1:] != qid[:-1]) + 1
+            query_ptr = np.concatenate(([0], change, [len(qid)]))
+        return model.decision_function(np.asarray(X), query_ptr)
+
+    def save(self, path):
+        return self._model().save(path)
+
+    def _model(self):
+        if not hasattr(self, "model_"):
+            raise ParameterError("this RankSVM is not fitted yet; call fit first")
+        return self.model_
+
+    @classmethod
+    def from_model(cls, model):
+        est = cls(**{k: v for k, v in _params_from_config(model.config).items()})
+        est.model_ = model
+        est.coef_ = model.w
+        est.n_features_in_ = model.n_features
+        est.training_ = model.training
+        est.objective_ = model.training.get("objective")
+        est.C_ = model.training.get("C")
+        return est
+
+
+def _train_exact(ds, *, solver, method, components, rank, map_cache, **kw):
+    """train_exact with the estimator's arguments (TRON only; no map settings)."""
+    from streamrank.training.exact import train_exact
+    if solver != "tron":
+        raise ParameterError(f"method='exact' is solved by TRON only; got solver={solver!r}. Pass solver='tron'")
+    return train_exact(ds, **kw)
+
+
+def _params_from_config(cfg):
+    out = {}
+    for k_cfg, k in (("normalize", "normalize"), ("tol", "tol"), ("max_iter", "max_iter"),
+                     ("pair_cost", "pair_cost"), ("query_weight", "query_weight"),
+                     ("select_metric", "select_metric"), ("seed", "random_state")):
+        if k_cfg in cfg:
+            out[k] = cfg[k_cfg]
+    if "C_path" in cfg:
+        out["C"] = cfg["C_path"] if len(cfg["C_path"]) > 1 else cfg["C_path"][0]
+    return out
+
+
+def _valid_parts(valid):
+    if isinstance(valid, (tuple, list)):
+        return valid
+    return valid, None, None
+
+
+def _as_dataset(X, y, qid, name):
+    """(Dataset, TemporaryDirectory or None) for a path, a Dataset or arrays."""
+    if isinstance(X, Dataset):
+        return X, None
+    if isinstance(X, (str, Path)):
+        from streamrank.evaluation.score_files import open_data
+        return open_data(X), None
+    if y is None or qid is None:
+        raise ParameterError("fit(X, y, qid) needs labels y and query ids qid with an array X "
+                             "(or pass a dataset path)")
+    X = np.asarray(X, dtype=np.float32)
+    y = np.asarray(y, dtype=np.float32)
+    qid = np.asarray(qid)
+    if X.ndim != 2 or y.shape != (X.shape[0],) or qid.shape != (X.shape[0],):
+        raise ParameterError(f"X must be (n, d) with y and qid of length n; got X {X.shape}, y {y.shape}, "
+                             f"qid {qid.shape}")
+    if not np.isfinite(X).all() or not np.isfinite(y).all():
+        raise ParameterError("X and y must be finite (no NaN or inf)")
+    tmp = tempfile.TemporaryDirectory(prefix="streamrank-fit-")
+    path = Path(tmp.name) / f"{name}.h5"
+    with DatasetWriter(path, n_features=X.shape[1]) as w:
+        w.append(X, y, qid if qid.dtype.kind in "iu" else qid.astype("S"))
+    return open_dataset(path), tmp
+
+
+def load(path):
+    """A fitted :class:`RankSVM` from a model file."""
+    return RankSVM.from_model(load_model(path))

@@ -1,0 +1,1 @@
+"""Ranking metrics (LETOR conventions) and score files."""

@@ -1,0 +1,1 @@
+"""Rows to features: normalisation, kernels, feature maps and their registry."""

@@ -1,0 +1,115 @@
+"""Feature normalisation: ``none``, ``zscore`` (statistics from one streamed pass) and
+``query_minmax`` (LETOR's QueryLevelNorm, computed per query at training and prediction alike).
+
+Every transform returns float64 rows: the solver works in float64 whatever is stored.
+"""
+
+import numba
+import numpy as np
+
+from streamrank.errors import ParameterError
+
+KINDS = ("none", "zscore", "query_minmax")
+
+
+@numba.njit(cache=True, nogil=True)
+def _welford_rows(X, count, mean, m2):
+    """Welford's update, one row at a time in row order: the statistics (to the last bit) do
+    not depend on how the rows were split into blocks, and there is no cancellation of a
+    sum of squares. Returns the new count."""
+    d = mean.shape[0]
+    for i in range(X.shape[0]):
+        count += 1
+        inv = 1.0 / count
+        for k in range(d):
+            x = np.float64(X[i, k])
+            delta = x - mean[k]
+            mean[k] += delta * inv
+            m2[k] += delta * (x - mean[k])
+    return count
+
+
+class Normalizer:
+    """Maps a block of raw float32 rows to float64 model inputs.
+
+    Attributes
+    ----------
+    kind : str
+    mean_, scale_ : float64 arrays (n_features,) for ``zscore``; a constant feature keeps
+        scale 1 (it maps to 0 instead of dividing by zero).
+    """
+
+    def __init__(self, kind="none"):
+        if kind not in KINDS:
+            raise ParameterError(f"normalize must be one of {', '.join(KINDS)}; got {kind!r}. "
+                                 f"Pass --normalize zscore")
+        self.kind = kind
+        self.mean_ = None
+        self.scale_ = None
+
+    @property
+    def needs_queries(self):
+        return self.kind == "query_minmax"
+
+    def fit(self, blocks, n_features):
+        """``blocks``: iterable of float32 row blocks (one streamed pass)."""
+        if self.kind != "zscore":
+            return self
+        n, mean, m2 = 0, np.zeros(n_features), np.zeros(n_features)
+        for X in blocks:
+            n = _welford_rows(np.ascontiguousarray(X), n, mean, m2)
+        std = np.sqrt(m2 / max(n, 1))  # population std, as scikit-learn's StandardScaler
+        self.mean_ = mean
+        self.scale_ = np.where(std > 0, std, 1.0)
+        return self
+
+    AFFINE_NONE, AFFINE_GLOBAL, AFFINE_PER_QUERY = 0, 1, 2
+
+    def affine(self, X, query_ptr=None):
+        """(shift, scale, mode): Phi = (X - shift) * scale, with one row of (shift, scale) for
+        all rows (mode 1), one per query (mode 2), or the identity (mode 0). The fused kernels
+        apply this on the fly; :meth:`transform` materialises it with the same arithmetic."""
+        d = X.shape[1]
+        if self.kind == "none":
+            return np.zeros((1, d)), np.ones((1, d)), self.AFFINE_NONE
+        if self.kind == "zscore":
+            return self.mean_[None, :d].copy(), (1.0 / self.scale_[None, :d]), self.AFFINE_GLOBAL
+        if query_ptr is None:
+            raise ParameterError("normalize=query_minmax needs query ids at prediction time; pass qid")
+        starts = np.asarray(query_ptr[:-1])
+        if X.shape[0] == 0:
+            return np.zeros((0, d)), np.zeros((0, d)), self.AFFINE_PER_QUERY
+        lo = np.minimum.reduceat(X, starts, axis=0).astype(np.float64)
+        hi = np.maximum.reduceat(X, starts, axis=0).astype(np.float64)
+        # LETOR QueryLevelNorm: (x - min) / (max - min) within the query, as a product with the
+        # reciprocal; a feature constant within the query becomes 0 (reciprocal of an infinite span)
+        span = hi - lo
+        span[span == 0] = np.inf
+        return lo, 1.0 / span, self.AFFINE_PER_QUERY
+
+    def transform(self, X, query_ptr=None):
+        """float64 normalised copy of ``X``; ``query_ptr`` (local offsets) for ``query_minmax``."""
+        Xd = np.array(X, dtype=np.float64)
+        shift, scale, mode = self.affine(X, query_ptr)
+        if mode == self.AFFINE_NONE:
+            return Xd
+        if mode == self.AFFINE_PER_QUERY:
+            sizes = np.diff(query_ptr)
+            shift, scale = np.repeat(shift, sizes, axis=0), np.repeat(scale, sizes, axis=0)
+        Xd -= shift
+        Xd *= scale
+        return Xd
+
+    def to_h5(self, group):
+        group.attrs["kind"] = self.kind
+        if self.kind == "zscore":
+            group.create_dataset("mean", data=self.mean_)
+            group.create_dataset("scale", data=self.scale_)
+
+    @classmethod
+    def from_h5(cls, group):
+        n = cls(str(group.attrs["kind"]))
+        if n.kind == "zscore":
+            n.mean_ = group["mean"][:]
+            n.scale_ = group["scale"][:]
+        return n

@@ -1,0 +1,315 @@
+"""``streamrank convert``: LETOR / SVMlight text to the HDF5 dataset format, streaming.
+
+Three stages overlap: a thread reads and decompresses line-aligned chunks, the calling thread
+parses them with the numba kernels of ``_textparse`` (both cores, GIL released), and a thread
+appends parsed rows to the :class:`~streamrank.io.hdf5_format.DatasetWriter`. Queues of one or two
+chunks between the stages bound the memory whatever the input size.
+"""
+
+import os
+import queue
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from streamrank.io import _textparse as tp
+from streamrank._native.threads import background
+from streamrank.errors import InputError, ParameterError
+from streamrank.io.hdf5_format import DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESSION, DatasetWriter, _copy_spans
+from streamrank.io.text_source import DEFAULT_CHUNK_BYTES as TEXT_CHUNK_BYTES
+from streamrank.io.text_source import TextChunks
+from streamrank.units import parse_size
+
+_MESSAGES = {
+    tp.E_LABEL: "the label is not a number",
+    tp.E_NAN_INF: "NaN or infinity is not allowed",
+    tp.E_MISSING_QID: "missing 'qid:' (the second token must be qid:<id>; for files without "
+                      "query ids pass --query-file with the group sizes)",
+    tp.E_BAD_QID: "empty query id after 'qid:'",
+    tp.E_QID_WITH_QUERY_FILE: "the line has 'qid:' but --query-file also gives the groups of this "
+                              "input; use one or the other",
+    tp.E_TOKEN: "expected index:value",
+    tp.E_INDEX: "the feature index is not a non-negative integer",
+    tp.E_INDEX_ZERO: "feature index 0 in one-based mode; pass --zero-based if indices start at 0",
+    tp.E_DUPLICATE: "the feature index appears twice on this line",
+    tp.E_BEYOND: "the feature index is beyond --n-features {n_features}",
+    tp.E_VALUE: "the feature value is not a number",
+}
+
+# Dense storage refuses text that is mostly absent features (DESIGN.md, "Dataset file").
+SPARSE_MIN_FEATURES = 1000
+SPARSE_MIN_FILL = 0.05
+_F32_MAX = float(np.finfo(np.float32).max)
+
+
+def _line_text(buf, ls, le, limit=200):
+    text = bytes(buf[ls:le]).decode("utf-8", "replace").rstrip("\r\n")
+    return text if len(text) <= limit else text[:limit] + " ..."
+
+
+class _WriterThread:
+    """Appends parsed chunks to a DatasetWriter in a thread (HDF5 writes overlap parsing)."""
+
+    def __init__(self, writer):
+        self.writer = writer
+        self.q = queue.Queue(maxsize=1)
+        self.error = None
+        self.th = threading.Thread(target=self._run, daemon=True, name="streamrank-writer")
+        self.th.start()
+
+    def _run(self):
+        while True:
+            item = self.q.get()
+            if item is None:
+                return
+            if self.error is None:
+                try:
+                    self.writer.append(*item)
+                except BaseException as exc:
+                    self.error = exc
+
+    def put(self, item):
+        if self.error is not None:
+            raise self.error
+        self.q.put(item)
+
+    def finish(self):
+        self.q.put(None)
+        self.th.join()
+        if self.error is not None:
+            raise self.error
+
+
+def read_query_file(path):
+    """Group sizes, one positive integer per line (LightGBM's ``.query`` files)."""
+    sizes = []
+    with open(path, "rb") as f:
+        for k, raw in enumerate(f, 1):
+            s = raw.strip()
+            if not s:
+                continue
+            try:
+                v = int(s)
+            except ValueError:
+                raise InputError(f"{path}:{k}: group size {s.decode(errors='replace')!r} is not an integer") from None
+            if v <= 0:
+                raise InputError(f"{path}:{k}: group size must be > 0; got {v}")
+            sizes.append(v)
+    if not sizes:
+        raise InputError(f"{path}: the query file lists no groups")
+    return np.asarray(sizes, np.int64)
+
+
+class _Parser:
+    """Parses chunks of one conversion; keeps the width and the query-id mode across chunks."""
+
+    def __init__(self, n_features, zero_based, keep_comments):
+        self.fixed = n_features is not None
+        self.width = int(n_features) if n_features is not None else 0
+        self.n_features = n_features
+        self.base = 0 if zero_based else 1
+        self.keep_comments = keep_comments
+        self.nnz = 0
+        self.rows = 0
+
+    def parse(self, path, buf, first_line, want_qid):
+        ends = np.flatnonzero(buf == 10)
+        starts = np.empty_like(ends)
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+        n_lines = ends.shape[0]
+        is_data = np.empty(n_lines, np.bool_)
+        tp.data_lines(buf, starts, ends, is_data)
+        row_of_line = np.cumsum(is_data) - 1
+        row_of_line[~is_data] = -1
+        n = int(row_of_line.max(initial=-1)) + 1
+        data = np.flatnonzero(is_data)
+        while True:
+            X = np.zeros((n, self.width), np.float32)
+            y = np.empty(n, np.float32)
+            qid_int = np.zeros(n_lines, np.int64)
+            qs = np.zeros(n_lines, np.int64)
+            qe = np.zeros(n_lines, np.int64)
+            qisint = np.ones(n_lines, np.uint8)
+            cs = np.zeros(n_lines, np.int64)
+            ce = np.zeros(n_lines, np.int64)
+            err = np.zeros(n_lines, np.int32)
+            es = np.zeros(n_lines, np.int64)
+            ee = np.zeros(n_lines, np.int64)
+            slow = np.zeros(n_lines, np.uint8)
+            nnz = np.zeros(n_lines, np.int64)
+            maxcol = np.full(n_lines, -1, np.int64)
+            tp.parse_lines(buf, starts, ends, row_of_line, self.base, self.width, self.fixed, want_qid,
+                           X, y, qid_int, qs, qe, qisint, cs, ce, err, es, ee, slow, nnz, maxcol)
+            mc = int(maxcol.max(initial=-1))
+            if self.fixed or mc < self.width:
+                break
+            self.width = mc + 1  # wider rows than seen so far: widen and parse the chunk again
+        bad = np.flatnonzero(err)
+        if bad.size:
+            k = int(bad[0])
+            msg = _MESSAGES[int(err[k])].format(n_features=self.n_features)
+            token = bytes(buf[es[k]:ee[k]]).decode("utf-8", "replace")
+            raise InputError(f"{path}:{first_line + k + 1}: {msg}: {token!r}\n"
+                             f"    line: {_line_text(buf, starts[k], ends[k])}")
+        for k in np.flatnonzero(slow).tolist():
+            self._parse_slow(path, buf, first_line, k, starts[k], ends[k], int(row_of_line[k]), X, y, want_qid)
+        self.nnz += int(nnz.sum())
+        self.rows += n
+        if want_qid:
+            if qisint[data].all():
+                qid = qid_int[data]
+            else:
+                width = int((qe[data] - qs[data]).max())
+                out = np.zeros((n, width), np.uint8)
+                tp.gather_qid_bytes(buf, qs[data], qe[data], out)
+                qid = out.view(f"S{width}").ravel()
+        else:
+            qid = None
+        comments = None
+        if self.keep_comments:
+            lens = ce[data] - cs[data]
+            ptr = np.zeros(n + 1, np.int64)
+            np.cumsum(lens, out=ptr[1:])
+            blob = np.empty(int(ptr[-1]), np.uint8)
+            _copy_spans(buf, cs[data], lens, blob, ptr[:-1])
+            comments = (blob, ptr)
+        return X, y, qid, comments
+
+    def _parse_slow(self, path, buf, first_line, k, ls, le, row, X, y, want_qid):
+        """Tokens the fast path left as NaN: Python's correctly rounded float, then float32."""
+        text = bytes(buf[ls:le]).split(b"#", 1)[0].split()
+        where = f"{path}:{first_line + k + 1}"
+
+        def f32(tok):
+            with np.errstate(over="ignore"):
+                v = np.float32(float(tok))
+            if not np.isfinite(v):
+                raise InputError(f"{where}: the value is out of float32 range: {tok.decode()!r}\n"
+                                 f"    line: {_line_text(buf, ls, le)}")
+            return v
+
+        if np.isnan(y[row]):
+            y[row] = f32(text[0])
+        for tok in text[2 if want_qid else 1:]:
+            idx, val = tok.split(b":", 1)
+            col = int(idx) - self.base
+            if np.isnan(X[row, col]):
+                X[row, col] = f32(val)
+
+    def check_density(self, path):
+        if self.width >= SPARSE_MIN_FEATURES and self.rows:
+            fill = self.nnz / (self.rows * self.width)
+            if fill < SPARSE_MIN_FILL:
+                raise InputError(
+                    f"{path}: {self.width} features but only {100 * fill:.2f}% of the values are present; "
+                    f"streamrank stores features densely ({self.width} x 4 bytes per row) and is made for "
+                    f"LETOR-style data with tens to hundreds of features. Reduce the features first "
+                    f"(e.g. feature hashing or selection).")
+
+
+def convert(inputs, output, *, query_files=None, zero_based=False, n_features=None,
+            compression=DEFAULT_COMPRESSION, chunk_bytes=DEFAULT_CHUNK_BYTES, keep_comments=True,
+            memory_budget="2GB", text_chunk_bytes=TEXT_CHUNK_BYTES, quiet=False):
+    """Convert LETOR/SVMlight text files into one streamrank HDF5 dataset.
+
+    Parameters
+    ----------
+    inputs : list of path
+        Plain, gzip or bzip2 text, concatenated in order (one qid in several inputs is one query).
+    output : path
+        The .h5 file; written under a temporary name and renamed when complete.
+    query_files : list of path, optional
+        One group-size file per input, for inputs without ``qid:``.
+    zero_based : bool
+        Feature indices start at 0 instead of 1.
+    n_features : int, optional
+        Fix the width of X (train, vali and test must agree); wider indices are errors.
+
+    Returns
+    -------
+    dict
+        rows, queries, features, bytes read, seconds and rates.
+    """
+    inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    if not inputs:
+        raise ParameterError("convert needs at least one input file")
+    if query_files is not None:
+        query_files = [Path(p) for p in query_files]
+        if len(query_files) != len(inputs):
+            raise ParameterError(f"--query-file must be given once per input: {len(inputs)} inputs, "
+                                 f"{len(query_files)} query files")
+    if n_features is not None and int(n_features) <= 0:
+        raise ParameterError(f"--n-features must be > 0; got {n_features}. Pass --n-features 46")
+    for p in inputs + (query_files or []):
+        if not p.exists():
+            raise InputError(f"{p}: no such file")
+    budget = parse_size(memory_budget)
+    parser = _Parser(n_features, zero_based, keep_comments)
+    t0 = time.perf_counter()
+    total_raw = sum(p.stat().st_size for p in inputs)
+    bar = tqdm(total=total_raw, unit="B", unit_scale=True, desc="convert", dynamic_ncols=True,
+               disable=quiet or not sys.stderr.isatty(), file=sys.stderr)
+    writer = DatasetWriter(output, n_features, compression=compression, chunk_bytes=chunk_bytes,
+                           index_base=parser.base, comments=keep_comments, fixed_width=n_features is not None,
+                           regroup_bytes=max(budget // 4, 16 << 20))
+    text_bytes = 0
+    group_base = 0
+    raw_done = 0
+    try:
+        wt = _WriterThread(writer)
+        try:
+            for i, path in enumerate(inputs):
+                src = TextChunks(path, text_chunk_bytes)
+                if query_files is not None:
+                    sizes = read_query_file(query_files[i])
+                    cum = np.cumsum(sizes)
+                rows_in_file = 0
+                for buf, first_line in background(src, depth=2, name="streamrank-reader"):
+                    X, y, qid, comments = parser.parse(path, buf, first_line, query_files is None)
+                    r = X.shape[0]
+                    if query_files is not None:
+                        pos = rows_in_file + np.arange(r, dtype=np.int64)
+                        if r and pos[-1] >= cum[-1]:
+                            raise InputError(f"{query_files[i]}: the group sizes add up to {int(cum[-1])} "
+                                             f"rows but {path} has more rows than that")
+                        qid = np.searchsorted(cum, pos, side="right") + group_base
+                    rows_in_file += r
+                    if rows_in_file >= 10000 or r == 0:
+                        parser.check_density(path)
+                    if r:
+                        wt.put((X, y, qid, comments))
+                    bar.update(src.raw_bytes - (bar.n - raw_done))
+                    bar.set_postfix_str(f"{parser.rows / max(time.perf_counter() - t0, 1e-9):,.0f} rows/s",
+                                        refresh=False)
+                if rows_in_file == 0:
+                    raise InputError(f"{path}: no data rows (the file is empty or holds only comments)")
+                if query_files is not None:
+                    if rows_in_file != cum[-1]:
+                        raise InputError(f"{query_files[i]}: the group sizes add up to {int(cum[-1])} rows "
+                                         f"but {path} has {rows_in_file}")
+                    group_base += len(sizes)
+                parser.check_density(path)
+                raw_done += src.raw_bytes
+                text_bytes += src.text_bytes
+                writer.source.append({"name": path.name, "sha256": src.sha256, "rows": rows_in_file,
+                                      **({"query_file": query_files[i].name} if query_files else {})})
+        finally:
+            wt.finish()
+        writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    finally:
+        bar.close()
+    seconds = time.perf_counter() - t0
+    return {
+        "output": str(output), "rows": writer.n_rows, "queries": len(writer._keys),
+        "features": writer.n_features, "text_bytes": text_bytes, "raw_bytes": total_raw,
+        "seconds": seconds, "text_mb_per_s": text_bytes / 1e6 / seconds,
+        "rows_per_s": writer.n_rows / seconds, "regrouped": writer._scattered,
+    }

@@ -1,0 +1,482 @@
+"""The HDF5 dataset file (format ``streamrank-dataset`` version 1) and its streaming writer.
+
+Layout (DESIGN.md, "Dataset file"):
+
+- root attrs: ``format``, ``version``, ``n_rows``, ``n_features``, ``n_queries``, ``index_base``,
+  ``source`` (JSON list of ``{"name", "sha256"}``), ``created_by``, ``content_sha256`` (the dataset
+  fingerprint: sha256 of X, y, query_ptr and qid in file order), ``qid_kind`` (``int`` or ``str``),
+  ``compression``, ``chunk_rows``, ``extra`` (JSON, e.g. generator settings).
+- ``/X`` float32 ``(n_rows, n_features)`` chunked by rows; ``/y`` float32; ``/query_ptr`` int64
+  ``(n_queries + 1,)``; ``/qid`` int64 or variable-length str ``(n_queries,)``; ``/row`` int64: each
+  row's position in the input.
+- optional ``/comment``: a group with ``data`` (uint8, every row's comment bytes concatenated, UTF-8)
+  and ``ptr`` (int64, ``n_rows + 1``): row r's comment is ``data[ptr[r]:ptr[r+1]]``. One flat byte
+  array instead of a variable-length string per row: HDF5 writes variable-length strings one Python
+  object at a time, which costs more than parsing the row.
+
+The writer receives rows in input order. Queries whose rows arrive in one contiguous run each (the
+LETOR norm) are written straight through, with memory independent of the input size. When a query
+comes back after another one started, the writer regroups at the end (stable within a query, queries
+in order of first appearance) in as many sequential passes over the input-order file as the memory
+budget requires; that costs one int per row of index in memory. Everything is written to a temporary
+name and renamed only once complete, so an interrupted write never leaves a file that opens.
+"""
+
+import hashlib
+import json
+import os
+from array import array
+from pathlib import Path
+
+import h5py
+import numba
+import numpy as np
+
+from streamrank._version import __version__
+from streamrank.errors import InputError
+
+FORMAT_NAME = "streamrank-dataset"
+FORMAT_VERSION = 1
+
+# Defaults chosen by tools/bench_chunking.py (README, "Storage defaults"): chunks of about 1 MB of
+# rows; no compression, because float32 LETOR features barely compress (lzf saves ~10-20%, gzip
+# ~30%) while both slow down every training pass, which is read many times.
+DEFAULT_COMPRESSION = "none"
+DEFAULT_CHUNK_BYTES = 1 << 20
+COMPRESSIONS = ("none", "lzf", "gzip")
+GZIP_LEVEL = 4
+
+# Regrouping scattered queries: bytes of output rows assembled in memory per pass over the input.
+DEFAULT_REGROUP_BYTES = 256 << 20
+
+
+class ContentHash:
+    """The dataset fingerprint: sha256 over X, y, query_ptr and qid in file order.
+
+    X and y are hashed by separate running digests, so the result does not depend on how the
+    rows were split into blocks on the way.
+    """
+
+    def __init__(self):
+        self._x = hashlib.sha256()
+        self._y = hashlib.sha256()
+
+    def update(self, X, y):
+        self._x.update(np.ascontiguousarray(X, np.float32).data)
+        self._y.update(np.ascontiguousarray(y, np.float32).data)
+
+    def hexdigest(self, query_ptr, qid):
+        """Combine with the index; ``qid`` int64 array or list of str."""
+        h = hashlib.sha256(self._x.digest() + self._y.digest())
+        h.update(np.asarray(query_ptr, np.int64).tobytes())
+        if isinstance(qid, np.ndarray) and qid.dtype.kind in "iu":
+            h.update(qid.astype(np.int64).tobytes())
+        else:
+            h.update("\0".join(str(q) for q in qid).encode())
+        return h.hexdigest()
+
+
+def atomic_replace(tmp, path):
+    """fsync ``tmp`` then rename it over ``path`` and fsync the directory."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    try:
+        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def temp_name(path):
+    """A hidden name beside ``path``: same file system, so the final rename is atomic."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _compression_kwargs(compression):
+    if compression not in COMPRESSIONS:
+        raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}; got {compression!r}")
+    if compression == "gzip":
+        return {"compression": "gzip", "compression_opts": GZIP_LEVEL}
+    if compression == "lzf":
+        return {"compression": "lzf"}
+    return {}
+
+
+@numba.njit(cache=True, nogil=True)
+def _copy_spans(src, src_start, lengths, dst, dst_start):
+    """dst[dst_start[k]:+lengths[k]] = src[src_start[k]:+lengths[k]] for every k."""
+    for k in range(lengths.shape[0]):
+        s = src_start[k]
+        d = dst_start[k]
+        for t in range(lengths[k]):
+            dst[d + t] = src[s + t]
+
+
+class DatasetWriter:
+    """Write a streamrank dataset row block by row block.
+
+    Parameters
+    ----------
+    path : str or Path
+        Final file name; nothing appears there until :meth:`close` succeeds.
+    n_features : int, optional
+        Width of X. With ``fixed_width=True`` wider rows are an error; otherwise X widens as
+        wider blocks arrive (earlier rows read 0 in the new columns).
+    compression : {"none", "lzf", "gzip"}
+    chunk_bytes : int
+        Target size of one HDF5 chunk of X (whole rows).
+    index_base : {0, 1}
+        How feature indices were numbered in the text (recorded, not used here).
+    source : list of dict
+        ``{"name": ..., "sha256": ...}`` per input.
+    comments : bool
+        Whether :meth:`append` receives per-row comments.
+    regroup_bytes : int
+        Memory for assembling regrouped rows when queries arrive scattered.
+    extra : dict, optional
+        JSON-serialisable provenance stored in the ``extra`` attribute.
+    """
+
+    def __init__(self, path, n_features=None, *, compression=DEFAULT_COMPRESSION,
+                 chunk_bytes=DEFAULT_CHUNK_BYTES, index_base=1, source=(), comments=False,
+                 fixed_width=False, regroup_bytes=DEFAULT_REGROUP_BYTES, extra=None):
+        self.path = Path(path)
+        self.compression = compression
+        self._ckw = _compression_kwargs(compression)
+        self.chunk_bytes = int(chunk_bytes)
+        self.index_base = int(index_base)
+        self.source = list(source)
+        self.comments = bool(comments)
+        self.fixed_width = bool(fixed_width)
+        self.regroup_bytes = int(regroup_bytes)
+        self.extra = dict(extra or {})
+        self.n_features = None if n_features is None else int(n_features)
+        self.n_rows = 0
+        self._widened = False
+        self._tmp = temp_name(self.path)
+        self._file = h5py.File(self._tmp, "w", rdcc_nbytes=16 << 20, rdcc_nslots=10007)
+        self._X = None
+        self._y = None
+        self._cdata = None
+        self._cptr = None
+        self._n_cbytes = 0
+        # query bookkeeping: key -> query index (first appearance), one entry per run of rows
+        self._qid_kind = None
+        self._key_index = {}
+        self._keys = []
+        self._run_start = array("q")
+        self._run_query = array("q")
+        self._scattered = False
+        self._hash = ContentHash()
+        self._closed = False
+
+    # -- context manager: commit on success, remove the temporary file on error --------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+        return False
+
+    def _create_X(self, width, first_rows, first_cbytes):
+        # Chunks no larger than the first block: a tiny file does not allocate a 1 MB chunk
+        # (uncompressed chunks take their full size on disk); large inputs arrive in large blocks.
+        chunk_rows = max(1, min(self.chunk_bytes // (4 * max(width, 1)), first_rows))
+        self.chunk_rows = chunk_rows
+        self._X = self._file.create_dataset(
+            "X", shape=(0, width), maxshape=(None, None), dtype=np.float32,
+            chunks=(chunk_rows, max(width, 1)), **self._ckw)
+        self._y = self._file.create_dataset(
+            "y", shape=(0,), maxshape=(None,), dtype=np.float32, chunks=(min(1 << 15, first_rows),),
+            **self._ckw)
+        if self.comments:
+            g = self._file.create_group("comment")
+            self._cdata = g.create_dataset("data", shape=(0,), maxshape=(None,), dtype=np.uint8,
+                                           chunks=(max(1, min(1 << 18, first_cbytes)),), **self._ckw)
+            self._cptr = g.create_dataset("ptr", shape=(1,), maxshape=(None,), dtype=np.int64,
+                                          chunks=(min(1 << 15, first_rows + 1),), **self._ckw)
+            self._cptr[0] = 0
+        self.n_features = width
+
+    # -- appending ------------------------------------------------------------------------------
+    def append(self, X, y, qid, comments=None):
+        """Append rows in input order.
+
+        Parameters
+        ----------
+        X : float32 array (r, d), d <= n_features unless the width may grow
+        y : float32 array (r,)
+        qid : int64 array (r,) or bytes array (dtype ``S``) of query ids per row
+        comments : (data uint8, ptr int64 (r + 1,)) or None
+        """
+        X = np.ascontiguousarray(X, dtype=np.float32)
+        y = np.ascontiguousarray(y, dtype=np.float32)
+        r = X.shape[0]
+        if y.shape != (r,) or len(qid) != r:
+            raise ValueError(f"X, y and qid disagree on the number of rows: {r}, {y.shape[0]}, {len(qid)}")
+        if r == 0:
+            return
+        if self._X is None:
+            cbytes = int(comments[1][-1] - comments[1][0]) if self.comments else 0
+            self._create_X(max(X.shape[1], self.n_features or 0), r, cbytes)
+        width = X.shape[1]
+        if width > self.n_features:
+            if self.fixed_width:
+                raise ValueError(f"row block has {width} features; the file was fixed at {self.n_features}")
+            self._X.resize((self.n_rows, width))
+            self.n_features = width
+            self._widened = True
+        elif width < self.n_features:
+            Xw = np.zeros((r, self.n_features), np.float32)
+            Xw[:, :width] = X
+            X = Xw
+        self._add_query_runs(qid)
+        a, b = self.n_rows, self.n_rows + r
+        self._X.resize((b, self.n_features))
+        self._X[a:b] = X
+        self._y.resize((b,))
+        self._y[a:b] = y
+        if self.comments:
+            data, ptr = comments
+            ptr = np.asarray(ptr, np.int64)
+            nb = int(ptr[-1] - ptr[0])
+            self._cdata.resize((self._n_cbytes + nb,))
+            if nb:
+                self._cdata[self._n_cbytes:self._n_cbytes + nb] = np.asarray(data, np.uint8)[ptr[0]:ptr[-1]]
+            self._cptr.resize((b + 1,))
+            self._cptr[a + 1:b + 1] = ptr[1:] - ptr[0] + self._n_cbytes
+            self._n_cbytes += nb
+        if not self._scattered and not self._widened:
+            self._hash.update(X, y)
+        self.n_rows = b
+
+    def _add_query_runs(self, qid):
+        qid = np.asarray(qid)
+        if qid.dtype.kind in "iu":
+            qid = qid.astype(np.int64, copy=False)
+            kind = "int"
+            if self._qid_kind == "str":
+                qid = qid.astype("S20")
+                kind = "str"
+        elif qid.dtype.kind in "SUO":
+            qid = qid.astype("S")
+            kind = "str"
+            if self._qid_kind == "int":
+                # a non-integer id appeared: from now on every id is its text
+                self._keys = [str(k).encode() for k in self._keys]
+                self._key_index = {k: i for i, k in enumerate(self._keys)}
+        else:
+            raise ValueError(f"qid must be integers or bytes; got dtype {qid.dtype}")
+        self._qid_kind = kind
+        starts = np.concatenate(([0], np.flatnonzero(qid[1:] != qid[:-1]) + 1))
+        last = self._run_query[-1] if len(self._run_query) else -1
+        for s in starts.tolist():
+            key = qid[s].item()
+            qi = self._key_index.get(key)
+            if qi is None:
+                qi = len(self._keys)
+                self._key_index[key] = qi
+                self._keys.append(key)
+            elif qi == last:
+                continue  # the previous block's last query goes on
+            else:
+                self._scattered = True
+            self._run_start.append(self.n_rows + s)
+            self._run_query.append(qi)
+            last = qi
+
+    # -- finishing --------------------------------------------------------------------------------
+    def abort(self):
+        """Drop everything written so far."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._file.close()
+        finally:
+            for p in (self._tmp, self._regroup_tmp()):
+                if p.exists():
+                    p.unlink()
+
+    def _regroup_tmp(self):
+        return self._tmp.with_name(self._tmp.name + ".regroup")
+
+    def close(self):
+        """Write the index and attributes, then move the file to its final name."""
+        if self._closed:
+            return self.path
+        try:
+            if self.n_rows == 0:
+                raise InputError(f"{self.path}: no rows to write")
+            run_start = np.frombuffer(self._run_start, np.int64)
+            run_query = np.frombuffer(self._run_query, np.int64)
+            run_len = np.diff(np.append(run_start, self.n_rows))
+            n_queries = len(self._keys)
+            counts = np.bincount(run_query, weights=run_len, minlength=n_queries).astype(np.int64)
+            query_ptr = np.zeros(n_queries + 1, np.int64)
+            np.cumsum(counts, out=query_ptr[1:])
+            if self._scattered:
+                self._file.close()
+                target = self._regroup(run_start, run_query, run_len, query_ptr)
+                f = h5py.File(target, "r+")
+            else:
+                target = self._tmp
+                f = self._file
+                if self._widened:
+                    self._rehash(f)
+                self._write_rows(f, None)
+            self._file = f
+            self._write_index(f, query_ptr)
+            f.close()
+            if target != self._tmp:
+                self._tmp.unlink()
+            atomic_replace(target, self.path)
+            self._closed = True
+            return self.path
+        except BaseException:
+            self.abort()
+            raise
+
+    def _write_rows(self, f, _unused):
+        row = f.create_dataset("row", shape=(self.n_rows,), maxshape=(None,), dtype=np.int64,
+                               chunks=self._y.chunks, **self._ckw)
+        step = 1 << 22
+        for a in range(0, self.n_rows, step):
+            b = min(a + step, self.n_rows)
+            row[a:b] = np.arange(a, b, dtype=np.int64)
+
+    def _rehash(self, f):
+        X, y = f["X"], f["y"]
+        step = max(1, (64 << 20) // (4 * self.n_features))
+        h = ContentHash()
+        for a in range(0, self.n_rows, step):
+            b = min(a + step, self.n_rows)
+            h.update(X[a:b], y[a:b])
+        self._hash = h
+
+    def _write_index(self, f, query_ptr):
+        f.create_dataset("query_ptr", data=query_ptr)
+        if self._qid_kind == "int":
+            qid = np.asarray(self._keys, dtype=np.int64)
+            f.create_dataset("qid", data=qid)
+        else:
+            qid = [k.decode("utf-8", "replace") for k in self._keys]
+            f.create_dataset("qid", data=qid, dtype=h5py.string_dtype())
+        a = f.attrs
+        a["format"] = FORMAT_NAME
+        a["version"] = FORMAT_VERSION
+        a["n_rows"] = self.n_rows
+        a["n_features"] = self.n_features
+        a["n_queries"] = len(self._keys)
+        a["index_base"] = self.index_base
+        a["source"] = json.dumps(self.source)
+        a["created_by"] = f"streamrank {__version__}"
+        a["content_sha256"] = self._hash.hexdigest(query_ptr, qid)
+        a["qid_kind"] = self._qid_kind
+        a["compression"] = self.compression
+        a["chunk_rows"] = int(self.chunk_rows)
+        a["extra"] = json.dumps(self.extra)
+
+    def _regroup(self, run_start, run_query, run_len, query_ptr):
+        """Rewrite the input-order file grouped by query; return the new temporary file's path.
+
+        ``dest[src_row]`` is the row's output position: queries in order of first appearance,
+        runs of a query in input order (a stable regrouping). Output is assembled range by range
+        within ``regroup_bytes``, each range from one sequential pass over the input-order file.
+        """
+        n, d = self.n_rows, self.n_features
+        idx_dtype = np.uint32 if n < 2**32 else np.int64
+        dest = np.empty(n, idx_dtype)
+        order = np.argsort(run_query, kind="stable")
+        offset = query_ptr[run_query[order]].copy()
+        # within a query, runs follow each other: offset = query start + lengths of earlier runs
+        lens = run_len[order]
+        csum = np.cumsum(lens) - lens
+        first_of_query = np.searchsorted(run_query[order], run_query[order], side="left")
+        offset += csum - csum[first_of_query]
+        for k, rk in enumerate(order.tolist()):
+            s = int(run_start[rk])
+            dest[s:s + int(lens[k])] = np.arange(offset[k], offset[k] + lens[k], dtype=idx_dtype)
+
+        out_path = self._regroup_tmp()
+        src = h5py.File(self._tmp, "r")
+        out = h5py.File(out_path, "w", rdcc_nbytes=64 << 20)
+        try:
+            Xs, ys = src["X"], src["y"]
+            # same chunking as the input-order file (maxshape None lets a chunk exceed a tiny file)
+            Xo = out.create_dataset("X", shape=(n, d), maxshape=(None, None), dtype=np.float32,
+                                    chunks=Xs.chunks, **self._ckw)
+            yo = out.create_dataset("y", shape=(n,), maxshape=(None,), dtype=np.float32,
+                                    chunks=ys.chunks, **self._ckw)
+            ro = out.create_dataset("row", shape=(n,), maxshape=(None,), dtype=np.int64,
+                                    chunks=ys.chunks, **self._ckw)
+            if self.comments:
+                cptr_src = src["comment/ptr"][:]
+                cdata_src = src["comment/data"]
+                clen_src = np.diff(cptr_src)
+                g = out.create_group("comment")
+                cdo = g.create_dataset("data", shape=(int(cptr_src[-1]),), maxshape=(None,), dtype=np.uint8,
+                                       chunks=cdata_src.chunks, **self._ckw)
+                cpo = g.create_dataset("ptr", shape=(n + 1,), maxshape=(None,), dtype=np.int64,
+                                       chunks=src["comment/ptr"].chunks, **self._ckw)
+                cpo[0] = 0
+                out_cbytes = 0
+            range_rows = max(1, self.regroup_bytes // (4 * d + 16))
+            scan_rows = max(1, (32 << 20) // (4 * d))
+            h = ContentHash()
+            for a in range(0, n, range_rows):
+                b = min(a + range_rows, n)
+                Xbuf = np.empty((b - a, d), np.float32)
+                ybuf = np.empty(b - a, np.float32)
+                rbuf = np.empty(b - a, np.int64)
+                if self.comments:
+                    olen = np.empty(b - a, np.int64)
+                    pieces = []
+                for s0 in range(0, n, scan_rows):
+                    s1 = min(s0 + scan_rows, n)
+                    db = dest[s0:s1].astype(np.int64)
+                    sel = np.flatnonzero((db >= a) & (db < b))
+                    if sel.size == 0:
+                        continue
+                    pos = db[sel] - a
+                    Xbuf[pos] = Xs[s0:s1][sel] if sel.size < s1 - s0 else Xs[s0:s1]
+                    ybuf[pos] = ys[s0:s1][sel]
+                    rbuf[pos] = s0 + sel
+                    if self.comments:
+                        olen[pos] = clen_src[s0 + sel]
+                        pieces.append((s0, s1, sel, pos))
+                Xo[a:b] = Xbuf
+                yo[a:b] = ybuf
+                ro[a:b] = rbuf
+                h.update(Xbuf, ybuf)
+                if self.comments:
+                    optr = np.zeros(b - a + 1, np.int64)
+                    np.cumsum(olen, out=optr[1:])
+                    obuf = np.empty(int(optr[-1]), np.uint8)
+                    for s0, s1, sel, pos in pieces:
+                        base = int(cptr_src[s0])
+                        blob = cdata_src[base:int(cptr_src[s1])]
+                        _copy_spans(blob, cptr_src[s0 + sel] - base, clen_src[s0 + sel], obuf, optr[pos])
+                    cdo[out_cbytes:out_cbytes + obuf.size] = obuf
+                    cpo[a + 1:b + 1] = optr[1:] + out_cbytes
+                    out_cbytes += obuf.size
+            self._hash = h
+        except BaseException:
+            out.close()
+            src.close()
+            out_path.unlink(missing_ok=True)
+            raise
+        out.close()
+        src.close()
+        return out_path

@@ -1,0 +1,159 @@
+"""Query-aligned row blocks inside a byte budget, read ahead by a background thread.
+
+A :class:`QueryStream` yields ``(block, start, stop)``: rows ``start:stop`` of the dataset, never
+splitting a query, each block at most ``block_bytes`` unless one query alone is larger (it is
+still yielded whole, with a warning). Blocks are planned from the in-memory ``query_ptr`` only, so
+the layout is known before any row is read and every pass reads the same contiguous slices.
+
+Rows are read into two buffers allocated once per stream and reused by every pass (double
+buffering: the prefetch thread fills one while the caller works on the other). A block's arrays
+are therefore valid until the caller asks for the next block; copy what must outlive that.
+Fresh allocations for every block cost page faults that, measured here, cut a pass from
+~7 GB/s to 0.35 GB/s for large blocks.
+"""
+
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamrank.units import parse_size
+
+# Share of --memory-budget given to one raw block: a pass holds the block being used, the one
+# being prefetched, and float64 / mapped working copies of the block (up to ~4x the raw bytes).
+BLOCK_SHARE_OF_BUDGET = 1 / 8
+DEFAULT_MEMORY_BUDGET = "2GB"
+
+
+@dataclass
+class Block:
+    """Rows ``start:stop`` of a dataset: whole queries ``q_start:q_stop``.
+
+    ``query_ptr`` is local: query ``q_start + k`` is rows ``query_ptr[k]:query_ptr[k+1]`` of ``X``.
+    """
+
+    X: np.ndarray
+    y: np.ndarray
+    query_ptr: np.ndarray
+    start: int
+    stop: int
+    q_start: int
+    q_stop: int
+
+    @property
+    def n_rows(self):
+        return self.stop - self.start
+
+    @property
+    def n_queries(self):
+        return self.q_stop - self.q_start
+
+
+def plan_blocks(query_ptr, row_bytes, block_bytes, q_start=0, q_stop=None):
+    """Query indices at block boundaries: block k holds queries ``bounds[k]:bounds[k+1]``.
+
+    Greedy: whole queries are added while the block stays within ``block_bytes``; a query that
+    alone exceeds it becomes a block of its own.
+    """
+    q_stop = len(query_ptr) - 1 if q_stop is None else q_stop
+    max_rows = max(1, int(block_bytes // max(row_bytes, 1)))
+    bounds = [q_start]
+    q = q_start
+    while q < q_stop:
+        limit = query_ptr[q] + max_rows
+        # last query whose end is within the limit (at least one query per block)
+        nxt = int(np.searchsorted(query_ptr, limit, side="right")) - 1
+        nxt = min(max(nxt, q + 1), q_stop)
+        bounds.append(nxt)
+        q = nxt
+    return np.asarray(bounds, np.int64)
+
+
+class QueryStream:
+    """Iterate over a dataset in query-aligned blocks.
+
+    Parameters
+    ----------
+    dataset : streamrank.Dataset
+    block_bytes : int or str, optional
+        Raw bytes of one block (X and y). Default: ``memory_budget * BLOCK_SHARE_OF_BUDGET``.
+    memory_budget : int or str, optional
+        The run's whole budget (default 2GB); used only to derive ``block_bytes``.
+    queries : (int, int), optional
+        Stream only the contiguous range of queries ``[q0, q1)``.
+    prefetch : bool
+        Read the next block in a background thread while the caller works on this one.
+    reuse_buffers : bool
+        Read into two buffers reused by every pass (default). False gives every block arrays of
+        its own (for a caller that keeps them all, e.g. an in-memory tier).
+    row_bytes : int, optional
+        Bytes one row costs the caller, for planning (default: the stored row, 4 d + 4). A
+        feature map that turns d features into m wider ones plans with its mapped width.
+    """
+
+    def __init__(self, dataset, *, block_bytes=None, memory_budget=None, queries=None, prefetch=True,
+                 reuse_buffers=True, row_bytes=None):
+        self.dataset = dataset
+        if block_bytes is None:
+            budget = parse_size(memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET)
+            block_bytes = int(budget * BLOCK_SHARE_OF_BUDGET)
+        self.block_bytes = parse_size(block_bytes, "block_bytes")
+        q0, q1 = (0, dataset.n_queries) if queries is None else (int(queries[0]), int(queries[1]))
+        if not 0 <= q0 <= q1 <= dataset.n_queries:
+            raise ValueError(f"queries must lie within [0, {dataset.n_queries}]; got {queries}")
+        self.row_bytes = int(row_bytes) if row_bytes else 4 * dataset.n_features + 4
+        qp = dataset.query_ptr
+        self.bounds = plan_blocks(qp, self.row_bytes, self.block_bytes, q0, q1)
+        self.prefetch = prefetch
+        self.reuse_buffers = reuse_buffers
+        self._buffers = None
+        rows = qp[self.bounds[1:]] - qp[self.bounds[:-1]]
+        self.max_block_rows = int(rows.max()) if rows.size else 0
+        oversized = np.flatnonzero(rows * self.row_bytes > self.block_bytes)
+        if oversized.size:
+            q = int(self.bounds[oversized[0]])
+            warnings.warn(
+                f"{dataset.path}: {oversized.size} quer{'y is' if oversized.size == 1 else 'ies are'} larger "
+                f"than the block budget of {self.block_bytes} bytes (e.g. query {q} with "
+                f"{int(qp[q + 1] - qp[q])} rows); each is read whole. Raise --memory-budget to stay "
+                f"within it.", RuntimeWarning, stacklevel=2)
+
+    def __len__(self):
+        return len(self.bounds) - 1
+
+    @property
+    def n_rows(self):
+        qp = self.dataset.query_ptr
+        return int(qp[self.bounds[-1]] - qp[self.bounds[0]])
+
+    def _read(self, k):
+        qp = self.dataset.query_ptr
+        q0, q1 = int(self.bounds[k]), int(self.bounds[k + 1])
+        start, stop = int(qp[q0]), int(qp[q1])
+        out = self._buffers[k % len(self._buffers)] if self.reuse_buffers else None
+        X, y = self.dataset.read(start, stop, out=out)
+        return Block(X, y, qp[q0:q1 + 1] - start, start, stop, q0, q1)
+
+    def __iter__(self):
+        n = len(self)
+        n_buf = 2 if self.prefetch and n > 1 else 1
+        if self.reuse_buffers and (self._buffers is None or len(self._buffers) != n_buf):
+            d = self.dataset.n_features
+            self._buffers = [(np.empty((self.max_block_rows, d), np.float32), np.empty(self.max_block_rows, np.float32))
+                             for _ in range(n_buf)]
+        if not self.prefetch or n <= 1:
+            for k in range(n):
+                b = self._read(k)
+                yield b, b.start, b.stop
+            return
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamrank-prefetch")
+        try:
+            fut = pool.submit(self._read, 0)
+            for k in range(n):
+                b = fut.result()
+                if k + 1 < n:
+                    fut = pool.submit(self._read, k + 1)
+                yield b, b.start, b.stop
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)

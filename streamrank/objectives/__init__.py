@@ -1,0 +1,1 @@
+"""Block sources, the pair-sweep objectives (fun, grad, hessp) and their preconditioners."""

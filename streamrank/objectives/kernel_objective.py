@@ -1,0 +1,214 @@
+"""The exact kernel RankSVM objective over beta (paper 004 eq. 3.13, appendix B).
+
+With w = sum_i beta_i phi(x_i) (eq. 2.9) and z = Q beta, Q = K(X, X):
+
+    f(beta) = 1/2 beta^T Q beta + C * loss(Q beta)                                  (3.13), (B.1)
+    grad f  = Q beta + C Q dloss/dz = Q (beta + C dz)                               (B.2)
+    H v     = Q v + C Q (2 A^T D A) Q v = Q (v + C L Q v),  L = 2 A^T D A            (B.3)
+
+where loss, dz = d loss / d z and L (the generalised Hessian of the pair loss in score space,
+block diagonal by query) come from the O(l log l) pair sweeps of :mod:`streamrank._native.pairkernels`
+with the label-pair costs and query weights of the linear objective. Q is symmetric, so for
+query-aligned row blocks Q_b (rows b, all columns) Q t = sum_b Q_b^T t_b, and
+
+- ``fun`` (+ ``grad``) is ONE pass over the row blocks: z_b = Q_b beta, the sweep on z_b,
+  accumulate Q_b^T (beta_b + C dz_b);
+- ``hessp`` is ONE pass: u_b = Q_b v, t_b = v_b + C L_b u_b (active set of the accepted point),
+  accumulate Q_b^T t_b (DESIGN.md, "Exact kernel RankSVM").
+
+Inside a block both products run per group of whole queries small enough to stay in cache
+(:data:`SUB_BYTES`), so Q is read from memory once per pass (``_qprod``). The sums run in
+orders fixed by the data (``_qprod``'s lanes and row order, per-query losses added in query
+order), so fun, grad, hessp and the whole TRON run are bit-identical for any block layout or
+memory budget. Trial state is kept aside by ``fun`` and committed by ``grad`` exactly as in
+:class:`~streamrank.objectives.rank_objective.RankObjective`, whose contract this class inherits.
+
+Q is often singular, so beta is not unique: compare objectives, Q beta or predictions.
+"""
+
+import time
+
+import numba
+import numpy as np
+
+from streamrank._native import linalg as la
+from streamrank._native import pairkernels as pk
+from streamrank._native import qprod as qp
+from streamrank.objectives.rank_objective import RankObjective
+
+# Bytes of Q rows per sub-block (whole queries): the rows stay in the 1 MB L2 / 32 MB L3 between
+# the two products. Measured on MQ2008 Fold1-sized Q (9,630 columns), a pass over 371 MB:
+# 38 ms with ~1 MB sub-blocks, 47 ms with 4 MB, 52 ms with 15 MB.
+SUB_BYTES = 1 << 20
+# Threads of a pass: the kernels start two parallel loops per sub-block, so a thread the OS
+# starves (another process on its core; streamrank run under nice) stalls every one of them:
+# measured on MQ2008 Fold1 with the other core busy, a pass took 75 ms to 3.5 s with 2 threads and
+# a steady 65 to 150 ms with 1 (38 ms with 2 threads on an idle machine). The thread count never
+# changes a result (each row and each column of the products is one thread's, in a fixed order),
+# so passes are timed and the faster count is used; the other is tried again after PROBE_EVERY
+# passes, an interval that doubles each time the probe loses.
+PROBE_EVERY = 16
+
+
+class _ThreadChooser:
+    """Pick the thread count of the next pass from the measured times of earlier ones."""
+
+    def __init__(self):
+        top = numba.get_num_threads()
+        self.options = [1, top] if top > 1 else [1]
+        self.seconds = {}
+        self.best = self.options[0]
+        self.interval = PROBE_EVERY
+        self.next_probe = PROBE_EVERY
+
+    def pick(self):
+        untried = [k for k in self.options if k not in self.seconds]
+        if untried:
+            return untried[0]
+        self.next_probe -= 1
+        if self.next_probe <= 0:
+            return next(k for k in self.options if k != self.best)
+        return self.best
+
+    def record(self, k, seconds):
+        self.seconds[k] = seconds
+        if len(self.seconds) < len(self.options):
+            return
+        best = min(self.options, key=self.seconds.get)
+        if k != self.best and self.next_probe <= 0:  # a probe: switch, or wait twice as long
+            self.interval = PROBE_EVERY if best == k else 2 * self.interval
+            self.next_probe = self.interval
+        self.best = best
+
+
+class KernelObjective(RankObjective):
+    """fun / grad / hessp of (3.13) over beta, streaming the blocks of a KernelCache.
+
+    Parameters
+    ----------
+    qcache : KernelCache
+        Q in row blocks (iterating it is one counted pass).
+    rank : int32 (l,)
+        Label ranks of the rows of Q.
+    C : float
+    cost : PairCost
+    mu : float64 (n_queries,)
+        Query weights of the queries of Q.
+    """
+
+    def __init__(self, qcache, rank, *, C, cost, mu, sub_bytes=SUB_BYTES, jitter=None):
+        super().__init__(qcache, qcache.l, C=C, cost=cost, mu=mu)
+        self.rank = np.ascontiguousarray(rank, np.int32)
+        self.query_ptr = qcache.query_ptr
+        self.sub_rows = max(1, int(sub_bytes) // (4 * max(qcache.l, 1)))
+        self.delta = float(qcache.jitter) if jitter is None else float(jitter)
+        self._precond = None
+        self._threads = _ThreadChooser()
+        bq = qcache.block_queries
+        self._meta = [(int(a), int(b), np.ascontiguousarray(self.query_ptr[a:b + 1] - self.query_ptr[a]))
+                      for a, b in zip(bq[:-1], bq[1:])]
+
+    def _pass(self):
+        """(block rows a:b, its queries qa:qb, local query offsets, the float32 block), with the
+        thread count :class:`_ThreadChooser` picks for the pass."""
+        k_threads, before = self._threads.pick(), numba.get_num_threads()
+        numba.set_num_threads(k_threads)
+        t = time.perf_counter()
+        try:
+            for k, a, b, Qk in self.source:
+                qa, qb, lqp = self._meta[k]
+                yield a, b, qa, qb, lqp, Qk
+        finally:
+            numba.set_num_threads(before)
+        self._threads.record(k_threads, time.perf_counter() - t)
+
+    def fun(self, beta):
+        beta = np.ascontiguousarray(beta, np.float64)
+        n, nq = self.n_features, len(self.query_ptr) - 1
+        z, dz, t, acc, loss_q = np.empty(n), np.empty(n), np.empty(n), np.zeros(n), np.empty(nq)
+        st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
+        for a, b, qa, qb, lqp, Qk in self._pass():
+            qp.fun_block(Qk, beta, a, lqp, self.rank[a:b], *self._cost_args(), self.mu[qa:qb], self.C, self.delta,
+                         self.sub_rows, z[a:b], dz[a:b], t[a:b], st[0][a:b], st[1][a:b], st[2][a:b], loss_q[qa:qb],
+                         acc)
+        acc += self.delta * t  # the jitter's part of Q' t, after every row (block-independent order)
+        loss = la.sum_in_order(0.0, loss_q)
+        f = 0.5 * la.sum_in_order(0.0, beta * z) + self.C * loss  # beta^T Q' beta = beta . z
+        self._trial = (beta.copy(), f, acc, st, loss, z)
+        return f
+
+    def hessp(self, v):
+        v = np.ascontiguousarray(v, np.float64)
+        acc, t = np.zeros(self.n_features), np.empty(self.n_features)
+        order, cut_pref, cut_less = self._states
+        for a, b, qa, qb, lqp, Qk in self._pass():
+            qp.hess_block(Qk, v, a, lqp, self.rank[a:b], *self._cost_args(), self.mu[qa:qb], self.C, self.delta,
+                          self.sub_rows, order[a:b], cut_pref[a:b], cut_less[a:b], t[a:b], acc)
+        acc += self.delta * t
+        return acc
+
+    def scores(self, beta=None):
+        """z = Q beta at the accepted point (kept from its pass)."""
+        return self._z.copy()
+
+    def preconditioner(self):
+        """TRON's preconditioner (``precondition`` hook) at the accepted point: what the one given
+        to :meth:`set_preconditioner` makes of that point's active set
+        (:meth:`~streamrank.objectives.kernel_precond.NystroemPreconditioner.at_point`); None without one."""
+        P = self._precond
+        if P is None or self._states is None:
+            return P
+        return P.at_point(self.C, self.rank, self.query_ptr, self.cost, self.mu, self._states)
+
+    def set_preconditioner(self, P):
+        self._precond = P
+        return self
+
+    def hessian(self, max_rows=None):
+        raise NotImplementedError("exact kernel RankSVM is solved by TRON only (the Hessian in beta is l x l)")
+
+
+class _Counter:
+    """Counts the products with Q = X X^T as passes (the interface of a block source)."""
+
+    passes = 0
+
+
+class LinearKernelObjective(RankObjective):
+    """(3.13) for the linear kernel, Q = X X^T applied as X (X^T v) in float64 (paper 004 sec. 3.3).
+
+    No Q is formed or stored: O(l d) per product, and beta^T Q beta = ||X^T beta||^2 >= 0 exactly,
+    so the float32 rounding and the jitter of the general kernel path do not arise, and the
+    optimum is the linear model's. One product counts as one pass.
+    """
+
+    def __init__(self, Xn, rank, query_ptr, *, C, cost, mu):
+        self.Xn = np.ascontiguousarray(Xn, np.float64)
+        super().__init__(_Counter(), self.Xn.shape[0], C=C, cost=cost, mu=mu)
+        self.rank = np.ascontiguousarray(rank, np.int32)
+        self.query_ptr = np.ascontiguousarray(query_ptr, np.int64)
+        self._precond = None
+
+    def fun(self, beta):
+        beta = np.ascontiguousarray(beta, np.float64)
+        self.source.passes += 1
+        p = self.Xn.T @ beta
+        z = self.Xn @ p
+        loss_q = np.empty(len(self.query_ptr) - 1)
+        _, dz, st = pk.loss_grad(z, self.rank, self.query_ptr, self.cost, self.mu, loss_q=loss_q)
+        loss = la.sum_in_order(0.0, loss_q)
+        g = self.Xn @ (self.Xn.T @ (beta + self.C * dz))
+        self._trial = (beta.copy(), 0.5 * float(p @ p) + self.C * loss, g, st, loss, z)
+        return self._trial[1]
+
+    def hessp(self, v):
+        v = np.ascontiguousarray(v, np.float64)
+        self.source.passes += 1
+        u = self.Xn @ (self.Xn.T @ v)
+        lu = pk.hess_prod(u, self.rank, self.query_ptr, self.cost, self.mu, self._states)
+        return self.Xn @ (self.Xn.T @ (v + self.C * lu))
+
+    scores = KernelObjective.scores
+    preconditioner = KernelObjective.preconditioner
+    set_preconditioner = KernelObjective.set_preconditioner
+    hessian = KernelObjective.hessian

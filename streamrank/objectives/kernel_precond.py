@@ -1,0 +1,314 @@
+"""A Nystroem preconditioner for TRON's conjugate gradients on the kernel problem in beta.
+
+The Hessian of (3.13) in beta is H = Q + C Q L Q = Q (I + C L Q) (paper 004 (B.3)): Q's spectrum
+spreads from hundreds down to rounding noise, so plain CG on H needs hundreds to thousands of
+steps where the same problem in w (Hessian I + C Phi^T L Phi) needs tens.
+
+Q = U U^T + R, where U U^T is the Nystroem approximation of Q from k landmark rows S,
+K(X, X_S) K(X_S, X_S)^-1 K(X_S, X), and R the part the landmarks miss. By default S and U come
+from randomly pivoted Cholesky (:func:`rpcholesky`: U = F, the partial Cholesky factor);
+``select="uniform"`` draws S uniformly (seeded) and forms U = C_S V_k diag(s_k)^-1/2 from
+W = K(X_S, X_S) = V diag(s) V^T over the eigenvalues above max(s) k eps64 (as in
+:class:`~streamrank.features.maps.Nystroem`). R is PSD and is replaced by its diagonal (Jacobi), so
+
+    M ~ Q:  M = D + U U^T,         D = diag(R) + ridge,
+    M ~ H:  M = D + U A U^T,       A = I + C U^T L U,   D = diag(R) + ridge + C diag(L) diag(R)^2,
+
+since H = Q + C Q L Q ~ U (I + C U^T L U) U^T + R + C R L R, and R L R's diagonal keeps
+R_ii L_ii R_ii of its terms. ``ridge`` is the jitter Q' carries; diag(L) (one sweep,
+:func:`streamrank._native.pairkernels.hess_diag`) and U^T L U (one wide sweep and a k x l x k product)
+are taken at the accepted point's active set, once per accepted TRON iteration.
+
+Why a diagonal and not one number: rows the landmarks explain (a tight cluster of near-identical
+documents, explained by one pivot) have R_ii ~ 0, rows far from every landmark R_ii ~ K_ii. A
+single sigma = mean(R_ii) made M overweight the first kind by orders of magnitude (0.175 against
+1e-6 on generated clustered data), so the M-norm trust region all but froze those directions and
+TRON crawled (400 iterations without converging at C = 1/4, against 12 with the diagonal); the
+loss's part of the diagonal then cut CG steps 5x where a 1,000-document query makes L large.
+
+By Woodbury, with A = R_A R_A^T (Cholesky; R_A = I for M ~ Q), W = D^-1/2 U R_A and
+B = I + W^T W = I + R_A^T (U^T D^-1 U) R_A (eigenvalues >= 1, so its Cholesky factor is well
+conditioned from below whatever D's spread),
+
+    M^-1 r = x - D^-1 U R_A B^-1 R_A^T U^T x,  x = D^-1 r,     u^T M v = (U^T u)^T A (U^T v) + u.D v,
+
+each O(l k + k^2) per CG step; U^T D^-1 U costs one more k x l x k product per accepted point.
+The subtraction cancels where D is small and A large: ``solve`` inverts ``mdot`` to about
+eps64 max(A) max(U^T D^-1 U) relative (1e-6 at D >= 1e-6, C = 3 on generated data; Q' carries a
+jitter of that size, and D >= the float32 rounding of diag(R) in any case). CG needs a fixed
+operator close to M^-1, not an exact one. U
+is kept in float32 (M is then exactly D + U32 A U32^T, still symmetric positive definite, with
+U32's products formed from the same numbers) and its products go through ``_qprod``'s
+fixed-order float64 kernels on one thread (half the bytes of float64, no thread a busy core can
+stall, and the same bits for any block layout of Q).
+"""
+
+import numba
+import numpy as np
+import scipy.linalg
+
+from streamrank._native import qprod as _qprod
+from streamrank._native.blas import one_thread
+from streamrank.features.kernels import PreparedKernel
+
+# landmarks (columns of Q): "auto" = LANDMARKS_PER_ROOT sqrt(l) rounded to a multiple of
+# LANDMARKS_STEP, within [LANDMARKS_MIN, LANDMARKS_MAX] and at most l. More landmarks cut CG steps
+# (each one pass over Q, l^2 floats) and cost 2 l k^2 flops per TRON iteration (A) plus 4 l k
+# bytes; sqrt(l) scaling keeps A's cost a few passes' worth. A function of l alone, so the model
+# does not depend on the memory budget. Measured (rbf 2^-5, C=1, eps=1e-3; benchmark --precond):
+# MQ2008 Fold1 (l = 9,630) 108 CG steps with 1,000, 50 with 2,000 (but A then costs more than
+# the passes it saves there); generated mq2007 (l = 42,158) 107 CG steps with 2,000.
+DEFAULT_LANDMARKS = "auto"
+LANDMARKS_PER_ROOT = 10
+LANDMARKS_STEP = 1000
+LANDMARKS_MIN = 500
+LANDMARKS_MAX = 4000
+# rows of U per chunk of the products A = I + C U^T L U and U^T D^-1 U (whole queries; the float64
+# rows of U, L U and D^-1 U in the chunk are the temporaries): at most this many bytes for the three
+A_CHUNK_BYTES = 32 << 20
+# randomly pivoted Cholesky: candidates drawn per block, and the residual (relative to the largest
+# diagonal entry) below which a pivot is rounding noise
+RPC_BLOCK = 128
+RPC_FLOOR = 1e-10
+
+
+def auto_landmarks(l):
+    """The "auto" landmark count for l rows (see LANDMARKS_PER_ROOT)."""
+    k = LANDMARKS_STEP * int(round(LANDMARKS_PER_ROOT * np.sqrt(l) / LANDMARKS_STEP))
+    return int(min(l, max(LANDMARKS_MIN, min(k, LANDMARKS_MAX))))
+
+
+def kernel_diagonal(Xn, kernel, gamma, degree=3, coef0=1.0):
+    """K(x_i, x_i) for every row: 1 for rbf and laplacian, (gamma ||x||^2 + coef0)^degree for poly."""
+    if kernel in ("rbf", "laplacian"):
+        return np.ones(Xn.shape[0])
+    sq = np.einsum("ij,ij->i", Xn, Xn)
+    return sq if kernel == "linear" else (gamma * sq + coef0) ** degree
+
+
+def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_BLOCK):
+    """(pivots S, F) with Q ~ F F^T = K(X, X_S) K(X_S, X_S)^-1 K(X_S, X): k pivots chosen by
+    randomly pivoted Cholesky (Chen, Epperly, Tropp, Webber 2023), block-accelerated with rejection
+    sampling (Epperly, Tropp, Webber 2024, "Embrace rejection", Alg. 2).
+
+    Each pivot is drawn with probability proportional to the diagonal of the residual Q - F F^T,
+    so the rows the landmarks explain worst come next: the residual's trace falls faster than
+    with uniform landmarks (MQ2008 Fold1, k = 1000: mean residual diagonal 3.7e-4 against 8.6e-4).
+    A block draws ``block`` candidates i.i.d. from the residual diagonal d at its start, then
+    walks them in order, accepting candidate t with probability H_tt / d_t, H the residual on the
+    candidates after the pivots already accepted in the block (a b x b Schur complement): the
+    accepted pivots have the sequential algorithm's distribution, and their columns cost one
+    l x j x b product per block instead of one l x j pass per pivot. Pivots whose residual is
+    below :data:`RPC_FLOOR` of the largest diagonal (rounding, duplicates) are rejected.
+    """
+    Xn = np.asarray(Xn, np.float64)
+    l = Xn.shape[0]
+    k = min(int(k), l)
+    rng = np.random.default_rng([int(seed), 4])
+    d = kernel_diagonal(Xn, kernel, gamma, degree, coef0).astype(np.float64)
+    floor = RPC_FLOOR * float(d.max())
+    F = np.zeros((l, k))
+    S = []
+    while len(S) < k:
+        d[d <= floor] = 0.0  # explained: never drawn again
+        total = d.sum()
+        if total <= 0.0:
+            break
+        cand = rng.choice(l, size=block, p=d / total)
+        j = len(S)
+        H = PreparedKernel(Xn[cand], kernel, gamma, degree, coef0)(Xn[cand]) - F[cand, :j] @ F[cand, :j].T
+        # a candidate whose recomputed residual is already below the floor (d, kept by
+        # subtraction, rounds differently) is explained too: without this, draws could land
+        # on such rows forever
+        d[cand[np.diag(H) <= floor]] = 0.0
+        u = rng.random(block)
+        acc = []
+        for t in range(block):
+            if len(S) + len(acc) == k:
+                break
+            if H[t, t] > floor and u[t] * d[cand[t]] < H[t, t]:
+                acc.append(t)
+                # eliminate pivot t from the rest of the block (Schur complement)
+                H[t + 1:, t + 1:] -= np.outer(H[t + 1:, t], H[t, t + 1:]) / H[t, t]
+        if not acc:
+            continue
+        P = cand[acc]
+        G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - F[:, :j] @ F[P, :j].T  # residual columns
+        L = np.linalg.cholesky(0.5 * (G[P] + G[P].T))
+        F[:, j:j + len(P)] = scipy.linalg.solve_triangular(L, G.T, lower=True).T
+        S.extend(int(p) for p in P)
+        d -= np.einsum("ij,ij->i", F[:, j:j + len(P)], F[:, j:j + len(P)])
+        d[P] = 0.0
+        np.maximum(d, 0.0, out=d)  # rounding may leave -eps where Q is explained
+    return np.asarray(S, np.int64), F[:, :len(S)]
+
+
+class NystroemPreconditioner:
+    """M = D + U U^T ~ Q for TRON's ``precondition`` hook (``solve``, ``mdot``); ``at_point``
+    gives M ~ H with the loss's part (module docstring)."""
+
+    def __init__(self, Xn, *, kernel, gamma, degree=3, coef0=1.0, landmarks=DEFAULT_LANDMARKS, seed=0,
+                 loss_term=True, select="rpcholesky", ridge=0.0):
+        self.loss_term = bool(loss_term)  # at_point: M ~ H rather than M ~ Q
+        Xn = np.asarray(Xn, np.float64)
+        l = Xn.shape[0]
+        m = min(int(landmarks), l)
+        if select == "rpcholesky":
+            S, U = rpcholesky(Xn, m, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, seed=seed)
+            top = 1.0 if U.size == 0 else float(np.max(np.einsum("ij,ij->i", U, U)))
+        elif select == "uniform":
+            rng = np.random.default_rng([int(seed), 4])
+            S = np.sort(rng.choice(l, size=m, replace=False))
+            CS = PreparedKernel(Xn[S], kernel, gamma, degree, coef0)(Xn)  # (l, m) = K(X, X_S)
+            s, V = np.linalg.eigh(CS[S])
+            keep = s > s.max() * m * np.finfo(np.float64).eps
+            U = CS @ (V[:, keep] / np.sqrt(s[keep]))
+            top = float(s.max())
+            del CS
+        else:
+            raise ValueError(f"select must be rpcholesky or uniform; got {select!r}")
+        U32 = U.astype(np.float32)
+        del U
+        # diag(R) = diag(Q) - rowsums(U32^2) from U32's own numbers, in row chunks (no float64
+        # copy); R is PSD, so a negative value is rounding
+        resid = kernel_diagonal(Xn, kernel, gamma, degree, coef0).astype(np.float64)
+        for a, b, Uc in _row_chunks(U32):
+            resid[a:b] -= np.einsum("ij,ij->i", Uc, Uc)
+        self._resid = np.maximum(resid, 0.0)
+        # D's floor: diag(R) is known only to the rounding of U32's row sums (about eps32 of the
+        # largest diagonal entry), and D^-1 in the Woodbury form amplifies rounding by 1/min(D)
+        self._floor = float(np.finfo(np.float32).eps) * top
+        U32.flags.writeable = False  # the read-only specialisation the objective uses
+        self.U = U32
+        self.rank = U32.shape[1]
+        self.landmarks = np.asarray(S)
+        self.set_ridge(ridge)
+
+    def set_ridge(self, ridge):
+        """D = diag(R) + ``ridge``, the jitter Q' carries (known once Q is built), which also keeps
+        D^-1 in the Woodbury form from amplifying rounding where the landmarks explain Q;
+        refactors M ~ Q (one k x l x k product and a k x k Cholesky). Returns self."""
+        self.ridge = float(ridge)
+        D = np.maximum(self._resid + self.ridge, self._floor)
+        G = np.zeros((self.rank, self.rank))
+        for a, b, Uc in _row_chunks(self.U):
+            G += Uc.T @ (Uc / D[a:b, None])
+        self._m = _DiagLowRank(self.U, D, None, G)
+        return self
+
+    @property
+    def diag(self):
+        """D of M ~ Q."""
+        return self._m.D
+
+    @property
+    def nbytes(self):
+        return self.U.nbytes + self._resid.nbytes + self._m.nbytes
+
+    def solve(self, r):
+        """M^-1 r."""
+        return self._m.solve(r)
+
+    def mdot(self, u, v):
+        """u^T M v."""
+        return self._m.mdot(u, v)
+
+    def at_point(self, C, rank, query_ptr, cost, mu, states):
+        """M = D + U A U^T, A = I + C U^T L U, D = diag(R) + ridge + C diag(L) diag(R)^2, with L
+        at the active set ``states`` (the accepted point's (order, cut_pref, cut_less) over all
+        rows): the module docstring. Without ``loss_term``, M ~ Q itself (self), whatever the point.
+
+        U^T L U, diag(L) and U^T D^-1 U sum over chunks of whole queries fixed by ``query_ptr``
+        alone, so M is the same for any block layout of Q."""
+        if not self.loss_term:
+            return self
+        from streamrank._native import pairkernels as pk
+        from streamrank.objectives.linear_precond import query_groups
+        U, k = self.U, self.U.shape[1]
+        l = U.shape[0]
+        A, G = np.zeros((k, k)), np.zeros((k, k))
+        D = np.empty(l)
+        order, cut_pref, cut_less = states
+        bounds = query_groups(query_ptr, l, max(1, A_CHUNK_BYTES // (24 * max(k, 1))))
+        for qa, qb in zip(bounds[:-1], bounds[1:]):
+            r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
+            local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)
+            st = pk.PairState(order[r0:r1].copy(), cut_pref[r0:r1].copy(), cut_less[r0:r1].copy(), query_ptr=local)
+            Uc = U[r0:r1].astype(np.float64)
+            rc = self._resid[r0:r1]
+            # the residual's Jacobi part: R_ii (1 + C L_ii R_ii), plus the ridge
+            Dc = rc + self.ridge + C * pk.hess_diag(rank[r0:r1], local, cost, mu[qa:qb], st) * rc * rc
+            D[r0:r1] = np.maximum(Dc, self._floor)
+            LU = pk.hess_prod(Uc, rank[r0:r1], local, cost, mu[qa:qb], st)
+            A += Uc.T @ LU
+            G += Uc.T @ (Uc / D[r0:r1, None])
+        A = 0.5 * (A + A.T)  # exactly symmetric: the product's rounding is not
+        A *= C
+        A[np.diag_indices_from(A)] += 1.0
+        return _DiagLowRank(U, D, A, G)
+
+
+def _row_chunks(U32):
+    """(a, b, float64 rows a:b of U32) in chunks of at most A_CHUNK_BYTES."""
+    step = max(1, A_CHUNK_BYTES // (8 * max(U32.shape[1], 1)))
+    for a in range(0, U32.shape[0], step):
+        yield a, min(a + step, U32.shape[0]), U32[a:a + step].astype(np.float64)
+
+
+class _DiagLowRank:
+    """M = D + U A U^T (A = I when None) from G = U^T D^-1 U: solve and mdot (module docstring)."""
+
+    def __init__(self, U, D, A, G):
+        self.U, self.D, self.A = U, D, A
+        G = 0.5 * (G + G.T)
+        if A is None:
+            self._ra = None
+            B = G
+        else:
+            self._ra = np.linalg.cholesky(A)  # A = R_A R_A^T, A >= I
+            B = self._ra.T @ G @ self._ra
+            B = 0.5 * (B + B.T)
+        B[np.diag_indices_from(B)] += 1.0
+        self._chol = scipy.linalg.cho_factor(B, lower=True)
+
+    @property
+    def nbytes(self):
+        return self.D.nbytes + self._chol[0].nbytes + (0 if self.A is None else self.A.nbytes + self._ra.nbytes)
+
+    def _ut(self, r):
+        """U^T r."""
+        out = np.zeros(self.U.shape[1])
+        _qprod.add_cols(self.U, np.ascontiguousarray(r, np.float64), out)
+        return out
+
+    def solve(self, r):
+        """M^-1 r = x - D^-1 U R_A B^-1 R_A^T U^T x, x = D^-1 r."""
+        before = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            with one_thread():
+                x = r / self.D
+                t = self._ut(x)
+                if self._ra is not None:
+                    t = self._ra.T @ t
+                t = scipy.linalg.cho_solve(self._chol, t)
+                if self._ra is not None:
+                    t = self._ra @ t
+                Ut = np.empty(self.U.shape[0])
+                _qprod.rows_dot(self.U, t, Ut)
+        finally:
+            numba.set_num_threads(before)
+        return x - Ut / self.D
+
+    def mdot(self, u, v):
+        """u^T M v = (U^T u)^T A (U^T v) + u.D v."""
+        before = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            with one_thread():
+                x = self._ut(u)
+                y = x if v is u else self._ut(v)
+                xay = float(x @ (y if self.A is None else self.A @ y))
+        finally:
+            numba.set_num_threads(before)
+        return xay + float(u @ (self.D * v))

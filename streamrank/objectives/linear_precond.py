@@ -1,0 +1,98 @@
+"""A dense preconditioner for TRON's CG: the generalised Hessian estimated on a sample of queries.
+
+    M = I + C (n / n_S) sum_{q in S} Phi_q^T L_q Phi_q
+
+is H = I + C Phi^T L Phi (paper 004 (B.3); L = A^T D A at the accepted point, block diagonal by
+query) with the sum over all queries replaced by the first queries of the data, up to
+``sample_rows`` rows, scaled to all n rows. Preconditioned CG then works on M^-1/2 H M^-1/2,
+whose eigenvalues cluster near 1 when the sample represents the data: CG needs a few steps per
+Newton iteration where plain CG needs tens (measured by ``tools/bench_linear.py --precond``).
+
+The sample is fixed by the query index alone and each query's product Phi_q^T (L_q Phi_q) is its
+own BLAS call, summed in query order: M is bit-identical for any block size or memory budget, so
+the solver's trajectory is too. Rebuilt at every accepted point (one partial pass over the first
+blocks plus sample_rows x d^2 flops); worth it when d is small against n (linear RankSVM).
+"""
+
+import numpy as np
+import scipy.linalg
+
+from streamrank._native.blas import one_thread
+
+# Rows of the first queries sampled for M (at least one whole query): enough that M's
+# eigenvalues track H's on LETOR-like data, small enough that building M costs well under a pass;
+# fewer for wide Phi, so the sample (Phi_S and L Phi_S in float64) stays within SAMPLE_BYTES
+SAMPLE_ROWS = 1 << 14
+SAMPLE_BYTES = 64 << 20
+# rows of whole queries per BLAS product: M's temporaries (two group buffers, Phi and L Phi of a
+# group's part in a block, all float64) stay near 4 x 8 x GROUP_ROWS x m bytes
+GROUP_ROWS = 2048
+GROUP_BYTES = 8 << 20
+# widest Phi preconditioned: M is d x d float64 and each CG step solves with its Cholesky factor
+MAX_WIDTH = 4096
+# --precondition auto: always on up to this width (LETOR features: 46 to 220: M costs about a
+# pass and saves most CG steps); wider (mapped features) only when building M, 2 n_S m^2 + m^3/3
+# flops at BLAS-3 speed, costs at most PASS_FLOP_RATIO times a pass's 4 n m flops, which run
+# at memory speed, an order of magnitude slower per flop (measured: tools/bench_linear.py
+# --precond; Nystroem m = 1,024 on 2.27M rows is on, m = 2,000 on MQ2008's 9,630 rows off)
+AUTO_WIDTH = 256
+PASS_FLOP_RATIO = 10
+
+
+class DensePreconditioner:
+    """``solve(r)`` = M^-1 r by Cholesky; ``mdot(u, v)`` = u^T M v."""
+
+    def __init__(self, M):
+        self.M = M
+        with one_thread():
+            self._cho = scipy.linalg.cho_factor(M, lower=True, check_finite=False)
+
+    def solve(self, r):
+        with one_thread():
+            return scipy.linalg.cho_solve(self._cho, r, check_finite=False)
+
+    def mdot(self, u, v):
+        with one_thread():
+            return float(u @ (self.M @ v))
+
+
+
+def sample_rows(m):
+    """Rows sampled for an m-wide Phi: SAMPLE_ROWS, fewer when m is wide (a function of m only)."""
+    return max(1, min(SAMPLE_ROWS, SAMPLE_BYTES // (16 * m)))
+
+
+def group_rows(m):
+    """Rows per group product for an m-wide Phi (a function of m only)."""
+    return max(1, min(GROUP_ROWS, GROUP_BYTES // (8 * m)))
+
+
+def query_groups(query_ptr, rows, per_group):
+    """Bounds (query indices into ``query_ptr``, which starts at 0) of the groups of the sample:
+    the leading queries up to ``rows`` rows (at least one), cut into groups of whole queries of
+    at most ``per_group`` rows (at least one query each)."""
+    n_q = len(query_ptr) - 1
+    end = max(1, min(int(np.searchsorted(query_ptr, rows, side="right")) - 1, n_q))
+    bounds = [0]
+    while bounds[-1] < end:
+        q = bounds[-1]
+        k = int(np.searchsorted(query_ptr, query_ptr[q] + per_group, side="right")) - 1
+        bounds.append(min(max(k, q + 1), end))
+    return np.asarray(bounds, np.int64)
+
+
+def worth_it(n_rows, m):
+    """--precondition auto: a rule of shapes only, so the model does not depend on timings."""
+    if m <= AUTO_WIDTH:
+        return True
+    if m > MAX_WIDTH:
+        return False
+    n_s = min(sample_rows(m), n_rows)
+    return 2.0 * n_s * m * m + m ** 3 / 3.0 <= PASS_FLOP_RATIO * 4.0 * n_rows * m
+
+
+def temp_bytes(m):
+    """Peak bytes of M's temporaries for an m-wide Phi (M, its factor, the group buffers)."""
+    if m > MAX_WIDTH:
+        return 0
+    return 2 * 8 * m * m + 4 * 8 * group_rows(m) * m

@@ -1,0 +1,156 @@
+"""Blocks of mapped features Phi = map(normalize(X)) for the objective (paper 000).
+
+Three ways to have Phi for every pass, all giving the same float32 values:
+
+- ``memory``: Phi fits in the memory share of the budget: mapped once, kept;
+- ``cache``: mapped once and stored on disk in a :class:`~streamrank.cache.feature_cache.FeatureCache`
+  (under ``--cache-dir``), read back every pass into a reused buffer;
+- ``recompute``: the raw rows are re-read and mapped every pass into a reused buffer.
+
+Between ``cache`` and ``recompute`` the first pass measures both rates (rows mapped per second,
+bytes of mapped rows read per second) and :func:`featurecache.choose` decides; the choice is
+logged and can be forced. Blocks are planned by the mapped width, so a block of mapped rows
+stays inside the block share of the budget however wide m is.
+"""
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from streamrank.cache.feature_cache import FeatureCache, array_digest, choose
+from streamrank.objectives.rank_objective import BlockSource, SourceBlock
+
+log = logging.getLogger("streamrank.objectives.mapped_source")
+
+MODES = ("auto", "memory", "cache", "recompute")
+
+
+class MappedSource(BlockSource):
+    """Iterate over SourceBlocks of mapped rows (BlockSource with a feature map)."""
+
+    def __init__(self, dataset, fmap, normalizer, *, block_bytes, memory_bytes, queries=None, levels=None,
+                 cache_dir=None, mode="auto", fingerprint=None, cache_size=None):
+        self.dataset = dataset
+        self.fmap = fmap
+        self.normalizer = normalizer
+        self.m = int(fmap.n_components_)
+        q0, q1 = queries if queries is not None else (0, dataset.n_queries)
+        self.n_rows = int(dataset.query_ptr[q1] - dataset.query_ptr[q0])
+        # a mapped row costs 4 m bytes (float32) beside its raw row while it is made
+        row_bytes = 4 * self.m + 4 * dataset.n_features + 4
+        need = self.n_rows * (4 * self.m + 4)
+        self.in_memory = mode in ("auto", "memory") and need <= memory_bytes
+        if mode == "memory" and not self.in_memory:
+            log.warning("mapped rows need %.0f MB, more than the memory share of %.0f MB: not kept in memory",
+                        need / 1e6, memory_bytes / 1e6)
+        self.memory_bytes = need if self.in_memory else 0
+        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), row_bytes=row_bytes)
+        self.levels = np.asarray(levels, np.float64)
+        self.passes = 0
+        self.rows_read = 0
+        self.mode = "memory" if self.in_memory else ("recompute" if mode == "auto" and cache_dir is None else mode)
+        if self.mode == "cache" and cache_dir is None:
+            raise ValueError("the feature cache needs --cache-dir")
+        self._cache = None
+        self._meta = None
+        self._ranks = {}
+        self._disk = None
+        if not self.in_memory and cache_dir is not None and self.mode in ("auto", "cache"):
+            layout = [(int(dataset.query_ptr[a]), int(dataset.query_ptr[b]))
+                      for a, b in zip(self.stream.bounds[:-1], self.stream.bounds[1:])]
+            key = {"dataset": fingerprint or dataset.fingerprint, "map": fmap.params(),
+                   "normalize": self.normalizer.kind,
+                   "normalize_arrays": array_digest(*[a for a in (self.normalizer.mean_, self.normalizer.scale_)
+                                                      if a is not None])}
+            self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32, size_cap=cache_size)
+        self._buf = np.empty((self.stream.max_block_rows, self.m), np.float32) if not self.in_memory else None
+        self._buf2 = None  # the second buffer of cache reads, made on the first cached pass
+        self._map_seconds = 0.0
+        self._map_rows = 0
+        self.reason = "mapped rows fit in memory" if self.in_memory else ""
+
+    def _identity(self):
+        return np.zeros((1, self.m)), np.ones((1, self.m))
+
+    def _map(self, block, out):
+        t = time.perf_counter()
+        Xn = self.normalizer.transform(block.X, block.query_ptr)
+        Phi = self.fmap.transform(Xn, dtype=np.float32, out=out, row0=block.start)  # tiles by dataset row
+        self._map_seconds += time.perf_counter() - t
+        self._map_rows += block.X.shape[0]
+        return Phi
+
+    def _item(self, Phi, block, k):
+        rank = self._rank(k, block)
+        shift, scale = self._identity()
+        return SourceBlock(Phi, rank, block.query_ptr.copy(), block.q_start, block.q_stop, shift, scale, 0)
+
+    def _decide(self):
+        """Cache or recompute, from measured rates: the first mapped block's rows/s against
+        reading stored block 0 back. Made after the first block, so a run that recomputes never
+        writes the rest of the cache, and a complete cache left by an earlier run is read from
+        the first pass on."""
+        if self.mode == "recompute":
+            self.reason = "recompute (forced)"
+            log.info("feature cache: %s", self.reason)
+            return
+        if self._disk is None or self._disk.rows(0) == 0 or 0 not in self._disk.present:
+            self.mode = "recompute"
+            self.reason = ("no feature cache: pass --cache-dir DIR to store mapped rows" if self._disk is None
+                           else "the feature cache was refused space (--cache-size or a full disk)")
+            log.info("feature cache: %s", self.reason)
+            return
+        read_bps = self._disk.measure_read(0)
+        map_rps = self._map_rows / max(self._map_seconds, 1e-9) if self._map_rows else float("inf")
+        forced = None if self.mode == "auto" else self.mode
+        self.mode, self.reason = choose(read_bps, map_rps, 4 * self.m, force=forced)
+        log.info("feature cache: %s", self.reason)
+
+    def _cached_items(self):
+        """A pass over the feature cache: block k + 1 is read (and its crc32 checked) by a
+        thread into the other of two buffers while block k is used, as QueryStream does for rows."""
+        if self._buf2 is None:
+            self._buf2 = np.empty_like(self._buf)
+        bufs = (self._buf, self._buf2)
+        n = self._disk.n_blocks
+
+        def read(k):
+            return self._disk.get(k, out=bufs[k % 2][:self._disk.rows(k)])
+
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamrank-cache-read")
+        try:
+            fut = pool.submit(read, 0)
+            for k, (block, _, _) in enumerate(self.stream):
+                Phi = fut.result()
+                if k + 1 < n:
+                    fut = pool.submit(read, k + 1)
+                if Phi is None:  # damaged or evicted: map it again and put it back
+                    Phi = self._map(block, bufs[k % 2][:block.n_rows])
+                    self._disk.put(k, Phi)
+                yield self._item(Phi, block, k)
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def _items(self, first):
+        decided = not first or self.in_memory
+        if decided and self.mode == "cache":
+            yield from self._cached_items()
+            return
+        for k, (block, _, _) in enumerate(self.stream):
+            buf = None if self.in_memory else self._buf[:block.n_rows]
+            Phi = None
+            if decided and self.mode == "cache":
+                Phi = self._disk.get(k, out=buf)
+            if Phi is None:  # not cached yet, damaged or evicted: map it (and store it when caching)
+                Phi = self._map(block, buf)
+                if self._disk is not None and (not decided or self.mode == "cache"):
+                    self._disk.put(k, Phi)
+            if not decided:
+                self._decide()
+                decided = True
+            yield self._item(Phi, block, k)
+
+    def _after_first_pass(self):
+        """Nothing left to decide: :meth:`_decide` ran after the first block."""

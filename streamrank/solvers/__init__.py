@@ -1,0 +1,1 @@
+"""TRON and Newton-Cholesky: they see only a function object."""

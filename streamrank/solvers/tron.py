@@ -1,0 +1,256 @@
+"""Trust-region Newton with truncated conjugate gradients (TRON), as in LIBLINEAR.
+
+Lin, Weng and Keerthi, "Trust region Newton method for large-scale logistic regression" (JMLR
+2008), the solver of papers 000 (Alg. 3) and 004 (sec. 4). The solver sees only a function object
+with ``fun(w)``, ``grad(w)``, ``hessp(s)`` and ``n_features``; calls come in the order fun ->
+grad -> hessp at the same point, and ``grad`` is called only for an accepted point, so an
+objective may keep the trial point's state aside in ``fun`` and commit it in ``grad``.
+
+Stopping rule: ||g(w)|| <= eps * min(||g(0)||, ||g(w0)||), or ``max_iter`` iterations.
+
+- ||g(0)|| is LIBLINEAR's reference: a cold start (w0 = 0) stops where LIBLINEAR stops.
+- ||g(w0)|| makes the rule a promise about the solution also on a warm-started path: a candidate
+  reduces its own starting gradient by eps, so it takes at least one accepted step, and a start
+  that is already near its optimum is refined by the same factor as a cold one. With ||g(0)||
+  alone (LIBLINEAR's C path), ||g(0)|| = C ||dloss(0)|| grows with C, and the previous C's
+  solution met the rule before any step: every C after the first stopped at 0 iterations with
+  the first C's model (issue 10).
+  Costs one more fun/grad when w0 != 0 (at w = 0).
+"""
+
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from streamrank.errors import CheckpointMismatch
+
+log = logging.getLogger("streamrank.solvers.tron")
+
+# acceptance thresholds on actual / predicted reduction (LIBLINEAR tron.cpp)
+ETA0, ETA1, ETA2 = 1e-4, 0.25, 0.75
+# trust-region radius update factors
+SIGMA1, SIGMA2, SIGMA3 = 0.25, 0.5, 4.0
+# CG stops when ||r|| <= XI_CG * ||g||: the truncated Newton step's inexactness
+XI_CG = 0.1
+# reductions below this fraction of |f| mean no further progress is measurable in float64
+TINY_REDUCTION = 1e-12
+
+
+@dataclass
+class TronState:
+    """Everything TRON needs to continue: saved by checkpoints after each iteration."""
+
+    w: np.ndarray
+    f: float
+    g: np.ndarray
+    delta: float
+    gnorm0: float
+    iteration: int = 0          # accepted steps (LIBLINEAR's iter); max_iter counts these
+    n_steps: int = 0            # trust-region steps tried, accepted or not
+    n_cg: int = 0               # CG steps in all
+    n_fun: int = 0
+    n_grad: int = 0
+    n_hessp: int = 0
+    seconds: float = 0.0
+    converged: bool = False
+    message: str = ""
+    history: list = field(default_factory=list)
+
+    @property
+    def gnorm(self):
+        return float(np.linalg.norm(self.g))
+
+
+def _boundary_step(std, sts, dtd, delta):
+    """t >= 0 with ||s + t d|| = delta, from s.d, s.s and d.d in the trust region's norm (the
+    root of a quadratic, in the form that does not cancel for either sign of s.d)."""
+    dsq = delta * delta
+    rad = math.sqrt(max(std * std + dtd * (dsq - sts), 0.0))
+    return (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+
+
+class _Identity:
+    """M = I: preconditioned CG with it is plain Steihaug CG, bit for bit (z = r, z.r = r.r,
+    ||s||_M = sqrt(s.s), which is what np.linalg.norm computes for a float64 vector)."""
+
+    @staticmethod
+    def solve(r):
+        return r
+
+    @staticmethod
+    def mdot(u, v):
+        return float(u @ v)
+
+
+def _trcg(hessp, g, delta, stats):
+    """Approximately solve H s = -g inside ||s|| <= delta (Steihaug CG). Returns (s, r, steps, boundary)."""
+    return _trpcg(hessp, g, delta, stats, _Identity)
+
+
+def _trpcg(hessp, g, delta, stats, P):
+    """Preconditioned Steihaug CG (LIBLINEAR >= 2.20's trpcg): solve H s = -g approximately inside
+    ||s||_M <= delta, M = P's matrix. It is plain CG on the transformed system
+    M^-1/2 H M^-1/2 s^ = -M^-1/2 g with s^ = M^1/2 s, so the radius and the stopping test
+    (||r^|| = sqrt(z.r) <= XI_CG ||g^||) are measured in the transformed norm. Returns
+    (s, r, steps, boundary) like :func:`_trcg`."""
+    s = np.zeros_like(g)
+    r = -g
+    z = P.solve(r)
+    d = z.copy()
+    ztr = float(z @ r)
+    cgtol = XI_CG * math.sqrt(ztr)
+    steps = 0
+    while math.sqrt(ztr) > cgtol:
+        steps += 1
+        hd = hessp(d)
+        stats.n_hessp += 1
+        dhd = float(d @ hd)
+        if dhd <= 0:
+            raise FloatingPointError(f"Hessian product is not positive definite (d.Hd = {dhd:g})")
+        alpha = ztr / dhd
+        s += alpha * d
+        if math.sqrt(P.mdot(s, s)) > delta:
+            # back to the boundary along d in the M-norm: ||s + t d||_M = delta
+            s -= alpha * d
+            alpha = _boundary_step(P.mdot(s, d), P.mdot(s, s), P.mdot(d, d), delta)
+            s += alpha * d
+            r -= alpha * hd
+            return s, r, steps, True
+        r -= alpha * hd
+        z = P.solve(r)
+        znew = float(z @ r)
+        d *= znew / ztr
+        d += z
+        ztr = znew
+    return s, r, steps, False
+
+
+def start_state(obj, w0, state, *, delta_from_gradient):
+    """(state, t0) to begin or continue a solve; shared by TRON and Newton-Cholesky.
+
+    A new state evaluates fun/grad at w0, and at 0 as well when w0 != 0: the stopping rule's
+    reference ``gnorm0`` is min(||g(0)||, ||g(w0)||) (see the module docstring). A resumed
+    state's f and g are recomputed at its w and must equal the stored ones bit for bit: the data and settings were checked already, so a difference means
+    another numeric environment, and continuing would not reproduce the uninterrupted run.
+    """
+    t0 = time.perf_counter()
+    if state is None:
+        w = np.array(w0, dtype=np.float64, copy=True)
+        calls = 1
+        if np.any(w):
+            z = np.zeros_like(w)
+            obj.fun(z)
+            gnorm0 = float(np.linalg.norm(obj.grad(z)))
+            calls = 2
+        f = obj.fun(w)
+        g = obj.grad(w)
+        gn = float(np.linalg.norm(g))
+        state = TronState(w=w, f=f, g=g, delta=gn if delta_from_gradient else 0.0,
+                          gnorm0=gn if calls == 1 else min(gnorm0, gn), n_fun=calls, n_grad=calls)
+        return state, t0
+    f = obj.fun(state.w)
+    g = obj.grad(state.w)
+    if f != state.f or not np.array_equal(g, state.g):
+        raise CheckpointMismatch(
+            f"the objective at the checkpoint's w is {f!r} here but {state.f!r} in the checkpoint: data and "
+            f"settings match, so the numeric environment (BLAS, thread count, streamrank version) differs; "
+            f"start again without --resume")
+    return state, t0 - state.seconds
+
+
+def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None, precondition=False):
+    """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState.
+
+    Parameters
+    ----------
+    obj : object with fun(w), grad(w), hessp(s), n_features
+    eps : float
+        Relative gradient tolerance: stop at ||g|| <= eps min(||g(0)||, ||g(w0)||).
+    state : TronState, optional
+        Continue a run (from a checkpoint). Its ``f`` and ``g`` are recomputed at ``w`` and must
+        agree with the stored ones, which proves the data and settings are the same.
+    callback : callable(state), optional
+        Called after every iteration (accepted or not): checkpoints, validation logging.
+    describe : callable() -> str, optional
+        Extra text for each log line (e.g. the objective's pass count).
+    precondition : bool
+        Use ``obj.preconditioner()`` (an object with ``solve(r)`` = M^-1 r and ``mdot(u, v)`` =
+        u^T M v, rebuilt at every accepted point) in CG, with the trust region in the M-norm.
+        The radius starts at ||g||_{M^-1}, the transformed gradient's norm; the stopping rule is
+        unchanged (||g|| <= eps ``gnorm0``, plain norms).
+    """
+    state, t0 = start_state(obj, w0, state, delta_from_gradient=True)
+    P = obj.preconditioner() if precondition else None
+    if P is not None and state.iteration == 0 and state.n_steps == 0:
+        state.delta = math.sqrt(float(state.g @ P.solve(state.g)))
+    extra = describe or (lambda: "")
+    if state.gnorm <= eps * state.gnorm0 or state.gnorm == 0:
+        state.converged = True
+        state.message = "converged"
+    # a stop recorded in the state (converged, or no progress possible) is final; max_iter is
+    # not recorded, so a resumed run may be given more iterations
+    stale = False
+    while not state.converged and not state.message and state.iteration < max_iter:
+        if stale:
+            P, stale = obj.preconditioner(), False
+        if P is None:
+            s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state)
+        else:
+            s, r, steps, boundary = _trpcg(obj.hessp, state.g, state.delta, state, P)
+        state.n_cg += steps
+        w_new = state.w + s
+        gs = float(state.g @ s)
+        prered = -0.5 * (gs - float(s @ r))
+        f_new = obj.fun(w_new)
+        state.n_fun += 1
+        actred = state.f - f_new
+        snorm = float(np.linalg.norm(s)) if P is None else math.sqrt(P.mdot(s, s))
+        if state.iteration == 0:
+            state.delta = min(state.delta, snorm)
+        # radius update (LIBLINEAR): alpha minimises the 1-D quadratic interpolation along s
+        curv = f_new - state.f - gs
+        alpha = SIGMA3 if curv <= 0 else max(SIGMA1, -0.5 * (gs / curv))
+        if actred < ETA0 * prered:
+            state.delta = min(alpha * snorm, SIGMA2 * state.delta)
+        elif actred < ETA1 * prered:
+            state.delta = max(SIGMA1 * state.delta, min(alpha * snorm, SIGMA2 * state.delta))
+        elif actred < ETA2 * prered:
+            state.delta = max(SIGMA1 * state.delta, min(alpha * snorm, SIGMA3 * state.delta))
+        elif boundary:
+            state.delta = SIGMA3 * state.delta
+        else:
+            state.delta = max(state.delta, min(alpha * snorm, SIGMA3 * state.delta))
+        state.n_steps += 1
+        accepted = actred > ETA0 * prered
+        if accepted:
+            state.iteration += 1
+            state.w = w_new
+            state.f = f_new
+            state.g = obj.grad(w_new)
+            state.n_grad += 1
+            stale = P is not None  # rebuilt at the new point when another CG follows
+        state.seconds = time.perf_counter() - t0
+        gnorm = state.gnorm
+        log.info("iter %3d f %.6e |g| %.3e CG %3d radius %.3e %s%s %.1fs", state.iteration, state.f, gnorm,
+                 steps, state.delta, "" if accepted else "(rejected) ", extra(), state.seconds)
+        state.history.append((state.iteration, state.f, gnorm, steps, bool(accepted)))
+        if accepted and gnorm <= eps * state.gnorm0:
+            state.converged, state.message = True, "converged"
+        elif state.f < -1e32:
+            state.message = "objective unbounded below"
+        elif prered <= 0:
+            state.message = "predicted reduction <= 0: no further progress possible"
+        elif abs(actred) <= TINY_REDUCTION * abs(state.f) and abs(prered) <= TINY_REDUCTION * abs(state.f):
+            state.message = "reductions below float64 resolution: no further progress possible"
+        if callback is not None:
+            callback(state)
+        if state.message and not state.converged:
+            log.warning("TRON stopped: %s", state.message)
+            break
+    if not state.message:
+        state.message = f"reached max_iter={max_iter}"
+    state.seconds = time.perf_counter() - t0
+    return state

@@ -1,0 +1,192 @@
+"""Solver checkpoints: written atomically after every iteration, verified when read.
+
+A checkpoint directory holds ``checkpoint.h5`` and the one before it, ``checkpoint.prev.h5``.
+A write goes to a temporary file, is fsynced, the current file becomes the previous one and the
+temporary file becomes current (each step an atomic rename). A sha256 over the payload detects a
+damaged file; reading falls back to the previous checkpoint then (and moves the damaged one
+aside as ``checkpoint.damaged.h5``, so the next write keeps the intact one as the previous).
+
+File format ``streamrank-checkpoint`` version 1 (HDF5, no pickle): attrs ``format``, ``version``,
+``created_by``, ``config`` (JSON of every training setting), ``fingerprint`` (the dataset's),
+``scalars`` (JSON of the solver's scalar state), ``checksum``; datasets ``w``, ``g`` and any
+extra arrays of the caller under ``/extra``.
+
+Test hook: ``STREAMRANK_TEST_ABORT=after-iteration:N`` ends the process right after checkpoint N
+is written; ``STREAMRANK_TEST_ABORT=mid-checkpoint:N`` ends it half-way through writing
+checkpoint N (the temporary file exists, the rename has not happened).
+"""
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from streamrank._version import __version__
+from streamrank.errors import CheckpointMismatch, FormatError
+
+FORMAT_NAME = "streamrank-checkpoint"
+FORMAT_VERSION = 1
+CURRENT = "checkpoint.h5"
+PREVIOUS = "checkpoint.prev.h5"
+DAMAGED = "checkpoint.damaged.h5"  # a damaged current checkpoint, moved aside when resuming from the previous
+ABORT_ENV = "STREAMRANK_TEST_ABORT"
+ABORT_EXIT_CODE = 77
+# an interrupted write leaves ``.checkpoint.h5.<pid>.tmp``: never read as a checkpoint
+TEMP_PREFIX = f".{CURRENT}."
+TEMP_SUFFIX = ".tmp"
+
+
+def _abort_point():
+    spec = os.environ.get(ABORT_ENV, "")
+    if ":" not in spec:
+        return None, None
+    where, n = spec.split(":", 1)
+    if where not in ("after-iteration", "mid-checkpoint") or not n.strip().isdigit():
+        raise ValueError(f"{ABORT_ENV}={spec!r}: expected after-iteration:N or mid-checkpoint:N")
+    return where, int(n)
+
+
+def _checksum(config, fingerprint, scalars, arrays):
+    h = hashlib.sha256()
+    h.update(json.dumps([config, fingerprint, scalars], sort_keys=True).encode())
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode())
+        h.update(a.data)
+    return h.hexdigest()
+
+
+def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=None, number=None):
+    """Write a checkpoint atomically into ``directory`` (kept: this one and the previous one).
+
+    Order: the temporary file is written and fsynced, then the current checkpoint becomes the
+    previous one and the temporary file becomes current (renames), then the directory is
+    fsynced. At every instant ``checkpoint.h5`` or ``checkpoint.prev.h5`` is a complete file.
+    """
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    arrays = {"w": np.asarray(w, np.float64), "g": np.asarray(g, np.float64)}
+    for k, v in (extra or {}).items():
+        arrays[f"extra/{k}"] = np.asarray(v)
+    tmp = d / f"{TEMP_PREFIX}{os.getpid()}{TEMP_SUFFIX}"
+    where, at = _abort_point()
+    try:
+        with h5py.File(tmp, "w") as f:
+            f.attrs["format"] = FORMAT_NAME
+            f.attrs["version"] = FORMAT_VERSION
+            f.attrs["created_by"] = f"streamrank {__version__}"
+            f.attrs["config"] = json.dumps(config, sort_keys=True)
+            f.attrs["fingerprint"] = fingerprint
+            f.attrs["scalars"] = json.dumps(scalars, sort_keys=True)
+            for name, a in arrays.items():
+                f.create_dataset(name, data=a)
+                if where == "mid-checkpoint" and number == at:
+                    f.flush()
+                    os._exit(ABORT_EXIT_CODE)  # test hook: die with a half-written temporary file
+            f.attrs["checksum"] = _checksum(config, fingerprint, scalars, arrays)
+        _fsync(tmp)
+        if (d / CURRENT).exists():
+            os.replace(d / CURRENT, d / PREVIOUS)
+        os.replace(tmp, d / CURRENT)
+    except BaseException:
+        if tmp.exists():
+            tmp.unlink()
+        raise
+    _fsync_dir(d)
+    for stale in d.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}"):
+        try:  # temporary files of interrupted writes by earlier processes
+            stale.unlink()
+        except OSError:  # pragma: no cover - removed meanwhile, or not ours to remove
+            pass
+    if where == "after-iteration" and number == at:
+        os._exit(ABORT_EXIT_CODE)
+
+
+def _fsync(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(d):
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read(path):
+    with h5py.File(path, "r") as f:
+        if f.attrs.get("format") != FORMAT_NAME:
+            raise FormatError(f"{path}: not a streamrank checkpoint")
+        version = int(f.attrs.get("version", -1))
+        if version != FORMAT_VERSION:
+            raise FormatError(f"{path}: checkpoint format version {version} is not supported "
+                              f"(this streamrank reads {FORMAT_VERSION}); start without --resume")
+        created_by = str(f.attrs.get("created_by", ""))
+        config = json.loads(f.attrs["config"])
+        fingerprint = str(f.attrs["fingerprint"])
+        scalars = json.loads(f.attrs["scalars"])
+        arrays = {}
+        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        stored = str(f.attrs.get("checksum", ""))
+    if stored != _checksum(config, fingerprint, scalars, arrays):
+        raise FormatError(f"{path}: checkpoint is damaged (checksum mismatch)")
+    extra = {k[len("extra/"):]: v for k, v in arrays.items() if k.startswith("extra/")}
+    return {"config": config, "fingerprint": fingerprint, "scalars": scalars, "w": arrays["w"],
+            "g": arrays["g"], "extra": extra, "path": str(path), "created_by": created_by}
+
+
+def read_checkpoint(directory, *, config=None, fingerprint=None, warn=None):
+    """The newest intact checkpoint in ``directory``, or None when there is none.
+
+    With ``config`` and ``fingerprint`` given, a checkpoint of other data or other settings is
+    refused with a message saying which differs.
+    """
+    d = Path(directory)
+    errors = []
+    for name in (CURRENT, PREVIOUS):
+        p = d / name
+        if not p.exists():
+            continue
+        try:
+            ck = _read(p)
+        except Exception as exc:  # noqa: BLE001 - any damage (h5py raises many kinds): try the previous one
+            msg = str(exc) if str(p) in str(exc) else f"{p}: {exc}"
+            errors.append(msg)
+            if warn:
+                warn(f"ignoring a damaged checkpoint: {msg}"
+                     + ("; trying the previous one" if name == CURRENT else ""))
+            continue
+        if fingerprint is not None and ck["fingerprint"] != fingerprint:
+            raise CheckpointMismatch(f"{p} was written for other data (dataset fingerprint "
+                                     f"{ck['fingerprint'][:12]}..., this data {fingerprint[:12]}...); "
+                                     f"use another --checkpoint directory or drop --resume")
+        if config is not None and ck["config"] != config:
+            old = ck["config"]
+            diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
+            what = ", ".join(f"{k}: {old.get(k)!r} there, {config.get(k)!r} now" for k in diff)
+            raise CheckpointMismatch(f"{p} was written with other settings ({what}); use the same settings, "
+                                     f"another --checkpoint directory, or drop --resume")
+        if name == PREVIOUS and errors and (d / CURRENT).exists():
+            # keep the damaged file for inspection, out of the rotation: the next write must not
+            # turn it into the previous checkpoint in place of this intact one
+            os.replace(d / CURRENT, d / DAMAGED)
+        if warn and ck["created_by"] != f"streamrank {__version__}":
+            warn(f"{p} was written by {ck['created_by'] or 'an unknown version'}, this is streamrank "
+                 f"{__version__}; resuming, but the result may differ from an uninterrupted run")
+        return ck
+    if errors:
+        which = "both checkpoints are damaged" if len(errors) == 2 else "the only checkpoint is damaged"
+        raise FormatError(f"no intact checkpoint in {d}: {which} ({'; '.join(errors)}); "
+                          f"start again without --resume")
+    return None

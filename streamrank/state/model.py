@@ -1,0 +1,160 @@
+"""The model file (HDF5 format ``streamrank-model`` version 1) and prediction.
+
+Layout: root attrs ``format``, ``version``, ``created_by``, ``method``, ``n_features`` (input
+width), ``config`` (JSON: every training setting used), ``training`` (JSON: objective,
+gradient norm, iterations, passes, seconds, chosen C, every candidate's validation score),
+``fingerprint`` (the training data's), ``levels`` (JSON label levels); dataset ``w`` (float64);
+group ``normalize`` (attr ``kind``; ``mean``, ``scale`` for zscore); group ``feature_map``
+(attr ``kind``: ``identity`` for the linear model, ``nystroem`` or ``rff`` with their fitted
+arrays and parameters, written by the map's ``to_h5``).
+"""
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+import numpy as np
+
+from streamrank._native import qprod as _qprod
+from streamrank._version import __version__
+from streamrank.errors import FormatError, InputError
+from streamrank.io.hdf5_format import atomic_replace, temp_name
+from streamrank.features.normalize import Normalizer
+
+FORMAT_NAME = "streamrank-model"
+FORMAT_VERSION = 1
+
+
+class LinearModel:
+    """A trained scoring function s(x) = phi(normalize(x)) . w, phi the feature map (identity for
+    the linear model; Nystroem or random Fourier features, whose float32 output training used)."""
+
+    def __init__(self, w, normalizer, *, n_features, fmap=None, config=None, training=None, fingerprint="",
+                 levels=()):
+        self.w = np.asarray(w, np.float64)
+        self.normalizer = normalizer
+        self.fmap = fmap if fmap is not None and fmap.kind != "identity" else None
+        self.n_features = int(n_features)
+        self.config = dict(config or {})
+        self.training = dict(training or {})
+        self.fingerprint = fingerprint
+        self.levels = [float(v) for v in levels]
+
+    # -- scoring --------------------------------------------------------------------------------
+    def _pad(self, X, where="X"):
+        X = np.asarray(X)
+        if X.ndim != 2:
+            raise InputError(f"{where} must be a 2-D array of rows; got shape {X.shape}")
+        d = X.shape[1]
+        if d > self.n_features:
+            raise InputError(f"{where} has {d} features but the model knows {self.n_features}; "
+                             f"convert the data with --n-features {self.n_features} or retrain")
+        if d < self.n_features:  # missing trailing features are zeros, as in SVMlight
+            Xp = np.zeros((X.shape[0], self.n_features), X.dtype if X.dtype.kind == "f" else np.float64)
+            Xp[:, :d] = X
+            return Xp
+        return X
+
+    @property
+    def method(self):
+        return "primal" if self.fmap is None else self.fmap.kind
+
+    def decision_function(self, X, query_ptr=None, row0=0):
+        """Scores of the rows of X. ``row0`` is the index of X's first row in its dataset: a
+        feature map computes the row with index r in the tile that holds r, so a row's score is
+        the same bits whichever block it is scored in (:mod:`streamrank.features.kernels`, "Row
+        independence"); 0 for an array on its own."""
+        Xn = self.normalizer.transform(self._pad(X), query_ptr)
+        if self.fmap is not None and hasattr(self.fmap, "scores"):  # scores in chunks itself (exact kernel)
+            return self.fmap.scores(Xn, self.w, row0=row0)
+        if self.fmap is not None:  # the same float32 features as in training, products in float64
+            Xn = self.fmap.transform(Xn, dtype=np.float32, row0=row0)
+        # x.w in a fixed order per row (a BLAS gemv sums a row differently by the call's row count)
+        out = np.empty(Xn.shape[0])
+        _qprod.rows_dot(Xn, self.w, out)
+        return out
+
+    def predict_dataset(self, ds, *, memory_budget="2GB"):
+        """Scores of every row of ``ds`` in the input's row order (streamed)."""
+        if ds.n_features > self.n_features:
+            raise InputError(f"{ds.path} has {ds.n_features} features but the model knows {self.n_features}; "
+                             f"convert it with --n-features {self.n_features}")
+        out = np.empty(ds.n_rows)
+        row = ds.row
+        for block, a, b in ds.stream(memory_budget=memory_budget):
+            out[row[a:b]] = self.decision_function(block.X, block.query_ptr, row0=a)
+        return out
+
+    # -- file ---------------------------------------------------------------------------------------
+    def save(self, path):
+        """Write atomically (temporary name, fsync, rename)."""
+        path = Path(path)
+        tmp = temp_name(path)
+        try:
+            with h5py.File(tmp, "w") as f:
+                a = f.attrs
+                a["format"] = FORMAT_NAME
+                a["version"] = FORMAT_VERSION
+                a["created_by"] = f"streamrank {__version__}"
+                a["method"] = self.method
+                a["n_features"] = self.n_features
+                a["config"] = json.dumps(self.config, sort_keys=True)
+                a["training"] = json.dumps(self.training, sort_keys=True)
+                a["fingerprint"] = self.fingerprint
+                a["levels"] = json.dumps(self.levels)
+                f.create_dataset("w", data=self.w)
+                self.normalizer.to_h5(f.create_group("normalize"))
+                if self.fmap is None:
+                    f.create_group("feature_map").attrs["kind"] = "identity"
+                else:
+                    self.fmap.to_h5(f.create_group("feature_map"))
+            atomic_replace(tmp, path)
+        finally:
+            if tmp.exists():
+                os.unlink(tmp)
+        return path
+
+
+def load(path):
+    """Read a model file written by :meth:`LinearModel.save` (or ``RankSVM.save``)."""
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"{path}: no such file")
+    if not h5py.is_hdf5(path):
+        raise FormatError(f"{path}: not an HDF5 file, so not a streamrank model; train one with streamrank train")
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise FormatError(f"{path}: cannot be read as a streamrank model ({exc}); the file is damaged, "
+                          f"train the model again") from None
+    with f:
+        fmt = f.attrs.get("format")
+        if isinstance(fmt, bytes):
+            fmt = fmt.decode("utf-8", "replace")
+        if fmt != FORMAT_NAME:
+            what = "a streamrank dataset, not a model" if fmt == "streamrank-dataset" else f"format {fmt!r}"
+            raise FormatError(f"{path}: not a streamrank model ({what}); train one with streamrank train")
+        version = int(f.attrs.get("version", -1))
+        if version != FORMAT_VERSION:
+            fix = ("it was written by a newer streamrank; upgrade with: pip install -U streamrank"
+                   if version > FORMAT_VERSION else "train the model again with this streamrank")
+            raise FormatError(f"{path}: model format version {version} is not supported (this streamrank reads "
+                              f"{FORMAT_VERSION}); {fix}")
+        try:
+            from streamrank.features.maps import load_map
+            fmap = load_map(f["feature_map"])
+            w, n_features = f["w"][:], int(f.attrs["n_features"])
+            width = n_features if fmap.kind == "identity" else int(fmap.n_components_)
+            if w.shape != (width,):
+                raise FormatError(f"{path}: the model file is inconsistent (w has shape {w.shape}, n_features "
+                                  f"is {n_features}); train the model again")
+            return LinearModel(w, Normalizer.from_h5(f["normalize"]), fmap=fmap,
+                               n_features=n_features, config=json.loads(f.attrs["config"]),
+                               training=json.loads(f.attrs["training"]), fingerprint=str(f.attrs["fingerprint"]),
+                               levels=json.loads(f.attrs["levels"]))
+        except FormatError:
+            raise
+        except (KeyError, OSError, ValueError) as exc:
+            raise FormatError(f"{path}: the model file is incomplete or damaged ({exc}); train the model again") \
+                from None

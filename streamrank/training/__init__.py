@@ -1,0 +1,1 @@
+"""The training paths over hyper-parameters, and the memory plan."""

@@ -1,0 +1,280 @@
+"""Training exact kernel RankSVM (paper 004): Q in a KernelCache, TRON over beta, checkpoints.
+
+One run = read the training rows once (normalised, float64; l x d is small beside Q), compute Q =
+K(X, X) once per gamma into a :class:`~streamrank.cache.kernel_cache.KernelCache` (in memory when it fits
+the budget, else on disk under ``--cache-dir`` with the part that fits in memory), then for each C
+in increasing order solve (3.13) with TRON from the previous beta (warm start), as
+:func:`streamrank.training.linear.train_linear` does for the linear problem, with the same checkpoints,
+resume and validation. The model keeps beta and the rows with beta_i != 0
+(:mod:`streamrank.features.exact_map`).
+
+Memory (``--memory-budget``): the rows Xn, O(l) solver vectors, the float64 rows of a block being
+computed, three block buffers (computing or reading ahead), and the in-memory tier of Q, which
+gets the rest.
+"""
+
+import logging
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from streamrank._native import pairkernels as pk
+from streamrank.errors import ParameterError
+from streamrank.features.exact_map import ExactKernelMap
+from streamrank.cache.feature_cache import array_digest
+from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective
+from streamrank.objectives.kernel_precond import A_CHUNK_BYTES, DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
+from streamrank.cache.kernel_cache import READ_BUFFERS, KernelCache, read_rows
+from streamrank.features.kernels import check_psd_kernel
+from streamrank.features.kernels import tile_rows
+from streamrank.evaluation.metrics import evaluate
+from streamrank.state.model import LinearModel
+from streamrank.features.normalize import Normalizer
+from streamrank.training import memory_plan as memplan
+from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
+from streamrank.training.linear import (RESUMABLE_CHANGES, _metric_value, check_config, finish_point, iteration_callback,
+                    pair_cost_table, query_weights, read_labels, report_grid_edges, resume_point)
+from streamrank.solvers.tron import tron
+from streamrank.units import format_size, parse_size
+
+log = logging.getLogger("streamrank.training.exact")
+
+# One stored block of Q: at most this, and at most 1/32 of the budget (three are buffered)
+Q_BLOCK_BYTES = 64 << 20
+# float64 vectors of length l alive at once (TRON's w, g, s, r, d, Hd; the objective's z, dz,
+# gradient and trial copies; the pass's state arrays), with room to spare
+VECTORS_PER_ROW = 40
+
+
+def memory_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
+    """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
+    the whole process: what is resident already (the interpreter, libraries) counts, as in
+    :mod:`streamrank.training.memory_plan`."""
+    qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
+    chunk = 8 * tile_rows(l + d) * (l + d)  # one tile of float64 rows and kernel values being computed
+    m = min(landmarks, l)
+    # float32 U, diag(R) and two D (the base's and the point's), five m x m float64 matrices (A,
+    # U^T D^-1 U, R_A, B's factor and a temporary) and the chunks of their products
+    # (kernel_precond); its float64 build-time factor (8 l m) is freed before the tier of Q fills memory
+    precond = (4 * l * m + 24 * l + 40 * m * m + min(A_CHUNK_BYTES, 24 * l * m)) if m else 0
+    resident = memplan.resident_bytes() if resident is None else resident
+    fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
+    q_bytes = 4 * l * l
+    if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
+        return qblock, q_bytes  # all of Q in memory
+    if resident + fixed + READ_BUFFERS * qblock <= budget:
+        fixed += resident
+    elif fixed + READ_BUFFERS * qblock <= budget:
+        log.warning("memory budget %s is below what this run needs besides Q with %s already resident: "
+                    "peak RSS will exceed it", format_size(budget), format_size(resident))
+    tier = budget - fixed - READ_BUFFERS * qblock
+    if tier < 0:
+        raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
+                             f"{l} rows (the rows, solver vectors, preconditioner and {READ_BUFFERS} blocks of Q need "
+                             f"{format_size(fixed + READ_BUFFERS * qblock)}); pass --memory-budget "
+                             f"{format_size(2 * (fixed + READ_BUFFERS * qblock))}"
+                             + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
+                                f"--precondition off drops them)" if precond > (fixed + READ_BUFFERS * qblock) / 2
+                                else ""))
+    return qblock, tier
+
+
+def default_cache_dir():
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamrank"
+
+
+class _Gram:
+    """Q for one gamma: a built KernelCache and its preconditioner, or X X^T for the linear kernel."""
+
+    def __init__(self, Xn, qp, rank, cost, mu, *, kernel, gamma, degree, coef0, key, qblock, tier, where, landmarks,
+                 seed):
+        self.Xn, self.qp, self.rank, self.cost, self.mu = Xn, qp, rank, cost, mu
+        self.cache, self.precond, self.counter = None, None, None
+        self.build_seconds = self.precond_seconds = 0.0
+        if kernel == "linear":  # Q = X X^T in float64, never stored (paper 004 sec. 3.3)
+            self.counter = LinearKernelObjective(Xn, rank, qp, C=1.0, cost=cost, mu=mu).source
+            return
+        self.cache = c = KernelCache(Xn, qp, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                                     key_material=key, block_bytes=qblock, memory_bytes=tier, cache_dir=where)
+        if landmarks:  # before Q: its float64 temporaries are freed before the tier of Q fills memory
+            t = time.perf_counter()
+            self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                                                  landmarks=landmarks, seed=seed)
+            self.precond_seconds = time.perf_counter() - t
+        c.build()
+        self.build_seconds = c.build_seconds
+        if self.precond is not None:  # the jitter is known once every block of Q has been seen
+            t = time.perf_counter()
+            self.precond.set_ridge(c.jitter)
+            self.precond_seconds += time.perf_counter() - t
+            log.info("Nystroem preconditioner: %d landmarks (randomly pivoted Cholesky), residual diagonal "
+                     "mean %.3g, %.2f s", len(self.precond.landmarks), float(np.mean(self.precond.diag)),
+                     self.precond_seconds)
+        log.info("Q = K(X, X) (%s kernel, gamma %g): %d x %d, %d blocks, %s in memory%s; built in %.2f s "
+                 "(%d blocks computed); jitter %.3g", kernel, gamma, c.l, c.l, c.n_blocks,
+                 format_size(c.memory_nbytes), f", {c.dir}" if c.dir is not None else "", c.build_seconds,
+                 c.computed_blocks, c.jitter)
+
+    def objective(self, C):
+        if self.cache is None:
+            obj = LinearKernelObjective(self.Xn, self.rank, self.qp, C=C, cost=self.cost, mu=self.mu)
+            obj.source = self.counter  # one pass count for the whole path
+            return obj
+        return KernelObjective(self.cache, self.rank, C=C, cost=self.cost, mu=self.mu).set_preconditioner(self.precond)
+
+    @property
+    def passes(self):
+        return (self.cache or self.counter).passes
+
+    @property
+    def jitter(self):
+        return 0.0 if self.cache is None else self.cache.jitter
+
+    @property
+    def in_memory(self):
+        return True if self.cache is None else self.cache.all_in_memory
+
+    def close(self):
+        if self.cache is not None:
+            self.cache.close()
+
+
+def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
+                tol=1e-3, max_iter=1000, memory_budget="2GB", pair_cost=None, query_weight=None,
+                select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
+                cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS):
+    """Train exact kernel RankSVM on an open dataset; return (LinearModel with an ExactKernelMap, summary).
+
+    ``gamma``: one value or several (then ``valid`` chooses), None for 1 / n_features.
+    ``block_bytes``: bytes of a stored block of Q (default from the budget); the model does not
+    depend on it, nor on ``memory_budget``. ``cache_dir``: where Q is stored when it does not fit
+    in memory (default ``$XDG_CACHE_HOME/streamrank``), and where a stored Q is found again by
+    later runs (given explicitly, Q is always stored there). ``precondition``: ``auto`` or ``on``
+    precondition CG with a Nystroem approximation of Q from ``landmarks`` rows (``"auto"``:
+    10 sqrt(l) in thousands, 500 to 4,000; :mod:`streamrank.objectives.kernel_precond`), ``off`` runs
+    plain CG (as ``landmarks=0``).
+    """
+    t_start = time.perf_counter()
+    Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
+    gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
+    d = ds.n_features
+    gammas = [check_psd_kernel(kernel, g, degree, coef0, d)[1] for g in gammas]
+    kernel, _, degree, coef0 = check_psd_kernel(kernel, gammas[0], degree, coef0, d)
+    budget = parse_size(memory_budget)
+    if precondition not in ("auto", "on", "off"):
+        raise ParameterError(f"precondition must be one of auto, on, off; got {precondition!r}. Pass --precondition on")
+    if precondition == "off" or kernel == "linear":
+        landmarks = 0
+    elif landmarks == "auto":
+        q0_, q1_ = queries if queries is not None else (0, ds.n_queries)
+        landmarks = auto_landmarks(int(ds.query_ptr[q1_] - ds.query_ptr[q0_]))
+    cfg = {"method": "exact", "solver": "tron", "C_path": Cs, "kernel": kernel, "gamma_path": gammas,
+           "degree": degree, "coef0": coef0, "normalize": normalize, "tol": float(tol), "max_iter": int(max_iter),
+           "memory_budget": budget, "block_bytes": block_bytes,
+           "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
+           "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
+           "queries": list(queries) if queries is not None else None,
+           "valid_fingerprint": valid.fingerprint if valid is not None else None,
+           "landmarks": int(landmarks)}
+    check_config(cfg)
+    points = [(gi, c) for gi in range(len(gammas)) for c in Cs]
+    if len(points) > 1 and valid is None:
+        raise ParameterError(f"several C (and gamma) values need --valid data to choose between them; "
+                             f"got C = {', '.join(map(str, Cs))}" + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
+
+    # -- the rows, labels, weights, costs ------------------------------------------------------------
+    q0, q1 = queries if queries is not None else (0, ds.n_queries)
+    raw_block = int(budget * BLOCK_SHARE_OF_BUDGET)
+    normalizer = Normalizer(normalize)
+    if normalize == "zscore":
+        normalizer.fit((b.X for b, _, _ in ds.stream(block_bytes=raw_block, queries=(q0, q1))), d)
+    Xn, y, qp = read_rows(ds, normalizer, (q0, q1), raw_block)
+    l = len(y)
+    levels = np.unique(y)
+    rank = np.searchsorted(levels, y).astype(np.int32)
+    mu = query_weights(query_weight, y, qp)
+    cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
+    qblock, tier = memory_plan(l, d, budget, block_bytes, cfg["landmarks"])
+    fits = kernel == "linear" or tier >= 4 * l * l
+    where = cache_dir
+    if where is None and not fits:
+        where = default_cache_dir()
+        log.info("Q (%s) does not fit in the memory budget: stored under %s (pass --cache-dir to choose)",
+                 format_size(4 * l * l), where)
+    key = {"dataset": ds.fingerprint, "queries": [q0, q1], "normalize": normalizer.kind,
+           "normalize_arrays": array_digest(*[a for a in (normalizer.mean_, normalizer.scale_) if a is not None])}
+    valid_y = read_labels(valid) if valid is not None else None
+
+    def make_gram(gi):
+        return _Gram(Xn, qp, rank, cost, mu, kernel=kernel, gamma=gammas[gi], degree=degree, coef0=coef0, key=key,
+                     qblock=qblock, tier=tier, where=where, landmarks=cfg["landmarks"], seed=seed)
+
+    def kmap(gi, rows=slice(None)):
+        return ExactKernelMap(Xn[rows], kernel, gammas[gi], degree, coef0)
+
+    def score_valid(beta, gi):
+        model = LinearModel(beta, normalizer, n_features=d, fmap=kmap(gi))
+        s = np.empty(valid.n_rows)
+        for block, a, b in valid.stream(block_bytes=raw_block):
+            s[a:b] = model.decision_function(block.X, block.query_ptr, row0=a)
+        return _metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), select_metric)
+
+    # -- resume ----------------------------------------------------------------------------------------
+    ck_cfg = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
+    candidates, path_w, start_index, tron_state, passes0 = resume_point(checkpoint if resume else None, ck_cfg,
+                                                                        ds.fingerprint, points)
+
+    # -- the path of (gamma, C) points -----------------------------------------------------------------
+    n_ck = [0]
+    gram, gram_gi, total_passes, build_s, precond_s = None, None, passes0, 0.0, 0.0
+    for k in range(start_index, len(points)):
+        gi, Ck = points[k]
+        if gram_gi != gi:
+            if gram is not None:
+                total_passes += gram.passes
+                gram.close()
+            gram, gram_gi = make_gram(gi), gi
+            build_s += gram.build_seconds
+            precond_s += gram.precond_seconds
+        w = (np.asarray(path_w[k - 1], np.float64) if k > 0 and points[k - 1][0] == gi and len(path_w) >= k
+             else np.zeros(l))
+        if tron_state is not None:
+            w = tron_state.w
+        obj = gram.objective(Ck)
+        log.info("C=%g: exact kernel TRON eps=%g on %d rows, %d queries", Ck, tol, l, q1 - q0)
+
+        on_iteration = iteration_callback(
+            checkpoint=checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, settings=cfg, index=k,
+            candidates=candidates, path_w=path_w, counter=n_ck, passes=lambda: total_passes + gram.passes,
+            validate=None if valid is None else (lambda st, Ck=Ck, gi=gi: log.info(
+                "    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w, gi))))
+
+        pre = {"precondition": True} if gram.precond is not None else {}
+        st = tron(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
+                  describe=lambda: f"passes {total_passes + gram.passes}", **pre)
+        tron_state = None
+        finish_point(st, C=Ck, gamma=gammas[gi], passes=total_passes + gram.passes, candidates=candidates,
+                     path_w=path_w, valid=None if valid is None else ("valid_" + select_metric, score_valid(st.w, gi)))
+    total_passes += gram.passes if gram is not None else 0
+    in_memory, jitter = (gram.in_memory, gram.jitter) if gram is not None else (None, None)
+    if gram is not None:
+        gram.close()
+
+    key_ = "valid_" + select_metric
+    best = max(range(len(points)), key=lambda i: candidates[i].get(key_, 0.0)) if valid is not None else len(points) - 1
+    chosen = candidates[best]
+    beta = np.asarray(path_w[best], np.float64)
+    support = np.flatnonzero(beta)
+    summary = {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
+               "iterations": sum(c["iterations"] for c in candidates), "passes": total_passes,
+               "cg_steps": sum(c["cg_steps"] for c in candidates), "seconds": time.perf_counter() - t_start,
+               "kernel_seconds": build_s, "precondition_seconds": precond_s, "jitter": jitter, "method": "exact", "solver": "tron", "C": chosen["C"],
+               "gamma": chosen["gamma"], "kernel": kernel, "in_memory": in_memory, "support": int(support.size),
+               "landmarks": cfg["landmarks"],
+               "candidates": candidates}
+    report_grid_edges(summary, Cs, gammas)
+    model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(points[best][0], support), config=cfg,
+                        training=summary, fingerprint=ds.fingerprint, levels=levels)
+    return model, summary
