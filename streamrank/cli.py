@@ -150,18 +150,13 @@ def _train_exact(args, ds, valid):
 def _cmd_predict(args):
     import numpy as np
     from streamrank.evaluation.score_files import open_data
-    from streamrank.io.hdf5_format import atomic_replace, temp_name
+    from streamrank.io.atomic import written
     from streamrank.state.model import load
     model = load(args.model)
     with open_data(args.data, args.cache_dir) as ds:
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
-    tmp = temp_name(args.output)
-    try:
+    with written(args.output) as tmp:
         np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
-        atomic_replace(tmp, args.output)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
     if args.json:
         print(json.dumps({"output": str(args.output), "rows": int(scores.size)}))
     return 0

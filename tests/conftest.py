@@ -6,9 +6,7 @@ import pytest
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-# ../shared beside the repository: real data for tests that skip cleanly without it
-SHARED = HERE.parents[1] / "shared"
-MQ2008 = SHARED / "data" / "MQ2008"
+from locations import MQ2008  # noqa: E402  (../shared beside the repository; tests skip without it)
 
 
 @pytest.fixture

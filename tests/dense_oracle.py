@@ -75,3 +75,11 @@ class DenseRankSVM:
                 t *= 0.5
             w = w + t * step
         return w
+
+
+def dense_optimum(Q, y, qp, C):
+    """min of (3.13) through w-space: Q = Phi Phi^T with Phi = V S^1/2 (PSD part), same optimum."""
+    s, V = np.linalg.eigh(Q)
+    Phi = V * np.sqrt(np.maximum(s, 0.0))
+    dense = DenseRankSVM(Phi, y, qp, C)
+    return dense.fun(dense.solve())

@@ -9,7 +9,9 @@ from letor_oracle import parse_letor
 from streamrank.cli import main
 from streamrank.evaluation.metrics import evaluate
 
-EVAL = __import__("pathlib").Path(__file__).parent / "data" / "letor4_eval"
+from locations import DATA  # noqa: E402
+
+EVAL = DATA / "letor4_eval"
 
 
 @pytest.mark.parametrize("name", ["ties", "fine"])

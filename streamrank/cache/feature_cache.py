@@ -94,7 +94,7 @@ import numpy as np
 
 from streamrank._version import __version__
 from streamrank.errors import ParameterError, StreamrankError
-from streamrank.io.hdf5_format import atomic_replace, temp_name
+from streamrank.io.atomic import written
 from streamrank.units import format_size, parse_size
 
 try:
@@ -193,17 +193,8 @@ def _free_bytes(path):
 
 def _write_file(path, data):
     """Write ``data`` to a temporary name beside ``path``, fsync, rename; no temporary file survives."""
-    tmp = temp_name(path)
-    try:
-        with open(tmp, "wb", buffering=0) as f:
-            _write_all(f, data)
-        atomic_replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with written(path) as tmp, open(tmp, "wb", buffering=0) as f:
+        _write_all(f, data)
 
 
 class _Flock:

@@ -35,7 +35,6 @@ import numpy as np
 from numba import prange
 
 from streamrank._native.threads import background
-from streamrank.errors import ParameterError
 from streamrank.cache.feature_cache import FeatureCache, array_digest
 from streamrank.features.kernels import PreparedKernel, check_psd_kernel
 from streamrank.io.query_stream import plan_blocks

@@ -24,7 +24,6 @@ name and renamed only once complete, so an interrupted write never leaves a file
 
 import hashlib
 import json
-import os
 from array import array
 from pathlib import Path
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from streamrank._version import __version__
 from streamrank.errors import InputError
+from streamrank.io.atomic import atomic_replace, temp_name
 
 FORMAT_NAME = "streamrank-dataset"
 FORMAT_VERSION = 1
@@ -74,30 +74,6 @@ class ContentHash:
         else:
             h.update("\0".join(str(q) for q in qid).encode())
         return h.hexdigest()
-
-
-def atomic_replace(tmp, path):
-    """fsync ``tmp`` then rename it over ``path`` and fsync the directory."""
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    try:
-        dfd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def temp_name(path):
-    """A hidden name beside ``path``: same file system, so the final rename is atomic."""
-    path = Path(path)
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
 
 
 def _compression_kwargs(compression):

@@ -65,6 +65,7 @@ from numba import njit
 from streamrank._native.threads import background
 
 from streamrank.errors import ParameterError
+from streamrank.io.atomic import written
 
 __all__ = [
     "Preset", "PRESETS", "resolve", "query_sizes", "all_zero_queries", "generate_batches", "iter_blocks",
@@ -657,10 +658,6 @@ def _progress(total, enabled, desc):
     return tqdm(total=total, unit="rows", unit_scale=True, desc=desc, smoothing=0.1)
 
 
-def _temp_name(path):
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
 def write_text(path, preset="small", *, scale=1.0, seed=0, part=0, sparse=False, gzip_level=1,
                progress=False, batch_rows=None):
     """Write the data set as LETOR text (gzip-compressed when ``path`` ends in ``.gz``).
@@ -692,9 +689,8 @@ def write_text(path, preset="small", *, scale=1.0, seed=0, part=0, sparse=False,
     stats = _Stats(p, nq, n_rows, scale, seed, path, fmt)
     fmtr = _TextFormatter(p.n_features, sparse)
     bar = _progress(n_rows, progress, f"{p.name} -> {path.name}")
-    tmp = _temp_name(path)
     try:
-        with open(tmp, "wb") as raw:
+        with written(path) as tmp, open(tmp, "wb") as raw:
             out = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=gzip_level, mtime=0)
                    if fmt == "text.gz" else raw)
             try:
@@ -707,13 +703,6 @@ def write_text(path, preset="small", *, scale=1.0, seed=0, part=0, sparse=False,
             finally:
                 if out is not raw:
                     out.close()
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if tmp.exists():
-            tmp.unlink()
-        raise
     finally:
         if bar is not None:
             bar.close()

@@ -25,6 +25,7 @@ import h5py
 import numpy as np
 
 from streamrank._version import __version__
+from streamrank.io.atomic import fsync_dir, fsync_file
 from streamrank.errors import CheckpointMismatch, FormatError
 
 FORMAT_NAME = "streamrank-checkpoint"
@@ -87,7 +88,7 @@ def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=Non
                     f.flush()
                     os._exit(ABORT_EXIT_CODE)  # test hook: die with a half-written temporary file
             f.attrs["checksum"] = _checksum(config, fingerprint, scalars, arrays)
-        _fsync(tmp)
+        fsync_file(tmp)
         if (d / CURRENT).exists():
             os.replace(d / CURRENT, d / PREVIOUS)
         os.replace(tmp, d / CURRENT)
@@ -95,7 +96,7 @@ def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=Non
         if tmp.exists():
             tmp.unlink()
         raise
-    _fsync_dir(d)
+    fsync_dir(d)
     for stale in d.glob(f"{TEMP_PREFIX}*{TEMP_SUFFIX}"):
         try:  # temporary files of interrupted writes by earlier processes
             stale.unlink()
@@ -103,25 +104,6 @@ def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=Non
             pass
     if where == "after-iteration" and number == at:
         os._exit(ABORT_EXIT_CODE)
-
-
-def _fsync(path):
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(d):
-    try:
-        fd = os.open(d, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _read(path):

@@ -10,7 +10,6 @@ arrays and parameters, written by the map's ``to_h5``).
 """
 
 import json
-import os
 from pathlib import Path
 
 import h5py
@@ -19,7 +18,7 @@ import numpy as np
 from streamrank._native import qprod as _qprod
 from streamrank._version import __version__
 from streamrank.errors import FormatError, InputError
-from streamrank.io.hdf5_format import atomic_replace, temp_name
+from streamrank.io.atomic import written
 from streamrank.features.normalize import Normalizer
 
 FORMAT_NAME = "streamrank-model"
@@ -90,29 +89,23 @@ class LinearModel:
     def save(self, path):
         """Write atomically (temporary name, fsync, rename)."""
         path = Path(path)
-        tmp = temp_name(path)
-        try:
-            with h5py.File(tmp, "w") as f:
-                a = f.attrs
-                a["format"] = FORMAT_NAME
-                a["version"] = FORMAT_VERSION
-                a["created_by"] = f"streamrank {__version__}"
-                a["method"] = self.method
-                a["n_features"] = self.n_features
-                a["config"] = json.dumps(self.config, sort_keys=True)
-                a["training"] = json.dumps(self.training, sort_keys=True)
-                a["fingerprint"] = self.fingerprint
-                a["levels"] = json.dumps(self.levels)
-                f.create_dataset("w", data=self.w)
-                self.normalizer.to_h5(f.create_group("normalize"))
-                if self.fmap is None:
-                    f.create_group("feature_map").attrs["kind"] = "identity"
-                else:
-                    self.fmap.to_h5(f.create_group("feature_map"))
-            atomic_replace(tmp, path)
-        finally:
-            if tmp.exists():
-                os.unlink(tmp)
+        with written(path) as tmp, h5py.File(tmp, "w") as f:
+            a = f.attrs
+            a["format"] = FORMAT_NAME
+            a["version"] = FORMAT_VERSION
+            a["created_by"] = f"streamrank {__version__}"
+            a["method"] = self.method
+            a["n_features"] = self.n_features
+            a["config"] = json.dumps(self.config, sort_keys=True)
+            a["training"] = json.dumps(self.training, sort_keys=True)
+            a["fingerprint"] = self.fingerprint
+            a["levels"] = json.dumps(self.levels)
+            f.create_dataset("w", data=self.w)
+            self.normalizer.to_h5(f.create_group("normalize"))
+            if self.fmap is None:
+                f.create_group("feature_map").attrs["kind"] = "identity"
+            else:
+                self.fmap.to_h5(f.create_group("feature_map"))
         return path
 
 

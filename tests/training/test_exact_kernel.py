@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -13,7 +12,7 @@ import pytest
 
 import qprod_oracle
 import streamrank
-from dense_oracle import DenseRankSVM, explicit_pairs
+from dense_oracle import dense_optimum, explicit_pairs
 from streamrank._native import pairkernels as pk
 from streamrank._native import qprod as _qprod
 from streamrank.state.checkpoint import ABORT_ENV, ABORT_EXIT_CODE
@@ -27,7 +26,7 @@ from streamrank.features.kernels import kernel_matrix
 from streamrank.features.normalize import Normalizer
 from streamrank.training.linear import train_linear
 
-DATA = Path(__file__).resolve().parent / "data"
+from locations import DATA  # noqa: E402
 GAMMA = 0.05
 
 
@@ -79,14 +78,6 @@ class DenseBeta:
         act = (1.0 - self.A @ (self.Q @ b)) > 0
         Aa = self.A[act]
         return self.Q @ v + 2 * self.C * self.Q @ (Aa.T @ (self.c[act] * (Aa @ (self.Q @ v))))
-
-
-def dense_optimum(Q, y, qp, C):
-    """min of (3.13) through w-space: Q = Phi Phi^T with Phi = V S^1/2 (PSD part), same optimum."""
-    s, V = np.linalg.eigh(Q)
-    Phi = V * np.sqrt(np.maximum(s, 0.0))
-    dense = DenseRankSVM(Phi, y, qp, C)
-    return dense.fun(dense.solve())
 
 
 # -- the numba products ------------------------------------------------------------------------------

@@ -87,7 +87,7 @@ def test_rounding_bounds_equal_their_numpy_twin_bit_for_bit():
 def clustered_problems():
     """(Xn, y, qp, KernelCache, f*(C)) per (normalize, gamma), built once for the module; f*(C)
     is the dense optimum on Q' (explicit pairs, generalised Newton), computed once per C."""
-    from test_exact_kernel import dense_optimum
+    from dense_oracle import dense_optimum
     made = {}
 
     def get(normalize, gamma):

@@ -10,15 +10,16 @@ import gzip
 import itertools
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from streamrank.evaluation.metrics import _count_inversions, evaluate, pairwise_accuracy_counts
 
-DATA = Path(__file__).parent / "data" / "letor4_eval"
-SHARED = Path(__file__).parents[2] / "shared" / "data"
+from locations import DATA as _DATA, SHARED as _SHARED  # noqa: E402
+
+DATA = _DATA / "letor4_eval"
+SHARED = _SHARED / "data"
 SHARED_TEST = SHARED / "MQ2008" / "Fold1" / "test.txt.gz"
 
 

@@ -3,7 +3,6 @@
 import gzip
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from streamrank.io import synthetic as ds
 from streamrank.errors import ParameterError
 
-ROOT = Path(__file__).resolve().parents[1]
+from locations import ROOT  # noqa: E402
 
 
 def _parse_text(data, n_features):

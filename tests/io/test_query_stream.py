@@ -13,7 +13,7 @@ from streamrank.errors import FormatError
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.io.query_stream import plan_blocks
 
-HERE = __import__("pathlib").Path(__file__).parent
+from locations import TESTS as HERE  # noqa: E402
 
 
 def make_dataset(path, n_queries=80, d=7, seed=0):

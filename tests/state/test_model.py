@@ -2,7 +2,6 @@
 file, and ``streamrank predict`` writing scores in the input text's row order."""
 
 import shutil
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -14,7 +13,7 @@ from streamrank.errors import FormatError, InputError
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.state.model import load as load_model
 
-DATA = Path(__file__).parent / "data"
+from locations import DATA  # noqa: E402
 NORMALIZE = ["none", "zscore", "query_minmax"]
 
 

@@ -10,7 +10,6 @@ import pytest
 
 import kernel_oracle as oracle
 import streamrank
-from streamrank.features import maps as fm
 from streamrank.features import kernels as kn
 from streamrank.errors import FormatError, InputError, ParameterError
 from streamrank.features.maps import IdentityMap, Nystroem, RandomFourier, Reservoir, load_map

@@ -1,0 +1,125 @@
+"""TRON on function objects alone (no data layer): the minimiser, the stopping rule, warm starts,
+the preconditioned trust region, continuing from a saved state, and the errors it raises."""
+
+import logging
+import re
+
+import numpy as np
+import pytest
+
+from function_objects import Quadratic, SquaredHinge, hinge_problem, lbfgs_optimum
+from streamrank.errors import CheckpointMismatch
+from streamrank.solvers.tron import TronState, tron
+
+
+def spd(n, cond, seed=0):
+    rng = np.random.default_rng(seed)
+    Q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    return (Q * np.geomspace(1.0, cond, n)) @ Q.T
+
+
+def test_quadratic_reaches_the_solution_of_the_linear_system():
+    A = spd(30, 1e3)
+    b = np.random.default_rng(1).standard_normal(30)
+    st = tron(Quadratic(A, b), np.zeros(30), eps=1e-6)
+    assert st.converged
+    x = np.linalg.solve(A, b)
+    np.testing.assert_allclose(st.w, x, rtol=1e-5, atol=1e-7 * np.abs(x).max())
+    assert np.linalg.norm(st.g) <= 1e-6 * np.linalg.norm(b)  # g(0) = -b
+
+
+@pytest.mark.parametrize("C", [1e-3, 1.0, 1e3])
+def test_piecewise_quadratic_with_raw_scales_reaches_the_lbfgs_optimum(C):
+    X = hinge_problem(seed=2, scale_spread=4.0)
+    obj = SquaredHinge(X, C)
+    w_ref, f_ref = lbfgs_optimum(SquaredHinge(X, C), X.shape[1])
+    st = tron(obj, np.zeros(X.shape[1]), eps=1e-9)
+    # converged, or stopped where float64 cannot see a reduction (a designed stop, not a failure)
+    assert st.converged or "float64 resolution" in st.message, st.message
+    assert st.f <= f_ref + 1e-9 * abs(f_ref)
+    # the contract: fun before grad before hessp at each point, grad only for accepted points
+    assert obj.calls[0] == "fun" and obj.calls[1] == "grad"
+    assert st.n_grad == st.iteration + 1 and st.n_fun == st.n_steps + 1
+
+
+def test_warm_start_takes_a_step_and_stops_relative_to_its_own_start():
+    """gnorm0 = min(||g(0)||, ||g(w0)||): a start near the optimum is refined by eps again."""
+    X = hinge_problem(seed=3)
+    w_near = tron(SquaredHinge(X, 1.0), np.zeros(X.shape[1]), eps=1e-3).w
+    obj = SquaredHinge(X, 1.0)
+    st = tron(obj, w_near, eps=1e-3)
+    g0 = np.linalg.norm(_grad_at(X, 1.0, np.zeros_like(w_near)))
+    gw = np.linalg.norm(_grad_at(X, 1.0, w_near))
+    assert st.gnorm0 == pytest.approx(min(g0, gw), rel=1e-12)
+    assert st.iteration >= 1 and st.gnorm <= 1e-3 * min(g0, gw)
+
+
+def _grad_at(X, C, w):
+    obj = SquaredHinge(X, C)
+    obj.fun(w)
+    return obj.grad(w)
+
+
+class _Jacobi:
+    """M = diag(A): TRON's preconditioner hook (solve, mdot)."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def solve(self, r):
+        return r / self.d
+
+    def mdot(self, u, v):
+        return float(u @ (self.d * v))
+
+
+def test_preconditioned_trust_region_reaches_the_same_point_in_fewer_cg_steps():
+    rng = np.random.default_rng(4)
+    d = 10.0 ** rng.uniform(-3, 3, 40)     # badly scaled diagonal times a mild SPD factor
+    S = np.sqrt(d)
+    A = S[:, None] * spd(40, 10.0, seed=5) * S[None, :]
+    b = rng.standard_normal(40)
+    plain = tron(Quadratic(A, b), np.zeros(40), eps=1e-10)
+    obj = Quadratic(A, b)
+    obj.preconditioner = lambda: _Jacobi(np.diag(A).copy())
+    pre = tron(obj, np.zeros(40), eps=1e-10, precondition=True)
+    x = np.linalg.solve(A, b)
+    for st in (plain, pre):
+        np.testing.assert_allclose(st.w, x, rtol=1e-6, atol=1e-8 * np.abs(x).max())
+    assert pre.n_cg < plain.n_cg / 2
+
+
+def test_a_saved_state_continues_to_the_same_bits():
+    X = hinge_problem(seed=6)
+    full = tron(SquaredHinge(X, 10.0), np.zeros(X.shape[1]), eps=1e-10)
+    part = tron(SquaredHinge(X, 10.0), np.zeros(X.shape[1]), eps=1e-10, max_iter=2)
+    assert part.message == "reached max_iter=2" and part.iteration == 2
+    saved = TronState(w=part.w.copy(), f=part.f, g=part.g.copy(), delta=part.delta, gnorm0=part.gnorm0,
+                      iteration=part.iteration, n_steps=part.n_steps)
+    cont = tron(SquaredHinge(X, 10.0), None, eps=1e-10, state=saved)
+    assert np.array_equal(cont.w, full.w) and cont.f == full.f and cont.iteration == full.iteration
+
+
+def test_a_state_whose_objective_evaluates_differently_is_refused():
+    X = hinge_problem(seed=7)
+    part = tron(SquaredHinge(X, 1.0), np.zeros(X.shape[1]), max_iter=1)
+    part.f += 1e-9
+    part.message = ""
+    with pytest.raises(CheckpointMismatch, match="numeric environment"):
+        tron(SquaredHinge(X, 1.0), None, state=part)
+
+
+def test_negative_curvature_is_an_error_not_a_step():
+    A = np.diag([1.0, -1.0])
+    with pytest.raises(FloatingPointError, match=r"not positive definite \(d.Hd = "):
+        tron(Quadratic(A, np.array([1.0, 1.0])), np.zeros(2))
+
+
+def test_one_log_line_per_iteration(caplog):
+    X = hinge_problem(seed=8)
+    with caplog.at_level(logging.INFO, logger="streamrank.solvers.tron"):
+        st = tron(SquaredHinge(X, 1.0), np.zeros(X.shape[1]), eps=1e-6, describe=lambda: "passes 7")
+    lines = [r.getMessage() for r in caplog.records if r.name == "streamrank.solvers.tron"]
+    assert len(lines) == st.n_steps
+    assert all(re.match(r"iter +\d+ f [-+0-9.e]+ \|g\| [0-9.e+-]+ CG +\d+ radius [0-9.e+-]+ .*passes 7", s)
+               for s in lines), lines[:2]
