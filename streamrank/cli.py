@@ -2,12 +2,53 @@
 
 import argparse
 import json
+import re
 import sys
 
 from streamrank._version import __version__
 from streamrank.errors import StreamrankError
 
 NOT_YET_METHODS = {}
+
+# library parameter -> command-line flag: library messages name parameters (``C=0.5``,
+# ``resume=False``); what the CLI prints names its flags (``--C 0.5``, ``without --resume``)
+FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--method", "precondition": "--precondition",
+         "gamma": "--gamma", "solver": "--solver", "kernel": "--kernel", "degree": "--degree", "coef0": "--coef0",
+         "normalize": "--normalize", "n_components": "--components", "rank": "--rank", "seed": "--seed",
+         "n_features": "--n-features", "memory_budget": "--memory-budget", "cache_dir": "--cache-dir",
+         "cache_size": "--cache-size", "query_files": "--query-file", "zero_based": "--zero-based",
+         "checkpoint": "--checkpoint", "resume": "--resume", "valid": "--valid", "select_metric": "--select-metric",
+         "part": "--part", "preset": "--preset", "scale": "--scale"}
+_PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
+# only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
+# as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
+_FIX = re.compile(rf"(\b[Uu]se |\bor |\band |\()({_PARAM})=(\S*?)(?=[\s;,)]|$)|\bwith ({_PARAM})=(True|False)\b")
+
+
+def translate(message):
+    """A library message in the CLI's terms where it says what to set: ``use C=0.5`` -> ``pass --C
+    0.5``, ``with resume=False`` -> ``without --resume``, ``use zero_based=True`` -> ``pass
+    --zero-based``, ``(valid=DATA)`` -> ``(--valid DATA)``."""
+    def fix(m):
+        if m.group(4):  # "with name=True|False"
+            return ("with " if m.group(5) == "True" else "without ") + FLAGS[m.group(4)]
+        lead, flag, value = m.group(1), FLAGS[m.group(2)], m.group(3)
+        word = {"Use ": "Pass ", "use ": "pass "}.get(lead, lead)
+        if value == "False":
+            return word + "no " + flag
+        if value == "True":
+            return word + flag
+        return f"{word}{flag} {value}"
+    return _FIX.sub(fix, message)
+
+
+class _Translate:
+    """A logging filter that puts library log messages in the CLI's terms."""
+
+    @staticmethod
+    def filter(record):
+        record.msg, record.args = translate(record.getMessage()), None
+        return True
 
 
 def _positive_int(name):
@@ -67,6 +108,7 @@ def _setup_logging(quiet):
     logger.handlers[:] = []
     h = logging.StreamHandler(sys.stderr)
     h.setFormatter(logging.Formatter("%(message)s"))
+    h.addFilter(_Translate)
     logger.addHandler(h)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
 
@@ -263,7 +305,7 @@ def main(argv=None):
     try:
         return args.func(args)
     except (StreamrankError, FileNotFoundError) as exc:
-        print(f"streamrank {args.command}: error: {exc}", file=sys.stderr)
+        print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted", file=sys.stderr)

@@ -14,7 +14,7 @@ _UNITS = {
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_size(text, name="--memory-budget"):
+def parse_size(text, name="memory_budget"):
     """Return the number of bytes in ``text`` (an int passes through unchanged)."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         value = int(text)

@@ -69,3 +69,40 @@ def test_demo_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "[3/4] trained the linear RankSVM" in out and "[4/4] test set" in out
     assert "MeanNDCG" in out and (tmp_path / "model.h5").exists()
+
+
+def test_library_messages_are_printed_in_the_cli_terms(tmp_path, capsys):
+    """The library says C=0.5; the CLI says --C 0.5 (cli.translate), for errors and log lines."""
+    from streamrank.cli import translate
+    from locations import DATA as data
+    assert main(["train", str(data / "dataset_v1.h5"), "-o", str(tmp_path / "m.h5"), "--C", "1", "--tol", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert "tol must be > 0; got -1.0. Pass --tol 1e-3" in err
+    assert translate("start again with resume=False; another directory (checkpoint=DIR)") == (
+        "start again without --resume; another directory (--checkpoint DIR)")
+    assert translate("C=0.01: tron eps=0.001; kernel=poly with coef0=-1") == "C=0.01: tron eps=0.001; kernel=poly with coef0=-1"
+    assert translate("feature index 0; use zero_based=True") == "feature index 0; pass --zero-based"
+    assert translate("n_components must be an integer >= 1; got 0. Use n_components=1000") == (
+        "n_components must be an integer >= 1; got 0. Pass --components 1000")
+
+
+def test_no_library_message_names_a_flag():
+    """Flags belong to the CLI: no string in the library outside cli.py spells one."""
+    import ast
+    import re
+    import streamrank
+    from pathlib import Path
+    pkg = Path(streamrank.__file__).parent
+    bad = []
+    for f in pkg.rglob("*.py"):
+        if f.name == "cli.py":
+            continue
+        tree = ast.parse(f.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef))
+                      and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                if re.search(r"(?<![\w-])--[A-Za-z]", node.value):
+                    bad.append(f"{f.relative_to(pkg)}:{node.lineno}: {node.value[:60]!r}")
+    assert not bad, bad

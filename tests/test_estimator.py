@@ -76,12 +76,12 @@ def test_estimator_conventions():
     est = streamrank.RankSVM(C=-1)  # __init__ stores, fit validates
     assert est.get_params()["C"] == -1
     X, y, qid = arrays()
-    with pytest.raises(ParameterError, match=r"C must be > 0; got -1.0. Pass --C 0.5"):
+    with pytest.raises(ParameterError, match=r"C must be > 0; got -1.0. Use C=0.5"):
         est.fit(X, y, qid)
     with pytest.raises(ParameterError, match="not fitted"):
         est.predict(X)
     assert est.set_params(C=0.25).C == 0.25
-    with pytest.raises(ParameterError, match=r"several C \(and gamma\) values need --valid"):
+    with pytest.raises(ParameterError, match=r"several C \(and gamma\) values need validation data \(valid=DATA\)"):
         streamrank.RankSVM(C=[0.1, 1]).fit(X, y, qid)
 
 

@@ -18,6 +18,7 @@ try:
 except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from streamrank.io import synthetic as datasets
+from streamrank.cli import translate  # noqa: E402
 from streamrank.errors import StreamrankError
 
 _H5_SUFFIXES = (".h5", ".hdf5")
@@ -69,7 +70,7 @@ def main(argv=None):
                                         sparse=args.sparse, gzip_level=args.gzip_level,
                                         progress=progress)
     except StreamrankError as exc:
-        raise SystemExit(f"make_letor.py: {exc}")
+        raise SystemExit(f"make_letor.py: {translate(str(exc))}")
     if not args.quiet:
         mb = stats["bytes"] / 1e6
         print(f"{out}: {stats['rows']:,} rows, {stats['queries']:,} queries, "

@@ -309,10 +309,10 @@ class FeatureCache:
                 self.close()
                 if exc.errno in _DISK_FULL:
                     raise CacheDiskFull(f"feature cache {self.dir}: no space for its manifest "
-                                        f"({os.strerror(exc.errno)}). Free space there, pass --cache-dir on "
+                                        f"({os.strerror(exc.errno)}). Free space there, use cache_dir=DIR on "
                                         f"another disk, or force recompute (no feature cache)") from exc
                 raise FeatureCacheError(f"cannot open feature cache {self.dir}: {exc}; pass another "
-                                        f"--cache-dir or force recompute (no feature cache)") from exc
+                                        f"cache_dir=DIR or force recompute (no feature cache)") from exc
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -441,7 +441,7 @@ class FeatureCache:
                 if exc.errno in _DISK_FULL:
                     raise self._disk_full(a.nbytes, os.strerror(exc.errno)) from exc
                 raise FeatureCacheError(f"cannot write feature cache block {path}: {exc}; use another "
-                                        f"--cache-dir or force recompute") from exc
+                                        f"cache_dir=DIR or force recompute") from exc
         self.stats.write_seconds += time.perf_counter() - t0
         self.stats.puts += 1
         self.stats.bytes_written += a.nbytes
@@ -672,7 +672,7 @@ class FeatureCache:
     def _disk_full(self, nbytes, what):
         return CacheDiskFull(
             f"feature cache {self.dir}: no space for a block of {format_size(nbytes)} ({what}); nothing "
-            f"damaged, the cache keeps the blocks written so far. Free space there, pass --cache-dir on "
+            f"damaged, the cache keeps the blocks written so far. Free space there, use cache_dir=DIR on "
             f"another disk, or force recompute (no feature cache)")
 
 

@@ -163,22 +163,22 @@ def check_kernel(kernel, gamma=None, degree=3, coef0=1.0, n_features=None):
     (None -> 1 / n_features) as a float and degree as an int. Raises ParameterError naming the
     parameter, the value and the fix."""
     if kernel not in KERNELS:
-        raise ParameterError(f"kernel must be one of {', '.join(KERNELS)}; got {kernel!r}. Pass --kernel rbf")
+        raise ParameterError(f"kernel must be one of {', '.join(KERNELS)}; got {kernel!r}. Use kernel=rbf")
     if gamma is None:
         if n_features is None:
-            raise ParameterError("gamma=None (1 / n_features) needs the number of features; pass --gamma 0.03125")
+            raise ParameterError("gamma=None (1 / n_features) needs the number of features; use gamma=0.03125")
         gamma = default_gamma(n_features)
     fix_gamma = default_gamma(n_features) if n_features else 0.03125
     if isinstance(gamma, bool) or not isinstance(gamma, numbers.Real):
-        raise ParameterError(f"gamma must be a number > 0; got {gamma!r}. Pass --gamma {fix_gamma:g}")
+        raise ParameterError(f"gamma must be a number > 0; got {gamma!r}. Use gamma={fix_gamma:g}")
     gamma = float(gamma)
     if not (math.isfinite(gamma) and gamma > 0):
-        raise ParameterError(f"gamma must be > 0; got {gamma:g}. Pass --gamma {fix_gamma:g}")
+        raise ParameterError(f"gamma must be > 0; got {gamma:g}. Use gamma={fix_gamma:g}")
     if isinstance(degree, bool) or not isinstance(degree, numbers.Real) or degree != int(degree) or degree < 1:
-        raise ParameterError(f"degree must be an integer >= 1; got {degree!r}. Pass --degree 3")
+        raise ParameterError(f"degree must be an integer >= 1; got {degree!r}. Use degree=3")
     degree = int(degree)
     if isinstance(coef0, bool) or not isinstance(coef0, numbers.Real) or not math.isfinite(coef0):
-        raise ParameterError(f"coef0 must be a finite number; got {coef0!r}. Pass --coef0 1")
+        raise ParameterError(f"coef0 must be a finite number; got {coef0!r}. Use coef0=1")
     return kernel, gamma, degree, float(coef0)
 
 
@@ -334,8 +334,8 @@ def check_psd_kernel(kernel, gamma, degree, coef0, n_features):
     if not is_psd(kernel, coef0):
         if kernel == "poly":
             raise ParameterError(f"kernel=poly with coef0={coef0:g} is not positive semi-definite, which exact "
-                                 f"kernel RankSVM needs; pass --coef0 0 or a positive value")
+                                 f"kernel RankSVM needs; use coef0=0 or a positive value")
         raise ParameterError(f"kernel={kernel} is not positive semi-definite, which exact kernel RankSVM needs "
-                             f"(its objective in beta would not be convex); pass --kernel rbf, laplacian, poly or "
-                             f"linear, or use --method nystroem for {kernel}")
+                             f"(its objective in beta would not be convex); use kernel=rbf, laplacian, poly or "
+                             f"linear, or method=nystroem for {kernel}")
     return kernel, gamma, degree, coef0

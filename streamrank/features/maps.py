@@ -43,9 +43,9 @@ FORMAT_VERSION = 1
 PROJECTION_BLOCK_COLS = 160
 
 
-def _int_param(value, name, flag, lo, example):
+def _int_param(value, name, lo, example):
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ParameterError(f"{name} must be an integer >= {lo}; got {value!r}. Pass {flag} {example}")
+        raise ParameterError(f"{name} must be an integer >= {lo}; got {value!r}. Use {name}={example}")
     return int(value)
 
 
@@ -328,14 +328,14 @@ class Nystroem(FeatureMap):
         super().__init__()
         check_kernel(kernel, 1.0 if gamma is None else gamma, degree, coef0)
         self.kernel, self.gamma, self.degree, self.coef0 = kernel, gamma, degree, coef0
-        self.n_components = _int_param(n_components, "n_components", "--components", 1, 1000)
+        self.n_components = _int_param(n_components, "n_components", 1, 1000)
         if rank is not None:
-            rank = _int_param(rank, "rank", "--rank", 1, min(self.n_components, 1000))
+            rank = _int_param(rank, "rank", 1, min(self.n_components, 1000))
             if rank > self.n_components:
                 raise ParameterError(f"rank must be <= the number of components ({self.n_components}); got "
-                                     f"{rank}. Pass --rank {self.n_components} or omit --rank")
+                                     f"{rank}. Use rank={self.n_components} or rank=None")
         self.rank = rank
-        self.seed = _int_param(seed, "seed", "--seed", 0, 0)
+        self.seed = _int_param(seed, "seed", 0, 0)
         self.gamma_ = None
         self.landmarks_ = self.landmark_rows_ = self.eigenvalues_ = self.projection_ = None
         self._kernel = self._blocks = self._row0 = None
@@ -411,7 +411,7 @@ class Nystroem(FeatureMap):
         if k == 0:
             raise InputError(f"Nystroem: the {m} x {m} landmark kernel matrix has no eigenvalue above the "
                              f"floor {floor:.3g} (all landmark rows alike, or a kernel that vanishes on "
-                             f"them); change --kernel/--gamma or the data")
+                             f"them); change kernel or gamma, or the data")
         P = U[:, :k] / np.sqrt(lam[:k])  # paper 000 eq. 18: phi(x) = K(x, L) U_k S_k^{-1/2}
         # Rotate by the orthogonal Q of P^T = Q R: P Q = R^T is lower trapezoidal, and the
         # product with it costs half the flops of a dense one (module docstring of Nystroem).
@@ -491,11 +491,11 @@ class RandomFourier(FeatureMap):
         super().__init__()
         if kernel not in SHIFT_INVARIANT:
             raise ParameterError(f"random Fourier features need a shift-invariant kernel (rbf or laplacian); "
-                                 f"got {kernel!r}. Pass --kernel rbf, or --method nystroem for {kernel}")
+                                 f"got {kernel!r}. Use kernel=rbf, or method=nystroem for {kernel}")
         check_kernel(kernel, 1.0 if gamma is None else gamma)
         self.kernel, self.gamma = kernel, gamma
-        self.n_components = _int_param(n_components, "n_components", "--components", 1, 1000)
-        self.seed = _int_param(seed, "seed", "--seed", 0, 0)
+        self.n_components = _int_param(n_components, "n_components", 1, 1000)
+        self.seed = _int_param(seed, "seed", 0, 0)
         self.gamma_ = None
         self.omega_ = self.offset_ = None
 
@@ -573,4 +573,4 @@ def make_map(method, *, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_compone
     if method == "rff":
         return RandomFourier(kernel, gamma, n_components, seed)
     raise ParameterError(f"method must be primal, nystroem or rff for a feature map; got {method!r}. "
-                         f"Pass --method nystroem")
+                         f"Use method=nystroem")

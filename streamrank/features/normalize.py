@@ -42,7 +42,7 @@ class Normalizer:
     def __init__(self, kind="none"):
         if kind not in KINDS:
             raise ParameterError(f"normalize must be one of {', '.join(KINDS)}; got {kind!r}. "
-                                 f"Pass --normalize zscore")
+                                 f"Use normalize=zscore")
         self.kind = kind
         self.mean_ = None
         self.scale_ = None

@@ -28,15 +28,15 @@ _MESSAGES = {
     tp.E_LABEL: "the label is not a number",
     tp.E_NAN_INF: "NaN or infinity is not allowed",
     tp.E_MISSING_QID: "missing 'qid:' (the second token must be qid:<id>; for files without "
-                      "query ids pass --query-file with the group sizes)",
+                      "query ids use query_files=F with the group sizes)",
     tp.E_BAD_QID: "empty query id after 'qid:'",
-    tp.E_QID_WITH_QUERY_FILE: "the line has 'qid:' but --query-file also gives the groups of this "
+    tp.E_QID_WITH_QUERY_FILE: "the line has 'qid:' but query_files also gives the groups of this "
                               "input; use one or the other",
     tp.E_TOKEN: "expected index:value",
     tp.E_INDEX: "the feature index is not a non-negative integer",
-    tp.E_INDEX_ZERO: "feature index 0 in one-based mode; pass --zero-based if indices start at 0",
+    tp.E_INDEX_ZERO: "feature index 0 in one-based mode; use zero_based=True if indices start at 0",
     tp.E_DUPLICATE: "the feature index appears twice on this line",
-    tp.E_BEYOND: "the feature index is beyond --n-features {n_features}",
+    tp.E_BEYOND: "the feature index is beyond n_features={n_features}",
     tp.E_VALUE: "the feature value is not a number",
 }
 
@@ -241,10 +241,10 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     if query_files is not None:
         query_files = [Path(p) for p in query_files]
         if len(query_files) != len(inputs):
-            raise ParameterError(f"--query-file must be given once per input: {len(inputs)} inputs, "
+            raise ParameterError(f"query_files must be given once per input: {len(inputs)} inputs, "
                                  f"{len(query_files)} query files")
     if n_features is not None and int(n_features) <= 0:
-        raise ParameterError(f"--n-features must be > 0; got {n_features}. Pass --n-features 46")
+        raise ParameterError(f"n_features must be > 0; got {n_features}. Use n_features=46")
     for p in inputs + (query_files or []):
         if not p.exists():
             raise InputError(f"{p}: no such file")

@@ -116,7 +116,7 @@ class QueryStream:
             warnings.warn(
                 f"{dataset.path}: {oversized.size} quer{'y is' if oversized.size == 1 else 'ies are'} larger "
                 f"than the block budget of {self.block_bytes} bytes (e.g. query {q} with "
-                f"{int(qp[q + 1] - qp[q])} rows); each is read whole. Raise --memory-budget to stay "
+                f"{int(qp[q + 1] - qp[q])} rows); each is read whole. Raise memory_budget to stay "
                 f"within it.", RuntimeWarning, stacklevel=2)
 
     def __len__(self):

@@ -86,7 +86,7 @@ _PART_QID_OFFSET = 1_000_000
 def _part_index(part):
     k = PARTS.get(part, part)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 0:
-        raise ParameterError(f"part must be train, valid, test or an integer >= 0; got {part!r}. Pass --part test")
+        raise ParameterError(f"part must be train, valid, test or an integer >= 0; got {part!r}. Use part=test")
     return int(k)
 
 
@@ -167,7 +167,7 @@ def resolve(preset="small", scale=1.0):
     if isinstance(preset, str):
         if preset not in PRESETS:
             raise ParameterError(
-                f"preset must be one of {', '.join(PRESETS)}; got {preset!r}. Pass --preset small")
+                f"preset must be one of {', '.join(PRESETS)}; got {preset!r}. Use preset=small")
         preset = PRESETS[preset]
     elif not isinstance(preset, Preset):
         raise ParameterError(f"preset must be a name or a Preset; got {type(preset).__name__}")
@@ -176,7 +176,7 @@ def resolve(preset="small", scale=1.0):
     except (TypeError, ValueError):
         value = float("nan")
     if not value > 0 or not np.isfinite(value):
-        raise ParameterError(f"scale must be > 0; got {scale!r}. Pass --scale 0.5")
+        raise ParameterError(f"scale must be > 0; got {scale!r}. Use scale=0.5")
     scale = value
     n_queries = int(round(preset.n_queries * scale))
     n_rows = int(round(preset.n_rows * scale))
@@ -184,11 +184,11 @@ def resolve(preset="small", scale=1.0):
         need = 0.5 / preset.n_queries
         raise ParameterError(
             f"scale={scale} leaves preset {preset.name!r} with no query; "
-            f"pass --scale {need:.3g} or more")
+            f"use scale={need:.3g} or more")
     if not preset.size_min * n_queries <= n_rows <= preset.size_max * n_queries:
         raise ParameterError(
             f"preset {preset.name!r} at scale={scale}: {n_rows} rows do not fit {n_queries} queries of "
-            f"{preset.size_min} to {preset.size_max} rows; pass a larger --scale")
+            f"{preset.size_min} to {preset.size_max} rows; use a larger scale")
     return preset, n_queries, n_rows
 
 
@@ -198,7 +198,7 @@ def _rng(seed, *key):
 
 def _check_seed(seed):
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ParameterError(f"seed must be an integer >= 0; got {seed!r}. Pass --seed 0")
+        raise ParameterError(f"seed must be an integer >= 0; got {seed!r}. Use seed=0")
     return int(seed)
 
 

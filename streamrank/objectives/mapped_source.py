@@ -52,7 +52,7 @@ class MappedSource(BlockSource):
         self.rows_read = 0
         self.mode = "memory" if self.in_memory else ("recompute" if mode == "auto" and cache_dir is None else mode)
         if self.mode == "cache" and cache_dir is None:
-            raise ValueError("the feature cache needs --cache-dir")
+            raise ValueError("the feature cache needs cache_dir")
         self._cache = None
         self._meta = None
         self._ranks = {}
@@ -98,8 +98,8 @@ class MappedSource(BlockSource):
             return
         if self._disk is None or self._disk.rows(0) == 0 or 0 not in self._disk.present:
             self.mode = "recompute"
-            self.reason = ("no feature cache: pass --cache-dir DIR to store mapped rows" if self._disk is None
-                           else "the feature cache was refused space (--cache-size or a full disk)")
+            self.reason = ("no feature cache: use cache_dir=DIR to store mapped rows" if self._disk is None
+                           else "the feature cache was refused space (cache_size or a full disk)")
             log.info("feature cache: %s", self.reason)
             return
         read_bps = self._disk.measure_read(0)

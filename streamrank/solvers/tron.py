@@ -157,7 +157,7 @@ def start_state(obj, w0, state, *, delta_from_gradient):
         raise CheckpointMismatch(
             f"the objective at the checkpoint's w is {f!r} here but {state.f!r} in the checkpoint: data and "
             f"settings match, so the numeric environment (BLAS, thread count, streamrank version) differs; "
-            f"start again without --resume")
+            f"start again with resume=False")
     return state, t0 - state.seconds
 
 

@@ -113,7 +113,7 @@ def _read(path):
         version = int(f.attrs.get("version", -1))
         if version != FORMAT_VERSION:
             raise FormatError(f"{path}: checkpoint format version {version} is not supported "
-                              f"(this streamrank reads {FORMAT_VERSION}); start without --resume")
+                              f"(this streamrank reads {FORMAT_VERSION}); start again with resume=False")
         created_by = str(f.attrs.get("created_by", ""))
         config = json.loads(f.attrs["config"])
         fingerprint = str(f.attrs["fingerprint"])
@@ -152,13 +152,13 @@ def read_checkpoint(directory, *, config=None, fingerprint=None, warn=None):
         if fingerprint is not None and ck["fingerprint"] != fingerprint:
             raise CheckpointMismatch(f"{p} was written for other data (dataset fingerprint "
                                      f"{ck['fingerprint'][:12]}..., this data {fingerprint[:12]}...); "
-                                     f"use another --checkpoint directory or drop --resume")
+                                     f"use another directory (checkpoint=DIR), or start again with resume=False")
         if config is not None and ck["config"] != config:
             old = ck["config"]
             diff = sorted(k for k in set(old) | set(config) if old.get(k) != config.get(k))
             what = ", ".join(f"{k}: {old.get(k)!r} there, {config.get(k)!r} now" for k in diff)
             raise CheckpointMismatch(f"{p} was written with other settings ({what}); use the same settings, "
-                                     f"another --checkpoint directory, or drop --resume")
+                                     f"another directory (checkpoint=DIR), or start again with resume=False")
         if name == PREVIOUS and errors and (d / CURRENT).exists():
             # keep the damaged file for inspection, out of the rotation: the next write must not
             # turn it into the previous checkpoint in place of this intact one
@@ -170,5 +170,5 @@ def read_checkpoint(directory, *, config=None, fingerprint=None, warn=None):
     if errors:
         which = "both checkpoints are damaged" if len(errors) == 2 else "the only checkpoint is damaged"
         raise FormatError(f"no intact checkpoint in {d}: {which} ({'; '.join(errors)}); "
-                          f"start again without --resume")
+                          f"start again with resume=False")
     return None

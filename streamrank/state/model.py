@@ -48,7 +48,7 @@ class LinearModel:
         d = X.shape[1]
         if d > self.n_features:
             raise InputError(f"{where} has {d} features but the model knows {self.n_features}; "
-                             f"convert the data with --n-features {self.n_features} or retrain")
+                             f"convert the data to the model's width (n_features={self.n_features}) or retrain")
         if d < self.n_features:  # missing trailing features are zeros, as in SVMlight
             Xp = np.zeros((X.shape[0], self.n_features), X.dtype if X.dtype.kind == "f" else np.float64)
             Xp[:, :d] = X
@@ -78,7 +78,7 @@ class LinearModel:
         """Scores of every row of ``ds`` in the input's row order (streamed)."""
         if ds.n_features > self.n_features:
             raise InputError(f"{ds.path} has {ds.n_features} features but the model knows {self.n_features}; "
-                             f"convert it with --n-features {self.n_features}")
+                             f"convert it to the model's width (n_features={self.n_features})")
         out = np.empty(ds.n_rows)
         row = ds.row
         for block, a, b in ds.stream(memory_budget=memory_budget):

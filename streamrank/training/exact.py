@@ -73,10 +73,10 @@ def memory_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
     if tier < 0:
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
                              f"{l} rows (the rows, solver vectors, preconditioner and {READ_BUFFERS} blocks of Q need "
-                             f"{format_size(fixed + READ_BUFFERS * qblock)}); pass --memory-budget "
+                             f"{format_size(fixed + READ_BUFFERS * qblock)}); use memory_budget="
                              f"{format_size(2 * (fixed + READ_BUFFERS * qblock))}"
                              + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
-                                f"--precondition off drops them)" if precond > (fixed + READ_BUFFERS * qblock) / 2
+                                f"use precondition=off to drop them)" if precond > (fixed + READ_BUFFERS * qblock) / 2
                                 else ""))
     return qblock, tier
 
@@ -164,7 +164,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     kernel, _, degree, coef0 = check_psd_kernel(kernel, gammas[0], degree, coef0, d)
     budget = parse_size(memory_budget)
     if precondition not in ("auto", "on", "off"):
-        raise ParameterError(f"precondition must be one of auto, on, off; got {precondition!r}. Pass --precondition on")
+        raise ParameterError(f"precondition must be one of auto, on, off; got {precondition!r}. Use precondition=on")
     if precondition == "off" or kernel == "linear":
         landmarks = 0
     elif landmarks == "auto":
@@ -181,7 +181,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     check_config(cfg)
     points = [(gi, c) for gi in range(len(gammas)) for c in Cs]
     if len(points) > 1 and valid is None:
-        raise ParameterError(f"several C (and gamma) values need --valid data to choose between them; "
+        raise ParameterError(f"several C (and gamma) values need validation data (valid=DATA) to choose between them; "
                              f"got C = {', '.join(map(str, Cs))}" + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
 
     # -- the rows, labels, weights, costs ------------------------------------------------------------
@@ -201,7 +201,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     where = cache_dir
     if where is None and not fits:
         where = default_cache_dir()
-        log.info("Q (%s) does not fit in the memory budget: stored under %s (pass --cache-dir to choose)",
+        log.info("Q (%s) does not fit in the memory budget: stored under %s (use cache_dir=DIR to choose)",
                  format_size(4 * l * l), where)
     key = {"dataset": ds.fingerprint, "queries": [q0, q1], "normalize": normalizer.kind,
            "normalize_arrays": array_digest(*[a for a in (normalizer.mean_, normalizer.scale_) if a is not None])}

@@ -201,11 +201,11 @@ def check_config(cfg):
     for name in ("C_path",):
         for C in cfg[name]:
             if not C > 0:
-                raise ParameterError(f"C must be > 0; got {C}. Pass --C 0.5")
+                raise ParameterError(f"C must be > 0; got {C}. Use C=0.5")
     if not cfg["tol"] > 0:
-        raise ParameterError(f"tol must be > 0; got {cfg['tol']}. Pass --tol 1e-3")
+        raise ParameterError(f"tol must be > 0; got {cfg['tol']}. Use tol=1e-3")
     if int(cfg["max_iter"]) < 1:
-        raise ParameterError(f"max_iter must be >= 1; got {cfg['max_iter']}. Pass --max-iter 1000")
+        raise ParameterError(f"max_iter must be >= 1; got {cfg['max_iter']}. Use max_iter=1000")
     if cfg["select_metric"] not in SELECT_METRICS:
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {cfg['select_metric']!r}")
 
@@ -240,10 +240,10 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     t_start = time.perf_counter()
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
     if method not in METHODS:
-        raise ParameterError(f"method must be one of {', '.join(METHODS)}; got {method!r}. Pass --method nystroem")
+        raise ParameterError(f"method must be one of {', '.join(METHODS)}; got {method!r}. Use method=nystroem")
     if precondition not in PRECONDITION_MODES:
         raise ParameterError(f"precondition must be one of {', '.join(PRECONDITION_MODES)}; got {precondition!r}. "
-                             f"Pass --precondition auto")
+                             f"Use precondition=auto")
     if map_cache not in MAP_CACHE_MODES:
         raise ParameterError(f"map_cache must be one of {', '.join(MAP_CACHE_MODES)}; got {map_cache!r}")
     if method == "primal":
@@ -252,10 +252,10 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
         for g in gammas:
             if g is not None and not g > 0:
-                raise ParameterError(f"gamma must be > 0; got {g}. Pass --gamma 0.03125")
+                raise ParameterError(f"gamma must be > 0; got {g}. Use gamma=0.03125")
     budget = parse_size(memory_budget)
     if solver not in SOLVERS:
-        raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Pass --solver tron")
+        raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Use solver=tron")
     cfg = {"method": method, "solver": solver, "C_path": Cs, "normalize": normalize, "tol": float(tol),
            "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
@@ -269,7 +269,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     check_config(cfg)
     points = [(gi, c) for gi in range(len(gammas)) for c in Cs]
     if len(points) > 1 and valid is None:
-        raise ParameterError(f"several C (and gamma) values need --valid data to choose between them; "
+        raise ParameterError(f"several C (and gamma) values need validation data (valid=DATA) to choose between them; "
                              f"got C = {', '.join(map(str, Cs))}" + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
     if not block_bytes:
         from streamrank.training import memory_plan as memplan

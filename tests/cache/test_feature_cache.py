@@ -295,7 +295,7 @@ def test_full_disk_while_writing_a_block(tmp_path, monkeypatch):
             c.put(1, block(1))
         msg = str(err.value)
         assert isinstance(err.value, StreamrankError)
-        assert str(c.dir) in msg and "260 B" in msg and "--cache-dir" in msg and "recompute" in msg
+        assert str(c.dir) in msg and "260 B" in msg and "cache_dir=DIR" in msg and "recompute" in msg
         assert _no_temp_files(c.dir) and not (c.dir / fc.block_name(1)).exists()
         assert c.present == [0] and c.get(1) is None
         monkeypatch.undo()
@@ -396,5 +396,5 @@ def test_measurements(tmp_path):
 
 def test_unwritable_cache_dir_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(fc.FeatureCacheError, match="--cache-dir"):
+    with pytest.raises(fc.FeatureCacheError, match="cache_dir=DIR"):
         FeatureCache(tmp_path / "file" / "sub", material(), LAYOUT, WIDTH)

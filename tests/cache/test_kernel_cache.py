@@ -101,9 +101,9 @@ def test_foreign_or_damaged_manifest_rebuilds(rows, tmp_path):
 
 
 def test_kernels_that_are_not_psd_are_refused(rows):
-    with pytest.raises(ParameterError, match=r"kernel=sigmoid.*not positive semi-definite.*--kernel rbf"):
+    with pytest.raises(ParameterError, match=r"kernel=sigmoid.*not positive semi-definite.*use kernel=rbf"):
         make(rows, kernel="sigmoid")
-    with pytest.raises(ParameterError, match=r"coef0=-1.*--coef0 0"):
+    with pytest.raises(ParameterError, match=r"coef0=-1.*use coef0=0"):
         make(rows, kernel="poly", coef0=-1.0)
     with pytest.raises(ParameterError, match="gamma must be > 0"):
         make(rows, gamma=-1.0)

@@ -104,14 +104,14 @@ def test_psd_flags():
 
 
 @pytest.mark.parametrize("kwargs, words", [
-    ({"gamma": -1}, ["gamma", "-1", "--gamma"]),
-    ({"gamma": 0.0}, ["gamma", "0", "--gamma"]),
-    ({"gamma": float("nan")}, ["gamma", "nan", "--gamma"]),
-    ({"gamma": "big"}, ["gamma", "big", "--gamma"]),
-    ({"degree": 0}, ["degree", "0", "--degree"]),
-    ({"degree": 2.5}, ["degree", "2.5", "--degree"]),
-    ({"coef0": float("inf")}, ["coef0", "inf", "--coef0"]),
-    ({"kernel": "cosine"}, ["kernel", "cosine", "--kernel"]),
+    ({"gamma": -1}, ["gamma", "-1", "gamma="]),
+    ({"gamma": 0.0}, ["gamma", "0", "gamma="]),
+    ({"gamma": float("nan")}, ["gamma", "nan", "gamma="]),
+    ({"gamma": "big"}, ["gamma", "big", "gamma="]),
+    ({"degree": 0}, ["degree", "0", "degree="]),
+    ({"degree": 2.5}, ["degree", "2.5", "degree="]),
+    ({"coef0": float("inf")}, ["coef0", "inf", "coef0="]),
+    ({"kernel": "cosine"}, ["kernel", "cosine", "kernel="]),
 ])
 def test_kernel_parameters_are_checked(kwargs, words):
     A = np.ones((3, 4))
@@ -125,7 +125,7 @@ def test_kernel_parameters_are_checked(kwargs, words):
 def test_default_gamma_is_one_over_n_features():
     A = np.random.default_rng(5).random((6, 8))
     np.testing.assert_array_equal(kn.kernel_matrix(A, A, "rbf"), kn.rbf(A, A, 1 / 8))
-    with pytest.raises(ParameterError, match="gamma must be > 0; got -1. Pass --gamma 0.125"):
+    with pytest.raises(ParameterError, match="gamma must be > 0; got -1. Use gamma=0.125"):
         kn.kernel_matrix(A, A, "rbf", gamma=-1)
 
 
@@ -439,14 +439,14 @@ def test_params_are_json_and_define_the_map():
 
 
 @pytest.mark.parametrize("make, words", [
-    (lambda: Nystroem(n_components=0), ["n_components", "0", "--components"]),
-    (lambda: Nystroem(n_components=10, rank=20), ["rank", "20", "--rank"]),
-    (lambda: Nystroem(rank=0), ["rank", "0", "--rank"]),
-    (lambda: Nystroem(seed=-1), ["seed", "-1", "--seed"]),
-    (lambda: Nystroem(gamma=-2), ["gamma", "-2", "--gamma"]),
-    (lambda: Nystroem("poly", degree=0), ["degree", "--degree"]),
-    (lambda: RandomFourier("poly"), ["poly", "--kernel rbf"]),
-    (lambda: RandomFourier(n_components=2.5), ["n_components", "--components"]),
+    (lambda: Nystroem(n_components=0), ["n_components", "0", "n_components="]),
+    (lambda: Nystroem(n_components=10, rank=20), ["rank", "20", "rank="]),
+    (lambda: Nystroem(rank=0), ["rank", "0", "rank="]),
+    (lambda: Nystroem(seed=-1), ["seed", "-1", "seed="]),
+    (lambda: Nystroem(gamma=-2), ["gamma", "-2", "gamma="]),
+    (lambda: Nystroem("poly", degree=0), ["degree", "degree="]),
+    (lambda: RandomFourier("poly"), ["poly", "kernel=rbf"]),
+    (lambda: RandomFourier(n_components=2.5), ["n_components", "n_components="]),
 ])
 def test_map_parameters_are_checked(make, words):
     with pytest.raises(ParameterError) as e:

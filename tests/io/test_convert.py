@@ -151,7 +151,7 @@ def test_query_file_errors(tmp_path):
     with_qid = write(tmp_path / "w.txt", "1 qid:1 1:1\n")
     plain = write(tmp_path / "p.txt", "1 1:1\n0 1:2\n")
     q1 = write(tmp_path / "one.query", "1\n")
-    with pytest.raises(InputError, match=r"w.txt:1: the line has 'qid:' but --query-file"):
+    with pytest.raises(InputError, match=r"w.txt:1: the line has 'qid:' but query_files"):
         convert([with_qid], tmp_path / "o.h5", query_files=[q1], quiet=True)
     with pytest.raises(InputError, match=r"one.query: the group sizes add up to 1 rows but .*p.txt has more"):
         convert([plain], tmp_path / "o.h5", query_files=[q1], quiet=True)
@@ -172,9 +172,9 @@ BAD = [
     ("0 qid:1 1:-inf\n", {}, r"bad.txt:1: NaN or infinity is not allowed: '1:-inf'"),
     ("0 qid:1 1:1e39\n", {}, r"bad.txt:1: the value is out of float32 range: '1e39'"),
     ("x qid:1 1:0.5\n", {}, r"bad.txt:1: the label is not a number: 'x'"),
-    ("0 qid:1 0:0.5\n", {}, r"bad.txt:1: feature index 0 in one-based mode; pass --zero-based.*'0:0.5'"),
+    ("0 qid:1 0:0.5\n", {}, r"bad.txt:1: feature index 0 in one-based mode; use zero_based=True.*'0:0.5'"),
     ("# c\n0 qid:1 1:0.5 3:1 1:0.2\n", {}, r"bad.txt:2: the feature index appears twice on this line: '1:0.2'"),
-    ("0 qid:1 1:0.5\n0 qid:1 47:1\n", {"n_features": 46}, r"bad.txt:2: the feature index is beyond --n-features 46: '47:1'"),
+    ("0 qid:1 1:0.5\n0 qid:1 47:1\n", {"n_features": 46}, r"bad.txt:2: the feature index is beyond n_features=46: '47:1'"),
     ("0 qid:1 1:0.5 junk\n", {}, r"bad.txt:1: expected index:value: 'junk'"),
     ("0 qid:1 -1:0.5\n", {}, r"bad.txt:1: the feature index is not a non-negative integer: '-1:0.5'"),
     ("0 qid: 1:0.5\n", {}, r"bad.txt:1: empty query id after 'qid:'"),

@@ -320,7 +320,7 @@ def test_checkpoint_of_other_data_is_refused(data, ref, tmp_path, capsys):
     err = capsys.readouterr().err
     assert code == 2
     assert re.search(r"checkpoint\.h5 was written for other data \(dataset fingerprint [0-9a-f]{12}\.\.\., "
-                     r"this data [0-9a-f]{12}\.\.\.\); use another --checkpoint directory or drop --resume", err)
+                     r"this data [0-9a-f]{12}\.\.\.\); use another directory \(--checkpoint DIR\), or start again without --resume", err)
     assert not out.exists()
     assert sorted(os.listdir(ck)) == [CURRENT, PREVIOUS]  # untouched
 
@@ -338,7 +338,7 @@ def test_checkpoint_of_other_settings_is_refused_naming_the_setting(data, ref, t
     err = capsys.readouterr().err
     assert code == 2
     assert "checkpoint.h5 was written with other settings (" in err and message in err
-    assert "use the same settings, another --checkpoint directory, or drop --resume" in err
+    assert "use the same settings, another directory (--checkpoint DIR), or start again without --resume" in err
     assert not out.exists()
 
 
@@ -489,7 +489,7 @@ def test_other_format_version_and_other_package_version(tmp_path):
         with h5py.File(d / name, "r+") as f:
             f.attrs["version"] = 2
     with pytest.raises(FormatError, match="checkpoint format version 2 is not supported .this streamrank reads 1.; "
-                                          "start without --resume"):
+                                          "start again with resume=False"):
         read_checkpoint(d)
 
 

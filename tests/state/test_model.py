@@ -117,13 +117,13 @@ def test_integer_rows_are_padded_as_float(fitted):
 def test_more_features_than_the_model_knows_is_an_error(fitted, tmp_path, capsys):
     est = fitted["none"]
     X, y, qid = make_arrays(n_queries=3, d=6, seed=2)
-    with pytest.raises(InputError, match="X has 6 features but the model knows 5; convert the data with "
-                                         "--n-features 5 or retrain"):
+    with pytest.raises(InputError, match=r"X has 6 features but the model knows 5; convert the data to the model's width "
+                                         r"\(n_features=5\) or retrain"):
         est.predict(X)
     with DatasetWriter(tmp_path / "wide.h5", n_features=6) as w:
         w.append(X, y, qid)
-    with pytest.raises(InputError, match="wide.h5 has 6 features but the model knows 5; convert it with "
-                                         "--n-features 5"):
+    with pytest.raises(InputError, match=r"wide.h5 has 6 features but the model knows 5; convert it to the model's width "
+                                         r"\(n_features=5\)"):
         est.predict(tmp_path / "wide.h5")
     est.save(tmp_path / "m.h5")
     out = tmp_path / "scores.txt"

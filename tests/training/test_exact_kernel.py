@@ -235,7 +235,7 @@ def test_cli_trains_predicts_and_refuses_sigmoid(small, tmp_path, capsys):
     capsys.readouterr()
     assert main(args[:-4] + ["--kernel", "sigmoid", "--gamma", "0.1"]) == 2
     err = capsys.readouterr().err
-    assert "kernel=sigmoid is not positive semi-definite" in err and "--kernel rbf" in err
+    assert "kernel=sigmoid is not positive semi-definite" in err and "pass --kernel rbf" in err
 
 
 # -- kill and resume -------------------------------------------------------------------------------------
