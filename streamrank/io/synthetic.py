@@ -755,3 +755,21 @@ def _comments(blk):
     ptr = np.zeros(len(texts) + 1, np.int64)
     np.cumsum([len(t) for t in texts], out=ptr[1:])
     return np.frombuffer(b"".join(texts), np.uint8), ptr
+
+
+def clustered_rows(seed=0, n_cluster=700, n_spread=900, d=25):
+    """(X float32, y, query_ptr): one query of n_cluster + 300 documents, n_cluster of them
+    near-identical (documents that match no query term differ only in two length-like features),
+    then queries of 100; raw features of scales 10^-2 .. 10^4; labels 0-2 (60/30/10%). The shape on
+    which a public LETOR set broke the exact kernel path's preconditioner (issue 10); its tests and
+    ``tools/bench_exact_kernel.py --clustered`` use it."""
+    rng = np.random.default_rng(seed)
+    scales = 10.0 ** rng.uniform(-2, 4, d)
+    cluster = np.tile(rng.standard_normal(d) * 0.3, (n_cluster, 1))
+    cluster[:, :2] += 0.05 * rng.standard_normal((n_cluster, 2))
+    spread = rng.standard_normal((n_spread, d)) * 3.0
+    X = np.vstack([cluster, spread]) * scales
+    qp = np.unique(np.r_[np.arange(n_cluster + 300, len(X), 100), 0, len(X)])
+    s = X[:, 2] / scales[2] + np.tanh(X[:, 3] / scales[3]) + 0.5 * rng.standard_normal(len(X))
+    y = np.digitize(s, np.quantile(s, [0.6, 0.9])).astype(np.float32)
+    return X.astype(np.float32), y, qp

@@ -148,8 +148,13 @@ class NystroemPreconditioner:
     gives M ~ H with the loss's part (module docstring)."""
 
     def __init__(self, Xn, *, kernel, gamma, degree=3, coef0=1.0, landmarks=DEFAULT_LANDMARKS, seed=0,
-                 loss_term=True, select="rpcholesky", ridge=0.0):
+                 loss_term=True, select="rpcholesky", ridge=0.0, diagonal="rows"):
         self.loss_term = bool(loss_term)  # at_point: M ~ H rather than M ~ Q
+        if diagonal not in ("rows", "mean"):
+            raise ValueError(f"diagonal must be rows or mean; got {diagonal!r}")
+        # "mean": D = mean(diag(R)) + ridge for every row and no loss term in D (session 3's M,
+        # kept for the comparison in tools/bench_exact_kernel.py --clustered)
+        self.diagonal = diagonal
         Xn = np.asarray(Xn, np.float64)
         l = Xn.shape[0]
         m = min(int(landmarks), l)
@@ -189,7 +194,8 @@ class NystroemPreconditioner:
         D^-1 in the Woodbury form from amplifying rounding where the landmarks explain Q;
         refactors M ~ Q (one k x l x k product and a k x k Cholesky). Returns self."""
         self.ridge = float(ridge)
-        D = np.maximum(self._resid + self.ridge, self._floor)
+        r = self._resid if self.diagonal == "rows" else np.full_like(self._resid, self._resid.mean())
+        D = np.maximum(r + self.ridge, self._floor)
         G = np.zeros((self.rank, self.rank))
         for a, b, Uc in _row_chunks(self.U):
             G += Uc.T @ (Uc / D[a:b, None])
@@ -237,7 +243,10 @@ class NystroemPreconditioner:
             Uc = U[r0:r1].astype(np.float64)
             rc = self._resid[r0:r1]
             # the residual's Jacobi part: R_ii (1 + C L_ii R_ii), plus the ridge
-            Dc = rc + self.ridge + C * pk.hess_diag(rank[r0:r1], local, cost, mu[qa:qb], st) * rc * rc
+            if self.diagonal == "rows":
+                Dc = rc + self.ridge + C * pk.hess_diag(rank[r0:r1], local, cost, mu[qa:qb], st) * rc * rc
+            else:
+                Dc = np.full(r1 - r0, self._resid.mean() + self.ridge)
             D[r0:r1] = np.maximum(Dc, self._floor)
             LU = pk.hess_prod(Uc, rank[r0:r1], local, cost, mu[qa:qb], st)
             A += Uc.T @ LU
