@@ -11,7 +11,7 @@ from streamrank.cli import main
 from streamrank.errors import ParameterError
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.features.normalize import Normalizer
-from streamrank.training.linear import pair_cost_table, query_weights
+from streamrank.training.problem import pair_cost_table, query_weights
 
 
 def arrays(n_queries=25, d=5, seed=0):

@@ -35,7 +35,7 @@ def test_metrics(model, path):
     """(prediction seconds, letor4 means) of ``model`` on the HDF5 file at ``path``; for children."""
     import streamrank
     from streamrank.evaluation.metrics import evaluate
-    from streamrank.training.linear import read_labels
+    from streamrank.training.problem import read_labels
     with streamrank.open_dataset(path) as tds:
         t = time.perf_counter()
         sc = model.predict_dataset(tds)

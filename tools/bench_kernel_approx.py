@@ -61,7 +61,8 @@ import time, warnings
 _t = time.perf_counter()
 import numpy as np
 import streamrank
-from streamrank.training.linear import train_linear, read_labels
+from streamrank.training.linear import train_linear  # noqa: E402
+from streamrank.training.problem import read_labels
 from streamrank.evaluation.metrics import evaluate
 with streamrank.open_dataset(__WARM__) as _ds, warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -643,7 +644,8 @@ def section_table(args):
 
     import streamrank
     from streamrank.evaluation.metrics import evaluate
-    from streamrank.training.linear import read_labels, train_linear
+    from streamrank.training.linear import train_linear
+    from streamrank.training.problem import read_labels
     try:
         import lightgbm
         lgbm_version = lightgbm.__version__

@@ -101,7 +101,7 @@ import numpy as np
 import streamrank
 from streamrank._native import pairkernels as pk
 from streamrank.objectives.rank_objective import BlockSource, RankObjective
-from streamrank.training.linear import read_labels, pair_cost_table
+from streamrank.training.problem import read_labels, pair_cost_table
 from streamrank.units import parse_size
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 
@@ -411,7 +411,8 @@ def section_table(args):
 
     import streamrank
     from streamrank.evaluation.metrics import evaluate
-    from streamrank.training.linear import read_labels, train_linear
+    from streamrank.training.linear import train_linear
+    from streamrank.training.problem import read_labels
     rows = []
     for k in folds:
         paths = {p: converted(args.work, args.data, k, p) for p in ("train", "vali", "test")}

@@ -34,8 +34,8 @@ from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
-from streamrank.training.linear import (RESUMABLE_CHANGES, _metric_value, check_config, finish_point, iteration_callback,
-                    pair_cost_table, query_weights, read_labels, report_grid_edges, resume_point)
+from streamrank.training.path import RESUMABLE_CHANGES, Method, report_grid_edges, run_path
+from streamrank.training.problem import check_config, metric_value, pair_cost_table, query_weights, read_labels
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
 
@@ -219,51 +219,44 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         s = np.empty(valid.n_rows)
         for block, a, b in valid.stream(block_bytes=raw_block):
             s[a:b] = model.decision_function(block.X, block.query_ptr, row0=a)
-        return _metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), select_metric)
-
-    # -- resume ----------------------------------------------------------------------------------------
-    ck_cfg = {k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES}
-    candidates, path_w, start_index, tron_state, passes0 = resume_point(checkpoint if resume else None, ck_cfg,
-                                                                        ds.fingerprint, points)
+        return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), select_metric)
 
     # -- the path of (gamma, C) points -----------------------------------------------------------------
-    n_ck = [0]
-    gram, gram_gi, total_passes, build_s, precond_s = None, None, passes0, 0.0, 0.0
-    for k in range(start_index, len(points)):
-        gi, Ck = points[k]
-        if gram_gi != gi:
-            if gram is not None:
-                total_passes += gram.passes
-                gram.close()
-            gram, gram_gi = make_gram(gi), gi
-            build_s += gram.build_seconds
-            precond_s += gram.precond_seconds
-        w = (np.asarray(path_w[k - 1], np.float64) if k > 0 and points[k - 1][0] == gi and len(path_w) >= k
-             else np.zeros(l))
-        if tron_state is not None:
-            w = tron_state.w
-        obj = gram.objective(Ck)
-        log.info("C=%g: exact kernel TRON eps=%g on %d rows, %d queries", Ck, tol, l, q1 - q0)
+    class Exact(Method):
+        def __init__(self):
+            self.build_seconds = self.precond_seconds = 0.0
+            self.in_memory = self.jitter = None
 
-        on_iteration = iteration_callback(
-            checkpoint=checkpoint, config=ck_cfg, fingerprint=ds.fingerprint, settings=cfg, index=k,
-            candidates=candidates, path_w=path_w, counter=n_ck, passes=lambda: total_passes + gram.passes,
-            validate=None if valid is None else (lambda st, Ck=Ck, gi=gi: log.info(
-                "    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score_valid(st.w, gi))))
+        def open(self, gi):
+            gram = make_gram(gi)
+            self.build_seconds += gram.build_seconds
+            self.precond_seconds += gram.precond_seconds
+            return gram
 
-        pre = {"precondition": True} if gram.precond is not None else {}
-        st = tron(obj, w, eps=tol, max_iter=max_iter, state=tron_state, callback=on_iteration,
-                  describe=lambda: f"passes {total_passes + gram.passes}", **pre)
-        tron_state = None
-        finish_point(st, C=Ck, gamma=gammas[gi], passes=total_passes + gram.passes, candidates=candidates,
-                     path_w=path_w, valid=None if valid is None else ("valid_" + select_metric, score_valid(st.w, gi)))
-    total_passes += gram.passes if gram is not None else 0
-    in_memory, jitter = (gram.in_memory, gram.jitter) if gram is not None else (None, None)
-    if gram is not None:
-        gram.close()
+        def close(self, gram):
+            self.in_memory, self.jitter = gram.in_memory, gram.jitter
+            gram.close()
 
-    key_ = "valid_" + select_metric
-    best = max(range(len(points)), key=lambda i: candidates[i].get(key_, 0.0)) if valid is not None else len(points) - 1
+        def start(self, gi):
+            return np.zeros(l)
+
+        def prepare(self, gram, gi, Ck, w):
+            log.info("C=%g: exact kernel TRON eps=%g on %d rows, %d queries", Ck, tol, l, q1 - q0)
+            return gram.objective(Ck), tron, ({"precondition": True} if gram.precond is not None else {})
+
+        def gamma(self, gi):
+            return gammas[gi]
+
+        def score(self, beta, gi):
+            return score_valid(beta, gi)
+
+    path = Exact()
+    res = run_path(path, points, tol=tol, max_iter=max_iter, valid_key=None if valid is None else "valid_" + select_metric,
+                   checkpoint=checkpoint, resume=resume, config={k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES},
+                   settings=cfg, fingerprint=ds.fingerprint)
+    candidates, path_w, best, total_passes = res.candidates, res.path_w, res.best, res.passes
+    build_s, precond_s, in_memory, jitter = path.build_seconds, path.precond_seconds, path.in_memory, path.jitter
+
     chosen = candidates[best]
     beta = np.asarray(path_w[best], np.float64)
     support = np.flatnonzero(beta)

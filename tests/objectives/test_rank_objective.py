@@ -11,7 +11,8 @@ from streamrank._native import pairkernels as pk
 from streamrank.io.convert import convert
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.objectives.rank_objective import BlockSource, RankObjective
-from streamrank.training.linear import pair_cost_table, query_weights, train_linear
+from streamrank.training.linear import train_linear
+from streamrank.training.problem import pair_cost_table, query_weights
 from streamrank.solvers.tron import tron
 
 

@@ -1,0 +1,200 @@
+"""The one training path: any method over its hyper-parameter points with warm starts,
+validation, checkpoints, resume and the best point's choice.
+
+A path is a list of points (gamma index, C): every gamma's points in increasing C, each solved
+from the previous point's solution of the same gamma (a warm start), or from 0 when gamma
+changes. A method supplies only what differs between methods, through :class:`Method`: the
+resource a gamma needs (a block source, a kernel matrix), the objective and solver of a point, and
+its validation score. Checkpoints after every solver iteration hold the solver state, the finished
+points and their solutions, so a killed run resumes at the point and iteration it stopped in
+and ends with the model of an uninterrupted run.
+"""
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from streamrank.solvers.tron import TronState
+from streamrank.state.checkpoint import read_checkpoint, write_checkpoint
+
+log = logging.getLogger("streamrank.training.path")
+
+# settings a resumed run may change: the model does not depend on them (block-independent sums;
+# more iterations simply continue)
+RESUMABLE_CHANGES = ("memory_budget", "block_bytes", "max_iter")
+
+
+class Method:
+    """What a method supplies to :func:`run_path` (override every method but ``fresh``)."""
+
+    def open(self, gi):
+        """The resource of gamma number ``gi`` (a block source, a kernel matrix), with ``passes``."""
+        raise NotImplementedError
+
+    def close(self, resource):
+        """Done with ``resource`` (the path moves to another gamma, or ends)."""
+
+    def fresh(self, resource):
+        """The first resource of a (resumed) run: its passes are counted from here."""
+
+    def start(self, gi):
+        """The starting point of gamma ``gi``'s first C (zeros of the model's width)."""
+        raise NotImplementedError
+
+    def prepare(self, resource, gi, C, w):
+        """(objective, solver function, solver keyword arguments) of point (gi, C) from ``w``."""
+        raise NotImplementedError
+
+    def gamma(self, gi):
+        """The gamma recorded with the candidates (None when the method has none)."""
+        return None
+
+    def score(self, w, gi):
+        """The validation score of solution ``w`` of gamma ``gi``."""
+        raise NotImplementedError
+
+
+@dataclass
+class PathResult:
+    candidates: list   # one dict per point: C, gamma, objective, iterations, ... and the validation score
+    path_w: list       # the solution of each point
+    best: int          # the chosen point's index
+    passes: int        # passes over the data along the whole path (resumed runs included)
+
+
+def run_path(method, points, *, tol, max_iter, valid_key=None, checkpoint=None, resume=False, config=None,
+             settings=None, fingerprint=None):
+    """Solve every point of ``points`` with ``method``; return a :class:`PathResult`.
+
+    ``valid_key``: the candidates' key of the validation score (None: no validation; then the last
+    point is the one chosen). ``config``: the settings a checkpoint must match to be resumed;
+    ``settings``: all of them, recorded in each checkpoint."""
+    candidates, path_w, start_index, state, passes0 = resume_point(checkpoint if resume else None, config,
+                                                                   fingerprint, points)
+    n_ck = [0]
+    resource, resource_gi, total = None, None, passes0
+    for k in range(start_index, len(points)):
+        gi, Ck = points[k]
+        if resource_gi != gi:
+            if resource is not None:
+                total += resource.passes
+                method.close(resource)
+            resource, resource_gi = method.open(gi), gi
+            if k == start_index:
+                method.fresh(resource)
+        # warm start from the previous point of the same gamma
+        w = (np.asarray(path_w[k - 1], np.float64) if k > 0 and points[k - 1][0] == gi and len(path_w) >= k
+             else method.start(gi))
+        if state is not None:
+            w = state.w
+        obj, solve, kw = method.prepare(resource, gi, Ck, w)
+
+        def passes(resource=resource, total=total):
+            return total + resource.passes
+
+        on_iteration = iteration_callback(
+            checkpoint=checkpoint, config=config, fingerprint=fingerprint, settings=settings, index=k,
+            candidates=candidates, path_w=path_w, counter=n_ck, passes=passes,
+            validate=None if valid_key is None else (lambda st, Ck=Ck, gi=gi: log.info(
+                "    C=%g iter %d: validation %s %.4f", Ck, st.iteration, valid_key[len("valid_"):],
+                method.score(st.w, gi))))
+        st = solve(obj, w, eps=tol, max_iter=max_iter, state=state, callback=on_iteration,
+                   describe=lambda: f"passes {passes()}", **kw)
+        state = None
+        finish_point(st, C=Ck, gamma=method.gamma(gi), passes=passes(), candidates=candidates, path_w=path_w,
+                     valid=None if valid_key is None else (valid_key, method.score(st.w, gi)))
+    if resource is not None:
+        total += resource.passes
+        method.close(resource)
+    best = (max(range(len(points)), key=lambda i: candidates[i].get(valid_key, 0.0)) if valid_key is not None
+            else len(points) - 1)
+    return PathResult(candidates, path_w, best, total)
+
+
+def tron_state_from_checkpoint(ck):
+    """The TronState a checkpoint holds (scalars written by :func:`checkpoint_scalars`)."""
+    sc = ck["scalars"]
+    return TronState(w=ck["w"], f=sc["f"], g=ck["g"], delta=sc["delta"], gnorm0=sc["gnorm0"],
+                     iteration=sc["iteration"], n_steps=sc["n_steps"], n_cg=sc["n_cg"],
+                     n_fun=sc["n_fun"], n_grad=sc["n_grad"], n_hessp=sc["n_hessp"],
+                     seconds=sc["seconds"], history=[tuple(h) for h in sc["history"]],
+                     converged=sc.get("converged", False), message=sc.get("message", ""))
+
+
+def checkpoint_scalars(st, **extra):
+    """The JSON scalars of TronState ``st`` for a checkpoint, with the caller's ``extra``."""
+    return {"f": st.f, "delta": st.delta, "gnorm0": st.gnorm0, "iteration": st.iteration,
+            "n_steps": st.n_steps, "n_cg": st.n_cg, "n_fun": st.n_fun, "n_grad": st.n_grad,
+            "n_hessp": st.n_hessp, "seconds": st.seconds, "history": st.history,
+            "converged": st.converged, "message": st.message, **extra}
+
+
+def resume_point(checkpoint, config, fingerprint, points):
+    """(candidates, path_w, path index, TronState or None, passes so far) from the checkpoint in
+    directory ``checkpoint`` (None: start afresh); ``points`` are the path's (gamma index, C)."""
+    if checkpoint:
+        ck = read_checkpoint(checkpoint, config=config, fingerprint=fingerprint, warn=log.warning)
+        if ck is not None:
+            sc = ck["scalars"]
+            state = tron_state_from_checkpoint(ck)
+            log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[sc["C_index"]][1], state.iteration)
+            return (sc["candidates"], [ck["extra"][f"w{i}"] for i in range(len(sc["candidates"]))], sc["C_index"],
+                    state, sc["passes"])
+        log.info("no checkpoint in %s: starting from scratch", checkpoint)
+    return [], [], 0, None, 0
+
+
+def iteration_callback(*, checkpoint, config, fingerprint, settings, index, candidates, path_w, counter, passes,
+                       validate=None):
+    """TRON's callback for point ``index`` of a path: ``validate(state)`` (a log line), then a
+    checkpoint (numbered by ``counter``) holding the solver state, the finished candidates and
+    the solutions ``path_w`` of the earlier points."""
+    def on_iteration(st):
+        if validate is not None:
+            validate(st)
+        if checkpoint:
+            counter[0] += 1
+            scal = checkpoint_scalars(st, C_index=index, candidates=candidates, passes=passes(), settings=settings)
+            write_checkpoint(checkpoint, config=config, fingerprint=fingerprint, scalars=scal, w=st.w, g=st.g,
+                             extra={f"w{i}": v for i, v in enumerate(path_w)}, number=counter[0])
+    return on_iteration
+
+
+def finish_point(st, *, C, gamma, passes, candidates, path_w, valid=None):
+    """Record a solved path point: its candidate entry (with ``valid`` = (key, score)) and w."""
+    cand = {"C": C, "gamma": gamma, "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration,
+            "cg_steps": st.n_cg, "passes": passes, "seconds": st.seconds, "message": st.message}
+    if valid is not None:
+        cand[valid[0]] = valid[1]
+    candidates.append(cand)
+    path_w.append(st.w.copy())
+    log.info("C=%g done: f %.6e |g| %.3e, %d iterations, %d CG steps, %s", C, st.f, st.gnorm, st.iteration,
+             st.n_cg, st.message)
+
+
+def grid_edges(Cs, gammas, C, gamma):
+    """The grid edges the chosen (C, gamma) sits on, as (name, "smallest"|"largest") pairs: a
+    grid of one value has no edge; a chosen value at an edge means the best may lie beyond it."""
+    edges = []
+    for name, grid, value in (("C", Cs, C), ("gamma", gammas, gamma)):
+        grid = [g for g in grid if g is not None]
+        if len(grid) > 1 and value is not None:
+            if value <= min(grid):
+                edges.append((name, "smallest"))
+            elif value >= max(grid):
+                edges.append((name, "largest"))
+    return edges
+
+
+def report_grid_edges(summary, Cs, gammas):
+    """Put ``at_grid_edge`` (and ``grid_edge``, e.g. ["C smallest"]) into ``summary`` and log a
+    warning when the chosen point is at the edge of its grid."""
+    edges = grid_edges(Cs, gammas, summary["C"], summary.get("gamma"))
+    summary["at_grid_edge"] = bool(edges)
+    summary["grid_edge"] = [f"{name} {side}" for name, side in edges]
+    for name, side in edges:
+        value = summary[name]
+        log.warning("the chosen %s=%g is the %s value of its grid: the best %s may lie beyond it; extend the grid "
+                    "past %g", name, value, side, name, value)
+    return summary
