@@ -25,61 +25,19 @@ from streamrank.errors import ParameterError
 from streamrank.features.exact_map import ExactKernelMap
 from streamrank.cache.feature_cache import array_digest
 from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective
-from streamrank.objectives.kernel_precond import A_CHUNK_BYTES, DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
-from streamrank.cache.kernel_cache import READ_BUFFERS, KernelCache, read_rows
+from streamrank.objectives.kernel_precond import DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
+from streamrank.cache.kernel_cache import KernelCache, read_rows
 from streamrank.features.kernels import check_psd_kernel
-from streamrank.features.kernels import tile_rows
 from streamrank.evaluation.metrics import evaluate
 from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
-from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 from streamrank.training.path import RESUMABLE_CHANGES, Method, report_grid_edges, run_path
 from streamrank.training.problem import check_config, metric_value, pair_cost_table, query_weights, read_labels
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
 
 log = logging.getLogger("streamrank.training.exact")
-
-# One stored block of Q: at most this, and at most 1/32 of the budget (three are buffered)
-Q_BLOCK_BYTES = 64 << 20
-# float64 vectors of length l alive at once (TRON's w, g, s, r, d, Hd; the objective's z, dz,
-# gradient and trial copies; the pass's state arrays), with room to spare
-VECTORS_PER_ROW = 40
-
-
-def memory_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
-    """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
-    the whole process: what is resident already (the interpreter, libraries) counts, as in
-    :mod:`streamrank.training.memory_plan`."""
-    qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
-    chunk = 8 * tile_rows(l + d) * (l + d)  # one tile of float64 rows and kernel values being computed
-    m = min(landmarks, l)
-    # float32 U, diag(R) and two D (the base's and the point's), five m x m float64 matrices (A,
-    # U^T D^-1 U, R_A, B's factor and a temporary) and the chunks of their products
-    # (kernel_precond); its float64 build-time factor (8 l m) is freed before the tier of Q fills memory
-    precond = (4 * l * m + 24 * l + 40 * m * m + min(A_CHUNK_BYTES, 24 * l * m)) if m else 0
-    resident = memplan.resident_bytes() if resident is None else resident
-    fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
-    q_bytes = 4 * l * l
-    if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
-        return qblock, q_bytes  # all of Q in memory
-    if resident + fixed + READ_BUFFERS * qblock <= budget:
-        fixed += resident
-    elif fixed + READ_BUFFERS * qblock <= budget:
-        log.warning("memory budget %s is below what this run needs besides Q with %s already resident: "
-                    "peak RSS will exceed it", format_size(budget), format_size(resident))
-    tier = budget - fixed - READ_BUFFERS * qblock
-    if tier < 0:
-        raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
-                             f"{l} rows (the rows, solver vectors, preconditioner and {READ_BUFFERS} blocks of Q need "
-                             f"{format_size(fixed + READ_BUFFERS * qblock)}); use memory_budget="
-                             f"{format_size(2 * (fixed + READ_BUFFERS * qblock))}"
-                             + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
-                                f"use precondition=off to drop them)" if precond > (fixed + READ_BUFFERS * qblock) / 2
-                                else ""))
-    return qblock, tier
-
 
 def default_cache_dir():
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamrank"
@@ -186,7 +144,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
 
     # -- the rows, labels, weights, costs ------------------------------------------------------------
     q0, q1 = queries if queries is not None else (0, ds.n_queries)
-    raw_block = int(budget * BLOCK_SHARE_OF_BUDGET)
+    raw_block = memplan.raw_block_bytes(budget)
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
         normalizer.fit((b.X for b, _, _ in ds.stream(block_bytes=raw_block, queries=(q0, q1))), d)
@@ -196,7 +154,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     rank = np.searchsorted(levels, y).astype(np.int32)
     mu = query_weights(query_weight, y, qp)
     cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
-    qblock, tier = memory_plan(l, d, budget, block_bytes, cfg["landmarks"])
+    qblock, tier = memplan.exact_kernel_plan(l, d, budget, block_bytes, cfg["landmarks"])
     fits = kernel == "linear" or tier >= 4 * l * l
     where = cache_dir
     if where is None and not fits:

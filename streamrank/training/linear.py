@@ -20,6 +20,7 @@ from streamrank.objectives.rank_objective import BlockSource, RankObjective
 from streamrank.solvers.newton import newton_cholesky
 from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
+from streamrank.training import memory_plan as memplan
 from streamrank.training.path import RESUMABLE_CHANGES, Method, report_grid_edges, run_path
 from streamrank.training.problem import check_config, metric_value, pair_cost_table, query_weights, read_labels
 from streamrank.units import parse_size
@@ -27,8 +28,6 @@ from streamrank.units import parse_size
 log = logging.getLogger("streamrank.training.linear")
 
 SOLVERS = ("auto", "tron", "newton_cholesky")
-# share of --memory-budget for mapped float64 blocks kept in memory between passes
-MEMORY_TIER_SHARE = 0.5
 
 
 # TRON's expected CG steps per iteration for the cost comparison of --solver auto (LIBLINEAR's
@@ -122,13 +121,10 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     if len(points) > 1 and valid is None:
         raise ParameterError(f"several C (and gamma) values need validation data (valid=DATA) to choose between them; "
                              f"got C = {', '.join(map(str, Cs))}" + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
-    if not block_bytes:
-        from streamrank.training import memory_plan as memplan
-        from streamrank.objectives.linear_precond import temp_bytes
-        n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
-        widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
-        block_bytes = memplan.block_bytes(budget, n_train, extra=temp_bytes(widest))
-    block_bytes = int(block_bytes)
+    from streamrank.objectives.linear_precond import temp_bytes
+    n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
+    widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
+    block_bytes, tier = memplan.linear_plan(budget, n_train, temp_bytes(widest), block_bytes)
 
     # -- one-time preparation: labels, weights, costs, normaliser ------------------------------------
     y_all = read_labels(ds)
@@ -164,10 +160,10 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     def make_source(gi):
         fm = feature_map(gi)
         if fm is None:
-            return BlockSource(ds, normalizer, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
+            return BlockSource(ds, normalizer, block_bytes=block_bytes, memory_bytes=tier,
                                queries=(q0, q1), levels=levels)
         from streamrank.objectives.mapped_source import MappedSource
-        return MappedSource(ds, fm, normalizer, block_bytes=block_bytes, memory_bytes=int(budget * MEMORY_TIER_SHARE),
+        return MappedSource(ds, fm, normalizer, block_bytes=block_bytes, memory_bytes=tier,
                             queries=(q0, q1), levels=levels, cache_dir=cache_dir, mode=map_cache,
                             cache_size=cache_size)
 

@@ -1,4 +1,6 @@
-"""How a memory budget is spent: the block size that keeps a training run's peak RSS inside it.
+"""How a memory budget is spent, for every training path: the block size that keeps a linear or
+mapped run's peak RSS inside it and its in-memory tier, and the exact path's blocks of Q, its
+in-memory tier of Q and the preconditioner's share.
 
 The budget (``--memory-budget``) bounds the whole process: the interpreter and its libraries
 (already resident when training starts), the per-row arrays the objective keeps (the active
@@ -11,7 +13,12 @@ model (every sum runs in an order fixed by the data), only the number of reads.
 import logging
 import os
 
+from streamrank.cache.kernel_cache import READ_BUFFERS
+from streamrank.errors import ParameterError
+from streamrank.features.kernels import tile_rows
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
+from streamrank.objectives.kernel_precond import A_CHUNK_BYTES
+from streamrank.units import format_size
 
 log = logging.getLogger("streamrank.training.memory_plan")
 
@@ -25,6 +32,18 @@ BUFFERS = 2
 # 0.5 with a 309 MB budget: arrays peaked at 103 MB while RSS rose 128 MB above its start, and
 # more over a longer run as the allocator fragments)
 HEADROOM = 1.4
+# share of the budget for mapped (or raw) float64 blocks kept in memory between passes
+MEMORY_TIER_SHARE = 0.5
+
+
+def raw_block_bytes(budget):
+    """Bytes of a block of raw rows read once (normalisation statistics, the exact path's rows)."""
+    return int(budget * BLOCK_SHARE_OF_BUDGET)
+
+
+def memory_tier_bytes(budget):
+    """Bytes of the in-memory tier of a linear or mapped run's block source."""
+    return int(budget * MEMORY_TIER_SHARE)
 
 
 def resident_bytes():
@@ -52,3 +71,65 @@ def block_bytes(budget, n_rows, extra=0, resident=None):
         log.info("memory budget %.0f MB: %.0f MB resident and %.0f MB of per-row state leave %.0f MB blocks",
                  budget / 1e6, resident / 1e6, n_rows * STATE_BYTES_PER_ROW / 1e6, left / 1e6)
     return max(1, min(share, left))
+
+
+# One stored block of Q: at most this, and at most 1/32 of the budget (three are buffered)
+Q_BLOCK_BYTES = 64 << 20
+# float64 vectors of length l alive at once (TRON's w, g, s, r, d, Hd; the objective's z, dz,
+# gradient and trial copies; the pass's state arrays), with room to spare
+VECTORS_PER_ROW = 40
+
+
+def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None):
+    """(bytes of a block, bytes of the in-memory tier) of a linear or mapped run over ``n_rows``
+    rows; a ``given_block`` size is kept. Logs the shares it chose."""
+    resident = resident_bytes() if resident is None else resident
+    size = int(given_block) if given_block else block_bytes(budget, n_rows, extra=extra, resident=resident)
+    tier = memory_tier_bytes(budget)
+    log.info("memory plan (budget %s): resident %s; per-row state %s; preconditioner temporaries %s; %d blocks of "
+             "%s; rows kept in memory up to %s", format_size(budget), format_size(resident),
+             format_size(n_rows * STATE_BYTES_PER_ROW), format_size(extra), BUFFERS, format_size(size),
+             format_size(tier))
+    return size, tier
+
+
+def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
+    """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
+    the whole process: what is resident already (the interpreter, libraries) counts. Logs the
+    shares it chose."""
+    qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
+    chunk = 8 * tile_rows(l + d) * (l + d)  # one tile of float64 rows and kernel values being computed
+    m = min(landmarks, l)
+    # float32 U, diag(R) and two D (the base's and the point's), five m x m float64 matrices (A,
+    # U^T D^-1 U, R_A, B's factor and a temporary) and the chunks of their products
+    # (kernel_precond); its float64 build-time factor (8 l m) is freed before the tier of Q fills memory
+    precond = (4 * l * m + 24 * l + 40 * m * m + min(A_CHUNK_BYTES, 24 * l * m)) if m else 0
+    resident = resident_bytes() if resident is None else resident
+    fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
+    q_bytes = 4 * l * l
+    if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
+        _log_exact(budget, resident, fixed, precond, qblock, q_bytes, q_bytes)
+        return qblock, q_bytes  # all of Q in memory
+    if resident + fixed + READ_BUFFERS * qblock <= budget:
+        fixed += resident
+    elif fixed + READ_BUFFERS * qblock <= budget:
+        log.warning("memory budget %s is below what this run needs besides Q with %s already resident: "
+                    "peak RSS will exceed it", format_size(budget), format_size(resident))
+    tier = budget - fixed - READ_BUFFERS * qblock
+    if tier < 0:
+        raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
+                             f"{l} rows (the rows, solver vectors, preconditioner and {READ_BUFFERS} blocks of Q need "
+                             f"{format_size(fixed + READ_BUFFERS * qblock)}); use memory_budget="
+                             f"{format_size(2 * (fixed + READ_BUFFERS * qblock))}"
+                             + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
+                                f"use precondition=off to drop them)" if precond > (fixed + READ_BUFFERS * qblock) / 2
+                                else ""))
+    _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes)
+    return qblock, tier
+
+
+def _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes):
+    log.info("memory plan (budget %s): resident %s; rows, solver vectors and preconditioner %s (preconditioner %s); "
+             "%d blocks of Q of %s; Q in memory %s of %s", format_size(budget), format_size(resident),
+             format_size(fixed), format_size(precond), READ_BUFFERS, format_size(qblock),
+             format_size(min(tier, q_bytes)), format_size(q_bytes))

@@ -145,7 +145,7 @@ def test_auto_landmarks_scale_with_the_root_of_the_rows():
 
 def test_memory_plan_names_the_preconditioner_when_it_does_not_fit():
     from streamrank.errors import ParameterError
-    from streamrank.training.exact import memory_plan
+    from streamrank.training.memory_plan import exact_kernel_plan as memory_plan
     with pytest.raises(ParameterError, match=r"memory_budget 2.0 GB is too small.*4000 landmarks.*precondition=off"):
         memory_plan(200000, 46, 2e9, landmarks=4000, resident=2e8)
     with pytest.raises(ParameterError) as err:  # the rows themselves: no hint about landmarks
