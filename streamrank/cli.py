@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import logging
 import re
 import sys
 
@@ -42,13 +43,12 @@ def translate(message):
     return _FIX.sub(fix, message)
 
 
-class _Translate:
-    """A logging filter that puts library log messages in the CLI's terms."""
+class _TranslatingFormatter(logging.Formatter):
+    """Formats library log messages in the CLI's terms (the record itself, which other handlers
+    may also see, is left as the library wrote it)."""
 
-    @staticmethod
-    def filter(record):
-        record.msg, record.args = translate(record.getMessage()), None
-        return True
+    def format(self, record):
+        return translate(super().format(record))
 
 
 def _positive_int(name):
@@ -103,12 +103,10 @@ def _cmd_demo(args):
 
 
 def _setup_logging(quiet):
-    import logging
     logger = logging.getLogger("streamrank")
     logger.handlers[:] = []
     h = logging.StreamHandler(sys.stderr)
-    h.setFormatter(logging.Formatter("%(message)s"))
-    h.addFilter(_Translate)
+    h.setFormatter(_TranslatingFormatter("%(message)s"))
     logger.addHandler(h)
     logger.setLevel(logging.WARNING if quiet else logging.INFO)
 

@@ -41,11 +41,6 @@ class DenseRankSVM:
         self.X = np.asarray(X, np.float64)
         self.C = C
 
-    @property
-    def D(self):
-        """The pair differences A X, dense (p, d)."""
-        return np.asarray(self.A @ self.X)
-
     def _margins(self, w):
         return np.maximum(0.0, 1.0 - self.A @ (self.X @ w))
 

@@ -32,7 +32,7 @@ from streamrank.evaluation.metrics import evaluate
 from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
-from streamrank.training.path import RESUMABLE_CHANGES, Method, report_grid_edges, run_path
+from streamrank.training.path import Method, report_grid_edges, run_path
 from streamrank.training.problem import check_config, metric_value, pair_cost_table, query_weights, read_labels
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
@@ -209,22 +209,17 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
             return score_valid(beta, gi)
 
     path = Exact()
-    res = run_path(path, points, tol=tol, max_iter=max_iter, valid_key=None if valid is None else "valid_" + select_metric,
-                   checkpoint=checkpoint, resume=resume, config={k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES},
-                   settings=cfg, fingerprint=ds.fingerprint)
-    candidates, path_w, best, total_passes = res.candidates, res.path_w, res.best, res.passes
+    res = run_path(path, points, tol=tol, max_iter=max_iter, select_metric=None if valid is None else select_metric,
+                   checkpoint=checkpoint, resume=resume, settings=cfg, fingerprint=ds.fingerprint)
+    path_w, best = res.path_w, res.best
     build_s, precond_s, in_memory, jitter = path.build_seconds, path.precond_seconds, path.in_memory, path.jitter
 
-    chosen = candidates[best]
     beta = np.asarray(path_w[best], np.float64)
     support = np.flatnonzero(beta)
-    summary = {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
-               "iterations": sum(c["iterations"] for c in candidates), "passes": total_passes,
-               "cg_steps": sum(c["cg_steps"] for c in candidates), "seconds": time.perf_counter() - t_start,
-               "kernel_seconds": build_s, "precondition_seconds": precond_s, "jitter": jitter, "method": "exact", "solver": "tron", "C": chosen["C"],
-               "gamma": chosen["gamma"], "kernel": kernel, "in_memory": in_memory, "support": int(support.size),
-               "landmarks": cfg["landmarks"],
-               "candidates": candidates}
+    summary = {**res.summary(), "cg_steps": sum(c["cg_steps"] for c in res.candidates),
+               "seconds": time.perf_counter() - t_start, "kernel_seconds": build_s, "precondition_seconds": precond_s,
+               "jitter": jitter, "method": "exact", "solver": "tron", "kernel": kernel, "in_memory": in_memory,
+               "support": int(support.size), "landmarks": cfg["landmarks"]}
     report_grid_edges(summary, Cs, gammas)
     model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(points[best][0], support), config=cfg,
                         training=summary, fingerprint=ds.fingerprint, levels=levels)

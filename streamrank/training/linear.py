@@ -21,7 +21,7 @@ from streamrank.solvers.newton import newton_cholesky
 from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
-from streamrank.training.path import RESUMABLE_CHANGES, Method, report_grid_edges, run_path
+from streamrank.training.path import Method, report_grid_edges, run_path
 from streamrank.training.problem import check_config, metric_value, pair_cost_table, query_weights, read_labels
 from streamrank.units import parse_size
 
@@ -221,19 +221,14 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
             return score_valid(w, gi)
 
     path = Linear()
-    res = run_path(path, points, tol=tol, max_iter=max_iter, valid_key=None if valid is None else "valid_" + select_metric,
-                   checkpoint=checkpoint, resume=resume, config={k: v for k, v in cfg.items() if k not in RESUMABLE_CHANGES},
-                   settings=cfg, fingerprint=ds.fingerprint)
-    candidates, path_w, best, total_passes = res.candidates, res.path_w, res.best, res.passes
+    res = run_path(path, points, tol=tol, max_iter=max_iter, select_metric=None if valid is None else select_metric,
+                   checkpoint=checkpoint, resume=resume, settings=cfg, fingerprint=ds.fingerprint)
+    path_w, best = res.path_w, res.best
     solver, read_s, source, source_gi = path.solver, path.read_seconds, path.last, path.last_gi
 
-    chosen = candidates[best]
     fmap = feature_map(points[best][0])
-    summary = {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
-               "iterations": sum(c["iterations"] for c in candidates), "passes": total_passes,
-               "seconds": time.perf_counter() - t_start, "read_seconds": read_s, "method": method, "solver": solver,
-               "C": chosen["C"], "gamma": chosen["gamma"], "in_memory": source.in_memory if source else None,
-               "candidates": candidates}
+    summary = {**res.summary(), "seconds": time.perf_counter() - t_start, "read_seconds": read_s, "method": method,
+               "solver": solver, "in_memory": source.in_memory if source else None}
     report_grid_edges(summary, Cs, gammas)
     if method != "primal":
         summary["components"] = int(fmap.n_components_)

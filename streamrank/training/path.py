@@ -62,14 +62,24 @@ class PathResult:
     best: int          # the chosen point's index
     passes: int        # passes over the data along the whole path (resumed runs included)
 
+    def summary(self):
+        """The summary entries every method reports: the chosen point's, and the path's totals."""
+        chosen = self.candidates[self.best]
+        return {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
+                "iterations": sum(c["iterations"] for c in self.candidates), "passes": self.passes,
+                "C": chosen["C"], "gamma": chosen["gamma"], "candidates": self.candidates}
 
-def run_path(method, points, *, tol, max_iter, valid_key=None, checkpoint=None, resume=False, config=None,
-             settings=None, fingerprint=None):
+
+def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=None, resume=False, settings=None,
+             fingerprint=None):
     """Solve every point of ``points`` with ``method``; return a :class:`PathResult`.
 
-    ``valid_key``: the candidates' key of the validation score (None: no validation; then the last
-    point is the one chosen). ``config``: the settings a checkpoint must match to be resumed;
-    ``settings``: all of them, recorded in each checkpoint."""
+    ``select_metric``: the validation metric the candidates record as ``valid_<metric>`` and the
+    best point is chosen by (None: no validation; then the last point is the one chosen).
+    ``settings``: the run's settings, recorded in each checkpoint; a checkpoint must match all of
+    them but :data:`RESUMABLE_CHANGES` to be resumed."""
+    valid_key = None if select_metric is None else "valid_" + select_metric
+    config = {k: v for k, v in (settings or {}).items() if k not in RESUMABLE_CHANGES}
     candidates, path_w, start_index, state, passes0 = resume_point(checkpoint if resume else None, config,
                                                                    fingerprint, points)
     n_ck = [0]
@@ -97,7 +107,7 @@ def run_path(method, points, *, tol, max_iter, valid_key=None, checkpoint=None, 
             checkpoint=checkpoint, config=config, fingerprint=fingerprint, settings=settings, index=k,
             candidates=candidates, path_w=path_w, counter=n_ck, passes=passes,
             validate=None if valid_key is None else (lambda st, Ck=Ck, gi=gi: log.info(
-                "    C=%g iter %d: validation %s %.4f", Ck, st.iteration, valid_key[len("valid_"):],
+                "    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric,
                 method.score(st.w, gi))))
         st = solve(obj, w, eps=tol, max_iter=max_iter, state=state, callback=on_iteration,
                    describe=lambda: f"passes {passes()}", **kw)

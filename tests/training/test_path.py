@@ -48,7 +48,7 @@ POINTS = [(gi, C) for gi in (0, 1) for C in (0.1, 1.0, 10.0)]
 
 def test_warm_starts_along_C_and_a_fresh_start_per_gamma():
     m = Hinge(hinge_problem(seed=20))
-    r = run_path(m, POINTS, tol=1e-8, max_iter=200, valid_key="valid_score")
+    r = run_path(m, POINTS, tol=1e-8, max_iter=200, select_metric="score")
     assert len(r.candidates) == 6 and m.opened == [0, 1] and m.closed == 2
     for k, (gi, C, w) in enumerate(m.starts):
         if k in (0, 3):
@@ -70,7 +70,7 @@ def test_a_resumed_path_ends_with_the_uninterrupted_solutions(tmp_path, stop_aft
     """Kill the path after ``stop_after`` checkpoints (an exception from the solver's callback,
     as a crash would), then resume from the checkpoint directory."""
     X = hinge_problem(seed=22)
-    kw = dict(tol=1e-10, max_iter=200, valid_key="valid_score", config={"test": 1}, settings={"test": 1},
+    kw = dict(tol=1e-10, max_iter=200, select_metric="score", settings={"test": 1},
               fingerprint="f" * 64)
     full = run_path(Hinge(X), POINTS, **kw)
 
