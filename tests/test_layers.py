@@ -1,5 +1,6 @@
 """The package's layers: every import runs down (or within a layer), and no modules import each
-other in a cycle. The order is the data flow of DESIGN.md: rows are read (io), mapped (features),
+other in a cycle. The order is the data flow of DESIGN.md: passes are run by an executor
+(execution), rows are read (io), mapped (features),
 kept between passes (cache), turned into an objective (objectives) that a solver minimises
 (solvers); models and checkpoints are files (state); training runs the path; the faces (CLI,
 estimator, demo) sit on top."""
@@ -15,6 +16,7 @@ PKG = Path(streamrank.__file__).resolve().parent
 # lowest first; a module may import from its own layer and the ones before it
 LAYERS = [
     {"errors", "units", "_version", "_native"},
+    {"execution"},
     {"io"},
     {"features"},
     {"cache"},

@@ -155,7 +155,7 @@ def _timer(key, f, when):
                 _I[key].append(time.perf_counter() - t)
     return g
 _ob.pk.hess_prod = _timer("hess_prod", _ob.pk.hess_prod, lambda a: _FLAG[0] == "hessian" and np.ndim(a[0]) == 2)
-_ob.RankObjective._phi = _timer("phi", _ob.RankObjective._phi, lambda a: _FLAG[0] == "hessian")
+_ob._phi = _timer("phi", _ob._phi, lambda a: _FLAG[0] == "hessian")
 """
 
 # One training run: open -> train -> (save) -> (letor4 on test) [-> per-pass limits]

@@ -35,6 +35,7 @@ import numpy as np
 from numba import prange
 
 from streamrank._native.threads import background
+from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.cache.feature_cache import FeatureCache, array_digest
 from streamrank.features.kernels import PreparedKernel, check_psd_kernel
 from streamrank.io.query_stream import plan_blocks
@@ -97,17 +98,36 @@ def rounding_bounds(Qb):
     return rows, float(_HALF_SPACING[top.max()]) if n and Qb.shape[1] else 0.0
 
 
-def read_rows(dataset, normalizer, queries, block_bytes):
-    """(Xn float64 (l, d), float32 labels (l,), local query_ptr) of queries [q0, q1), normalised."""
+def read_rows(dataset, normalizer, queries, block_bytes, executor=None):
+    """(Xn float64 (l, d), float32 labels (l,), local query_ptr) of queries [q0, q1), normalised
+    (one streamed pass through the executor)."""
     q0, q1 = queries
     qp = dataset.query_ptr
     l, d = int(qp[q1] - qp[q0]), dataset.n_features
     Xn, y = np.empty((l, d)), np.empty(l, np.float32)
-    for b, start, stop in dataset.stream(block_bytes=block_bytes, queries=(q0, q1)):
-        a = start - int(qp[q0])
-        Xn[a:a + b.n_rows] = normalizer.transform(b.X, b.query_ptr)
-        y[a:a + b.n_rows] = b.y
+
+    def put(k, item):
+        a, b, Xb, yb = item
+        Xn[a - int(qp[q0]):b - int(qp[q0])] = Xb
+        y[a - int(qp[q0]):b - int(qp[q0])] = yb
+
+    executor_or_local(executor).run(_NormalizedRows(normalizer), dataset.stream(block_bytes=block_bytes,
+                                                                                 queries=(q0, q1)), collect=put)
     return Xn, y, qp[q0:q1 + 1] - qp[q0]
+
+
+class _NormalizedRows(Pass):
+    """A block's rows normalised (float64) and its labels, with their row range."""
+
+    def __init__(self, normalizer):
+        self.normalizer = normalizer
+
+    def step(self, carry, item):
+        b, start, stop = item
+        return start, stop, self.normalizer.transform(b.X, b.query_ptr), b.y.copy()
+
+    def merge(self, total, carry):
+        return None
 
 
 class KernelCache(FeatureCache):

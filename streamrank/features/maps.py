@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from streamrank.errors import InputError, ParameterError
+from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, tiles,
                       tile_rows)
 
@@ -56,6 +57,35 @@ def _sha256(arrays):
         h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
         h.update(a.data)
     return h.hexdigest()
+
+
+class _LandmarkDraw(Pass):
+    """The reservoir's pass (item (block, start, stop)): the sampled rows of each block, normalised,
+    into their slots of L. One partition (the draws follow the rows in order); it stops once no
+    later row can be drawn."""
+
+    one_partition = True
+
+    def __init__(self, k, seed, d, normalizer, row0, n):
+        self.k, self.seed, self.d, self.normalizer, self.row0, self.n = k, seed, d, normalizer, row0, n
+
+    def start(self):
+        return {"res": Reservoir(self.k, self.seed), "L": np.zeros((self.k, self.d))}
+
+    def done(self, carry):
+        return carry["res"].next >= self.n  # no later row can be drawn: skip reading the rest
+
+    def step(self, carry, item):
+        block, start, stop = item
+        res, L = carry["res"], carry["L"]
+        a, b = start - self.row0, stop - self.row0
+        if res.next >= b:  # no landmark in this block: it need not be normalised
+            res.accept(b)
+            return
+        X = block.X if self.normalizer is None else self.normalizer.transform(block.X, block.query_ptr)
+        rows, slots = res.accept(b)
+        for r, s in zip(rows, slots):  # in row order: a later row replaces an earlier one
+            L[s] = X[r - a]
 
 
 class Reservoir:
@@ -261,7 +291,7 @@ class IdentityMap(FeatureMap):
 
     kind = "identity"
 
-    def fit(self, data, *, queries=None, block_bytes=None, memory_budget=None, normalizer=None):
+    def fit(self, data, *, queries=None, block_bytes=None, memory_budget=None, normalizer=None, executor=None):
         self.n_features_ = self.n_components_ = self._n_features_of(data)
         return self
 
@@ -356,8 +386,9 @@ class Nystroem(FeatureMap):
                 "eigenvalues": self.eigenvalues_, "projection": self.projection_}
 
     # -- fit -------------------------------------------------------------------------------------
-    def fit(self, data, *, queries=None, block_bytes=None, memory_budget=None, normalizer=None):
-        """Draw the landmarks in one pass over ``data`` (Dataset or 2-D array), then W, eigh."""
+    def fit(self, data, *, queries=None, block_bytes=None, memory_budget=None, normalizer=None, executor=None):
+        """Draw the landmarks in one pass over ``data`` (Dataset or 2-D array; a Dataset's pass runs
+        through ``executor``), then W, eigh."""
         d = self._n_features_of(data)
         _, gamma, degree, coef0 = check_kernel(self.kernel, self.gamma, self.degree, self.coef0, n_features=d)
         res = Reservoir(self.n_components, self.seed)
@@ -366,21 +397,9 @@ class Nystroem(FeatureMap):
             stream = data.stream(block_bytes=block_bytes, memory_budget=memory_budget, queries=queries)
             n = stream.n_rows
             row0 = int(data.query_ptr[stream.bounds[0]])
-            blocks = iter(stream)
-            try:
-                for block, start, stop in blocks:
-                    a, b = start - row0, stop - row0
-                    if res.next >= b:  # no landmark in this block: it need not be normalised
-                        res.accept(b)
-                        continue
-                    X = block.X if normalizer is None else normalizer.transform(block.X, block.query_ptr)
-                    rows, slots = res.accept(b)
-                    for r, s in zip(rows, slots):  # in row order: a later row replaces an earlier one
-                        L[s] = X[r - a]
-                    if res.next >= n:  # no later row can be drawn: skip reading the rest
-                        break
-            finally:
-                blocks.close()
+            carry, _ = executor_or_local(executor).run(_LandmarkDraw(self.n_components, self.seed, d, normalizer,
+                                                                     row0, n), stream)
+            res, L = carry["res"], carry["L"]
         else:
             if normalizer is not None:
                 raise ValueError("normalizer applies to a Dataset's raw rows; pass arrays already normalised")
@@ -511,7 +530,7 @@ class RandomFourier(FeatureMap):
             return {}
         return {"omega": self.omega_, "b": self.offset_}
 
-    def fit(self, data, *, queries=None, block_bytes=None, memory_budget=None, normalizer=None):
+    def fit(self, data, *, queries=None, block_bytes=None, memory_budget=None, normalizer=None, executor=None):
         d = self._n_features_of(data)
         _, gamma, _, _ = check_kernel(self.kernel, self.gamma, n_features=d)
         m = self.n_components

@@ -8,6 +8,7 @@ import numba
 import numpy as np
 
 from streamrank.errors import ParameterError
+from streamrank.execution.executor import Pass, executor_or_local
 
 KINDS = ("none", "zscore", "query_minmax")
 
@@ -27,6 +28,29 @@ def _welford_rows(X, count, mean, m2):
             mean[k] += delta * inv
             m2[k] += delta * (x - mean[k])
     return count
+
+
+class _Moments(Pass):
+    """Count, mean and sum of squared deviations of the rows (Welford within a partition)."""
+
+    def __init__(self, n_features):
+        self.d = n_features
+
+    def start(self):
+        return [0, np.zeros(self.d), np.zeros(self.d)]
+
+    def step(self, carry, item):
+        X = item if isinstance(item, np.ndarray) else item[0].X
+        carry[0] = _welford_rows(np.ascontiguousarray(X), carry[0], carry[1], carry[2])
+
+    def merge(self, total, carry):
+        """Chan, Golub and LeVeque's pairwise update of (n, mean, M2)."""
+        (na, ma, sa), (nb, mb, sb) = total, carry
+        n = na + nb
+        if n == 0:
+            return [0, ma.copy(), sa.copy()]
+        delta = mb - ma
+        return [n, ma + delta * (nb / n), sa + sb + delta * delta * (na * nb / n)]
 
 
 class Normalizer:
@@ -51,13 +75,13 @@ class Normalizer:
     def needs_queries(self):
         return self.kind == "query_minmax"
 
-    def fit(self, blocks, n_features):
-        """``blocks``: iterable of float32 row blocks (one streamed pass)."""
+    def fit(self, blocks, n_features, executor=None):
+        """``blocks``: one streamed pass, as a dataset stream (items (block, start, stop)) or an
+        iterable of float32 row arrays; run through ``executor`` (None: in this process)."""
         if self.kind != "zscore":
             return self
-        n, mean, m2 = 0, np.zeros(n_features), np.zeros(n_features)
-        for X in blocks:
-            n = _welford_rows(np.ascontiguousarray(X), n, mean, m2)
+        carry, _ = executor_or_local(executor).run(_Moments(n_features), blocks)
+        n, mean, m2 = carry
         std = np.sqrt(m2 / max(n, 1))  # population std, as scikit-learn's StandardScaler
         self.mean_ = mean
         self.scale_ = np.where(std > 0, std, 1.0)

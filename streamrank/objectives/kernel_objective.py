@@ -34,6 +34,7 @@ import numpy as np
 from streamrank._native import linalg as la
 from streamrank._native import pairkernels as pk
 from streamrank._native import qprod as qp
+from streamrank.execution.executor import Pass
 from streamrank.objectives.rank_objective import RankObjective
 
 # Bytes of Q rows per sub-block (whole queries): the rows stay in the 1 MB L2 / 32 MB L3 between
@@ -96,8 +97,8 @@ class KernelObjective(RankObjective):
         Query weights of the queries of Q.
     """
 
-    def __init__(self, qcache, rank, *, C, cost, mu, sub_bytes=SUB_BYTES, jitter=None):
-        super().__init__(qcache, qcache.l, C=C, cost=cost, mu=mu)
+    def __init__(self, qcache, rank, *, C, cost, mu, sub_bytes=SUB_BYTES, jitter=None, executor=None):
+        super().__init__(qcache, qcache.l, C=C, cost=cost, mu=mu, executor=executor)
         self.rank = np.ascontiguousarray(rank, np.int32)
         self.query_ptr = qcache.query_ptr
         self.sub_rows = max(1, int(sub_bytes) // (4 * max(qcache.l, 1)))
@@ -105,32 +106,28 @@ class KernelObjective(RankObjective):
         self._precond = None
         self._threads = _ThreadChooser()
         bq = qcache.block_queries
-        self._meta = [(int(a), int(b), np.ascontiguousarray(self.query_ptr[a:b + 1] - self.query_ptr[a]))
-                      for a, b in zip(bq[:-1], bq[1:])]
+        # per block: rows a:b, queries qa:qb, local query offsets
+        self._meta = [(int(self.query_ptr[qa]), int(self.query_ptr[qb]), int(qa), int(qb),
+                       np.ascontiguousarray(self.query_ptr[qa:qb + 1] - self.query_ptr[qa]))
+                      for qa, qb in zip(bq[:-1], bq[1:])]
 
-    def _pass(self):
-        """(block rows a:b, its queries qa:qb, local query offsets, the float32 block), with the
-        thread count :class:`_ThreadChooser` picks for the pass."""
+    def _run(self, p, kept=()):
+        """One pass of ``p`` over the blocks of Q through the executor, with the thread count
+        :class:`_ThreadChooser` picks for the pass."""
         k_threads, before = self._threads.pick(), numba.get_num_threads()
         numba.set_num_threads(k_threads)
         t = time.perf_counter()
         try:
-            for k, a, b, Qk in self.source:
-                qa, qb, lqp = self._meta[k]
-                yield a, b, qa, qb, lqp, Qk
+            return self.executor.run(p, self.source, kept=kept)
         finally:
             numba.set_num_threads(before)
-        self._threads.record(k_threads, time.perf_counter() - t)
+            self._threads.record(k_threads, time.perf_counter() - t)
 
     def fun(self, beta):
         beta = np.ascontiguousarray(beta, np.float64)
-        n, nq = self.n_features, len(self.query_ptr) - 1
-        z, dz, t, acc, loss_q = np.empty(n), np.empty(n), np.empty(n), np.zeros(n), np.empty(nq)
-        st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
-        for a, b, qa, qb, lqp, Qk in self._pass():
-            qp.fun_block(Qk, beta, a, lqp, self.rank[a:b], *self._cost_args(), self.mu[qa:qb], self.C, self.delta,
-                         self.sub_rows, z[a:b], dz[a:b], t[a:b], st[0][a:b], st[1][a:b], st[2][a:b], loss_q[qa:qb],
-                         acc)
+        acc, kept = self._run(_KernelLossGrad(beta, self))
+        z, t, loss_q = (np.concatenate([o[i] for o in kept]) if kept else np.zeros(0) for i in range(3))
+        st = tuple(np.concatenate([o[3][i] for o in kept]) if kept else np.zeros(0, np.int32) for i in range(3))
         acc += self.delta * t  # the jitter's part of Q' t, after every row (block-independent order)
         loss = la.sum_in_order(0.0, loss_q)
         f = 0.5 * la.sum_in_order(0.0, beta * z) + self.C * loss  # beta^T Q' beta = beta . z
@@ -139,12 +136,10 @@ class KernelObjective(RankObjective):
 
     def hessp(self, v):
         v = np.ascontiguousarray(v, np.float64)
-        acc, t = np.zeros(self.n_features), np.empty(self.n_features)
         order, cut_pref, cut_less = self._states
-        for a, b, qa, qb, lqp, Qk in self._pass():
-            qp.hess_block(Qk, v, a, lqp, self.rank[a:b], *self._cost_args(), self.mu[qa:qb], self.C, self.delta,
-                          self.sub_rows, order[a:b], cut_pref[a:b], cut_less[a:b], t[a:b], acc)
-        acc += self.delta * t
+        per_block = [(order[a:b], cut_pref[a:b], cut_less[a:b]) for a, b, _, _, _ in self._meta]
+        acc, ts = self._run(_KernelHessProd(v, self), kept=(per_block,))
+        acc += self.delta * (np.concatenate(ts) if ts else np.zeros(0))
         return acc
 
     def scores(self, beta=None):
@@ -166,6 +161,57 @@ class KernelObjective(RankObjective):
 
     def hessian(self, max_rows=None):
         raise NotImplementedError("exact kernel RankSVM is solved by TRON only (the Hessian in beta is l x l)")
+
+
+# -- the passes over the row blocks of Q (streamrank.execution) -------------------------------------
+
+
+class _KernelLossGrad(Pass):
+    """(B.1), (B.2) for one row block Q_b (item (k, a, b, Q_b)): the carry accumulates Q_b^T t_b
+    row by row (``qprod.fun_block``); the block keeps z_b, t_b, its per-query losses and active sets."""
+
+    def __init__(self, beta, obj):
+        self.beta, self.meta, self.rank, self.mu = beta, obj._meta, obj.rank, obj.mu
+        self.cost_args, self.C, self.delta, self.sub_rows = obj._cost_args(), obj.C, obj.delta, obj.sub_rows
+
+    def start(self):
+        return np.zeros(self.beta.shape[0])
+
+    def step(self, acc, item):
+        k, a, b, Qk = item
+        _, _, qa, qb, lqp = self.meta[k]
+        n = b - a
+        z, dz, t, loss_q = np.empty(n), np.empty(n), np.empty(n), np.empty(qb - qa)
+        st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
+        qp.fun_block(Qk, self.beta, a, lqp, self.rank[a:b], *self.cost_args, self.mu[qa:qb], self.C, self.delta,
+                     self.sub_rows, z, dz, t, *st, loss_q, acc)
+        return z, t, loss_q, st
+
+    def merge(self, total, acc):
+        return total + acc
+
+
+class _KernelHessProd(Pass):
+    """(B.3) for one row block: u_b = Q_b v, t_b = v_b + C L_b u_b at the block's kept active sets;
+    the carry accumulates Q_b^T t_b; the block returns t_b (for the jitter's part)."""
+
+    def __init__(self, v, obj):
+        self.v, self.meta, self.rank, self.mu = v, obj._meta, obj.rank, obj.mu
+        self.cost_args, self.C, self.delta, self.sub_rows = obj._cost_args(), obj.C, obj.delta, obj.sub_rows
+
+    def start(self):
+        return np.zeros(self.v.shape[0])
+
+    def step(self, acc, item, st):
+        k, a, b, Qk = item
+        _, _, qa, qb, lqp = self.meta[k]
+        t = np.empty(b - a)
+        qp.hess_block(Qk, self.v, a, lqp, self.rank[a:b], *self.cost_args, self.mu[qa:qb], self.C, self.delta,
+                      self.sub_rows, *st, t, acc)
+        return t
+
+    def merge(self, total, acc):
+        return total + acc
 
 
 class _Counter:

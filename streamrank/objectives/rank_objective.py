@@ -27,6 +27,7 @@ import numpy as np
 from streamrank._native import fused as fz
 from streamrank._native import linalg as la
 from streamrank._native import pairkernels as pk
+from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.normalize import Normalizer
 
 # Rows of Phi materialised at a time (float64, with L Phi beside them) when forming the dense
@@ -164,12 +165,12 @@ class RankObjective:
         Query weights, indexed by the dataset's query number.
     """
 
-    def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True):
+    def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True, executor=None):
         self.source = source
+        self.executor = executor_or_local(executor)
         # the accepted scores, for Newton's line search (prepare_line / line): 8 bytes a row,
         # twice while a trial point is evaluated; TRON does not need them
         self.keep_scores = bool(keep_scores)
-        self._zbuf = None
         self.n_features = int(n_features)
         self.C = float(C)
         self.cost = cost
@@ -190,28 +191,11 @@ class RankObjective:
 
     def fun(self, w):
         w = np.ascontiguousarray(w, np.float64)
-        acc = np.zeros(self.n_features)
-        loss = 0.0
-        states, zs = [], []
-        for b in self.source:
-            n, nq = b.X.shape[0], b.q1 - b.q0
-            st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
-            loss_q = np.empty(nq)
-            partials = np.empty((nq, self.n_features))
-            if self.keep_scores:
-                z = np.empty(n)
-            else:  # written by the kernel, not kept: one scratch array for every block
-                if self._zbuf is None or self._zbuf.shape[0] < n:
-                    self._zbuf = np.empty(n)
-                z = self._zbuf[:n]
-            fz.fused_loss_grad(b.X, w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self._cost_args(),
-                               self.mu[b.q0:b.q1], *st, loss_q, partials, z)
-            loss = la.sum_in_order(loss, loss_q)
-            la.add_rows_in_order(acc, partials)
-            states.append(st)
-            zs.append(z if self.keep_scores else None)
+        carry, kept = self.executor.run(_LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores),
+                                        self.source)
+        loss, acc = carry["loss"], carry["acc"]
         f = 0.5 * float(w @ w) + self.C * loss
-        self._trial = (w.copy(), f, w + self.C * acc, states, loss, zs)
+        self._trial = (w.copy(), f, w + self.C * acc, [st for st, _ in kept], loss, [z for _, z in kept])
         return f
 
     def grad(self, w):
@@ -225,25 +209,11 @@ class RankObjective:
 
     def hessp(self, s):
         s = np.ascontiguousarray(s, np.float64)
-        acc = np.zeros(self.n_features)
-        for b, st in zip(self.source, self._states):
-            partials = np.empty((b.q1 - b.q0, self.n_features))
-            fz.fused_hess(b.X, s, b.shift, b.scale, b.affine, b.qptr, b.rank, *self._cost_args(),
-                          self.mu[b.q0:b.q1], *st, partials)
-            la.add_rows_in_order(acc, partials)
+        acc, _ = self.executor.run(_HessProd(s, self.n_features, self._cost_args(), self.mu), self.source,
+                                   kept=(self._states,))
         return s + self.C * acc
 
     # -- Newton-Cholesky support: the dense Hessian and a line search on scores in memory ----------
-    def _phi(self, b, r0, r1, q):
-        """Rows r0:r1 (local to block b, whole queries) of Phi as float64."""
-        X = b.X[r0:r1].astype(np.float64)
-        if b.affine == 0:
-            return X
-        if b.affine == 1:
-            return (X - b.shift[0]) * b.scale[0]
-        sizes = np.diff(b.qptr[q[0]:q[1] + 1])
-        return (X - np.repeat(b.shift[q[0]:q[1]], sizes, axis=0)) * np.repeat(b.scale[q[0]:q[1]], sizes, axis=0)
-
     def hessian(self, max_rows=None):
         """H = I + C Phi^T (A^T D A) Phi at the accepted point (one pass; paper 001's Newton).
 
@@ -253,29 +223,10 @@ class RankObjective:
         HESSIAN_ROWS rows), then BLAS-3 gives Phi_g^T (L Phi_g). Group sums are added in order;
         unlike fun/grad/hessp the product's rounding follows BLAS (not the data alone).
         """
-        m = self.n_features
-        H = np.zeros((m, m))
-        done = 0
-        for b, st in zip(self.source, self._states):
-            if max_rows is not None and done >= max_rows:
-                break  # a partial Hessian (timing) need not read the remaining blocks
-            qp = b.qptr
-            q = 0
-            nq = b.q1 - b.q0
-            while q < nq and (max_rows is None or done < max_rows):
-                # a group of whole queries, at least one
-                cap = HESSIAN_ROWS if max_rows is None else min(HESSIAN_ROWS, max_rows - done)
-                q_end = max(q + 1, int(np.searchsorted(qp, qp[q] + cap, side="right")) - 1)
-                q_end = min(q_end, nq)
-                r0, r1 = int(qp[q]), int(qp[q_end])
-                Phi = self._phi(b, r0, r1, (q, q_end))
-                local = qp[q:q_end + 1] - r0
-                state = pk.PairState(st[0][r0:r1].copy(), st[1][r0:r1].copy(), st[2][r0:r1].copy(), query_ptr=local)
-                LPhi = pk.hess_prod(Phi, b.rank[r0:r1], local, self.cost, self.mu[b.q0 + q:b.q0 + q_end], state)
-                H += Phi.T @ LPhi
-                q = q_end
-                done += r1 - r0
-        self.hessian_rows = done
+        carry, _ = self.executor.run(_Hessian(self.n_features, self.cost, self.mu, max_rows), self.source,
+                                     kept=(self._states,))
+        H = carry["H"]
+        self.hessian_rows = carry["rows"]
         H *= self.C
         H[np.diag_indices_from(H)] += 1.0
         return H
@@ -307,34 +258,10 @@ class RankObjective:
         q_first = int(self.source.stream.bounds[0])
         base = int(qptr[q_first])
         groups = pc.query_groups(qptr[q_first:] - base, sample_rows, pc.group_rows(m))  # local query bounds
-        q_end = q_first + int(groups[-1])
-        n_s = int(qptr[q_end]) - base
-        width = int(np.max(np.diff(qptr[q_first + groups]))) if len(groups) > 1 else 0
-        G_phi = np.empty((width, m))
-        G_lphi = np.empty((width, m))
-        M = np.zeros((m, m))
-        g = 0            # the group being filled: queries groups[g]:groups[g + 1] (local)
-        filled = 0       # its rows gathered so far
-        for b, st in zip(self.source.head(), self._states):
-            if b.q0 >= q_end:
-                break
-            q = 0        # block-local query index
-            while q < b.q1 - b.q0 and b.q0 + q < q_end:
-                # the part of group g inside this block: queries q .. e (block-local)
-                e = min(q_first + int(groups[g + 1]), b.q1) - b.q0
-                r0, r1 = int(b.qptr[q]), int(b.qptr[e])
-                Phi = self._phi(b, r0, r1, (q, e))
-                local = b.qptr[q:e + 1] - r0
-                state = pk.PairState(st[0][r0:r1].copy(), st[1][r0:r1].copy(), st[2][r0:r1].copy(),
-                                     query_ptr=local)
-                G_phi[filled:filled + r1 - r0] = Phi
-                G_lphi[filled:filled + r1 - r0] = pk.hess_prod(Phi, b.rank[r0:r1], local, self.cost,
-                                                               self.mu[b.q0 + q:b.q0 + e], state)
-                filled += r1 - r0
-                q = e
-                if b.q0 + q == q_first + int(groups[g + 1]):  # group complete: one product
-                    M += G_phi[:filled].T @ G_lphi[:filled]
-                    g, filled = g + 1, 0
+        n_s = int(qptr[q_first + int(groups[-1])]) - base
+        carry, _ = self.executor.run(_PreconditionerSample(m, self.cost, self.mu, q_first, groups, qptr),
+                                     self.source.head(), kept=(self._states,))
+        M = carry["M"]
         M *= self.C * (self.source.n_rows / n_s)
         M[np.diag_indices_from(M)] += 1.0
         return pc.DensePreconditioner(M)
@@ -342,11 +269,7 @@ class RankObjective:
     def prepare_line(self, w, s):
         """One pass: u = Phi s per block, kept with the accepted scores for :meth:`line`."""
         s = np.ascontiguousarray(s, np.float64)
-        us = []
-        for b in self.source:
-            u = np.empty(b.X.shape[0])
-            fz.fused_scores(b.X, s, b.shift, b.scale, b.affine, b.qptr, u)
-            us.append(u)
+        _, us = self.executor.run(_Scores(s), self.source)
         self._line = (np.array(w, np.float64), s, us)
 
     def line(self, t):
@@ -370,10 +293,155 @@ class RankObjective:
 
     def scores(self, w):
         """z = Phi w for every row of the source, in its row order (one pass)."""
-        w = np.ascontiguousarray(w, np.float64)
-        out = []
-        for b in self.source:
-            z = np.empty(b.X.shape[0])
-            fz.fused_scores(b.X, w, b.shift, b.scale, b.affine, b.qptr, z)
-            out.append(z)
+        _, out = self.executor.run(_Scores(np.ascontiguousarray(w, np.float64)), self.source)
         return np.concatenate(out) if out else np.zeros(0)
+
+
+# -- the passes (streamrank.execution): what one block contributes, and how partitions add up -------
+
+
+class _LossGrad(Pass):
+    """fun + grad at w (one pass): per block the fused kernel gives per-query losses and gradient
+    partials P[q] = Phi_q^T dz_q; the carry adds them in query order. Each block keeps its active
+    sets (for hessp) and, with ``keep_scores``, its scores z = Phi w (for Newton's line search)."""
+
+    def __init__(self, w, m, cost_args, mu, keep_scores):
+        self.w, self.m, self.cost_args, self.mu, self.keep_scores = w, m, cost_args, mu, keep_scores
+
+    def start(self):
+        return {"acc": np.zeros(self.m), "loss": 0.0}
+
+    def step(self, carry, b):
+        n, nq = b.X.shape[0], b.q1 - b.q0
+        st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
+        loss_q, partials, z = np.empty(nq), np.empty((nq, self.m)), np.empty(n)
+        fz.fused_loss_grad(b.X, self.w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
+                           self.mu[b.q0:b.q1], *st, loss_q, partials, z)
+        carry["loss"] = la.sum_in_order(carry["loss"], loss_q)
+        la.add_rows_in_order(carry["acc"], partials)
+        return st, (z if self.keep_scores else None)
+
+    def merge(self, total, carry):
+        return {"acc": total["acc"] + carry["acc"], "loss": total["loss"] + carry["loss"]}
+
+
+class _HessProd(Pass):
+    """sum_q Phi_q^T (A^T D A)_q Phi_q s (one pass), with each block's kept active sets."""
+
+    def __init__(self, s, m, cost_args, mu):
+        self.s, self.m, self.cost_args, self.mu = s, m, cost_args, mu
+
+    def start(self):
+        return np.zeros(self.m)
+
+    def step(self, acc, b, st):
+        partials = np.empty((b.q1 - b.q0, self.m))
+        fz.fused_hess(b.X, self.s, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
+                      self.mu[b.q0:b.q1], *st, partials)
+        la.add_rows_in_order(acc, partials)
+
+    def merge(self, total, acc):
+        return total + acc
+
+
+class _Scores(Pass):
+    """z = Phi w per block (kept by the caller)."""
+
+    def __init__(self, w):
+        self.w = w
+
+    def step(self, carry, b):
+        z = np.empty(b.X.shape[0])
+        fz.fused_scores(b.X, self.w, b.shift, b.scale, b.affine, b.qptr, z)
+        return z
+
+    def merge(self, total, carry):
+        return None
+
+
+def _phi(b, r0, r1, q):
+    """Rows r0:r1 (local to block b, whole queries q[0]:q[1]) of Phi as float64."""
+    X = b.X[r0:r1].astype(np.float64)
+    if b.affine == 0:
+        return X
+    if b.affine == 1:
+        return (X - b.shift[0]) * b.scale[0]
+    sizes = np.diff(b.qptr[q[0]:q[1] + 1])
+    return (X - np.repeat(b.shift[q[0]:q[1]], sizes, axis=0)) * np.repeat(b.scale[q[0]:q[1]], sizes, axis=0)
+
+
+def _l_phi(b, st, r0, r1, q, cost, mu):
+    """(Phi, L Phi) of rows r0:r1 (whole queries q[0]:q[1] of block b) at the kept active sets."""
+    Phi = _phi(b, r0, r1, q)
+    local = b.qptr[q[0]:q[1] + 1] - r0
+    state = pk.PairState(st[0][r0:r1].copy(), st[1][r0:r1].copy(), st[2][r0:r1].copy(), query_ptr=local)
+    return Phi, pk.hess_prod(Phi, b.rank[r0:r1], local, cost, mu[b.q0 + q[0]:b.q0 + q[1]], state)
+
+
+class _Hessian(Pass):
+    """Phi^T L Phi (one pass, or its first ``max_rows`` rows): per group of whole queries of at
+    most HESSIAN_ROWS rows, one BLAS-3 product, added in group order."""
+
+    def __init__(self, m, cost, mu, max_rows):
+        self.m, self.cost, self.mu, self.max_rows = m, cost, mu, max_rows
+
+    def start(self):
+        return {"H": np.zeros((self.m, self.m)), "rows": 0}
+
+    def done(self, carry):
+        return self.max_rows is not None and carry["rows"] >= self.max_rows  # a partial H (timing)
+
+    def step(self, carry, b, st):
+        qp, q, nq = b.qptr, 0, b.q1 - b.q0
+        while q < nq and not self.done(carry):
+            # a group of whole queries, at least one
+            cap = HESSIAN_ROWS if self.max_rows is None else min(HESSIAN_ROWS, self.max_rows - carry["rows"])
+            q_end = min(max(q + 1, int(np.searchsorted(qp, qp[q] + cap, side="right")) - 1), nq)
+            r0, r1 = int(qp[q]), int(qp[q_end])
+            Phi, LPhi = _l_phi(b, st, r0, r1, (q, q_end), self.cost, self.mu)
+            carry["H"] += Phi.T @ LPhi
+            carry["rows"] += r1 - r0
+            q = q_end
+
+    def merge(self, total, carry):
+        return {"H": total["H"] + carry["H"], "rows": total["rows"] + carry["rows"]}
+
+
+class _PreconditionerSample(Pass):
+    """M's sum over the sampled queries (``linear_precond``): groups of whole queries fixed by the
+    query index (``groups``, local to query ``q_first``), each one BLAS product on rows gathered
+    into a group buffer. A group may span two blocks, so the pass is one partition, and it stops
+    after the block that holds the sample's last query."""
+
+    one_partition = True
+
+    def __init__(self, m, cost, mu, q_first, groups, qptr):
+        self.m, self.cost, self.mu, self.q_first, self.groups = m, cost, mu, q_first, groups
+        self.q_end = q_first + int(groups[-1])
+        self.width = int(np.max(np.diff(qptr[q_first + groups]))) if len(groups) > 1 else 0
+
+    def start(self):
+        return {"M": np.zeros((self.m, self.m)), "g": 0, "filled": 0, "past": False,
+                "phi": np.empty((self.width, self.m)), "lphi": np.empty((self.width, self.m))}
+
+    def done(self, carry):
+        return carry["past"]
+
+    def step(self, c, b, st):
+        if b.q0 >= self.q_end:
+            c["past"] = True
+            return
+        q = 0  # block-local query index
+        while q < b.q1 - b.q0 and b.q0 + q < self.q_end:
+            # the part of group g inside this block: queries q .. e (block-local)
+            g_stop = self.q_first + int(self.groups[c["g"] + 1])
+            e = min(g_stop, b.q1) - b.q0
+            r0, r1 = int(b.qptr[q]), int(b.qptr[e])
+            f = c["filled"]
+            c["phi"][f:f + r1 - r0], c["lphi"][f:f + r1 - r0] = _l_phi(b, st, r0, r1, (q, e), self.cost, self.mu)
+            c["filled"] = f + r1 - r0
+            q = e
+            if b.q0 + q == g_stop:  # group complete: one product
+                c["M"] += c["phi"][:c["filled"]].T @ c["lphi"][:c["filled"]]
+                c["g"], c["filled"] = c["g"] + 1, 0
+        c["past"] = b.q1 >= self.q_end

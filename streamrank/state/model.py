@@ -18,11 +18,26 @@ import numpy as np
 from streamrank._native import qprod as _qprod
 from streamrank._version import __version__
 from streamrank.errors import FormatError, InputError
+from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.io.atomic import written
 from streamrank.features.normalize import Normalizer
 
 FORMAT_NAME = "streamrank-model"
 FORMAT_VERSION = 1
+
+
+class _ModelScores(Pass):
+    """The model's scores of one block of a dataset stream (item (block, start, stop))."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def step(self, carry, item):
+        block, a, b = item
+        return a, b, self.model.decision_function(block.X, block.query_ptr, row0=a)
+
+    def merge(self, total, carry):
+        return None
 
 
 class LinearModel:
@@ -74,15 +89,35 @@ class LinearModel:
         _qprod.rows_dot(Xn, self.w, out)
         return out
 
-    def predict_dataset(self, ds, *, memory_budget="2GB"):
+    def predict_dataset(self, ds, *, memory_budget="2GB", executor=None):
         """Scores of every row of ``ds`` in the input's row order (streamed)."""
+        out = np.empty(ds.n_rows)
+        row = ds.row
+
+        def put(k, item):
+            a, b, s = item
+            out[row[a:b]] = s
+
+        self.score_stream(ds, memory_budget=memory_budget, executor=executor, collect=put)
+        return out
+
+    def score_stream(self, ds, *, block_bytes=None, memory_budget=None, executor=None, collect=None):
+        """Scores of every row of ``ds`` in its stored (query-grouped) order, one streamed pass
+        through the executor; with ``collect``, each block's (start, stop, scores) is handed to
+        ``collect(k, item)`` instead and None is returned."""
         if ds.n_features > self.n_features:
             raise InputError(f"{ds.path} has {ds.n_features} features but the model knows {self.n_features}; "
                              f"convert it to the model's width (n_features={self.n_features})")
-        out = np.empty(ds.n_rows)
-        row = ds.row
-        for block, a, b in ds.stream(memory_budget=memory_budget):
-            out[row[a:b]] = self.decision_function(block.X, block.query_ptr, row0=a)
+        out = None
+        if collect is None:
+            out = np.empty(ds.n_rows)
+
+            def collect(k, item):
+                a, b, s = item
+                out[a:b] = s
+
+        executor_or_local(executor).run(_ModelScores(self), ds.stream(block_bytes=block_bytes,
+                                                                      memory_budget=memory_budget), collect=collect)
         return out
 
     # -- file ---------------------------------------------------------------------------------------

@@ -28,12 +28,11 @@ from streamrank.objectives.kernel_objective import KernelObjective, LinearKernel
 from streamrank.objectives.kernel_precond import DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
 from streamrank.cache.kernel_cache import KernelCache, read_rows
 from streamrank.features.kernels import check_psd_kernel
-from streamrank.evaluation.metrics import evaluate
 from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_path
-from streamrank.training.problem import check_config, metric_value, pair_cost_table, query_weights, read_labels
+from streamrank.training.problem import check_config, pair_cost_table, query_weights, read_labels, validation_score
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
 
@@ -47,7 +46,8 @@ class _Gram:
     """Q for one gamma: a built KernelCache and its preconditioner, or X X^T for the linear kernel."""
 
     def __init__(self, Xn, qp, rank, cost, mu, *, kernel, gamma, degree, coef0, key, qblock, tier, where, landmarks,
-                 seed):
+                 seed, executor=None):
+        self.executor = executor
         self.Xn, self.qp, self.rank, self.cost, self.mu = Xn, qp, rank, cost, mu
         self.cache, self.precond, self.counter = None, None, None
         self.build_seconds = self.precond_seconds = 0.0
@@ -80,7 +80,8 @@ class _Gram:
             obj = LinearKernelObjective(self.Xn, self.rank, self.qp, C=C, cost=self.cost, mu=self.mu)
             obj.source = self.counter  # one pass count for the whole path
             return obj
-        return KernelObjective(self.cache, self.rank, C=C, cost=self.cost, mu=self.mu).set_preconditioner(self.precond)
+        return KernelObjective(self.cache, self.rank, C=C, cost=self.cost, mu=self.mu,
+                               executor=self.executor).set_preconditioner(self.precond)
 
     @property
     def passes(self):
@@ -102,7 +103,7 @@ class _Gram:
 def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
                 tol=1e-3, max_iter=1000, memory_budget="2GB", pair_cost=None, query_weight=None,
                 select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
-                cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS):
+                cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None):
     """Train exact kernel RankSVM on an open dataset; return (LinearModel with an ExactKernelMap, summary).
 
     ``gamma``: one value or several (then ``valid`` chooses), None for 1 / n_features.
@@ -112,7 +113,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     later runs (given explicitly, Q is always stored there). ``precondition``: ``auto`` or ``on``
     precondition CG with a Nystroem approximation of Q from ``landmarks`` rows (``"auto"``:
     10 sqrt(l) in thousands, 500 to 4,000; :mod:`streamrank.objectives.kernel_precond`), ``off`` runs
-    plain CG (as ``landmarks=0``).
+    plain CG (as ``landmarks=0``). ``executor``: what runs the passes
+    (:mod:`streamrank.execution.executor`; None: in this process).
     """
     t_start = time.perf_counter()
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
@@ -147,8 +149,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     raw_block = memplan.raw_block_bytes(budget)
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
-        normalizer.fit((b.X for b, _, _ in ds.stream(block_bytes=raw_block, queries=(q0, q1))), d)
-    Xn, y, qp = read_rows(ds, normalizer, (q0, q1), raw_block)
+        normalizer.fit(ds.stream(block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
+    Xn, y, qp = read_rows(ds, normalizer, (q0, q1), raw_block, executor=executor)
     l = len(y)
     levels = np.unique(y)
     rank = np.searchsorted(levels, y).astype(np.int32)
@@ -167,17 +169,14 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
 
     def make_gram(gi):
         return _Gram(Xn, qp, rank, cost, mu, kernel=kernel, gamma=gammas[gi], degree=degree, coef0=coef0, key=key,
-                     qblock=qblock, tier=tier, where=where, landmarks=cfg["landmarks"], seed=seed)
+                     qblock=qblock, tier=tier, where=where, landmarks=cfg["landmarks"], seed=seed, executor=executor)
 
     def kmap(gi, rows=slice(None)):
         return ExactKernelMap(Xn[rows], kernel, gammas[gi], degree, coef0)
 
     def score_valid(beta, gi):
         model = LinearModel(beta, normalizer, n_features=d, fmap=kmap(gi))
-        s = np.empty(valid.n_rows)
-        for block, a, b in valid.stream(block_bytes=raw_block):
-            s[a:b] = model.decision_function(block.X, block.query_ptr, row0=a)
-        return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), select_metric)
+        return validation_score(model, valid, valid_y, select_metric, block_bytes=raw_block, executor=executor)
 
     # -- the path of (gamma, C) points -----------------------------------------------------------------
     class Exact(Method):

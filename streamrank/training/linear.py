@@ -14,7 +14,6 @@ import numpy as np
 
 from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
-from streamrank.evaluation.metrics import evaluate
 from streamrank.features.normalize import Normalizer
 from streamrank.objectives.rank_objective import BlockSource, RankObjective
 from streamrank.solvers.newton import newton_cholesky
@@ -22,7 +21,7 @@ from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_path
-from streamrank.training.problem import check_config, metric_value, pair_cost_table, query_weights, read_labels
+from streamrank.training.problem import check_config, pair_cost_table, query_weights, read_labels, validation_score
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -69,7 +68,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                  memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
-                 cache_dir=None, map_cache="auto", cache_size=None, precondition="auto"):
+                 cache_dir=None, map_cache="auto", cache_size=None, precondition="auto", executor=None):
     """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``method``: ``primal`` (linear), or ``nystroem`` / ``rff`` (paper 000: a feature map, then the
@@ -86,6 +85,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     :mod:`streamrank.objectives.linear_precond` (``on``), without (``off``), or ``auto``: by
     ``precondition.worth_it`` (linear RankSVM always; feature maps when building the
     preconditioner costs little against a pass).
+    ``executor``: what runs the passes over the data (:mod:`streamrank.execution.executor`; None:
+    in this process).
     """
     t_start = time.perf_counter()
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
@@ -137,7 +138,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
-        normalizer.fit((b.X for b, _, _ in ds.stream(block_bytes=block_bytes, queries=(q0, q1))), ds.n_features)
+        normalizer.fit(ds.stream(block_bytes=block_bytes, queries=(q0, q1)), ds.n_features, executor=executor)
     valid_y = read_labels(valid) if valid is not None else None
     maps = {}
 
@@ -150,7 +151,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
             t = time.perf_counter()
             fm = make_map(method, kernel=kernel, gamma=gammas[gi], degree=degree, coef0=coef0,
                           n_components=components, rank=rank, seed=seed)
-            fm.fit(ds, queries=(q0, q1), block_bytes=block_bytes, normalizer=normalizer)
+            fm.fit(ds, queries=(q0, q1), block_bytes=block_bytes, normalizer=normalizer, executor=executor)
             log.info("%s map (%s kernel, gamma %s): %d features from %d, fitted in %.2f s", method, kernel,
                      f"{fm.gamma_:g}" if getattr(fm, "gamma_", None) else "default", fm.n_components_,
                      ds.n_features, time.perf_counter() - t)
@@ -173,11 +174,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
 
     def score_valid(w, gi):
         model = LinearModel(w, normalizer, n_features=ds.n_features, fmap=feature_map(gi))
-        s = np.empty(valid.n_rows)
-        for block, a, b in valid.stream(block_bytes=block_bytes):
-            s[a:b] = model.decision_function(block.X, block.query_ptr, row0=a)
-        rep = evaluate(valid_y, s, valid.query_ptr, qid=None)
-        return metric_value(rep, select_metric)
+        return validation_score(model, valid, valid_y, select_metric, block_bytes=block_bytes, executor=executor)
 
     # -- the path of (gamma, C) points ----------------------------------------------------------------
     class Linear(Method):
@@ -200,10 +197,12 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         def prepare(self, source, gi, Ck, w):
             m = width(gi)
             if self.solver == "auto":
-                self.solver, why = choose_solver(RankObjective(source, m, C=Ck, cost=cost, mu=mu), w)
+                self.solver, why = choose_solver(RankObjective(source, m, C=Ck, cost=cost, mu=mu,
+                                                                        executor=executor), w)
                 cfg["solver_chosen"] = self.solver
                 log.info("solver auto: %s (%s)", self.solver, why)
-            obj = RankObjective(source, m, C=Ck, cost=cost, mu=mu, keep_scores=self.solver != "tron")
+            obj = RankObjective(source, m, C=Ck, cost=cost, mu=mu, keep_scores=self.solver != "tron",
+                                executor=executor)
             log.info("C=%g: %s eps=%g on %d rows, %d queries, %d features (%s)", Ck, self.solver, tol, source.n_rows,
                      q1 - q0, m, f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
                      else f"rows {'re-mapped' if method != 'primal' else 're-read'} every pass in "

@@ -4,6 +4,7 @@ mu), label-pair costs (lambda), the validation metric's value, and the settings'
 import numpy as np
 
 from streamrank.errors import ParameterError
+from streamrank.evaluation.metrics import evaluate
 from streamrank.io.info import preference_pairs_per_query
 
 SELECT_METRICS = ("meanndcg", "ndcg@10", "map")
@@ -46,6 +47,12 @@ def pair_cost_table(kind, levels):
         raise ParameterError(f"pair_cost table must be {L} x {L} (one row and column per label level "
                              f"{list(levels)}); got shape {lam.shape}")
     return lam
+
+
+def validation_score(model, valid, valid_y, metric, *, block_bytes, executor=None):
+    """``metric`` (one of SELECT_METRICS) of ``model`` on the validation dataset (one streamed pass)."""
+    s = model.score_stream(valid, block_bytes=block_bytes, executor=executor)
+    return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), metric)
 
 
 def metric_value(report, name):

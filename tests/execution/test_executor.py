@@ -1,0 +1,215 @@
+"""The executor seam: the local executor's contract, and every pass of training run through it.
+
+A pass's ``merge`` is what a distributed executor needs beyond the local one; a test executor with
+several partitions (``partitioned_executor``) proves each merge against the local result."""
+
+import numpy as np
+import pytest
+
+import streamrank
+from partitioned_executor import PartitionedExecutor
+from streamrank._native import pairkernels as pk
+from streamrank.cache.kernel_cache import KernelCache, read_rows
+from streamrank.execution.executor import LOCAL, Executor, LocalExecutor, Pass, executor_or_local
+from streamrank.features.normalize import Normalizer
+from streamrank.io.synthetic import write_hdf5
+from streamrank.objectives.kernel_objective import KernelObjective
+from streamrank.objectives.rank_objective import BlockSource, RankObjective
+from streamrank.training.exact import train_exact
+from streamrank.training.linear import train_linear
+
+
+class Spy(Pass):
+    """Records what each step saw; sums the items; stops after ``stop_after`` blocks."""
+
+    def __init__(self, stop_after=None):
+        self.stop_after = stop_after
+
+    def start(self):
+        return {"sum": 0, "seen": []}
+
+    def step(self, carry, item, *kept):
+        carry["sum"] += item
+        carry["seen"].append((item, kept))
+        return item * 10
+
+    def done(self, carry):
+        return self.stop_after is not None and len(carry["seen"]) >= self.stop_after
+
+
+class Counted:
+    """An iterable that counts the items taken and whether it was closed."""
+
+    def __init__(self, items):
+        self.items, self.taken, self.closed = items, 0, False
+
+    def __iter__(self):
+        try:
+            for x in self.items:
+                self.taken += 1
+                yield x
+        finally:
+            self.closed = True
+
+
+def test_local_runs_blocks_in_order_with_their_kept_outputs():
+    carry, out = LOCAL.run(Spy(), [1, 2, 3], kept=(["a", "b", "c"], [7, 8, 9]))
+    assert out == [10, 20, 30]
+    assert carry["sum"] == 6
+    assert carry["seen"] == [(1, ("a", 7)), (2, ("b", 8)), (3, ("c", 9))]
+
+
+def test_local_collect_hands_outputs_in_order_and_keeps_none():
+    got = []
+    carry, out = LOCAL.run(Spy(), [4, 5], collect=lambda k, o: got.append((k, o)))
+    assert out is None and got == [(0, 40), (1, 50)]
+
+
+def test_done_stops_before_the_next_block_is_read_and_closes_the_source():
+    src = Counted(range(1, 10))
+    carry, out = LOCAL.run(Spy(stop_after=3), src)
+    assert out == [10, 20, 30] and src.taken == 3 and src.closed
+
+
+def test_executor_argument_is_checked():
+    assert executor_or_local(None) is LOCAL
+    ex = LocalExecutor()
+    assert executor_or_local(ex) is ex
+    with pytest.raises(TypeError, match="executor must be an Executor"):
+        executor_or_local("local")
+    with pytest.raises(NotImplementedError):
+        Executor().run(Spy(), [])
+
+
+# -- every pass's merge, against the local result -----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("executor")
+    for part in ("train", "valid"):
+        write_hdf5(d / f"{part}.h5", "small", seed=3, part=part, scale=0.15)
+    with streamrank.open_dataset(d / "train.h5") as tr, streamrank.open_dataset(d / "valid.h5") as va:
+        yield tr, va
+
+
+def rank_objective(ds, executor, block_bytes=8000):
+    levels = np.unique(ds.y[:])
+    norm = Normalizer("zscore").fit(ds.stream(block_bytes=block_bytes), ds.n_features)
+    src = BlockSource(ds, norm, block_bytes=block_bytes, memory_bytes=0, levels=levels)
+    assert len(src.stream) >= 4
+    lam = np.add.outer(np.arange(len(levels)), np.arange(len(levels))) + 1.0
+    return RankObjective(src, ds.n_features, C=0.3, cost=pk.pair_cost(lam), mu=np.linspace(0.5, 2, ds.n_queries),
+                         executor=executor)
+
+
+def test_rank_objective_passes_merge_to_the_local_values(data):
+    ds, _ = data
+    local, parts = rank_objective(ds, None), PartitionedExecutor(per_partition=2)
+    split = rank_objective(ds, parts)
+    rng = np.random.default_rng(0)
+    w, s = rng.standard_normal(ds.n_features), rng.standard_normal(ds.n_features)
+    assert split.fun(w) == pytest.approx(local.fun(w), rel=1e-13)
+    np.testing.assert_allclose(split.grad(w), local.grad(w), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(split.hessp(s), local.hessp(s), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(split.hessian(), local.hessian(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(split.scores(w), local.scores(w))
+    np.testing.assert_allclose(split.preconditioner(sample_rows=200).M, local.preconditioner(sample_rows=200).M,
+                               rtol=1e-12)
+    runs = {name: n for name, _, _, n in parts.ran}
+    assert runs["_LossGrad"] > 1 and runs["_HessProd"] > 1 and runs["_Hessian"] > 1
+    assert runs["_PreconditionerSample"] == 1  # a group may span two blocks: one partition
+
+
+def test_normalizer_moments_merge_to_the_local_statistics(data):
+    ds, _ = data
+    local = Normalizer("zscore").fit(ds.stream(block_bytes=8000), ds.n_features)
+    parts = PartitionedExecutor(per_partition=2)
+    split = Normalizer("zscore").fit(ds.stream(block_bytes=8000), ds.n_features, executor=parts)
+    assert parts.ran[0][3] > 1
+    np.testing.assert_allclose(split.mean_, local.mean_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(split.scale_, local.scale_, rtol=1e-12)
+    X, _ = ds.read(0, ds.n_rows)
+    std = X.astype(np.float64).std(axis=0)
+    np.testing.assert_allclose(local.scale_, np.where(std > 0, std, 1.0), rtol=1e-12)
+
+
+def test_kernel_objective_passes_merge_to_the_local_values(data):
+    ds, _ = data
+    Xn, y, qp = read_rows(ds, Normalizer("none"), (0, ds.n_queries), 1 << 20)
+    Xs, ys, _ = read_rows(ds, Normalizer("none"), (0, ds.n_queries), 8000, executor=PartitionedExecutor(2))
+    np.testing.assert_array_equal(Xs, Xn)
+    np.testing.assert_array_equal(ys, y)
+    levels = np.unique(y)
+    kc = KernelCache(Xn, qp, kernel="rbf", gamma=0.1, key_material={"dataset": ds.fingerprint},
+                     block_bytes=60_000, memory_bytes=1 << 30)
+    kc.build()
+    assert kc.n_blocks >= 4
+
+    def obj(executor):
+        return KernelObjective(kc, np.searchsorted(levels, y), C=0.5, cost=pk.pair_cost(np.ones((len(levels),) * 2)),
+                               mu=np.ones(len(qp) - 1), executor=executor)
+
+    local, parts = obj(None), PartitionedExecutor(per_partition=2)
+    split = obj(parts)
+    rng = np.random.default_rng(1)
+    beta, v = rng.standard_normal(kc.l) * 0.1, rng.standard_normal(kc.l)
+    assert split.fun(beta) == pytest.approx(local.fun(beta), rel=1e-13)
+    np.testing.assert_allclose(split.grad(beta), local.grad(beta), rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(split.hessp(v), local.hessp(v), rtol=1e-11, atol=1e-11)
+    np.testing.assert_array_equal(split.scores(), local.scores())
+    assert all(n > 1 for name, _, _, n in parts.ran if name.startswith("_Kernel"))
+
+
+# -- training: every pass over the data goes through the executor ---------------------------------
+
+PASS_SOURCES = {"BlockSource", "MappedSource", "KernelCache"}
+small_blocks = pytest.mark.filterwarnings("ignore:.*larger than the block budget")
+
+
+@small_blocks
+@pytest.mark.parametrize("method", ["primal", "nystroem"])
+def test_every_linear_training_pass_runs_through_the_executor(data, method):
+    tr, va = data
+    kw = dict(valid=va, C=(0.1, 1.0), normalize="zscore", tol=1e-6, memory_budget="64MB", block_bytes=8000,
+              method=method, precondition="on", components=40, gamma=0.05, seed=2)
+    ref, _ = train_linear(tr, **kw)
+    parts = PartitionedExecutor(per_partition=2)
+    model, s = train_linear(tr, executor=parts, **kw)
+    solver_passes = sum(1 for name, src, _, _ in parts.ran if src in PASS_SOURCES and name != "_PreconditionerSample")
+    assert solver_passes == s["passes"]  # no pass of the solver went round the executor
+    ran = {name for name, *_ in parts.ran}
+    assert {"_Moments", "_LossGrad", "_HessProd", "_ModelScores", "_PreconditionerSample"} <= ran
+    if method == "nystroem":
+        assert "_LandmarkDraw" in ran
+        np.testing.assert_array_equal(model.fmap.landmark_rows_, ref.fmap.landmark_rows_)  # one partition: same draw
+    X, _ = va.read(0, va.n_rows)
+    np.testing.assert_allclose(model.decision_function(X, va.query_ptr), ref.decision_function(X, va.query_ptr),
+                               rtol=1e-5, atol=1e-5 * np.abs(ref.w).max())
+
+
+@small_blocks
+def test_every_exact_training_pass_runs_through_the_executor(data):
+    tr, va = data
+    kw = dict(valid=va, C=(0.1, 1.0), gamma=0.1, normalize="zscore", tol=1e-5, memory_budget="512MB",
+              block_bytes=40_000, precondition="on", landmarks=50)
+    ref, _ = train_exact(tr, **kw)
+    parts = PartitionedExecutor(per_partition=2)
+    model, s = train_exact(tr, executor=parts, **kw)
+    solver_passes = sum(1 for name, src, _, _ in parts.ran if src == "KernelCache")
+    assert solver_passes == s["passes"]
+    ran = {name for name, *_ in parts.ran}
+    assert {"_Moments", "_NormalizedRows", "_KernelLossGrad", "_KernelHessProd", "_ModelScores"} <= ran
+    X, _ = va.read(0, va.n_rows)
+    # other partial sums, so other last bits: the two runs agree to about the solver's tolerance
+    np.testing.assert_allclose(model.decision_function(X, va.query_ptr), ref.decision_function(X, va.query_ptr),
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_predictions_through_an_executor_equal_the_local_ones(data):
+    tr, va = data
+    model, _ = train_linear(tr, C=1.0, normalize="zscore")
+    parts = PartitionedExecutor(per_partition=2)
+    np.testing.assert_array_equal(model.predict_dataset(va, memory_budget="1MB", executor=parts),
+                                  model.predict_dataset(va))
+    assert parts.ran[-1][0] == "_ModelScores"
