@@ -31,7 +31,7 @@ from streamrank.features.kernels import check_psd_kernel
 from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
-from streamrank.training.path import Method, report_grid_edges, run_path
+from streamrank.training.path import Method, report_grid_edges, run_settings
 from streamrank.training.problem import check_config, pair_cost_table, query_weights, read_labels, validation_score
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
@@ -204,22 +204,20 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         def gamma(self, gi):
             return gammas[gi]
 
-        def score(self, beta, gi):
-            return score_valid(beta, gi)
+        score = staticmethod(score_valid)
 
     path = Exact()
-    res = run_path(path, points, tol=tol, max_iter=max_iter, select_metric=None if valid is None else select_metric,
-                   checkpoint=checkpoint, resume=resume, settings=cfg, fingerprint=ds.fingerprint)
-    path_w, best = res.path_w, res.best
+    res = run_settings(path, points, cfg, validate=valid is not None, checkpoint=checkpoint, resume=resume,
+                       fingerprint=ds.fingerprint)
     build_s, precond_s, in_memory, jitter = path.build_seconds, path.precond_seconds, path.in_memory, path.jitter
 
-    beta = np.asarray(path_w[best], np.float64)
+    beta = np.asarray(res.w, np.float64)
     support = np.flatnonzero(beta)
     summary = {**res.summary(), "cg_steps": sum(c["cg_steps"] for c in res.candidates),
                "seconds": time.perf_counter() - t_start, "kernel_seconds": build_s, "precondition_seconds": precond_s,
                "jitter": jitter, "method": "exact", "solver": "tron", "kernel": kernel, "in_memory": in_memory,
                "support": int(support.size), "landmarks": cfg["landmarks"]}
     report_grid_edges(summary, Cs, gammas)
-    model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(points[best][0], support), config=cfg,
+    model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(points[res.best][0], support), config=cfg,
                         training=summary, fingerprint=ds.fingerprint, levels=levels)
     return model, summary

@@ -20,7 +20,7 @@ from streamrank.solvers.newton import newton_cholesky
 from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
-from streamrank.training.path import Method, report_grid_edges, run_path
+from streamrank.training.path import Method, report_grid_edges, run_settings
 from streamrank.training.problem import check_config, pair_cost_table, query_weights, read_labels, validation_score
 from streamrank.units import parse_size
 
@@ -216,23 +216,21 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         def gamma(self, gi):
             return None if method == "primal" else feature_map(gi).gamma_
 
-        def score(self, w, gi):
-            return score_valid(w, gi)
+        score = staticmethod(score_valid)
 
     path = Linear()
-    res = run_path(path, points, tol=tol, max_iter=max_iter, select_metric=None if valid is None else select_metric,
-                   checkpoint=checkpoint, resume=resume, settings=cfg, fingerprint=ds.fingerprint)
-    path_w, best = res.path_w, res.best
+    res = run_settings(path, points, cfg, validate=valid is not None, checkpoint=checkpoint, resume=resume,
+                       fingerprint=ds.fingerprint)
     solver, read_s, source, source_gi = path.solver, path.read_seconds, path.last, path.last_gi
 
-    fmap = feature_map(points[best][0])
+    fmap = feature_map(points[res.best][0])
     summary = {**res.summary(), "seconds": time.perf_counter() - t_start, "read_seconds": read_s, "method": method,
                "solver": solver, "in_memory": source.in_memory if source else None}
     report_grid_edges(summary, Cs, gammas)
     if method != "primal":
         summary["components"] = int(fmap.n_components_)
-        summary["map_storage"] = source.mode if points[best][0] == source_gi else None
-    model = LinearModel(path_w[best], normalizer, n_features=ds.n_features, fmap=fmap, config=cfg, training=summary,
+        summary["map_storage"] = source.mode if points[res.best][0] == source_gi else None
+    model = LinearModel(res.w, normalizer, n_features=ds.n_features, fmap=fmap, config=cfg, training=summary,
                         fingerprint=ds.fingerprint, levels=levels)
     return model, summary
 

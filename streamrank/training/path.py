@@ -62,12 +62,25 @@ class PathResult:
     best: int          # the chosen point's index
     passes: int        # passes over the data along the whole path (resumed runs included)
 
+    @property
+    def w(self):
+        """The chosen point's solution."""
+        return self.path_w[self.best]
+
     def summary(self):
         """The summary entries every method reports: the chosen point's, and the path's totals."""
         chosen = self.candidates[self.best]
         return {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
                 "iterations": sum(c["iterations"] for c in self.candidates), "passes": self.passes,
                 "C": chosen["C"], "gamma": chosen["gamma"], "candidates": self.candidates}
+
+
+def run_settings(method, points, settings, *, validate, checkpoint, resume, fingerprint):
+    """:func:`run_path` with the tolerance, iteration cap and validation metric of a training
+    run's ``settings`` (validated only when ``validate``, i.e. there are validation data)."""
+    return run_path(method, points, tol=settings["tol"], max_iter=settings["max_iter"],
+                    select_metric=settings["select_metric"] if validate else None, checkpoint=checkpoint,
+                    resume=resume, settings=settings, fingerprint=fingerprint)
 
 
 def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=None, resume=False, settings=None,
