@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchutil import machine_facts, table  # noqa: E402
 
 import streamrank  # noqa: E402
-from streamrank import _pairkernels as pk  # noqa: E402
-from streamrank import tron as T  # noqa: E402
+from streamrank._native import pairkernels as pk  # noqa: E402
+from streamrank.solvers import tron as T  # noqa: E402
 from streamrank.io.convert import convert  # noqa: E402
 from streamrank.objectives.rank_objective import BlockSource, RankObjective  # noqa: E402
 
