@@ -5,13 +5,21 @@ slices through :class:`streamrank.io.query_stream.QueryStream`.
 """
 
 import json
+import logging
 from pathlib import Path
 
 import h5py
 import numpy as np
 
-from streamrank.errors import FormatError
-from streamrank.io.hdf5_format import FORMAT_NAME, FORMAT_VERSION, ContentHash
+from streamrank.errors import FormatError, InputError
+from streamrank.io.hdf5_format import (FORMAT_NAME, FORMAT_VERSION, READABLE_VERSIONS, ContentHash, first_non_finite,
+                                       index_digest)
+
+
+log = logging.getLogger("streamrank.io.dataset")
+
+# datasets opened in this process without checksums (format version 1): said once each
+_UNVERIFIED_SAID = set()
 
 
 def _check_format(f, path):
@@ -22,21 +30,40 @@ def _check_format(f, path):
         raise FormatError(
             f"{path}: not a streamrank dataset (format attribute {fmt!r}, expected {FORMAT_NAME!r}). "
             f"Convert LETOR/SVMlight text with: streamrank convert IN.txt -o {Path(path).stem}.h5")
-    version = int(f.attrs.get("version", -1))
-    if version != FORMAT_VERSION:
+    version = _int_attr(f, path, "version", default=-1)
+    if version not in READABLE_VERSIONS:
         if version > FORMAT_VERSION:
             fix = "it was written by a newer streamrank; upgrade with: pip install -U streamrank"
         else:
             fix = "re-create it with: streamrank convert (from the original text)"
         raise FormatError(f"{path}: dataset format version {version} is not supported "
-                          f"(this streamrank reads version {FORMAT_VERSION}); {fix}")
+                          f"(this streamrank reads versions {', '.join(map(str, READABLE_VERSIONS))}); {fix}")
     for name in ("X", "y", "query_ptr", "qid"):
-        if name not in f:
+        if name not in f or not isinstance(f[name], h5py.Dataset):
             raise FormatError(f"{path}: dataset is incomplete: /{name} is missing. Convert it again.")
+    return version
+
+
+def _int_attr(f, path, name, default=None):
+    v = f.attrs.get(name, default)
+    if v is None:
+        raise FormatError(f"{path}: the attribute {name!r} is missing; convert the data again")
+    try:
+        if isinstance(v, (float, np.floating)) and float(v) != int(v):
+            raise ValueError
+        return int(v)
+    except (TypeError, ValueError, OverflowError):
+        raise FormatError(f"{path}: the attribute {name!r} is {v!r}, not an integer; the file is damaged, "
+                          f"convert the data again") from None
+
+
+def _damaged(path, what):
+    return FormatError(f"{path}: {what}; the file is damaged or was changed after it was written. "
+                       f"Convert the data again from the original text")
 
 
 class Dataset:
-    """A read-only streamrank dataset (HDF5, format version 1).
+    """A read-only streamrank dataset (HDF5, format version 2, or 1 unverified).
 
     Attributes
     ----------
@@ -44,36 +71,89 @@ class Dataset:
     query_ptr : int64 array (n_queries + 1,)
         Rows of query q are ``query_ptr[q]:query_ptr[q+1]``.
     fingerprint : str
-        sha256 of the content (X, y, query_ptr, qid); stable across copies and renames.
+        sha256 of the content (X, y, query_ptr, qid) as written; with version 2's checksums, a
+        file that reads without error still holds exactly that content.
+    verified : bool
+        Whether reads are checked (format version 2: Fletcher-32 per chunk, the index by its
+        sha256 at open). Rows of an unverified file are checked to be finite as they are read.
     """
 
     def __init__(self, path):
         self.path = Path(path)
         if not self.path.exists():
             raise FileNotFoundError(f"{self.path}: no such file")
+        if self.path.is_dir():
+            raise InputError(f"{self.path} is a directory; give a dataset file (.h5) or LETOR/SVMlight text")
         if not h5py.is_hdf5(self.path):
             raise FormatError(f"{self.path}: not an HDF5 file. If it is LETOR/SVMlight text, convert it "
                               f"with: streamrank convert {self.path} -o {self.path.stem}.h5")
-        self._file = h5py.File(self.path, "r", rdcc_nbytes=4 << 20)
         try:
-            _check_format(self._file, self.path)
+            self._file = h5py.File(self.path, "r", rdcc_nbytes=4 << 20)
+        except OSError as e:
+            raise _damaged(self.path, f"HDF5 cannot open it ({e})") from None
+        try:
+            self._open()
         except BaseException:
             self._file.close()
             raise
-        a = self._file.attrs
-        self.n_rows = int(a["n_rows"])
-        self.n_features = int(a["n_features"])
-        self.n_queries = int(a["n_queries"])
-        self.index_base = int(a.get("index_base", 1))
-        self.query_ptr = self._file["query_ptr"][:].astype(np.int64)
-        self.X = self._file["X"]
-        self.y = self._file["y"]
-        self._fingerprint = a.get("content_sha256")
-        if self.query_ptr.shape != (self.n_queries + 1,) or self.query_ptr[-1] != self.n_rows \
-                or self.X.shape != (self.n_rows, self.n_features):
-            self._file.close()
-            raise FormatError(f"{self.path}: dataset is inconsistent (query_ptr, X and attributes "
-                              f"disagree on the number of rows). Convert it again.")
+
+    def _open(self):
+        f, path = self._file, self.path
+        try:
+            self.version = _check_format(f, path)
+            self.n_rows = _int_attr(f, path, "n_rows")
+            self.n_features = _int_attr(f, path, "n_features")
+            self.n_queries = _int_attr(f, path, "n_queries")
+            self.index_base = _int_attr(f, path, "index_base", 1)
+            self.X, self.y = f["X"], f["y"]
+            # the index is checked before anything is allocated from the attributes
+            if min(self.n_rows, self.n_features, self.n_queries) < 0:
+                raise _damaged(path, "negative sizes in its attributes")
+            if f["query_ptr"].shape != (self.n_queries + 1,) or f["qid"].shape != (self.n_queries,):
+                raise _damaged(path, f"/query_ptr or /qid does not have the {self.n_queries} queries its "
+                                     f"attributes declare")
+            if self.X.shape != (self.n_rows, self.n_features) or self.y.shape != (self.n_rows,) \
+                    or ("row" in f and f["row"].shape != (self.n_rows,)):
+                raise _damaged(path, f"/X, /y or /row does not have the shape its attributes declare "
+                                     f"({self.n_rows} rows, {self.n_features} features)")
+            if self.X.dtype != np.float32 or self.y.dtype != np.float32:
+                raise _damaged(path, f"/X and /y must be float32; got {self.X.dtype} and {self.y.dtype}")
+            self.verified = self.version >= 2
+            if self.verified and not (self.X.fletcher32 and self.y.fletcher32):
+                raise _damaged(path, "it claims format version 2 but /X or /y carries no checksums")
+            self._check_storage()
+            self.query_ptr = f["query_ptr"][:].astype(np.int64)
+            qp = self.query_ptr
+            if qp[0] != 0 or qp[-1] != self.n_rows or np.any(np.diff(qp) < 0):
+                raise _damaged(path, f"its query index /query_ptr is not a non-decreasing list from 0 to "
+                                     f"{self.n_rows} rows")
+            if self.verified:
+                q = self.qid
+                if index_digest(qp, q if q.dtype.kind in "iu" else list(q)) != f.attrs.get("index_sha256"):
+                    raise _damaged(path, "its query index (/query_ptr, /qid) does not match index_sha256")
+            elif str(path) not in _UNVERIFIED_SAID:
+                _UNVERIFIED_SAID.add(str(path))
+                log.warning("%s: dataset format version 1 carries no checksums, so damaged bytes would go "
+                            "unnoticed; convert it again to get a verified version 2 file", path)
+        except OSError as e:  # HDF5's own errors: a damaged chunk, a truncated file
+            raise _damaged(path, f"HDF5 cannot read its index ({e})") from None
+        self._fingerprint = f.attrs.get("content_sha256")
+
+    def _check_storage(self):
+        """The chunk of X that holds the last row exists: a file whose attributes claim more rows
+        than were written (HDF5 reads absent chunks as zeros) is refused before anything is read."""
+        X = self.X
+        if X.chunks is None or self.n_rows == 0 or self.n_features == 0:
+            return
+        last = (self.n_rows - 1) // X.chunks[0] * X.chunks[0]
+        try:
+            info = X.id.get_chunk_info_by_coord((last, 0))
+            present = info.byte_offset is not None and info.size > 0
+        except (KeyError, ValueError, OSError):
+            present = False
+        if not present:
+            raise _damaged(self.path, f"/X has no stored rows at {last} and beyond, though its attributes "
+                                      f"declare {self.n_rows} rows")
 
     # -- metadata -------------------------------------------------------------------------------
     @property
@@ -123,15 +203,27 @@ class Dataset:
         """Rows ``start:stop`` as (X float32 (r, d), y float32 (r,)), one contiguous read each.
 
         ``out``: (X, y) buffers with at least ``stop - start`` rows to read into (views returned).
+        A damaged chunk (version 2) or a non-finite value (version 1) is refused with the rows.
         """
+        if not 0 <= start <= stop <= self.n_rows:
+            raise IndexError(f"{self.path}: rows {start}:{stop} lie outside its {self.n_rows} rows")
         if out is None:
             X = np.empty((stop - start, self.n_features), np.float32)
             y = np.empty(stop - start, np.float32)
         else:
             X, y = out[0][:stop - start], out[1][:stop - start]
         if stop > start:
-            self.X.read_direct(X, np.s_[start:stop])
-            self.y.read_direct(y, np.s_[start:stop])
+            try:
+                self.X.read_direct(X, np.s_[start:stop])
+                self.y.read_direct(y, np.s_[start:stop])
+            except OSError as e:
+                raise _damaged(self.path, f"rows {start} to {stop - 1} cannot be read ({e}; a checksum "
+                                          f"mismatch means bytes changed on disk)") from None
+            if not self.verified:
+                bad = first_non_finite(X, y, start, self.index_base)
+                if bad is not None:
+                    raise InputError(f"{self.path}: stored {bad} is not a finite number; streamrank trains "
+                                     f"on finite values only. Convert the data again")
         return X, y
 
     def stream(self, **kwargs):

@@ -1,14 +1,20 @@
-"""The HDF5 dataset file (format ``streamrank-dataset`` version 1) and its streaming writer.
+"""The HDF5 dataset file (format ``streamrank-dataset`` version 2) and its streaming writer.
 
 Layout (DESIGN.md, "Dataset file"):
 
 - root attrs: ``format``, ``version``, ``n_rows``, ``n_features``, ``n_queries``, ``index_base``,
   ``source`` (JSON list of ``{"name", "sha256"}``), ``created_by``, ``content_sha256`` (the dataset
   fingerprint: sha256 of X, y, query_ptr and qid in file order), ``qid_kind`` (``int`` or ``str``),
-  ``compression``, ``chunk_rows``, ``extra`` (JSON, e.g. generator settings).
+  ``compression``, ``chunk_rows``, ``extra`` (JSON, e.g. generator settings), ``index_sha256``
+  (sha256 of query_ptr and qid as written; checked when the file is opened).
 - ``/X`` float32 ``(n_rows, n_features)`` chunked by rows; ``/y`` float32; ``/query_ptr`` int64
   ``(n_queries + 1,)``; ``/qid`` int64 or variable-length str ``(n_queries,)``; ``/row`` int64: each
   row's position in the input.
+- Version 2: every numeric dataset is chunked with HDF5's Fletcher-32 filter, so a damaged chunk is
+  found when it is read (HDF5 checks the chunk's checksum on every read), and the index by
+  ``index_sha256`` when the file opens; ``content_sha256`` is the content as written, and with
+  the checksums a file that still reads is that content. Version 1 (no checksums) still loads,
+  unverified. Values are finite: the writer refuses NaN and infinities.
 - optional ``/comment``: a group with ``data`` (uint8, every row's comment bytes concatenated, UTF-8)
   and ``ptr`` (int64, ``n_rows + 1``): row r's comment is ``data[ptr[r]:ptr[r+1]]``. One flat byte
   array instead of a variable-length string per row: HDF5 writes variable-length strings one Python
@@ -36,7 +42,8 @@ from streamrank.errors import InputError
 from streamrank.io.atomic import atomic_replace, temp_name
 
 FORMAT_NAME = "streamrank-dataset"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: the same layout without checksums
 
 # Defaults chosen by tools/bench_chunking.py (README, "Storage defaults"): chunks of about 1 MB of
 # rows; no compression, because float32 LETOR features barely compress (lzf saves ~10-20%, gzip
@@ -76,14 +83,40 @@ class ContentHash:
         return h.hexdigest()
 
 
+def index_digest(query_ptr, qid):
+    """``index_sha256``: sha256 of query_ptr (int64) and the query ids (int64, or str joined by NUL)."""
+    h = hashlib.sha256(np.ascontiguousarray(query_ptr, np.int64).tobytes())
+    if isinstance(qid, np.ndarray) and qid.dtype.kind in "iu":
+        h.update(qid.astype(np.int64).tobytes())
+    else:
+        h.update("\0".join(str(q) for q in qid).encode())
+    return h.hexdigest()
+
+
 def _compression_kwargs(compression):
+    """Filters of every chunked dataset: the compression, then Fletcher-32 (format version 2)."""
     if compression not in COMPRESSIONS:
         raise ValueError(f"compression must be one of {', '.join(COMPRESSIONS)}; got {compression!r}")
     if compression == "gzip":
-        return {"compression": "gzip", "compression_opts": GZIP_LEVEL}
+        return {"compression": "gzip", "compression_opts": GZIP_LEVEL, "fletcher32": True}
     if compression == "lzf":
-        return {"compression": "lzf"}
-    return {}
+        return {"compression": "lzf", "fletcher32": True}
+    return {"fletcher32": True}
+
+
+def first_non_finite(X, y, row0=0, index_base=1):
+    """None when every value of X and y is finite, else where the first non-finite one is:
+    "row R, feature J: VALUE" (R counted from ``row0``, J numbered from ``index_base``)."""
+    if np.isfinite(X).all() and np.isfinite(y).all():
+        return None
+    bad_x = ~np.isfinite(X)
+    rows_x = np.flatnonzero(bad_x.any(axis=1))
+    rows_y = np.flatnonzero(~np.isfinite(y))
+    r = min(rows_x[0] if rows_x.size else len(y), rows_y[0] if rows_y.size else len(y))
+    if rows_y.size and rows_y[0] == r:
+        return f"row {row0 + r}, label: {y[r]}"
+    j = int(np.flatnonzero(bad_x[r])[0])
+    return f"row {row0 + r}, feature {j + index_base}: {X[r, j]}"
 
 
 @numba.njit(cache=True, nogil=True)
@@ -203,6 +236,10 @@ class DatasetWriter:
             raise ValueError(f"X, y and qid disagree on the number of rows: {r}, {y.shape[0]}, {len(qid)}")
         if r == 0:
             return
+        bad = first_non_finite(X, y, self.n_rows, self.index_base)
+        if bad is not None:
+            raise InputError(f"{self.path}: input {bad} is not a finite number; streamrank trains on finite "
+                             f"values only (drop or impute the row)")
         if self._X is None:
             cbytes = int(comments[1][-1] - comments[1][0]) if self.comments else 0
             self._create_X(max(X.shape[1], self.n_features or 0), r, cbytes)
@@ -342,11 +379,11 @@ class DatasetWriter:
         self._hash = h
 
     def _write_index(self, f, query_ptr):
-        f.create_dataset("query_ptr", data=query_ptr)
+        f.create_dataset("query_ptr", data=query_ptr, chunks=True, fletcher32=True)
         if self._qid_kind == "int":
             qid = np.asarray(self._keys, dtype=np.int64)
-            f.create_dataset("qid", data=qid)
-        else:
+            f.create_dataset("qid", data=qid, chunks=True, fletcher32=True)
+        else:  # HDF5 filters no variable-length strings: index_sha256 covers them
             qid = [k.decode("utf-8", "replace") for k in self._keys]
             f.create_dataset("qid", data=qid, dtype=h5py.string_dtype())
         a = f.attrs
@@ -359,6 +396,7 @@ class DatasetWriter:
         a["source"] = json.dumps(self.source)
         a["created_by"] = f"streamrank {__version__}"
         a["content_sha256"] = self._hash.hexdigest(query_ptr, qid)
+        a["index_sha256"] = index_digest(query_ptr, qid)
         a["qid_kind"] = self._qid_kind
         a["compression"] = self.compression
         a["chunk_rows"] = int(self.chunk_rows)

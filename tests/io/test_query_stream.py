@@ -129,8 +129,8 @@ def test_fingerprint_is_stable_and_content_based(tmp_path):
 def test_unknown_format_and_version_are_refused(tmp_path):
     p = make_dataset(tmp_path / "d.h5")
     with h5py.File(p, "r+") as f:
-        f.attrs["version"] = 2
-    with pytest.raises(FormatError, match=r"format version 2 is not supported .* newer streamrank; upgrade"):
+        f.attrs["version"] = 3
+    with pytest.raises(FormatError, match=r"format version 3 is not supported .* newer streamrank; upgrade"):
         streamrank.open_dataset(p)
     with h5py.File(p, "r+") as f:
         f.attrs["format"] = "something-else"
@@ -142,12 +142,29 @@ def test_unknown_format_and_version_are_refused(tmp_path):
         streamrank.open_dataset(text)
 
 
-def test_released_v1_file_still_loads():
+def test_released_v1_file_still_loads(caplog):
     """tests/data/dataset_v1.h5 was written by streamrank 0.1.0 (format version 1)."""
-    with streamrank.open_dataset(HERE / "data" / "dataset_v1.h5") as ds:
+    from streamrank.io import dataset as dsmod
+    dsmod._UNVERIFIED_SAID.clear()
+    with caplog.at_level("WARNING"), streamrank.open_dataset(HERE / "data" / "dataset_v1.h5") as ds:
+        assert not ds.verified and "carries no checksums" in caplog.text
         assert (ds.n_rows, ds.n_queries, ds.n_features) == (6, 3, 4)
         X, y = ds.read(0, ds.n_rows)
         assert list(ds.qid) == [7, 3, 9] and ds.row.tolist() == [0, 2, 5, 1, 3, 4]
         assert y.tolist() == [2, 1, 0, 0.5, 0, 1]
         assert X[4, 0] == 150 and ds.comments()[0] == "docid = a"
         assert ds.fingerprint == "07d05c83141ba027fe3eeecfb09e05ffcbec9cfa4943a56959b5391ca2cb0722"
+
+
+def test_released_v2_file_loads_verified_with_the_content_of_v1(caplog):
+    """tests/data/dataset_v2.h5: the same text as dataset_v1.h5, converted by format version 2
+    (Fletcher-32 per chunk, index_sha256): the same rows, the same fingerprint, no warning."""
+    with caplog.at_level("WARNING"), streamrank.open_dataset(HERE / "data" / "dataset_v2.h5") as v2, \
+            streamrank.open_dataset(HERE / "data" / "dataset_v1.h5") as v1:
+        assert v2.verified and v2.version == 2
+        assert v2.fingerprint == v1.fingerprint
+        for a, b in zip(v2.read(0, v2.n_rows), v1.read(0, v1.n_rows)):
+            np.testing.assert_array_equal(a, b)
+        assert v2.row.tolist() == v1.row.tolist() and list(v2.qid) == list(v1.qid)
+        assert v2.comments() == v1.comments()
+    assert "dataset_v2.h5" not in caplog.text
