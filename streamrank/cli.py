@@ -63,8 +63,33 @@ def _positive_int(name):
     return parse
 
 
+def _check_outputs(*items):
+    """Every (path, what, special_ok) the command will write, tried before the work starts."""
+    from streamrank.io.atomic import check_writable
+    for path, what, special_ok in items:
+        if path is not None:
+            check_writable(path, what, special_ok=special_ok)
+
+
+def _check_checkpoint_dir(directory):
+    from pathlib import Path
+    from streamrank.errors import InputError
+    from streamrank.state.checkpoint import CURRENT
+    if directory is None:
+        return
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise InputError(f"{d}: --checkpoint must name a directory; it is a file")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{d}: the checkpoint directory cannot be created ({e.strerror})") from None
+    _check_outputs((d / CURRENT, "checkpoint", False))
+
+
 def _cmd_convert(args):
     from streamrank.io.convert import convert
+    _check_outputs((args.output, "output", False))
     stats = convert(args.inputs, args.output, query_files=args.query_file, zero_based=args.zero_based,
                     n_features=args.n_features, compression=args.compression,
                     keep_comments=not args.no_comments, memory_budget=args.memory_budget, quiet=args.quiet)
@@ -102,13 +127,22 @@ def _cmd_demo(args):
     return run_demo(workdir=args.dir, quiet=args.quiet)
 
 
-def _setup_logging(quiet):
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Library warnings as one log line in the CLI's terms (no source location, no class name)."""
+    logging.getLogger("streamrank").warning("warning: %s", message)
+
+
+def _setup_logging(quiet, progress=True):
+    """Library log lines (and warnings) on stderr in the CLI's terms: INFO and up for commands that
+    report progress (``progress``), warnings only otherwise or with --quiet."""
+    import warnings
+    warnings.showwarning = _show_warning
     logger = logging.getLogger("streamrank")
     logger.handlers[:] = []
     h = logging.StreamHandler(sys.stderr)
     h.setFormatter(_TranslatingFormatter("%(message)s"))
     logger.addHandler(h)
-    logger.setLevel(logging.WARNING if quiet else logging.INFO)
+    logger.setLevel(logging.WARNING if quiet or not progress else logging.INFO)
 
 
 def _float_list(name):
@@ -141,6 +175,8 @@ def _cmd_train(args):
         raise ParameterError(f"--loss {args.loss} is not available yet; use --loss squared_hinge")
     if args.resume and not args.checkpoint:
         raise ParameterError("--resume needs --checkpoint DIR (where the checkpoints are)")
+    _check_outputs((args.output, "model file", False))
+    _check_checkpoint_dir(args.checkpoint)
     _setup_logging(args.quiet)
     ds = open_data(args.data, args.cache_dir, quiet=args.quiet)
     valid = open_data(args.valid, args.cache_dir, quiet=args.quiet) if args.valid else None
@@ -193,13 +229,34 @@ def _cmd_predict(args):
     from streamrank.io.atomic import written
     from streamrank.state.model import load
     model = load(args.model)
+    _check_outputs((args.output, "score file", True))
     with open_data(args.data, args.cache_dir) as ds:
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
-    with written(args.output) as tmp:
+    with written(args.output, special_ok=True) as tmp:
         np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
     if args.json:
         print(json.dumps({"output": str(args.output), "rows": int(scores.size)}))
     return 0
+
+
+def _os_error(exc):
+    """An OSError (HDF5's too, which carry the errno in their text) as one line with its cause."""
+    import errno
+    text = str(exc)
+    causes = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
+              errno.EFBIG: "file size limit exceeded", errno.EROFS: "read-only file system",
+              errno.EACCES: "permission denied", errno.EIO: "input/output error"}
+    code = exc.errno
+    if code is None:
+        m = re.search(r"errno = (\d+)", text)
+        code = int(m.group(1)) if m else None
+    cause = causes.get(code)
+    if cause is None and "No space left" in text:
+        cause = causes[errno.ENOSPC]
+    where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+    if cause:
+        return f"{where}{cause}; nothing was left half-written (free space or choose another location, then rerun)"
+    return f"{where}{text}"
 
 
 def build_parser():
@@ -301,9 +358,13 @@ def main(argv=None):
         from streamrank.io.hdf5_format import DEFAULT_COMPRESSION
         args.compression = DEFAULT_COMPRESSION
     try:
+        _setup_logging(getattr(args, "quiet", False), progress=args.command == "train")
         return args.func(args)
     except (StreamrankError, FileNotFoundError) as exc:
         print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the system refused a read or write: one line, what and why
+        print(f"streamrank {args.command}: error: {_os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted", file=sys.stderr)

@@ -20,3 +20,8 @@ class ParameterError(StreamrankError, ValueError):
 class CheckpointMismatch(StreamrankError):
     """A saved state that does not continue here: a checkpoint from other data or other settings, or
     a solver state whose objective evaluates differently in this numeric environment."""
+
+
+class StorageError(StreamrankError, OSError):
+    """The system refused a write (disk full, read-only file system, quota, permissions): the
+    message names the file and the cause; nothing half-written was left under the file's name."""

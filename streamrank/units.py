@@ -23,11 +23,11 @@ def parse_size(text, name="memory_budget"):
         unit = m.group(2).lower() if m else None
         if m is None or unit not in _UNITS:
             raise ParameterError(
-                f"{name} must be a size such as 512MB, 2GB or 4GiB; got {text!r}. Pass {name} 2GB"
+                f"{name} must be a size such as 512MB, 2GB or 4GiB; got {text!r}. Use {name}=2GB"
             )
         value = int(float(m.group(1)) * _UNITS[unit])
     if value <= 0:
-        raise ParameterError(f"{name} must be > 0; got {text!r}. Pass {name} 2GB")
+        raise ParameterError(f"{name} must be > 0; got {text!r}. Use {name}=2GB")
     return value
 
 

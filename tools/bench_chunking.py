@@ -5,6 +5,11 @@ size, and the time of one full pass of the QueryStream (what training repeats ev
 with the file in the page cache (second of two passes) — the case a training run lives in.
 
     python tools/bench_chunking.py                   # mslr30k preset, scale 0.1 (~380 MB text)
+    python tools/bench_chunking.py --checksums       # what format version 2's Fletcher-32 costs a pass
+
+``--checksums``: the default file (version 2, Fletcher-32 on every chunk) against a copy of it without
+the filter (version 1, whose rows the reader checks to be finite instead), interleaved, best of 7:
+raw HDF5 reads of X and y in 8 MB slices, and full QueryStream passes.
 """
 
 import argparse
@@ -38,11 +43,70 @@ print(json.dumps({{"convert_s": s["seconds"], "file_mb": os.path.getsize({out!r}
 """
 
 
+CHECKSUMS = """
+import json, time
+import h5py, numpy as np
+import streamrank
+from streamrank.io.convert import convert
+v2, v1 = {v2!r}, {v1!r}
+convert([{src!r}], v2, quiet=True)
+with h5py.File(v2, "r") as f, h5py.File(v1, "w") as g:  # the same chunks without the filter
+    for k, v in f.attrs.items():
+        g.attrs[k] = v
+    g.attrs["version"] = 1
+    for name in ("X", "y", "row", "query_ptr", "qid"):
+        d = f[name]
+        g.create_dataset(name, data=d[()], chunks=d.chunks if name in ("X", "y", "row") else None)
+
+def raw(path):
+    with h5py.File(path, "r") as f:
+        X, y = f["X"], f["y"]
+        step = max(X.chunks[0], (8 << 20) // (4 * X.shape[1]) // X.chunks[0] * X.chunks[0])
+        bx, by = np.empty((step, X.shape[1]), np.float32), np.empty(step, np.float32)
+        t = time.perf_counter()
+        for a in range(0, X.shape[0], step):
+            b = min(a + step, X.shape[0])
+            X.read_direct(bx[:b - a], np.s_[a:b]); y.read_direct(by[:b - a], np.s_[a:b])
+        return time.perf_counter() - t
+
+def stream(path):
+    with streamrank.open_dataset(path) as ds:
+        s = ds.stream(memory_budget="2GB")
+        t = time.perf_counter()
+        for block, a, b in s:
+            pass
+        return time.perf_counter() - t, ds.n_rows * ds.n_features * 4
+
+out = {{"raw2": [], "raw1": [], "stream2": [], "stream1": []}}
+for r in range(7):
+    for tag, path in ((("2", v2), ("1", v1)) if r % 2 == 0 else (("1", v1), ("2", v2))):
+        out["raw" + tag].append(raw(path))
+        t, xb = stream(path)
+        out["stream" + tag].append(t)
+print(json.dumps({{**{{k: min(v) for k, v in out.items()}}, "x_mb": xb / 1e6}}))
+"""
+
+
+def checksums(work, src):
+    r = run_child(CHECKSUMS.format(v2=str(work / "ck-v2.h5"), v1=str(work / "ck-v1.h5"), src=str(src)))
+    rows = [{"what": "raw HDF5 reads of X, y", "v1": r["raw1"], "v2": r["raw2"]},
+            {"what": "QueryStream pass", "v1": r["stream1"], "v2": r["stream2"]}]
+    for row in rows:
+        row["ratio"] = row["v2"] / row["v1"]
+        row["gbs"] = r["x_mb"] / 1e3 / row["v2"]
+    table(rows, [("what", "pass", None), ("v1", "v1 no checksums s", "{:.3f}"), ("v2", "v2 Fletcher-32 s", "{:.3f}"),
+                 ("ratio", "v2 / v1", "{:.2f}"), ("gbs", "v2 GB/s of X", "{:.2f}")])
+    print(f"input: {src.name}; X {r['x_mb']:,.0f} MB, default chunks, no compression, file in page cache; best of 7, "
+          f"interleaved; the v1 stream checks every row is finite")
+    print(machine_facts())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="mslr30k")
     ap.add_argument("--scale", type=float, default=0.1)
     ap.add_argument("--workdir", default="bench-out")
+    ap.add_argument("--checksums", action="store_true", help="only the Fletcher-32 comparison")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(exist_ok=True)
@@ -50,6 +114,9 @@ def main():
     if not src.exists():
         from streamrank.io.synthetic import write_text
         write_text(src, preset=args.preset, scale=args.scale, seed=0)
+    if args.checksums:
+        checksums(work, src)
+        return
     text_mb = src.stat().st_size / 1e6
     rows = []
     for comp in ("none", "lzf", "gzip"):

@@ -2,6 +2,7 @@
 
 import hashlib
 import os
+import re
 from pathlib import Path
 
 import h5py
@@ -12,18 +13,29 @@ from streamrank.errors import InputError
 from streamrank.evaluation.metrics import evaluate
 
 
+# a score: ASCII decimal with an optional sign, fraction and exponent (no inf, nan, "1_0" or
+# non-ASCII digits, which Python's float would take)
+_NUMBER = re.compile(rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def read_scores(path, n_rows):
-    """One float per line, in the input's row order (blank lines are not allowed)."""
-    try:
-        s = np.loadtxt(path, dtype=np.float64, ndmin=1, comments=None)
-    except ValueError as exc:
-        raise InputError(f"{path}: every line must hold one number ({exc})") from None
-    if s.shape != (n_rows,):
-        raise InputError(f"{path}: {s.size} scores but the data has {n_rows} rows; give one score per row, "
-                         f"in the order of the input text")
-    if not np.isfinite(s).all():
-        k = int(np.flatnonzero(~np.isfinite(s))[0])
-        raise InputError(f"{path}:{k + 1}: the score is not finite ({s[k]})")
+    """One number per line, in the input's row order; errors name the file and its line (from 1)."""
+    s = np.empty(n_rows)
+    k = 0
+    with open(path, "rb") as f:
+        for k, line in enumerate(f, 1):
+            text = line.strip()
+            if not _NUMBER.fullmatch(text):
+                raise InputError(f"{path}:{k}: expected one number, got {text[:60].decode('utf-8', 'replace')!r}")
+            v = float(text)
+            if not np.isfinite(v):
+                raise InputError(f"{path}:{k}: the score {text[:60].decode()} is beyond float64's range")
+            if k > n_rows:
+                break
+            s[k - 1] = v
+    if k != n_rows:
+        raise InputError(f"{path}: {'more than ' + str(n_rows) if k > n_rows else k} scores but the data has "
+                         f"{n_rows} rows; give one score per row, in the order of the input text")
     return s
 
 
@@ -37,6 +49,8 @@ def open_data(path, cache_dir=None, quiet=True):
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
+    if path.is_dir():
+        raise InputError(f"{path} is a directory; give a dataset file (.h5) or LETOR/SVMlight text")
     if h5py.is_hdf5(path):
         return open_dataset(path)
     st = path.stat()
@@ -46,7 +60,9 @@ def open_data(path, cache_dir=None, quiet=True):
     target = cache / f"{path.name}.{key}.h5"
     if not target.exists():
         convert([path], target, quiet=quiet)
-    return open_dataset(target)
+    ds = open_dataset(target)
+    ds.name = str(path)  # messages about its rows name the user's file, not the cache
+    return ds
 
 
 def evaluate_file(data, scores_path, *, convention="letor4", cache_dir=None):

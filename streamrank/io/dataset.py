@@ -26,6 +26,9 @@ def _check_format(f, path):
     fmt = f.attrs.get("format")
     if isinstance(fmt, bytes):
         fmt = fmt.decode()
+    if fmt == "streamrank-model":
+        raise FormatError(f"{path}: this is a streamrank model, not a dataset; give it as MODEL "
+                          f"(streamrank predict {path} DATA -o SCORES.txt)")
     if fmt != FORMAT_NAME:
         raise FormatError(
             f"{path}: not a streamrank dataset (format attribute {fmt!r}, expected {FORMAT_NAME!r}). "
@@ -80,6 +83,7 @@ class Dataset:
 
     def __init__(self, path):
         self.path = Path(path)
+        self.name = str(self.path)  # what messages call it (open_data: the text file it came from)
         if not self.path.exists():
             raise FileNotFoundError(f"{self.path}: no such file")
         if self.path.is_dir():

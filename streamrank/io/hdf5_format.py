@@ -30,6 +30,7 @@ name and renamed only once complete, so an interrupted write never leaves a file
 
 import hashlib
 import json
+import os
 from array import array
 from pathlib import Path
 
@@ -38,8 +39,9 @@ import numba
 import numpy as np
 
 from streamrank._version import __version__
-from streamrank.errors import InputError
-from streamrank.io.atomic import atomic_replace, temp_name
+from streamrank.errors import InputError, StreamrankError
+from streamrank.io.atomic import (atomic_replace, discard_h5, ensure_space, remove_stale_temps, storage_error,
+                                  temp_name)
 
 FORMAT_NAME = "streamrank-dataset"
 FORMAT_VERSION = 2
@@ -170,8 +172,14 @@ class DatasetWriter:
         self.n_features = None if n_features is None else int(n_features)
         self.n_rows = 0
         self._widened = False
+        remove_stale_temps(self.path)  # what writers killed earlier left behind
         self._tmp = temp_name(self.path)
-        self._file = h5py.File(self._tmp, "w", rdcc_nbytes=16 << 20, rdcc_nslots=10007)
+        try:
+            self._file = h5py.File(self._tmp, "w", rdcc_nbytes=16 << 20, rdcc_nslots=10007)
+        except OSError as e:
+            raise storage_error(self.path, e) from None
+        self._file_path = self._tmp  # the file self._file writes (the regrouped copy at the end)
+        self._logical_bytes = 0  # bytes of rows appended, on disk or still in HDF5's chunk cache
         self._X = None
         self._y = None
         self._cdata = None
@@ -220,6 +228,28 @@ class DatasetWriter:
 
     # -- appending ------------------------------------------------------------------------------
     def append(self, X, y, qid, comments=None):
+        """Append rows in input order (see :meth:`_append`); a write the system refuses (a full
+        disk) is a :class:`~streamrank.errors.StorageError` naming the output."""
+        try:
+            nbytes = 4 * np.shape(X)[0] * (max(np.shape(X)[1], self.n_features or 0) + 1) + \
+                (int(comments[1][-1] - comments[1][0]) + 8 * np.shape(X)[0] if comments is not None else 0)
+            ensure_space(self._file_path, self._unflushed() + nbytes)
+            self._append(X, y, qid, comments)
+            self._logical_bytes += nbytes
+        except (OSError, RuntimeError) as e:
+            if isinstance(e, StreamrankError):
+                raise
+            raise storage_error(self.path, e) from None
+
+    def _unflushed(self):
+        """Bytes appended that may not be on disk yet (HDF5's chunk cache holds them)."""
+        try:
+            on_disk = os.stat(self._file_path).st_blocks * 512
+        except OSError:
+            on_disk = 0
+        return max(0, self._logical_bytes - on_disk)
+
+    def _append(self, X, y, qid, comments=None):
         """Append rows in input order.
 
         Parameters
@@ -311,16 +341,13 @@ class DatasetWriter:
 
     # -- finishing --------------------------------------------------------------------------------
     def abort(self):
-        """Drop everything written so far."""
+        """Drop everything written so far (also after a failed write: :func:`discard_h5`)."""
         if self._closed:
             return
         self._closed = True
-        try:
-            self._file.close()
-        finally:
-            for p in (self._tmp, self._regroup_tmp()):
-                if p.exists():
-                    p.unlink()
+        discard_h5(self._file, self._file_path)
+        for p in (self._tmp, self._regroup_tmp()):
+            p.unlink(missing_ok=True)
 
     def _regroup_tmp(self):
         return self._tmp.with_name(self._tmp.name + ".regroup")
@@ -339,10 +366,15 @@ class DatasetWriter:
             counts = np.bincount(run_query, weights=run_len, minlength=n_queries).astype(np.int64)
             query_ptr = np.zeros(n_queries + 1, np.int64)
             np.cumsum(counts, out=query_ptr[1:])
+            # the index, /row (8 bytes a row) and what the chunk cache still holds; regrouping writes
+            # a whole second copy beside the first
+            extra = 8 * self.n_rows + 16 * (n_queries + 1) + self._unflushed()
+            ensure_space(self._file_path, extra + (self._logical_bytes if self._scattered else 0))
             if self._scattered:
                 self._file.close()
                 target = self._regroup(run_start, run_query, run_len, query_ptr)
                 f = h5py.File(target, "r+")
+                self._file, self._file_path = f, target
             else:
                 target = self._tmp
                 f = self._file
@@ -357,6 +389,11 @@ class DatasetWriter:
             atomic_replace(target, self.path)
             self._closed = True
             return self.path
+        except (OSError, RuntimeError) as e:  # a full or read-only disk: h5py raises either
+            self.abort()
+            if isinstance(e, StreamrankError):
+                raise
+            raise storage_error(self.path, e) from None
         except BaseException:
             self.abort()
             raise
@@ -487,10 +524,13 @@ class DatasetWriter:
                     out_cbytes += obuf.size
             self._hash = h
         except BaseException:
-            out.close()
             src.close()
-            out_path.unlink(missing_ok=True)
+            discard_h5(out, out_path)
             raise
-        out.close()
         src.close()
+        try:
+            out.close()
+        except (OSError, RuntimeError):
+            discard_h5(out, out_path)
+            raise
         return out_path

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamrank.units import parse_size
+from streamrank.units import format_size, parse_size
 
 # Share of --memory-budget given to one raw block: a pass holds the block being used, the one
 # being prefetched, and float64 / mapped working copies of the block (up to ~4x the raw bytes).
@@ -113,11 +113,13 @@ class QueryStream:
         oversized = np.flatnonzero(rows * self.row_bytes > self.block_bytes)
         if oversized.size:
             q = int(self.bounds[oversized[0]])
+            # the budget whose block share holds the largest query
+            need = format_size(int(rows.max()) * self.row_bytes / BLOCK_SHARE_OF_BUDGET).replace(" ", "")
             warnings.warn(
-                f"{dataset.path}: {oversized.size} quer{'y is' if oversized.size == 1 else 'ies are'} larger "
-                f"than the block budget of {self.block_bytes} bytes (e.g. query {q} with "
-                f"{int(qp[q + 1] - qp[q])} rows); each is read whole. Raise memory_budget to stay "
-                f"within it.", RuntimeWarning, stacklevel=2)
+                f"{getattr(dataset, 'name', dataset.path)}: {oversized.size} "
+                f"quer{'y is' if oversized.size == 1 else 'ies are'} larger than the block budget of "
+                f"{format_size(self.block_bytes)} (e.g. query {q} with {int(qp[q + 1] - qp[q])} rows); each is "
+                f"read whole. To stay within the budget, use memory_budget={need}", RuntimeWarning, stacklevel=2)
 
     def __len__(self):
         return len(self.bounds) - 1

@@ -11,6 +11,8 @@ import zlib
 
 import numpy as np
 
+from streamrank.errors import InputError
+
 RAW_READ_BYTES = 4 << 20
 DEFAULT_CHUNK_BYTES = 16 << 20
 
@@ -82,7 +84,11 @@ class TextChunks:
                     break
                 self.raw_bytes += len(raw)
                 h.update(raw)
-                pending += dec.feed(raw)
+                try:
+                    pending += dec.feed(raw)
+                except (zlib.error, OSError, ValueError, EOFError) as e:
+                    raise InputError(f"{self.path}: the {self.kind} data is damaged near byte {self.raw_bytes:,} "
+                                     f"({e}); fetch or decompress the file again") from None
                 if len(pending) >= self.chunk_bytes:
                     cut = pending.rfind(b"\n") + 1
                     if cut > 0:
@@ -92,7 +98,8 @@ class TextChunks:
                         yield np.frombuffer(chunk, np.uint8), line
                         line += chunk.count(b"\n")
         if dec._d is not None and dec.in_member and not dec._d.eof:
-            raise EOFError(f"{self.path}: compressed stream ends early (file truncated?)")
+            raise InputError(f"{self.path}: the {self.kind} stream ends early after {self.raw_bytes:,} bytes (the file "
+                             f"is truncated); fetch it again")
         if pending:
             if pending[-1:] != b"\n":
                 pending += b"\n"

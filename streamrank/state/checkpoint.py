@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 from streamrank._version import __version__
-from streamrank.io.atomic import fsync_dir, fsync_file
+from streamrank.io.atomic import ensure_space, fsync_dir, fsync_file
 from streamrank.errors import CheckpointMismatch, FormatError
 
 FORMAT_NAME = "streamrank-checkpoint"
@@ -73,6 +73,8 @@ def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=Non
     for k, v in (extra or {}).items():
         arrays[f"extra/{k}"] = np.asarray(v)
     tmp = d / f"{TEMP_PREFIX}{os.getpid()}{TEMP_SUFFIX}"
+    # the new checkpoint must fit beside the two kept ones: a full disk is refused before HDF5 meets it
+    ensure_space(tmp, sum(a.nbytes for a in arrays.values()) + len(json.dumps([config, scalars])))
     where, at = _abort_point()
     try:
         with h5py.File(tmp, "w") as f:

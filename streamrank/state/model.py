@@ -1,4 +1,4 @@
-"""The model file (HDF5 format ``streamrank-model`` version 1) and prediction.
+"""The model file (HDF5 format ``streamrank-model`` version 2) and prediction.
 
 Layout: root attrs ``format``, ``version``, ``created_by``, ``method``, ``n_features`` (input
 width), ``config`` (JSON: every training setting used), ``training`` (JSON: objective,
@@ -6,10 +6,13 @@ gradient norm, iterations, passes, seconds, chosen C, every candidate's validati
 ``fingerprint`` (the training data's), ``levels`` (JSON label levels); dataset ``w`` (float64);
 group ``normalize`` (attr ``kind``; ``mean``, ``scale`` for zscore); group ``feature_map``
 (attr ``kind``: ``identity`` for the linear model, ``nystroem`` or ``rff`` with their fitted
-arrays and parameters, written by the map's ``to_h5``).
+arrays and parameters, written by the map's ``to_h5``); ``content_sha256``
+(:mod:`streamrank.io.h5digest`: every attribute and dataset, checked when the file loads).
+Version 1 is the same without ``content_sha256`` and still loads.
 """
 
 import json
+import logging
 from pathlib import Path
 
 import h5py
@@ -19,11 +22,15 @@ from streamrank._native import qprod as _qprod
 from streamrank._version import __version__
 from streamrank.errors import FormatError, InputError
 from streamrank.execution.executor import Pass, executor_or_local
-from streamrank.io.atomic import written
+from streamrank.io.atomic import ensure_space, written
+from streamrank.io.h5digest import DIGEST_ATTR, declared_bytes, file_digest
 from streamrank.features.normalize import Normalizer
 
+log = logging.getLogger("streamrank.state.model")
+
 FORMAT_NAME = "streamrank-model"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: the same layout without content_sha256
 
 
 class _ModelScores(Pass):
@@ -34,7 +41,7 @@ class _ModelScores(Pass):
 
     def step(self, carry, item):
         block, a, b = item
-        return a, b, self.model.decision_function(block.X, block.query_ptr, row0=a)
+        return a, b, self.model.decision_function(block.X, block.query_ptr, row0=a, extra="ignore")
 
     def merge(self, total, carry):
         return None
@@ -56,14 +63,16 @@ class LinearModel:
         self.levels = [float(v) for v in levels]
 
     # -- scoring --------------------------------------------------------------------------------
-    def _pad(self, X, where="X"):
+    def _pad(self, X, where="X", extra="error"):
         X = np.asarray(X)
         if X.ndim != 2:
             raise InputError(f"{where} must be a 2-D array of rows; got shape {X.shape}")
         d = X.shape[1]
         if d > self.n_features:
-            raise InputError(f"{where} has {d} features but the model knows {self.n_features}; "
-                             f"convert the data to the model's width (n_features={self.n_features}) or retrain")
+            if extra == "ignore":  # datasets, as SVMrank: features the model does not know have no weight
+                return X[:, :self.n_features]
+            raise InputError(f"{where} has {d} features but the model was trained on {self.n_features}; pass "
+                             f"X[:, :{self.n_features}] if the others are not the model's, or retrain on all {d}")
         if d < self.n_features:  # missing trailing features are zeros, as in SVMlight
             Xp = np.zeros((X.shape[0], self.n_features), X.dtype if X.dtype.kind == "f" else np.float64)
             Xp[:, :d] = X
@@ -74,12 +83,12 @@ class LinearModel:
     def method(self):
         return "primal" if self.fmap is None else self.fmap.kind
 
-    def decision_function(self, X, query_ptr=None, row0=0):
+    def decision_function(self, X, query_ptr=None, row0=0, extra="error"):
         """Scores of the rows of X. ``row0`` is the index of X's first row in its dataset: a
         feature map computes the row with index r in the tile that holds r, so a row's score is
         the same bits whichever block it is scored in (:mod:`streamrank.features.kernels`, "Row
         independence"); 0 for an array on its own."""
-        Xn = self.normalizer.transform(self._pad(X), query_ptr)
+        Xn = self.normalizer.transform(self._pad(X, extra=extra), query_ptr)
         if self.fmap is not None and hasattr(self.fmap, "scores"):  # scores in chunks itself (exact kernel)
             return self.fmap.scores(Xn, self.w, row0=row0)
         if self.fmap is not None:  # the same float32 features as in training, products in float64
@@ -101,13 +110,22 @@ class LinearModel:
         self.score_stream(ds, memory_budget=memory_budget, executor=executor, collect=put)
         return out
 
-    def score_stream(self, ds, *, block_bytes=None, memory_budget=None, executor=None, collect=None):
+    def score_stream(self, ds, *, block_bytes=None, memory_budget=None, executor=None, collect=None,
+                     quiet_width=False):
         """Scores of every row of ``ds`` in its stored (query-grouped) order, one streamed pass
         through the executor; with ``collect``, each block's (start, stop, scores) is handed to
-        ``collect(k, item)`` instead and None is returned."""
-        if ds.n_features > self.n_features:
-            raise InputError(f"{ds.path} has {ds.n_features} features but the model knows {self.n_features}; "
-                             f"convert it to the model's width (n_features={self.n_features})")
+        ``collect(k, item)`` instead and None is returned. A dataset wider than the model has its
+        extra features ignored, a narrower one reads the missing ones as 0: said in one log line
+        unless ``quiet_width`` (the caller said it)."""
+        if quiet_width or ds.n_features == self.n_features:
+            pass
+        elif ds.n_features > self.n_features:
+            log.warning("%s has %d features, the model %d: features %d to %d are not in the model and are "
+                        "ignored (as SVMrank does)", ds.name, ds.n_features, self.n_features, self.n_features + 1,
+                        ds.n_features)
+        else:
+            log.warning("%s has %d features, the model %d: features %d to %d are read as 0", ds.name, ds.n_features,
+                        self.n_features, ds.n_features + 1, self.n_features)
         out = None
         if collect is None:
             out = np.empty(ds.n_rows)
@@ -122,8 +140,15 @@ class LinearModel:
 
     # -- file ---------------------------------------------------------------------------------------
     def save(self, path):
-        """Write atomically (temporary name, fsync, rename)."""
+        """Write atomically (temporary name, fsync, rename), with a sha256 over the whole content."""
         path = Path(path)
+        if not np.all(np.isfinite(self.w)):
+            raise InputError(f"{path}: the model's weights are not all finite numbers; it is not written "
+                             f"(training diverged: check the data for extreme values, or use normalize=zscore)")
+        arrays = [self.w] + [getattr(self.normalizer, k) for k in ("mean_", "scale_")] + \
+            (list(self.fmap._arrays().values()) if self.fmap is not None else [])
+        ensure_space(path, sum(np.asarray(a).nbytes for a in arrays if a is not None) +
+                     len(json.dumps(self.config)) + len(json.dumps(self.training)))
         with written(path) as tmp, h5py.File(tmp, "w") as f:
             a = f.attrs
             a["format"] = FORMAT_NAME
@@ -141,6 +166,7 @@ class LinearModel:
                 f.create_group("feature_map").attrs["kind"] = "identity"
             else:
                 self.fmap.to_h5(f.create_group("feature_map"))
+            a[DIGEST_ATTR] = file_digest(f)
         return path
 
 
@@ -157,32 +183,53 @@ def load(path):
         raise FormatError(f"{path}: cannot be read as a streamrank model ({exc}); the file is damaged, "
                           f"train the model again") from None
     with f:
-        fmt = f.attrs.get("format")
-        if isinstance(fmt, bytes):
-            fmt = fmt.decode("utf-8", "replace")
-        if fmt != FORMAT_NAME:
-            what = "a streamrank dataset, not a model" if fmt == "streamrank-dataset" else f"format {fmt!r}"
-            raise FormatError(f"{path}: not a streamrank model ({what}); train one with streamrank train")
-        version = int(f.attrs.get("version", -1))
-        if version != FORMAT_VERSION:
-            fix = ("it was written by a newer streamrank; upgrade with: pip install -U streamrank"
-                   if version > FORMAT_VERSION else "train the model again with this streamrank")
-            raise FormatError(f"{path}: model format version {version} is not supported (this streamrank reads "
-                              f"{FORMAT_VERSION}); {fix}")
         try:
+            version = _check_model_format(f, path)
+            # sizes first: a file whose datasets claim more bytes than it has is refused unread
+            if declared_bytes(f) > path.stat().st_size:
+                raise FormatError(f"{path}: the model file's datasets declare {declared_bytes(f):,} bytes, more "
+                                  f"than the file's {path.stat().st_size:,}; it is damaged, train the model again")
+            if version >= 2 and file_digest(f) != f.attrs.get(DIGEST_ATTR):
+                raise FormatError(f"{path}: the model file's content does not match its sha256 (damaged or "
+                                  f"changed after it was written); train the model again")
             from streamrank.features.maps import load_map
             fmap = load_map(f["feature_map"])
-            w, n_features = f["w"][:], int(f.attrs["n_features"])
+            n_features = f.attrs["n_features"]
+            if not isinstance(n_features, (int, np.integer)) or not 0 < n_features < 2 ** 40:
+                raise FormatError(f"{path}: the model's n_features is {n_features!r}; train the model again")
+            n_features = int(n_features)
             width = n_features if fmap.kind == "identity" else int(fmap.n_components_)
-            if w.shape != (width,):
-                raise FormatError(f"{path}: the model file is inconsistent (w has shape {w.shape}, n_features "
-                                  f"is {n_features}); train the model again")
+            map_width = getattr(fmap, "n_features_", None) or n_features  # the identity map keeps none
+            if f["w"].shape != (width,) or map_width != n_features:
+                raise FormatError(f"{path}: the model file is inconsistent (w has shape {f['w'].shape}, n_features "
+                                  f"is {n_features}, the feature map takes {map_width}); train the model again")
+            w = f["w"][:]
+            if not np.all(np.isfinite(w)):
+                raise FormatError(f"{path}: the model's weights are not all finite; train the model again")
             return LinearModel(w, Normalizer.from_h5(f["normalize"]), fmap=fmap,
                                n_features=n_features, config=json.loads(f.attrs["config"]),
                                training=json.loads(f.attrs["training"]), fingerprint=str(f.attrs["fingerprint"]),
                                levels=json.loads(f.attrs["levels"]))
         except FormatError:
             raise
-        except (KeyError, OSError, ValueError) as exc:
+        except (KeyError, OSError, ValueError, TypeError, RuntimeError) as exc:
             raise FormatError(f"{path}: the model file is incomplete or damaged ({exc}); train the model again") \
                 from None
+
+
+def _check_model_format(f, path):
+    """The model file's format version, after its format attribute is checked."""
+    fmt = f.attrs.get("format")
+    if isinstance(fmt, bytes):
+        fmt = fmt.decode("utf-8", "replace")
+    if fmt != FORMAT_NAME:
+        what = "a streamrank dataset, not a model" if fmt == "streamrank-dataset" else f"format {fmt!r}"
+        raise FormatError(f"{path}: not a streamrank model ({what}); train one with streamrank train")
+    version = f.attrs.get("version", -1)
+    version = int(version) if isinstance(version, (int, np.integer)) else -1
+    if version not in READABLE_VERSIONS:
+        fix = ("it was written by a newer streamrank; upgrade with: pip install -U streamrank"
+               if version > FORMAT_VERSION else "train the model again with this streamrank")
+        raise FormatError(f"{path}: model format version {version} is not supported (this streamrank reads "
+                          f"{', '.join(map(str, READABLE_VERSIONS))}); {fix}")
+    return version

@@ -63,13 +63,14 @@ def block_bytes(budget, n_rows, extra=0, resident=None):
     share = int(budget * BLOCK_SHARE_OF_BUDGET)
     left = int(((budget - resident) / HEADROOM - (fixed - resident)) / BUFFERS)
     if left <= 0:
-        log.warning("memory budget %.1f MB is below what this run needs besides its blocks (%.1f MB resident, "
-                    "%.1f MB of per-row state): peak RSS will exceed it; blocks of %.1f MB (an eighth of it)",
-                    budget / 1e6, resident / 1e6, n_rows * STATE_BYTES_PER_ROW / 1e6, share / 1e6)
+        log.warning("memory budget %s is below what this run needs besides its blocks (%s resident, "
+                    "%s of per-row state): peak RSS will exceed it; blocks of %s (an eighth of it)",
+                    format_size(budget), format_size(resident), format_size(n_rows * STATE_BYTES_PER_ROW),
+                    format_size(share))
         return max(1, share)
     if left < share:
-        log.info("memory budget %.0f MB: %.0f MB resident and %.0f MB of per-row state leave %.0f MB blocks",
-                 budget / 1e6, resident / 1e6, n_rows * STATE_BYTES_PER_ROW / 1e6, left / 1e6)
+        log.info("memory budget %s: %s resident and %s of per-row state leave %s blocks", format_size(budget),
+                 format_size(resident), format_size(n_rows * STATE_BYTES_PER_ROW), format_size(left))
     return max(1, min(share, left))
 
 

@@ -51,8 +51,20 @@ def pair_cost_table(kind, levels):
 
 def validation_score(model, valid, valid_y, metric, *, block_bytes, executor=None):
     """``metric`` (one of SELECT_METRICS) of ``model`` on the validation dataset (one streamed pass)."""
-    s = model.score_stream(valid, block_bytes=block_bytes, executor=executor)
+    s = model.score_stream(valid, block_bytes=block_bytes, executor=executor, quiet_width=True)
     return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), metric)
+
+
+def check_valid_width(ds, valid):
+    """Said once before training: validation data of another width than the training data."""
+    if valid is None or valid.n_features == ds.n_features:
+        return
+    import logging
+    how = "are not in the model and are ignored" if valid.n_features > ds.n_features else "are read as 0"
+    lo, hi = sorted((valid.n_features, ds.n_features))
+    logging.getLogger("streamrank.training").warning(
+        "%s has %d features, the training data %s %d: features %d to %d %s when it is scored", valid.name,
+        valid.n_features, ds.name, ds.n_features, lo + 1, hi, how)
 
 
 def metric_value(report, name):

@@ -81,7 +81,7 @@ def test_blocks_respect_the_budget_and_warn_on_huge_queries(tmp_path):
     stream = ds.stream(block_bytes=budget)
     for block, start, stop in stream:
         assert (stop - start) * row_bytes <= budget
-    with pytest.warns(RuntimeWarning, match=r"larger than the block budget of 100 bytes .* read whole"):
+    with pytest.warns(RuntimeWarning, match=r"larger than the block budget of 100 B .* read whole"):
         stream = ds.stream(block_bytes=100)
     for block, start, stop in stream:  # over budget only as a lone query
         assert (stop - start) * row_bytes <= 100 or block.n_queries == 1

@@ -67,7 +67,7 @@ def test_save_load_round_trip_predicts_identically(fitted, tmp_path, kind):
         assert np.array_equal(m.normalizer.mean_, m0.normalizer.mean_)
         assert np.array_equal(m.normalizer.scale_, m0.normalizer.scale_)
     with h5py.File(path, "r") as f:
-        assert f.attrs["format"] == "streamrank-model" and f.attrs["version"] == 1
+        assert f.attrs["format"] == "streamrank-model" and f.attrs["version"] == 2
         assert f.attrs["method"] == "primal" and f.attrs["n_features"] == 5
         assert f.attrs["created_by"] == f"streamrank {streamrank.__version__}"
         assert f["feature_map"].attrs["kind"] == "identity"
@@ -114,22 +114,29 @@ def test_integer_rows_are_padded_as_float(fitted):
     assert np.array_equal(est.predict(X), est.predict(np.array([[1., 2, 0, 0, 0], [3, 4, 0, 0, 0]])))
 
 
-def test_more_features_than_the_model_knows_is_an_error(fitted, tmp_path, capsys):
+def test_more_features_than_the_model_knows(fitted, tmp_path, capsys):
+    """Arrays: an error, as scikit-learn's (say what to pass). Datasets and the CLI: the extra
+    features are ignored with one warning line, as SVMrank's classifier does."""
     est = fitted["none"]
     X, y, qid = make_arrays(n_queries=3, d=6, seed=2)
-    with pytest.raises(InputError, match=r"X has 6 features but the model knows 5; convert the data to the model's width "
-                                         r"\(n_features=5\) or retrain"):
+    with pytest.raises(InputError, match=r"X has 6 features but the model was trained on 5; pass X\[:, :5\] if the "
+                                         r"others are not the model's, or retrain on all 6"):
         est.predict(X)
     with DatasetWriter(tmp_path / "wide.h5", n_features=6) as w:
         w.append(X, y, qid)
-    with pytest.raises(InputError, match=r"wide.h5 has 6 features but the model knows 5; convert it to the model's width "
-                                         r"\(n_features=5\)"):
-        est.predict(tmp_path / "wide.h5")
+    want = est.predict(X[:, :5], qid)
+    np.testing.assert_array_equal(est.predict(tmp_path / "wide.h5"), want)
     est.save(tmp_path / "m.h5")
     out = tmp_path / "scores.txt"
-    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "wide.h5"), "-o", str(out)]) == 2
-    assert "wide.h5 has 6 features but the model knows 5" in capsys.readouterr().err
-    assert not out.exists() and not list(tmp_path.glob(".scores*"))
+    capsys.readouterr()
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "wide.h5"), "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("wide.h5 has 6 features, the model 5: features 6 to 6 are not in the model and are ignored") == 1
+    np.testing.assert_array_equal(np.loadtxt(out), want)
+    with DatasetWriter(tmp_path / "narrow.h5", n_features=4) as w:
+        w.append(X[:, :4], y, qid)
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "narrow.h5"), "-o", str(out)]) == 0
+    assert "narrow.h5 has 4 features, the model 5: features 5 to 5 are read as 0" in capsys.readouterr().err
 
 
 def test_query_minmax_needs_query_ids(fitted):
@@ -148,11 +155,11 @@ def _copy_with(tmp_path, edit):
 
 
 @pytest.mark.parametrize("edit,message", [
-    (lambda f: f.attrs.__setitem__("version", 2),
-     "model format version 2 is not supported .this streamrank reads 1.; it was written by a newer streamrank; "
+    (lambda f: f.attrs.__setitem__("version", 3),
+     "model format version 3 is not supported .this streamrank reads 1, 2.; it was written by a newer streamrank; "
      "upgrade with: pip install -U streamrank"),
     (lambda f: f.attrs.__setitem__("version", 0),
-     "model format version 0 is not supported .this streamrank reads 1.; train the model again"),
+     "model format version 0 is not supported .this streamrank reads 1, 2.; train the model again"),
     (lambda f: f.attrs.__delitem__("version"), "model format version -1 is not supported"),
     (lambda f: f.attrs.__setitem__("format", "something-else"),
      "not a streamrank model .format 'something-else'.; train one with streamrank train"),
@@ -160,7 +167,11 @@ def _copy_with(tmp_path, edit):
     (lambda f: f["feature_map"].attrs.__setitem__("kind", "warp-drive"),
      "unknown feature map kind 'warp-drive' .*upgrade streamrank"),
     (lambda f: f.__delitem__("w"), "the model file is incomplete or damaged .*; train the model again"),
-    (lambda f: f.attrs.__setitem__("n_features", 7), "inconsistent .w has shape .4,., n_features is 7."),
+    (lambda f: f.attrs.__setitem__("n_features", 7), "inconsistent .w has shape .4,., n_features is 7"),
+    (lambda f: f.attrs.__setitem__("n_features", "abc"), "the model's n_features is 'abc'"),
+    (lambda f: (f.__delitem__("w"), f.create_dataset("w", shape=(10 ** 12,), dtype="f8")),
+     "declare 8,000,000,0..,... bytes, more than the file's"),
+    (lambda f: f["w"].__setitem__(1, float("nan")), "weights are not all finite"),
 ])
 def test_unknown_or_broken_model_file_is_refused_naming_the_fix(tmp_path, capsys, edit, message):
     path = _copy_with(tmp_path, edit)
@@ -278,3 +289,41 @@ def test_cli_predict_writes_scores_in_input_text_order(fitted, tmp_path, capsys,
         assert not np.array_equal(ds.row, np.arange(len(y)))
     finally:
         ds.close()
+
+
+# tests/data/model_v2.h5: model_v1.h5 loaded and saved again by format version 2 (content_sha256):
+#   streamrank.state.model.load("model_v1.h5").save("model_v2.h5")
+
+
+def test_released_v2_model_file_loads_with_the_v1_arrays():
+    path = DATA / "model_v2.h5"
+    with h5py.File(path, "r") as f:
+        assert int(f.attrs["version"]) == 2 and len(f.attrs["content_sha256"]) == 64
+    m = load_model(path)
+    assert m.w.tolist() == V1_W
+    assert m.normalizer.mean_.tolist() == V1_MEAN and m.normalizer.scale_.tolist() == V1_SCALE
+
+
+def test_every_flipped_byte_of_a_model_is_refused(tmp_path):
+    """A flip in w, the normaliser or an attribute changes the content digest (or breaks HDF5's
+    own structures): never a model that scores differently."""
+    ref = (DATA / "model_v2.h5").read_bytes()
+    with h5py.File(DATA / "model_v2.h5", "r") as f:
+        spots = [f["w"].id.get_offset() + 3, f["normalize/mean"].id.get_offset() + 9,
+                 f["normalize/scale"].id.get_offset() + 17]
+    rng = np.random.default_rng(5)
+    spots += [int(x) for x in rng.integers(0, len(ref), 40)]
+    refused = 0
+    for k, at in enumerate(spots):
+        p = tmp_path / f"flip{k}.h5"
+        data = bytearray(ref)
+        data[at] ^= 0x10
+        p.write_bytes(bytes(data))
+        try:
+            m = load_model(p)
+        except FormatError:
+            refused += 1
+            continue
+        # a flip in bytes the model does not consist of (free space, padding) may load: the same model
+        assert m.w.tolist() == V1_W and m.normalizer.mean_.tolist() == V1_MEAN
+    assert refused >= 3  # at least the three aimed at the arrays

@@ -200,7 +200,7 @@ def test_model_file_round_trip_and_fixtures(ds, tmp_path):
     assert np.array_equal(back.predict(X), model.decision_function(X))
     assert back.model_.method == "exact" and back.training_["support"] == len(back.coef_)
     with h5py.File(tmp_path / "m.h5", "r") as f:
-        assert f.attrs["method"] == "exact" and f.attrs["version"] == 1
+        assert f.attrs["method"] == "exact" and f.attrs["version"] == 2
         assert f["feature_map"].attrs["kind"] == "exact" and f["feature_map/support"].shape == (len(model.w), ds.n_features)
     # the fixture of this kind, and the linear one, keep loading and scoring
     fix = streamrank.load(DATA / "model_exact_v1.h5").model_
