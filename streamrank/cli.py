@@ -226,6 +226,7 @@ def _train_exact(args, ds, valid):
 def _cmd_predict(args):
     import numpy as np
     from streamrank.evaluation.score_files import open_data
+    from streamrank.faultpoints import faultpoint
     from streamrank.io.atomic import written
     from streamrank.state.model import load
     model = load(args.model)
@@ -234,6 +235,7 @@ def _cmd_predict(args):
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
     with written(args.output, special_ok=True) as tmp:
         np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
+        faultpoint("scores-write")
     if args.json:
         print(json.dumps({"output": str(args.output), "rows": int(scores.size)}))
     return 0

@@ -94,6 +94,7 @@ import numpy as np
 
 from streamrank._version import __version__
 from streamrank.errors import ParameterError, StreamrankError
+from streamrank.faultpoints import faultpoint
 from streamrank.io.atomic import written
 from streamrank.units import format_size, parse_size
 
@@ -195,6 +196,7 @@ def _write_file(path, data):
     """Write ``data`` to a temporary name beside ``path``, fsync, rename; no temporary file survives."""
     with written(path) as tmp, open(tmp, "wb", buffering=0) as f:
         _write_all(f, data)
+        faultpoint("cache-write")
 
 
 class _Flock:

@@ -40,6 +40,7 @@ import numpy as np
 
 from streamrank._version import __version__
 from streamrank.errors import InputError, StreamrankError
+from streamrank.faultpoints import faultpoint
 from streamrank.io.atomic import (atomic_replace, discard_h5, ensure_space, remove_stale_temps, storage_error,
                                   temp_name)
 
@@ -236,6 +237,7 @@ class DatasetWriter:
             ensure_space(self._file_path, self._unflushed() + nbytes)
             self._append(X, y, qid, comments)
             self._logical_bytes += nbytes
+            faultpoint("dataset-append")
         except (OSError, RuntimeError) as e:
             if isinstance(e, StreamrankError):
                 raise
@@ -386,6 +388,7 @@ class DatasetWriter:
             f.close()
             if target != self._tmp:
                 self._tmp.unlink()
+            faultpoint("dataset-close")
             atomic_replace(target, self.path)
             self._closed = True
             return self.path

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamrank.faultpoints import faultpoint
+
 from streamrank.errors import CheckpointMismatch
 
 log = logging.getLogger("streamrank.solvers.tron")
@@ -105,6 +107,7 @@ def _trpcg(hessp, g, delta, stats, P):
     steps = 0
     while math.sqrt(ztr) > cgtol:
         steps += 1
+        faultpoint("cg-step")
         hd = hessp(d)
         stats.n_hessp += 1
         dhd = float(d @ hd)

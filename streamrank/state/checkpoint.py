@@ -27,6 +27,7 @@ import numpy as np
 from streamrank._version import __version__
 from streamrank.io.atomic import ensure_space, fsync_dir, fsync_file
 from streamrank.errors import CheckpointMismatch, FormatError
+from streamrank.faultpoints import faultpoint
 
 FORMAT_NAME = "streamrank-checkpoint"
 FORMAT_VERSION = 1
@@ -86,6 +87,7 @@ def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=Non
             f.attrs["scalars"] = json.dumps(scalars, sort_keys=True)
             for name, a in arrays.items():
                 f.create_dataset(name, data=a)
+                faultpoint("checkpoint-write")
                 if where == "mid-checkpoint" and number == at:
                     f.flush()
                     os._exit(ABORT_EXIT_CODE)  # test hook: die with a half-written temporary file

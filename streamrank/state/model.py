@@ -22,6 +22,7 @@ from streamrank._native import qprod as _qprod
 from streamrank._version import __version__
 from streamrank.errors import FormatError, InputError
 from streamrank.execution.executor import Pass, executor_or_local
+from streamrank.faultpoints import faultpoint
 from streamrank.io.atomic import ensure_space, written
 from streamrank.io.h5digest import DIGEST_ATTR, declared_bytes, file_digest
 from streamrank.features.normalize import Normalizer
@@ -167,6 +168,8 @@ class LinearModel:
             else:
                 self.fmap.to_h5(f.create_group("feature_map"))
             a[DIGEST_ATTR] = file_digest(f)
+            f.flush()
+            faultpoint("model-write")
         return path
 
 
