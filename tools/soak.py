@@ -42,6 +42,8 @@ def main():
     rows, failures = [], []
     for s in SCENARIOS:
         reference, seconds = kh.reference_result(s, base, inputs)
+        # the run time that random kills are spread over: the fastest of three (caches warm)
+        seconds = min([seconds] + [kh.reference_result(s, base, inputs)[1] for _ in range(2)])
         row = {"scenario": s.name, "seconds": seconds, "points": 0, "kills": 0, "landed": 0, "identical": 0}
         t0 = time.perf_counter()
         cases = [("point", p, n) for p, n in s.points] + [("random", float(f), k) for k, f in

@@ -148,16 +148,23 @@ class _Parser:
             mc = int(maxcol.max(initial=-1))
             if self.fixed or mc < self.width:
                 break
-            self.width = mc + 1  # wider rows than seen so far: widen and parse the chunk again
+            # wider rows than seen so far: widen and parse the chunk again, unless the new width
+            # would make the dense rows mostly absent features (refused before X is allocated)
+            self._refuse_sparse(path, mc + 1, self.rows + n, self.nnz + int(nnz.sum()), buf, starts, ends, maxcol,
+                                first_line)
+            self.width = mc + 1
         bad = np.flatnonzero(err)
+        first_bad = int(bad[0]) if bad.size else n_lines
+        # slow tokens (Python's float) of the lines before the first error come first: the error
+        # reported is the first bad line's, whichever path found it
+        for k in np.flatnonzero(slow[:first_bad]).tolist():
+            self._parse_slow(path, buf, first_line, k, starts[k], ends[k], int(row_of_line[k]), X, y, want_qid)
         if bad.size:
-            k = int(bad[0])
+            k = first_bad
             msg = _MESSAGES[int(err[k])].format(n_features=self.n_features)
             token = bytes(buf[es[k]:ee[k]]).decode("utf-8", "replace")
             raise InputError(f"{path}:{first_line + k + 1}: {msg}: {token!r}\n"
                              f"    line: {_line_text(buf, starts[k], ends[k])}")
-        for k in np.flatnonzero(slow).tolist():
-            self._parse_slow(path, buf, first_line, k, starts[k], ends[k], int(row_of_line[k]), X, y, want_qid)
         self.nnz += int(nnz.sum())
         self.rows += n
         if want_qid:
@@ -200,6 +207,16 @@ class _Parser:
             col = int(idx) - self.base
             if np.isnan(X[row, col]):
                 X[row, col] = f32(val)
+
+    def _refuse_sparse(self, path, width, rows, nnz, buf, starts, ends, maxcol, first_line):
+        if width >= SPARSE_MIN_FEATURES and nnz < SPARSE_MIN_FILL * rows * width:
+            k = int(np.argmax(maxcol))
+            raise InputError(
+                f"{path}:{first_line + k + 1}: feature index {int(maxcol[k]) + self.base} makes {width:,} features "
+                f"with only {100 * nnz / (rows * width):.2g}% of the values present; streamrank stores features "
+                f"densely ({width:,} x 4 bytes per row) and is made for LETOR-style data with tens to hundreds of "
+                f"features. Reduce the features first (e.g. feature hashing or selection)\n"
+                f"    line: {_line_text(buf, starts[k], ends[k])}")
 
     def check_density(self, path):
         if self.width >= SPARSE_MIN_FEATURES and self.rows:

@@ -411,7 +411,7 @@ class DatasetWriter:
 
     def _rehash(self, f):
         X, y = f["X"], f["y"]
-        step = max(1, (64 << 20) // (4 * self.n_features))
+        step = max(1, (64 << 20) // (4 * max(self.n_features, 1)))
         h = ContentHash()
         for a in range(0, self.n_rows, step):
             b = min(a + step, self.n_rows)
@@ -487,7 +487,7 @@ class DatasetWriter:
                 cpo[0] = 0
                 out_cbytes = 0
             range_rows = max(1, self.regroup_bytes // (4 * d + 16))
-            scan_rows = max(1, (32 << 20) // (4 * d))
+            scan_rows = max(1, (32 << 20) // (4 * max(d, 1)))
             h = ContentHash()
             for a in range(0, n, range_rows):
                 b = min(a + range_rows, n)

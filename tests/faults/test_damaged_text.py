@@ -35,3 +35,14 @@ def test_damaged_compressed_input_is_refused(tmp_path, capsys, pack, damage):
     assert main(["convert", str(src), "-o", str(out)]) == 2
     err = capsys.readouterr().err
     assert "in.txt.gz" in err and "Traceback" not in err
+
+
+def test_a_huge_feature_index_is_refused_before_allocating(tmp_path):
+    """One line with index 99,999,999 once made a 400 MB-a-row matrix (44 s, 955 MB) before it was refused."""
+    import resource
+    src = tmp_path / "wide.txt"
+    src.write_text("1 qid:1 1:0.5 2:0.25\n0 qid:1 1:0.1 99999999:1\n")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(InputError, match=r"wide.txt:2: feature index 99999999 makes 99,999,999 features"):
+        convert([src], tmp_path / "d.h5", quiet=True)
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KB: no 400 MB row was made

@@ -1,0 +1,99 @@
+"""The text format's grammar, written down once and implemented here in plain Python as the
+fuzzer's independent parser (tests/io/test_parser_fuzz.py). It is not Python's float(), which also
+takes "1_0", "inf", non-ASCII digits and surrounding white space.
+
+    line     := [token (WS token)*] [WS] ["#" comment]        (WS: space, tab, CR, VT, FF)
+    data     := label WS "qid:" id (WS index ":" number)*     (a line with a token before any '#')
+    label    := number
+    id       := ["-"] digit{1,18}  (an integer id)  |  any other non-empty run of non-WS bytes
+    index    := digit{1,18}, >= 1 (one-based; 0 is an error), at most once per line
+    number   := [sign] (digit+ ["." digit*] | "." digit+) [("e" | "E") [sign] digit+]
+    digit    := "0" .. "9" (ASCII)
+    value    := float32(the decimal's correctly rounded double); refused when not finite
+              (1e400, 3.5e38); underflow to 0 or a subnormal is kept; "-0" stays -0.0
+
+Blank lines and comment-only lines are not rows. Queries are grouped by first appearance (stable).
+"""
+
+import re
+
+import numpy as np
+
+WS = b" \t\r\x0b\x0c"
+NUMBER = re.compile(rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+INDEX = re.compile(rb"[0-9]{1,18}")
+INT_ID = re.compile(rb"-?[0-9]{1,18}")
+
+
+class Bad(Exception):
+    """A line the grammar refuses: ``line`` is its 1-based number."""
+
+    def __init__(self, line, why):
+        super().__init__(f"line {line}: {why}")
+        self.line = line
+
+
+def _value(tok, line):
+    if not NUMBER.fullmatch(tok):
+        raise Bad(line, f"not a number: {tok!r}")
+    with np.errstate(over="ignore"):
+        v = np.float32(float(tok))
+    if not np.isfinite(v):
+        raise Bad(line, f"out of float32 range: {tok!r}")
+    return v
+
+
+def _split(text):
+    return [t for t in re.split(rb"[ \t\r\x0b\x0c]+", text) if t]
+
+
+def parse(data):
+    """The rows of ``data`` (bytes): dict of X, y, qid (per query, int or bytes), query_ptr, row,
+    comment; raises :class:`Bad` at the first line the grammar refuses."""
+    rows = []
+    for k, raw in enumerate(data.split(b"\n"), 1):
+        if k == len(data.split(b"\n")) and raw == b"":
+            break
+        text, hash_, comment = raw.partition(b"#")
+        tokens = _split(text)
+        if not tokens:
+            continue
+        y = _value(tokens[0], k)
+        if len(tokens) < 2 or not tokens[1].startswith(b"qid:"):
+            raise Bad(k, "missing qid")
+        q = tokens[1][4:]
+        if not q:
+            raise Bad(k, "empty qid")
+        q = int(q) if INT_ID.fullmatch(q) else q
+        feats = {}
+        for tok in tokens[2:]:
+            idx, colon, val = tok.partition(b":")
+            if not colon:
+                raise Bad(k, f"expected index:value: {tok!r}")
+            if not INDEX.fullmatch(idx):
+                raise Bad(k, f"bad index: {tok!r}")
+            col = int(idx) - 1
+            if col < 0:
+                raise Bad(k, "index 0")
+            if not val:
+                raise Bad(k, f"empty value: {tok!r}")
+            v = _value(val, k)
+            if col in feats:
+                raise Bad(k, f"index twice: {tok!r}")
+            feats[col] = v
+        rows.append((q, y, feats, comment.strip(WS) if hash_ else b""))
+    width = max((max(f) + 1 for _, _, f, _ in rows if f), default=0)
+    order = {}
+    for r, (q, *_rest) in enumerate(rows):
+        order.setdefault(q, []).append(r)
+    perm = [r for q in order for r in order[q]]
+    X = np.zeros((len(rows), width), np.float32)
+    y = np.empty(len(rows), np.float32)
+    for out, r in enumerate(perm):
+        q, label, feats, _ = rows[r]
+        y[out] = label
+        for c, v in feats.items():
+            X[out, c] = v
+    sizes = [len(order[q]) for q in order]
+    return {"X": X, "y": y, "qid": list(order), "query_ptr": np.concatenate(([0], np.cumsum(sizes))).astype(np.int64),
+            "row": np.asarray(perm, np.int64), "comment": [rows[r][3] for r in perm]}
