@@ -114,7 +114,8 @@ def _cmd_info(args):
 
 def _cmd_eval(args):
     from streamrank.evaluation.score_files import evaluate_file
-    report = evaluate_file(args.data, args.scores, convention=args.convention, cache_dir=args.cache_dir)
+    report = evaluate_file(args.data, args.scores, convention=args.convention, cache_dir=args.cache_dir,
+                           query_file=args.query_file)
     if args.json:
         print(json.dumps(report.to_dict(per_query=args.per_query)))
     else:
@@ -178,7 +179,7 @@ def _cmd_train(args):
     _check_outputs((args.output, "model file", False))
     _check_checkpoint_dir(args.checkpoint)
     _setup_logging(args.quiet)
-    ds = open_data(args.data, args.cache_dir, quiet=args.quiet)
+    ds = open_data(args.data, args.cache_dir, quiet=args.quiet, query_file=args.query_file)
     valid = open_data(args.valid, args.cache_dir, quiet=args.quiet) if args.valid else None
     if args.method == "exact":
         model, summary = _train_exact(args, ds, valid)
@@ -231,7 +232,7 @@ def _cmd_predict(args):
     from streamrank.state.model import load
     model = load(args.model)
     _check_outputs((args.output, "score file", True))
-    with open_data(args.data, args.cache_dir) as ds:
+    with open_data(args.data, args.cache_dir, query_file=args.query_file) as ds:
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
     with written(args.output, special_ok=True) as tmp:
         np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
@@ -290,6 +291,8 @@ def build_parser():
     e = sub.add_parser("eval", help="NDCG, MAP, P@k and pairwise accuracy of a score file")
     e.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
     e.add_argument("scores", metavar="SCORES.txt", help="one score per line, in the input's row order")
+    e.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
+                   "(default: DATA.query beside it, if present)")
     e.add_argument("--convention", choices=["letor4", "standard"], default="letor4")
     e.add_argument("--per-query", action="store_true", help="print every query's values")
     e.add_argument("--cache-dir", default=None, help="where text DATA is converted (default ~/.cache/streamrank)")
@@ -304,6 +307,8 @@ def build_parser():
     t = sub.add_parser("train", help="train a RankSVM model")
     t.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
     t.add_argument("-o", "--output", required=True, metavar="MODEL.h5")
+    t.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
+                   "(default: DATA.query beside it, if present)")
     t.add_argument("--valid", metavar="DATA", help="validation data: logged each iteration, chooses C")
     t.add_argument("--C", type=_float_list("--C"), default=[1.0], metavar="C[,C...]")
     t.add_argument("--select-metric", choices=["meanndcg", "ndcg@10", "map"], default="meanndcg")
@@ -347,6 +352,8 @@ def build_parser():
     pr.add_argument("model", metavar="MODEL.h5")
     pr.add_argument("data", metavar="DATA")
     pr.add_argument("-o", "--output", required=True, metavar="SCORES.txt")
+    pr.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
+                   "(default: DATA.query beside it, if present)")
     pr.add_argument("--memory-budget", default="2GB", metavar="SIZE")
     pr.add_argument("--cache-dir", metavar="DIR")
     pr.add_argument("--json", action="store_true")

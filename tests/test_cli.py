@@ -106,3 +106,24 @@ def test_no_library_message_names_a_flag():
                 if re.search(r"(?<![\w-])--[A-Za-z]", node.value):
                     bad.append(f"{f.relative_to(pkg)}:{node.lineno}: {node.value[:60]!r}")
     assert not bad, bad
+
+
+def test_text_without_qid_takes_a_query_file_or_its_sibling(tmp_path, capsys):
+    """LightGBM's layout: data.txt without qid: and data.txt.query with the group sizes beside it."""
+    rng = np.random.default_rng(4)
+    rows = [f"{rng.integers(3)} " + " ".join(f"{j + 1}:{v:.4f}" for j, v in enumerate(rng.random(5)))
+            for _ in range(60)]
+    data = tmp_path / "lgb.txt"
+    data.write_text("\n".join(rows) + "\n")
+    cache = ["--cache-dir", str(tmp_path / "c")]
+    assert main(["train", str(data), "-o", str(tmp_path / "m.h5"), *cache]) == 2
+    assert "pass --query-file F with the group sizes" in capsys.readouterr().err
+    sizes = tmp_path / "groups.txt"
+    sizes.write_text("20\n25\n15\n")
+    assert main(["train", str(data), "-o", str(tmp_path / "m.h5"), "--query-file", str(sizes), *cache]) == 0
+    (tmp_path / "lgb.txt.query").write_text("20\n25\n15\n")  # picked up beside the data
+    assert main(["predict", str(tmp_path / "m.h5"), str(data), "-o", str(tmp_path / "s.txt"), *cache]) == 0
+    assert main(["eval", str(data), str(tmp_path / "s.txt"), "--json", *cache]) == 0
+    report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert report["n_queries"] == 3
+    assert main(["eval", str(data), str(tmp_path / "s.txt"), "--query-file", str(sizes), *cache]) == 0

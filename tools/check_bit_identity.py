@@ -63,13 +63,22 @@ def cli(tree, args, log):
         raise RuntimeError(f"{tree}: streamrank {' '.join(map(str, args))} failed (rc {r.returncode}); see {log}")
 
 
+# attributes a later format version added (present in the new file only): reported, not a difference
+ADDED_BY_FORMAT = ("index_sha256", "content_sha256")
+
+
 def h5_differences(a, b):
-    """Names of datasets or attributes whose bytes differ between HDF5 files a and b."""
+    """Names of datasets or attributes whose bytes differ between HDF5 files a (old) and b (new).
+    A model's content_sha256 covers its training log (times), so it is not compared; attributes
+    that only the new file has and a newer format added (ADDED_BY_FORMAT) are not differences."""
     out = []
 
     def attrs(x, y, name):
+        model = x.file.attrs.get("format") == "streamrank-model"
         for k in sorted(set(x.attrs) | set(y.attrs)):
-            if any(v in k for v in VOLATILE):
+            if any(v in k for v in VOLATILE) or (model and k == "content_sha256"):
+                continue
+            if k not in x.attrs and k in ADDED_BY_FORMAT:
                 continue
             if k not in x.attrs or k not in y.attrs:
                 out.append(f"{name}@{k} (only in one)")

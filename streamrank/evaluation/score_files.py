@@ -39,11 +39,21 @@ def read_scores(path, n_rows):
     return s
 
 
-def open_data(path, cache_dir=None, quiet=True):
-    """Open an HDF5 dataset, or convert LETOR/SVMlight text into ``cache_dir`` first.
+def query_file_of(path, query_file=None):
+    """The group-size file of text ``path``: ``query_file`` as given, else ``PATH.query`` beside it
+    when that exists (LightGBM's convention), else None."""
+    if query_file is not None:
+        return Path(query_file)
+    sibling = Path(str(path) + ".query")
+    return sibling if sibling.is_file() else None
 
-    The cached conversion is keyed by the text file's absolute path, size and modification time,
-    and reused while those stay the same.
+
+def open_data(path, cache_dir=None, quiet=True, query_file=None):
+    """Open an HDF5 dataset, or convert LETOR/SVMlight text into ``cache_dir`` first (with the
+    group sizes of ``query_file``, or of ``PATH.query`` beside it, for text without qid).
+
+    The cached conversion is keyed by the text file's (and the query file's) absolute path, size
+    and modification time, and reused while those stay the same.
     """
     from streamrank.io.convert import convert
     path = Path(path)
@@ -52,22 +62,30 @@ def open_data(path, cache_dir=None, quiet=True):
     if path.is_dir():
         raise InputError(f"{path} is a directory; give a dataset file (.h5) or LETOR/SVMlight text")
     if h5py.is_hdf5(path):
+        if query_file is not None:
+            raise InputError(f"{path} is a dataset file, which holds its queries; query_files applies to text")
         return open_dataset(path)
-    st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    qf = query_file_of(path, query_file)
+    stamp = ""
+    for p in (path, qf) if qf is not None else (path,):
+        if not p.exists():
+            raise InputError(f"{p}: no such file")
+        st = p.stat()
+        stamp += f"{p.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0"
+    key = hashlib.sha256(stamp.encode()).hexdigest()[:16]
     cache = Path(cache_dir) if cache_dir else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamrank"
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / f"{path.name}.{key}.h5"
     if not target.exists():
-        convert([path], target, quiet=quiet)
+        convert([path], target, quiet=quiet, query_files=None if qf is None else [qf])
     ds = open_dataset(target)
     ds.name = str(path)  # messages about its rows name the user's file, not the cache
     return ds
 
 
-def evaluate_file(data, scores_path, *, convention="letor4", cache_dir=None):
+def evaluate_file(data, scores_path, *, convention="letor4", cache_dir=None, query_file=None):
     """Evaluate a score file (input row order) against DATA; returns a metrics Report."""
-    with open_data(data, cache_dir) as ds:
+    with open_data(data, cache_dir, query_file=query_file) as ds:
         y = np.empty(ds.n_rows, np.float32)
         ds.y.read_direct(y)
         row = ds.row

@@ -159,7 +159,8 @@ def start_state(obj, w0, state, *, delta_from_gradient):
     if f != state.f or not np.array_equal(g, state.g):
         raise CheckpointMismatch(
             f"the objective at the checkpoint's w is {f!r} here but {state.f!r} in the checkpoint: data and "
-            f"settings match, so the numeric environment (BLAS, thread count, streamrank version) differs; "
+            f"settings match, so the numeric environment (BLAS, thread count, streamrank version) differs, or the "
+            f"checkpoint was changed after it was written; "
             f"start again with resume=False")
     return state, t0 - state.seconds
 

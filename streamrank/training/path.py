@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamrank.errors import FormatError
 from streamrank.solvers.tron import TronState
 from streamrank.state.checkpoint import read_checkpoint, write_checkpoint
 
@@ -110,6 +111,10 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
         w = (np.asarray(path_w[k - 1], np.float64) if k > 0 and points[k - 1][0] == gi and len(path_w) >= k
              else method.start(gi))
         if state is not None:
+            if state.w.shape != w.shape:
+                raise FormatError(f"the checkpoint in {checkpoint} holds a solution of {state.w.shape[0]} entries where "
+                                  f"this point's has {w.shape[0]}; it was changed after it was written. Start again "
+                                  f"with resume=False")
             w = state.w
         obj, solve, kw = method.prepare(resource, gi, Ck, w)
 
@@ -133,6 +138,20 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
     best = (max(range(len(points)), key=lambda i: candidates[i].get(valid_key, 0.0)) if valid_key is not None
             else len(points) - 1)
     return PathResult(candidates, path_w, best, total)
+
+
+def _inconsistent(state, k, n_done, path_w, n_points, passes):
+    """Why a checkpoint's contents cannot belong to one run (None when they can)."""
+    w, g = np.asarray(state.w), np.asarray(state.g)
+    if not 0 <= k < n_points or n_done != k:
+        return f"it is at point {k} of {n_points} with {n_done} finished"
+    if w.ndim != 1 or g.shape != w.shape or any(np.asarray(v).ndim != 1 for v in path_w):
+        return f"w has shape {w.shape} and g {g.shape}"
+    if not (np.all(np.isfinite(w)) and np.all(np.isfinite(g)) and np.isfinite(state.f) and state.delta >= 0):
+        return "w, g, f or the trust radius is not a finite number"
+    if state.iteration < 0 or int(passes) < 0:
+        return f"iteration {state.iteration}, passes {passes}"
+    return None
 
 
 def tron_state_from_checkpoint(ck):
@@ -160,10 +179,18 @@ def resume_point(checkpoint, config, fingerprint, points):
         ck = read_checkpoint(checkpoint, config=config, fingerprint=fingerprint, warn=log.warning)
         if ck is not None:
             sc = ck["scalars"]
-            state = tron_state_from_checkpoint(ck)
-            log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[sc["C_index"]][1], state.iteration)
-            return (sc["candidates"], [ck["extra"][f"w{i}"] for i in range(len(sc["candidates"]))], sc["C_index"],
-                    state, sc["passes"])
+            try:
+                state = tron_state_from_checkpoint(ck)
+                k = int(sc["C_index"])
+                path_w = [np.asarray(ck["extra"][f"w{i}"], np.float64) for i in range(len(sc["candidates"]))]
+                why = _inconsistent(state, k, len(sc["candidates"]), path_w, len(points), sc["passes"])
+            except (KeyError, TypeError, ValueError, IndexError) as e:
+                why = f"a field is missing or of the wrong kind ({e!r})"
+            if why:
+                raise FormatError(f"{ck['path']}: the checkpoint is inconsistent: {why}; it was changed after it was "
+                                  f"written. Start again with resume=False (or remove {checkpoint})")
+            log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[k][1], state.iteration)
+            return sc["candidates"], path_w, k, state, int(sc["passes"])
         log.info("no checkpoint in %s: starting from scratch", checkpoint)
     return [], [], 0, None, 0
 

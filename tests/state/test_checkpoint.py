@@ -529,3 +529,23 @@ def test_resume_from_the_final_checkpoint_of_a_stopped_solve(data, tmp_path, set
     assert np.array_equal(m2.w, m1.w)
     assert [(c["objective"], c["iterations"], c["message"]) for c in s2["candidates"]] == \
            [(c["objective"], c["iterations"], c["message"]) for c in s1["candidates"]]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda sc, arr: sc.__setitem__("C_index", 7), "it is at point 7 of 2"),
+    (lambda sc, arr: arr.__setitem__("w", arr["w"][:-1]), "w has shape"),
+    (lambda sc, arr: sc.__setitem__("f", float("nan")), "not a finite number"),
+    (lambda sc, arr: sc.pop("delta"), "a field is missing"),
+])
+def test_a_checkpoint_with_a_valid_checksum_but_inconsistent_contents_is_refused(tmp_path, edit, message):
+    """Written through write_checkpoint (so the checksum is right) with contents no run can have."""
+    from streamrank.errors import FormatError
+    from streamrank.solvers.tron import TronState
+    from streamrank.training.path import checkpoint_scalars, resume_point
+    st = TronState(w=np.ones(4), f=1.0, g=np.ones(4), delta=1.0, gnorm0=2.0, iteration=3)
+    sc = checkpoint_scalars(st, C_index=0, candidates=[], passes=5, settings={})
+    arrays = {"w": st.w, "g": st.g}
+    edit(sc, arrays)
+    write_checkpoint(tmp_path, config={"a": 1}, fingerprint="f", scalars=sc, w=arrays["w"], g=arrays["g"], extra={})
+    with pytest.raises(FormatError, match=f"the checkpoint is inconsistent: .*{message}.*resume=False"):
+        resume_point(tmp_path, {"a": 1}, "f", [(0, 0.5), (0, 1.0)])
