@@ -41,6 +41,12 @@ def parse_letor(paths, base=1, n_features=None):
                     i, v = tok.split(":", 1)
                     feats[int(i) - base] = np.float32(float(v))
                 rows.append((q, label, feats, comment.strip()))
+    return assemble(rows, n_features)
+
+
+def assemble(rows, n_features=None):
+    """The dataset of parsed rows [(qid, label, {column: value}, comment)] in input order: queries
+    grouped by first appearance (stable), as streamrank's converter stores them."""
     width = n_features or max((max(f) + 1 for _, _, f, _ in rows if f), default=0)
     order = {}
     for r, (q, *_rest) in enumerate(rows):

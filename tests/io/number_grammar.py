@@ -19,6 +19,8 @@ import re
 
 import numpy as np
 
+from letor_oracle import assemble
+
 WS = b" \t\r\x0b\x0c"
 NUMBER = re.compile(rb"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 INDEX = re.compile(rb"[0-9]{1,18}")
@@ -82,18 +84,4 @@ def parse(data):
                 raise Bad(k, f"index twice: {tok!r}")
             feats[col] = v
         rows.append((q, y, feats, comment.strip(WS) if hash_ else b""))
-    width = max((max(f) + 1 for _, _, f, _ in rows if f), default=0)
-    order = {}
-    for r, (q, *_rest) in enumerate(rows):
-        order.setdefault(q, []).append(r)
-    perm = [r for q in order for r in order[q]]
-    X = np.zeros((len(rows), width), np.float32)
-    y = np.empty(len(rows), np.float32)
-    for out, r in enumerate(perm):
-        q, label, feats, _ = rows[r]
-        y[out] = label
-        for c, v in feats.items():
-            X[out, c] = v
-    sizes = [len(order[q]) for q in order]
-    return {"X": X, "y": y, "qid": list(order), "query_ptr": np.concatenate(([0], np.cumsum(sizes))).astype(np.int64),
-            "row": np.asarray(perm, np.int64), "comment": [rows[r][3] for r in perm]}
+    return assemble(rows)
