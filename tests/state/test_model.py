@@ -327,3 +327,19 @@ def test_every_flipped_byte_of_a_model_is_refused(tmp_path):
         # a flip in bytes the model does not consist of (free space, padding) may load: the same model
         assert m.w.tolist() == V1_W and m.normalizer.mean_.tolist() == V1_MEAN
     assert refused >= 3  # at least the three aimed at the arrays
+
+
+def test_a_model_file_cannot_point_the_program_elsewhere(tmp_path):
+    """Paths recorded in a model's settings (cache, checkpoint, output) are never opened when it
+    loads or predicts: only the files the caller names are."""
+    from streamrank.state.model import LinearModel
+    from streamrank.features.normalize import Normalizer
+    elsewhere = tmp_path / "elsewhere"
+    cfg = {"cache_dir": str(elsewhere / "cache"), "checkpoint": str(elsewhere / "ck"), "output": str(elsewhere / "o"),
+           "C_path": [1.0], "normalize": "none"}
+    LinearModel(np.ones(3), Normalizer("none"), n_features=3, config=cfg).save(tmp_path / "m.h5")
+    m = load_model(tmp_path / "m.h5")
+    assert m.config["cache_dir"] == cfg["cache_dir"]
+    est = streamrank.load(tmp_path / "m.h5")
+    est.predict(np.ones((4, 3), np.float32))
+    assert not elsewhere.exists()
