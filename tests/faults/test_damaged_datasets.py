@@ -164,3 +164,24 @@ def test_the_writer_refuses_non_finite_values_naming_row_and_feature(tmp_path):
 def test_a_directory_is_not_a_dataset(tmp_path):
     with pytest.raises(InputError, match="is a directory"):
         dsmod.Dataset(tmp_path)
+
+
+def test_rows_verified_once_are_read_again_without_the_checksum(tmp_path):
+    """The first read of a block checks its chunks; the same rows read again in this process skip
+    HDF5's checksum (io.h5_edc) and hold the same bytes; a damaged file is refused on the first read
+    of every new open."""
+    from streamrank.io.h5_edc import no_check_dxpl
+    assert no_check_dxpl() is not None  # h5py's HDF5 found: the fast path is the one tested here
+    p = make(tmp_path / "d.h5")
+    with streamrank.open_dataset(p) as ds:
+        first = [(a, b, blk.X.copy(), blk.y.copy()) for blk, a, b in ds.stream(block_bytes=4000)]
+        assert all((a, b) in ds._verified for a, b, _, _ in first)
+        for (blk, a, b), (a0, b0, X0, y0) in zip(ds.stream(block_bytes=4000), first):
+            assert (a, b) == (a0, b0)
+            np.testing.assert_array_equal(blk.X, X0)
+            np.testing.assert_array_equal(blk.y, y0)
+    off, size = chunk_extents(p, "X")[1]
+    flip(p, off + size // 2)
+    for _ in range(2):  # every open verifies afresh
+        with pytest.raises(FormatError, match="checksum mismatch"):
+            read_all(p)

@@ -1,0 +1,49 @@
+"""Reads that skip HDF5's checksum verification, for rows this process has verified already.
+
+HDF5 checks a chunk's Fletcher-32 checksum on every read; measured on a 124 MB X that halves the
+read speed (4.6 -> 2.2 GB/s), and streamed training re-reads every block on every pass (+45% on
+a 309 MB budget over generated mslr30k x0.5). A dataset verifies each block the first time this
+process reads it; later reads of the same rows use a transfer property list with error detection
+off (``H5Pset_edc_check``, which h5py does not wrap: it is called on h5py's own HDF5 library).
+Where that library cannot be found every read verifies, which is slower but never less safe.
+"""
+
+import ctypes
+import glob
+import os
+
+import h5py
+import numpy as np
+
+_DXPL = []  # [plist or None], made on first use
+
+
+def _library():
+    here = os.path.dirname(h5py.__file__)
+    for pattern in (os.path.join(here, "..", "h5py.libs", "libhdf5-*.so*"), os.path.join(here, ".dylibs", "libhdf5*.dylib")):
+        for path in sorted(glob.glob(pattern)):
+            if "_hl" not in os.path.basename(path):
+                return ctypes.CDLL(path)
+    return ctypes.CDLL(None)  # h5py linked against a system libhdf5: its symbols are global
+
+
+def no_check_dxpl():
+    """A dataset transfer property list with error detection off, or None where unavailable."""
+    if not _DXPL:
+        try:
+            fn = _library().H5Pset_edc_check
+            fn.argtypes, fn.restype = [ctypes.c_int64, ctypes.c_int], ctypes.c_int
+            plist = h5py.h5p.create(h5py.h5p.DATASET_XFER)
+            _DXPL.append(plist if fn(plist.id, h5py.h5z.DISABLE_EDC) >= 0 else None)
+        except (OSError, AttributeError):
+            _DXPL.append(None)
+    return _DXPL[0]
+
+
+def read_rows(dataset, out, start, stop, dxpl):
+    """``out[:] = dataset[start:stop]`` (rows of a 1-D or 2-D dataset) through ``dxpl``."""
+    space = dataset.id.get_space()
+    shape = (stop - start,) + dataset.shape[1:]
+    space.select_hyperslab((start,) + (0,) * (len(shape) - 1), shape)
+    mem = h5py.h5s.create_simple(shape)
+    dataset.id.read(mem, space, np.ascontiguousarray(out) if not out.flags.c_contiguous else out, dxpl=dxpl)
