@@ -21,10 +21,16 @@ _NUMBER = re.compile(rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 def read_scores(path, n_rows):
     """One number per line, in the input's row order; errors name the file and its line (from 1)."""
     s = np.empty(n_rows)
-    k = 0
+    k, blank = 0, None
     with open(path, "rb") as f:
-        for k, line in enumerate(f, 1):
+        for line_no, line in enumerate(f, 1):
             text = line.strip()
+            if not text:  # blank lines may end the file, nowhere else
+                blank = blank or line_no
+                continue
+            if blank is not None:
+                raise InputError(f"{path}:{blank}: a blank line among the scores; give one number per line")
+            k = line_no
             if not _NUMBER.fullmatch(text):
                 raise InputError(f"{path}:{k}: expected one number, got {text[:60].decode('utf-8', 'replace')!r}")
             v = float(text)
@@ -41,11 +47,22 @@ def read_scores(path, n_rows):
 
 def query_file_of(path, query_file=None):
     """The group-size file of text ``path``: ``query_file`` as given, else ``PATH.query`` beside it
-    when that exists (LightGBM's convention), else None."""
+    when that exists and the text's first data line has no ``qid:`` (LightGBM's convention), else None."""
     if query_file is not None:
         return Path(query_file)
     sibling = Path(str(path) + ".query")
-    return sibling if sibling.is_file() else None
+    return sibling if sibling.is_file() and not _first_line_has_qid(path) else None
+
+
+def _first_line_has_qid(path):
+    """Whether the first data line of text ``path`` (plain, gzip or bzip2) has ``qid:`` as its second token."""
+    from streamrank.io.text_source import TextChunks
+    for buf, _ in TextChunks(path, chunk_bytes=1 << 16):
+        for line in bytes(buf).split(b"\n"):
+            tokens = line.split(b"#", 1)[0].split()
+            if tokens:
+                return len(tokens) > 1 and tokens[1].startswith(b"qid:")
+    return False
 
 
 def open_data(path, cache_dir=None, quiet=True, query_file=None):

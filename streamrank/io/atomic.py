@@ -39,7 +39,7 @@ def remove_stale_temps(path):
     """Delete the temporary files beside ``path`` (``.NAME.PID.tmp`` and what follows from it) whose
     writer process is gone: what a killed writer left. Returns the names removed."""
     path = Path(path)
-    pattern = re.compile(rf"^\.{re.escape(path.name)}\.(\d+)\.tmp(\..*)?$")
+    pattern = re.compile(rf"^\.{re.escape(path.name)}\.(\d+)\.(tmp(\..*)?|probe)$")
     removed = []
     try:
         names = os.listdir(path.parent if str(path.parent) else ".")
@@ -80,9 +80,11 @@ def check_writable(path, what="output", *, special_ok=False):
     if not parent.is_dir():
         raise InputError(f"{path}: {parent} is not a directory")
     remove_stale_temps(path)
-    probe = temp_name(path)
+    probe = path.with_name(f".{path.name}.{os.getpid()}.probe")  # never a writer's temporary name
+    created = False
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        created = True
         try:
             os.write(fd, b"\0" * 4096)  # a full disk refuses a page, if not the name
             os.fsync(fd)
@@ -91,10 +93,11 @@ def check_writable(path, what="output", *, special_ok=False):
     except OSError as e:
         raise InputError(f"{path}: the {what} cannot be written there ({_why(e)}); choose another location") from None
     finally:
-        try:
-            probe.unlink()
-        except OSError:
-            pass
+        if created:
+            try:
+                probe.unlink()
+            except OSError:
+                pass
 
 
 def _errno_of(e):

@@ -61,6 +61,11 @@ def _int_attr(f, path, name, default=None):
                           f"convert the data again") from None
 
 
+def _fits(a, shape):
+    """``a`` can take rows read straight from HDF5: float32, C-contiguous, exactly ``shape``."""
+    return a.dtype == np.float32 and a.flags.c_contiguous and a.shape == shape
+
+
 def _damaged(path, what):
     return FormatError(f"{path}: {what}; the file is damaged or was changed after it was written. "
                        f"Convert the data again from the original text")
@@ -222,7 +227,7 @@ class Dataset:
             # rows this process verified already are read without the checksum (io.h5_edc)
             dxpl = no_check_dxpl() if self.verified and (start, stop) in self._verified else None
             try:
-                if dxpl is not None and X.flags.c_contiguous and y.flags.c_contiguous:
+                if dxpl is not None and _fits(X, (stop - start, self.n_features)) and _fits(y, (stop - start,)):
                     read_rows(self.X, X, start, stop, dxpl)
                     read_rows(self.y, y, start, stop, dxpl)
                 else:

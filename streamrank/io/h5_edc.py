@@ -13,7 +13,6 @@ import glob
 import os
 
 import h5py
-import numpy as np
 
 _DXPL = []  # [plist or None], made on first use
 
@@ -46,4 +45,8 @@ def read_rows(dataset, out, start, stop, dxpl):
     shape = (stop - start,) + dataset.shape[1:]
     space.select_hyperslab((start,) + (0,) * (len(shape) - 1), shape)
     mem = h5py.h5s.create_simple(shape)
-    dataset.id.read(mem, space, np.ascontiguousarray(out) if not out.flags.c_contiguous else out, dxpl=dxpl)
+    if not out.flags.c_contiguous or out.shape != shape or out.dtype != dataset.dtype:
+        # HDF5 writes the rows into the buffer's memory as they are: it must be exactly their shape
+        raise ValueError(f"read_rows needs a C-contiguous {dataset.dtype} buffer of shape {shape}; got "
+                         f"{out.dtype} {out.shape}")
+    dataset.id.read(mem, space, out, dxpl=dxpl)

@@ -231,6 +231,8 @@ class DatasetWriter:
     def append(self, X, y, qid, comments=None):
         """Append rows in input order (see :meth:`_append`); a write the system refuses (a full
         disk) is a :class:`~streamrank.errors.StorageError` naming the output."""
+        if np.ndim(X) != 2:
+            raise ValueError(f"X must be a 2-D array of rows; got shape {np.shape(X)}")
         try:
             nbytes = 4 * np.shape(X)[0] * (max(np.shape(X)[1], self.n_features or 0) + 1) + \
                 (int(comments[1][-1] - comments[1][0]) + 8 * np.shape(X)[0] if comments is not None else 0)
@@ -370,7 +372,9 @@ class DatasetWriter:
             np.cumsum(counts, out=query_ptr[1:])
             # the index, /row (8 bytes a row) and what the chunk cache still holds; regrouping writes
             # a whole second copy beside the first
-            extra = 8 * self.n_rows + 16 * (n_queries + 1) + self._unflushed()
+            index = 16 * (n_queries + 1) if self._qid_kind == "int" else \
+                sum(len(k) for k in self._keys) + 80 * (n_queries + 1)  # variable-length strings: heap entries
+            extra = 8 * self.n_rows + index + self._unflushed()
             ensure_space(self._file_path, extra + (self._logical_bytes if self._scattered else 0))
             if self._scattered:
                 self._file.close()

@@ -32,8 +32,8 @@ from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (check_config, check_valid_width, pair_cost_table, query_weights, read_labels,
-                                        validation_score)
+from streamrank.training.problem import (check_config, check_has_features, check_valid_width, pair_cost_table,
+                                        query_weights, read_labels, validation_score)
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
 
@@ -140,6 +140,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
            "valid_fingerprint": valid.fingerprint if valid is not None else None,
            "landmarks": int(landmarks)}
     check_config(cfg)
+    check_has_features(ds)
     check_valid_width(ds, valid)
     points = [(gi, c) for gi in range(len(gammas)) for c in Cs]
     if len(points) > 1 and valid is None:

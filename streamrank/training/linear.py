@@ -21,8 +21,8 @@ from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (check_config, check_valid_width, pair_cost_table, query_weights, read_labels,
-                                        validation_score)
+from streamrank.training.problem import (check_config, check_has_features, check_valid_width, pair_cost_table,
+                                        query_weights, read_labels, validation_score)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -119,6 +119,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": int(degree), "coef0": float(coef0),
                     "components": int(components), "rank": rank})
     check_config(cfg)
+    check_has_features(ds)
     check_valid_width(ds, valid)
     points = [(gi, c) for gi in range(len(gammas)) for c in Cs]
     if len(points) > 1 and valid is None:

@@ -55,6 +55,12 @@ def validation_score(model, valid, valid_y, metric, *, block_bytes, executor=Non
     return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), metric)
 
 
+def check_has_features(ds):
+    from streamrank.errors import InputError
+    if ds.n_features == 0:
+        raise InputError(f"{ds.name} has no features (every row is empty); there is nothing to rank by")
+
+
 def check_valid_width(ds, valid):
     """Said once before training: validation data of another width than the training data."""
     if valid is None or valid.n_features == ds.n_features:

@@ -146,3 +146,42 @@ def test_a_full_disk_keeps_the_last_checkpoint_intact(tmp_path):
         ck = read_checkpoint(d, config={"C": 1}, fingerprint="f")
         assert ck["scalars"]["iteration"] == 2 and np.array_equal(ck["w"], w + 2)
         assert sorted(p.name for p in d.iterdir()) == ["checkpoint.h5", "checkpoint.prev.h5", "filler"]
+
+
+def test_review_fixes_probe_sibling_scores_and_empty_features(trained, tmp_path, capsys):
+    """A same-pid temporary file does not block the output probe; a PATH.query beside text that has
+    qid: is ignored; trailing blank score lines are accepted, inner ones refused; data without
+    features is refused with a message."""
+    from streamrank.io.atomic import check_writable
+    out = tmp_path / "m.h5"
+    temp_name(out).write_bytes(b"x")
+    check_writable(out, "model file")
+    assert temp_name(out).exists()  # not the probe's to delete
+    src = tmp_path / "q.txt"
+    src.write_text("1 qid:1 1:0.5 2:1\n0 qid:1 1:0.1 2:0\n2 qid:2 1:0.3 2:2\n0 qid:2 1:0.9 2:1\n")
+    (tmp_path / "q.txt.query").write_text("4\n")
+    assert main(["train", str(src), "-o", str(tmp_path / "q.h5"), "--cache-dir", str(tmp_path / "c"), "--quiet"]) == 0
+    (tmp_path / "s.txt").write_text("0.5\n1\n2\n3\n\n\n")
+    assert main(["eval", str(src), str(tmp_path / "s.txt"), "--cache-dir", str(tmp_path / "c")]) == 0
+    (tmp_path / "s.txt").write_text("0.5\n\n2\n3\n4\n")
+    assert main(["eval", str(src), str(tmp_path / "s.txt"), "--cache-dir", str(tmp_path / "c")]) == 2
+    assert "s.txt:2: a blank line among the scores" in capsys.readouterr().err
+    empty = tmp_path / "e.txt"
+    empty.write_text("1 qid:1\n0 qid:1\n")
+    assert main(["train", str(empty), "-o", str(tmp_path / "e.h5"), "--cache-dir", str(tmp_path / "c")]) == 2
+    assert "has no features" in capsys.readouterr().err
+
+
+def test_a_read_into_a_buffer_of_another_shape_is_refused(tmp_path):
+    import streamrank
+    from streamrank.io.hdf5_format import DatasetWriter
+    with DatasetWriter(tmp_path / "d.h5", n_features=4) as w:
+        w.append(np.arange(40, dtype=np.float32).reshape(10, 4), np.zeros(10, np.float32), np.repeat([1, 2], 5))
+    with streamrank.open_dataset(tmp_path / "d.h5") as ds:
+        ds.read(0, 5)  # verified: the next read of rows 0:5 may take the unchecked path
+        big_X, big_y = np.zeros((8, 4), np.float32), np.zeros(8, np.float32)
+        with pytest.raises((TypeError, ValueError)):
+            ds.read(0, 5, out=(big_X[:3], big_y[:3]))
+        assert not big_X[3:].any()  # nothing written past the view
+        X, y = ds.read(0, 5, out=(big_X, big_y))
+        np.testing.assert_array_equal(X, np.arange(20, dtype=np.float32).reshape(5, 4))
