@@ -11,7 +11,8 @@ Layout (DESIGN.md, "Dataset file"):
   ``(n_queries + 1,)``; ``/qid`` int64 or variable-length str ``(n_queries,)``; ``/row`` int64: each
   row's position in the input.
 - Version 2: every numeric dataset is chunked with HDF5's Fletcher-32 filter, so a damaged chunk is
-  found when it is read (HDF5 checks the chunk's checksum on every read), and the index by
+  found when it is read (HDF5 checks the chunk's checksum; a reader checks each block the first
+  time its process reads it, :mod:`streamrank.io.h5_edc`), and the index by
   ``index_sha256`` when the file opens; ``content_sha256`` is the content as written, and with
   the checksums a file that still reads is that content. Version 1 (no checksums) still loads,
   unverified. Values are finite: the writer refuses NaN and infinities.
