@@ -244,22 +244,9 @@ def _cmd_predict(args):
 
 def _os_error(exc):
     """An OSError (HDF5's too, which carry the errno in their text) as one line with its cause."""
-    import errno
-    text = str(exc)
-    causes = {errno.ENOSPC: "no space left on the device", errno.EDQUOT: "disk quota exceeded",
-              errno.EFBIG: "file size limit exceeded", errno.EROFS: "read-only file system",
-              errno.EACCES: "permission denied", errno.EIO: "input/output error"}
-    code = exc.errno
-    if code is None:
-        m = re.search(r"errno = (\d+)", text)
-        code = int(m.group(1)) if m else None
-    cause = causes.get(code)
-    if cause is None and "No space left" in text:
-        cause = causes[errno.ENOSPC]
+    from streamrank.io.atomic import why
     where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
-    if cause:
-        return f"{where}{cause}; nothing was left half-written (free space or choose another location, then rerun)"
-    return f"{where}{text}"
+    return f"{where}{why(exc)}"
 
 
 def build_parser():

@@ -57,21 +57,31 @@ class Executor:
 
 
 class LocalExecutor(Executor):
-    """In this process: every block in order, one partition (threads are the kernels' own)."""
+    """In this process: every block in order (threads are the kernels' own), as one partition, or
+    in partitions of ``partition_blocks`` consecutive blocks merged in order, as a distributed
+    executor would (the tests prove each pass's ``merge`` that way). ``one_partition`` passes are
+    never split."""
 
     name = "local"
 
+    def __init__(self, partition_blocks=None):
+        self.partition_blocks = partition_blocks
+
     def run(self, p, source, *, kept=(), collect=None):
-        carry = p.start()
+        size = None if p.one_partition else self.partition_blocks
+        total, carry = None, p.start()
         outputs = None if collect is not None else []
         it = iter(source)
+        k = 0
         try:
-            k = 0
             while not p.done(carry):
                 try:
                     item = next(it)
                 except StopIteration:
                     break
+                if size and k and k % size == 0:  # a new partition: the previous carry is merged
+                    total = carry if total is None else p.merge(total, carry)
+                    carry = p.start()
                 out = p.step(carry, item, *(x[k] for x in kept))
                 if collect is not None:
                     collect(k, out)
@@ -82,7 +92,11 @@ class LocalExecutor(Executor):
             close = getattr(it, "close", None)
             if close is not None:  # a generator stopped early releases its buffers and threads now
                 close()
-        return carry, outputs
+        self.record(p, source, k)
+        return (carry if total is None else p.merge(total, carry)), outputs
+
+    def record(self, p, source, blocks):
+        """Hook: a pass of ``p`` over ``blocks`` blocks of ``source`` has run."""
 
 
 LOCAL = LocalExecutor()

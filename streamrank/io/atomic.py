@@ -91,7 +91,7 @@ def check_writable(path, what="output", *, special_ok=False):
         finally:
             os.close(fd)
     except OSError as e:
-        raise InputError(f"{path}: the {what} cannot be written there ({_why(e)}); choose another location") from None
+        raise InputError(f"{path}: the {what} cannot be written there ({why(e)}); choose another location") from None
     finally:
         if created:
             try:
@@ -109,7 +109,8 @@ def _errno_of(e):
     return code
 
 
-def _why(e):
+def why(e):
+    """The cause of an OSError (or of h5py's RuntimeError from a failed flush) in a few words."""
     code = _errno_of(e)
     if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
         return "no space left on the device"
@@ -123,7 +124,7 @@ def _why(e):
 def storage_error(path, e):
     """A :class:`StorageError` for a write of ``path`` that failed with ``e`` (an OSError, or the
     RuntimeError h5py raises when a flush fails)."""
-    err = StorageError(f"{path}: cannot be written ({_why(e)}); nothing was left half-written. Free space or "
+    err = StorageError(f"{path}: cannot be written ({why(e)}); nothing was left half-written. Free space or "
                        f"choose another location, then run again")
     err.errno = _errno_of(e)
     return err
