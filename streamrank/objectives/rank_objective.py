@@ -168,6 +168,7 @@ class RankObjective:
     def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True, executor=None):
         self.source = source
         self.executor = executor_or_local(executor)
+        self._zbuf = None
         # the accepted scores, for Newton's line search (prepare_line / line): 8 bytes a row,
         # twice while a trial point is evaluated; TRON does not need them
         self.keep_scores = bool(keep_scores)
@@ -191,8 +192,10 @@ class RankObjective:
 
     def fun(self, w):
         w = np.ascontiguousarray(w, np.float64)
-        carry, kept = self.executor.run(_LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores),
-                                        self.source)
+        if not self.keep_scores and self._zbuf is None:  # scores written by the kernel, not kept: one scratch
+            self._zbuf = np.empty(self.source.stream.max_block_rows)
+        carry, kept = self.executor.run(_LossGrad(w, self.n_features, self._cost_args(), self.mu,
+                                                  None if self.keep_scores else self._zbuf), self.source)
         loss, acc = carry["loss"], carry["acc"]
         f = 0.5 * float(w @ w) + self.C * loss
         self._trial = (w.copy(), f, w + self.C * acc, [st for st, _ in kept], loss, [z for _, z in kept])
@@ -303,10 +306,11 @@ class RankObjective:
 class _LossGrad(Pass):
     """fun + grad at w (one pass): per block the fused kernel gives per-query losses and gradient
     partials P[q] = Phi_q^T dz_q; the carry adds them in query order. Each block keeps its active
-    sets (for hessp) and, with ``keep_scores``, its scores z = Phi w (for Newton's line search)."""
+    sets (for hessp) and, without a ``scratch`` buffer, its scores z = Phi w (for Newton's line
+    search); with one, the scores go to the scratch and are not kept."""
 
-    def __init__(self, w, m, cost_args, mu, keep_scores):
-        self.w, self.m, self.cost_args, self.mu, self.keep_scores = w, m, cost_args, mu, keep_scores
+    def __init__(self, w, m, cost_args, mu, scratch):
+        self.w, self.m, self.cost_args, self.mu, self.scratch = w, m, cost_args, mu, scratch
 
     def start(self):
         return {"acc": np.zeros(self.m), "loss": 0.0}
@@ -314,12 +318,13 @@ class _LossGrad(Pass):
     def step(self, carry, b):
         n, nq = b.X.shape[0], b.q1 - b.q0
         st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
-        loss_q, partials, z = np.empty(nq), np.empty((nq, self.m)), np.empty(n)
+        loss_q, partials = np.empty(nq), np.empty((nq, self.m))
+        z = np.empty(n) if self.scratch is None else self.scratch[:n]
         fz.fused_loss_grad(b.X, self.w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
                            self.mu[b.q0:b.q1], *st, loss_q, partials, z)
         carry["loss"] = la.sum_in_order(carry["loss"], loss_q)
         la.add_rows_in_order(carry["acc"], partials)
-        return st, (z if self.keep_scores else None)
+        return st, (z if self.scratch is None else None)
 
     def merge(self, total, carry):
         return {"acc": total["acc"] + carry["acc"], "loss": total["loss"] + carry["loss"]}
