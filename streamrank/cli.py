@@ -5,11 +5,14 @@ import json
 import logging
 import re
 import sys
+from pathlib import Path
 
 from streamrank._version import __version__
 from streamrank.errors import StreamrankError
 
 NOT_YET_METHODS = {}
+# the longest line of a score file: %.17g of a float64 (at most 24 characters) and its newline
+SCORE_LINE_BYTES = 25
 
 # library parameter -> command-line flag: library messages name parameters (``C=0.5``,
 # ``resume=False``); what the CLI prints names its flags (``--C 0.5``, ``without --resume``)
@@ -72,7 +75,6 @@ def _check_outputs(*items):
 
 
 def _check_checkpoint_dir(directory):
-    from pathlib import Path
     from streamrank.errors import InputError
     from streamrank.state.checkpoint import CURRENT
     if directory is None:
@@ -115,7 +117,7 @@ def _cmd_info(args):
 def _cmd_eval(args):
     from streamrank.evaluation.score_files import evaluate_file
     report = evaluate_file(args.data, args.scores, convention=args.convention, cache_dir=args.cache_dir,
-                           query_file=args.query_file)
+                           query_file=args.query_file, memory_budget=args.memory_budget)
     if args.json:
         print(json.dumps(report.to_dict(per_query=args.per_query)))
     else:
@@ -228,12 +230,14 @@ def _cmd_predict(args):
     import numpy as np
     from streamrank.evaluation.score_files import open_data
     from streamrank.faultpoints import faultpoint
-    from streamrank.io.atomic import written
+    from streamrank.io.atomic import ensure_space, written
     from streamrank.state.model import load
     model = load(args.model)
     _check_outputs((args.output, "score file", True))
     with open_data(args.data, args.cache_dir, query_file=args.query_file) as ds:
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
+    if not Path(args.output).exists() or Path(args.output).is_file():
+        ensure_space(args.output, SCORE_LINE_BYTES * scores.size)
     with written(args.output, special_ok=True) as tmp:
         np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
         faultpoint("scores-write")
@@ -283,6 +287,9 @@ def build_parser():
     e.add_argument("--convention", choices=["letor4", "standard"], default="letor4")
     e.add_argument("--per-query", action="store_true", help="print every query's values")
     e.add_argument("--cache-dir", default=None, help="where text DATA is converted (default ~/.cache/streamrank)")
+    e.add_argument("--memory-budget", default="2GB", metavar="SIZE",
+                   help="text DATA is converted within it; eval keeps about 48 bytes per row and says so when "
+                        "that does not fit")
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=_cmd_eval)
 

@@ -28,17 +28,10 @@ import kill_harness as kh  # noqa: E402
 from scenarios import SCENARIOS, make_inputs  # noqa: E402
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--kills", type=int, default=40, help="random kills per scenario")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--workdir", default=None, help="default: a temporary directory")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    base = Path(args.workdir or tempfile.mkdtemp(prefix="streamrank-soak-"))
-    base.mkdir(parents=True, exist_ok=True)
+def soak(base, kills, seed=0):
+    """Every scenario killed at each fault point and at ``kills`` random moments; (rows, failures)."""
     inputs = make_inputs(base / "inputs")
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(seed)
     rows, failures = [], []
     for s in SCENARIOS:
         reference, seconds = kh.reference_result(s, base, inputs)
@@ -47,7 +40,7 @@ def main():
         row = {"scenario": s.name, "seconds": seconds, "points": 0, "kills": 0, "landed": 0, "identical": 0}
         t0 = time.perf_counter()
         cases = [("point", p, n) for p, n in s.points] + [("random", float(f), k) for k, f in
-                                                          enumerate(rng.uniform(0.05, 1.0, args.kills))]
+                                                          enumerate(rng.uniform(0.05, 1.0, kills))]
         for kind, a, b in cases:
             try:
                 if kind == "point":
@@ -66,12 +59,29 @@ def main():
         rows.append(row)
         print(f"  {s.name}: {row['identical']}/{row['kills']} identical ({row['landed']} landed)", file=sys.stderr,
               flush=True)
+    return rows, failures
+
+
+def print_table(rows):
     table(rows, [("scenario", "scenario", None), ("seconds", "run s", "{:.1f}"), ("kills", "kills", None),
                  ("points", "at fault points", None), ("landed", "landed mid-run", None),
                  ("identical", "continued to the identical result", None), ("soak_s", "soak s", "{:.0f}")])
     print("kills: SIGKILL at each fault point of the scenario, then at random moments uniform over 5%..100% of its "
           "uninterrupted run time (a kill after the command ended counts as not landed); after each: leftovers "
           "absent or complete, rerun/--resume identical, no temporary file")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kills", type=int, default=40, help="random kills per scenario")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--workdir", default=None, help="default: a temporary directory")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    base = Path(args.workdir or tempfile.mkdtemp(prefix="streamrank-soak-"))
+    base.mkdir(parents=True, exist_ok=True)
+    rows, failures = soak(base, args.kills, args.seed)
+    print_table(rows)
     for f in failures:
         print("FAILED", f)
     print(machine_facts())

@@ -22,3 +22,19 @@ def configure():
         except ImportError:
             return
     _set_madvise_hugepage(False)
+
+
+def trimmer():
+    """A function that hands the free pages of glibc's heaps back to the system (malloc_trim),
+    or does nothing off glibc. For pipelines that allocate and free buffers of megabytes in
+    several threads (conversion): glibc raises its mmap threshold to the size of every mmapped
+    block it frees, after which such buffers come from per-thread heaps that keep their pages
+    (measured: converting 960 MB of text peaked 69 MB higher without the trim)."""
+    import ctypes
+    import ctypes.util
+    try:
+        trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return lambda: None
+    trim.argtypes = [ctypes.c_size_t]
+    return lambda: trim(0)

@@ -193,6 +193,26 @@ def _pairwise_by_query(y, s, ptr):
     return n_pairs, n_pairs - discordant - 0.5 * tied
 
 
+# rows per part of the vectorised pair counts: they keep about 15 int64 arrays per row, so parts
+# bound that memory whatever the data's size (a longer query is one part of its own)
+PAIRWISE_PART_ROWS = 1 << 16
+
+
+def _pairwise_in_parts(y, s, ptr):
+    """:func:`_pairwise_by_query` over runs of whole queries of at most ``PAIRWISE_PART_ROWS``
+    rows each; every query's counts are its own, so the parts change nothing."""
+    n_q = ptr.size - 1
+    n_pairs = np.empty(n_q, np.int64)
+    correct = np.empty(n_q)
+    q0 = 0
+    while q0 < n_q:
+        q1 = max(q0 + 1, int(np.searchsorted(ptr, ptr[q0] + PAIRWISE_PART_ROWS, side="right")) - 1)
+        a, b = ptr[q0], ptr[q1]
+        n_pairs[q0:q1], correct[q0:q1] = _pairwise_by_query(y[a:b], s[a:b], ptr[q0:q1 + 1] - a)
+        q0 = q1
+    return n_pairs, correct
+
+
 def pairwise_accuracy_counts(y, scores):
     """Preference pairs of one query and how many are ordered correctly.
 
@@ -601,7 +621,7 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=
         else:
             res = _query_standard(yq, sq, ks)
         ndcg[q], prec[q], ap[q], mean_ndcg[q], has_rel[q] = res
-    n_pairs, correct = _pairwise_by_query(y, s, ptr)
+    n_pairs, correct = _pairwise_in_parts(y, s, ptr)
     with np.errstate(invalid="ignore", divide="ignore"):
         pair_acc = np.where(n_pairs > 0, correct / np.maximum(n_pairs, 1), np.nan)
 

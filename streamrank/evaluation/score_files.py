@@ -1,6 +1,7 @@
 """``streamrank eval``: score files against a dataset's labels (LETOR conventions)."""
 
 import hashlib
+import logging
 import os
 import re
 from pathlib import Path
@@ -11,6 +12,10 @@ import numpy as np
 from streamrank.io.dataset import open_dataset
 from streamrank.errors import InputError
 from streamrank.evaluation.metrics import evaluate
+from streamrank.io.budget import resident_bytes
+from streamrank.units import format_size, parse_size
+
+log = logging.getLogger("streamrank.evaluation.score_files")
 
 
 # a score: ASCII decimal with an optional sign, fraction and exponent (no inf, nan, "1_0" or
@@ -65,7 +70,7 @@ def _first_line_has_qid(path):
     return False
 
 
-def open_data(path, cache_dir=None, quiet=True, query_file=None):
+def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="2GB"):
     """Open an HDF5 dataset, or convert LETOR/SVMlight text into ``cache_dir`` first (with the
     group sizes of ``query_file``, or of ``PATH.query`` beside it, for text without qid).
 
@@ -94,15 +99,26 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None):
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / f"{path.name}.{key}.h5"
     if not target.exists():
-        convert([path], target, quiet=quiet, query_files=None if qf is None else [qf])
+        convert([path], target, quiet=quiet, query_files=None if qf is None else [qf], memory_budget=memory_budget)
     ds = open_dataset(target)
     ds.name = str(path)  # messages about its rows name the user's file, not the cache
     return ds
 
 
-def evaluate_file(data, scores_path, *, convention="letor4", cache_dir=None, query_file=None):
-    """Evaluate a score file (input row order) against DATA; returns a metrics Report."""
-    with open_data(data, cache_dir, query_file=query_file) as ds:
+# per row evaluated: its label (float32 read, float64 used), its score and the score in query order
+# (float64), its input position (int64) and the pair counts' part (metrics.PAIRWISE_PART_ROWS)
+EVAL_BYTES_PER_ROW = 4 + 8 + 8 + 8 + 8 + 12
+
+
+def evaluate_file(data, scores_path, *, convention="letor4", cache_dir=None, query_file=None, memory_budget="2GB"):
+    """Evaluate a score file (input row order) against DATA; returns a metrics Report. Every row's
+    label and score are held (``EVAL_BYTES_PER_ROW``); a log line says when that passes
+    ``memory_budget``."""
+    with open_data(data, cache_dir, query_file=query_file, memory_budget=memory_budget) as ds:
+        budget, need = parse_size(memory_budget), EVAL_BYTES_PER_ROW * ds.n_rows
+        if resident_bytes(kernels=False) + need > budget:
+            log.warning("eval holds %s for the labels and scores of %d rows, beyond memory budget %s",
+                        format_size(need), ds.n_rows, format_size(budget))
         y = np.empty(ds.n_rows, np.float32)
         ds.y.read_direct(y)
         row = ds.row

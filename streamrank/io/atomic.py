@@ -112,8 +112,10 @@ def _errno_of(e):
 def why(e):
     """The cause of an OSError (or of h5py's RuntimeError from a failed flush) in a few words."""
     code = _errno_of(e)
-    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+    if code in (errno.ENOSPC, errno.EDQUOT):
         return "no space left on the device"
+    if code == errno.EFBIG:
+        return "file too large for this process's file size limit (ulimit -f)"
     if code == errno.EROFS:
         return "read-only file system"
     if code in (errno.EACCES, errno.EPERM):
@@ -141,13 +143,37 @@ def free_bytes(path):
     return st.f_bavail * st.f_frsize
 
 
+def file_size_limit():
+    """This process's file size limit in bytes (RLIMIT_FSIZE, ``ulimit -f``), or None without one."""
+    try:
+        import resource
+        soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
 def ensure_space(path, nbytes):
-    """Raise :class:`StorageError` unless ``nbytes`` (and :data:`SPACE_MARGIN`) fit beside ``path``.
+    """Raise :class:`StorageError` unless ``nbytes`` (and :data:`SPACE_MARGIN`) fit beside ``path``
+    and inside the process's file size limit (where a write past it raises EFBIG, or kills the
+    process with SIGXFSZ unless that signal is ignored).
 
     HDF5 must never meet a full disk itself: a flush that fails leaves its file in a state that
     later crashes the interpreter (measured: a segmentation fault at exit after ENOSPC in a close),
     so every HDF5 writer of streamrank checks the room before it writes a block.
     """
+    limit = file_size_limit()
+    if limit is not None:
+        try:
+            size = os.stat(path).st_size
+        except OSError:
+            size = 0
+        if size + nbytes + SPACE_MARGIN > limit:
+            err = StorageError(f"{path}: cannot be written (file too large: {format_size(size + nbytes)} would "
+                               f"pass this process's file size limit of {format_size(limit)}, ulimit -f); nothing "
+                               f"was left half-written. Raise the limit, then run again")
+            err.errno = errno.EFBIG
+            raise err
     free = free_bytes(path)
     if free < nbytes + SPACE_MARGIN:
         err = StorageError(f"{path}: cannot be written (no space left on the device: {format_size(nbytes)} more "

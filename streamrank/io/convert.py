@@ -19,7 +19,10 @@ from tqdm import tqdm
 from streamrank.io import _textparse as tp
 from streamrank._native.threads import background
 from streamrank.errors import InputError, ParameterError
-from streamrank.io.hdf5_format import DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESSION, DatasetWriter, _copy_spans
+from streamrank._native.memory import trimmer
+from streamrank.io.budget import HEADROOM, STREAM_SLACK, resident_bytes
+from streamrank.io.hdf5_format import (DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESSION, WRITER_CACHE_BYTES, DatasetWriter,
+                                       _copy_spans)
 from streamrank.io.text_source import DEFAULT_CHUNK_BYTES as TEXT_CHUNK_BYTES
 from streamrank.io.text_source import TextChunks
 from streamrank.units import parse_size
@@ -56,6 +59,7 @@ class _WriterThread:
 
     def __init__(self, writer):
         self.writer = writer
+        self._trim = trimmer()
         self.q = queue.Queue(maxsize=1)
         self.error = None
         self.th = threading.Thread(target=self._run, daemon=True, name="streamrank-writer")
@@ -69,6 +73,8 @@ class _WriterThread:
             if self.error is None:
                 try:
                     self.writer.append(*item)
+                    del item
+                    self._trim()
                 except BaseException as exc:
                     self.error = exc
 
@@ -229,6 +235,23 @@ class _Parser:
                     f"(e.g. feature hashing or selection).")
 
 
+# bytes alive per byte of a text chunk: the reader's queue of two, the chunk it fills and the copy
+# it cuts off (4); the chunk being parsed with its per-line arrays (2); parsed rows queued for and
+# inside the writer (2); the writer trims glibc's heaps after each append (_native.memory.trimmer)
+CONVERT_BYTES_PER_TEXT_BYTE = 8
+MIN_TEXT_CHUNK_BYTES = 256 << 10
+MIN_REGROUP_BYTES = 4 << 20
+
+
+def _plan(budget, given_chunk):
+    """(bytes of a text chunk, bytes for regrouping scattered queries) inside ``budget``, besides
+    what is resident and HDF5's chunk caches; the chunk size never changes the file written."""
+    avail = (budget - resident_bytes() - STREAM_SLACK - WRITER_CACHE_BYTES) / HEADROOM
+    chunk = int(min(given_chunk, max(MIN_TEXT_CHUNK_BYTES, avail / CONVERT_BYTES_PER_TEXT_BYTE)))
+    # regrouping runs after the pipeline has ended: it may take what the pipeline had
+    return chunk, int(max(MIN_REGROUP_BYTES, avail))
+
+
 def convert(inputs, output, *, query_files=None, zero_based=False, n_features=None,
             compression=DEFAULT_COMPRESSION, chunk_bytes=DEFAULT_CHUNK_BYTES, keep_comments=True,
             memory_budget="2GB", text_chunk_bytes=TEXT_CHUNK_BYTES, quiet=False):
@@ -266,6 +289,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         if not p.exists():
             raise InputError(f"{p}: no such file")
     budget = parse_size(memory_budget)
+    text_chunk_bytes, regroup_bytes = _plan(budget, text_chunk_bytes)
     parser = _Parser(n_features, zero_based, keep_comments)
     t0 = time.perf_counter()
     total_raw = sum(p.stat().st_size for p in inputs)
@@ -273,7 +297,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
                disable=quiet or not sys.stderr.isatty(), file=sys.stderr)
     writer = DatasetWriter(output, n_features, compression=compression, chunk_bytes=chunk_bytes,
                            index_base=parser.base, comments=keep_comments, fixed_width=n_features is not None,
-                           regroup_bytes=max(budget // 4, 16 << 20))
+                           regroup_bytes=regroup_bytes)
     text_bytes = 0
     group_base = 0
     raw_done = 0

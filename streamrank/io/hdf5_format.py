@@ -57,6 +57,11 @@ DEFAULT_CHUNK_BYTES = 1 << 20
 COMPRESSIONS = ("none", "lzf", "gzip")
 GZIP_LEVEL = 4
 
+# HDF5's chunk cache of each dataset being written (X, y and the comments' two): it holds the
+# partly filled chunks between appends
+WRITER_CACHE_BYTES_EACH = 4 << 20
+WRITER_CACHE_BYTES = 4 * WRITER_CACHE_BYTES_EACH
+
 # Regrouping scattered queries: bytes of output rows assembled in memory per pass over the input.
 DEFAULT_REGROUP_BYTES = 256 << 20
 
@@ -177,7 +182,7 @@ class DatasetWriter:
         remove_stale_temps(self.path)  # what writers killed earlier left behind
         self._tmp = temp_name(self.path)
         try:
-            self._file = h5py.File(self._tmp, "w", rdcc_nbytes=16 << 20, rdcc_nslots=10007)
+            self._file = h5py.File(self._tmp, "w", rdcc_nbytes=WRITER_CACHE_BYTES_EACH, rdcc_nslots=10007)
         except OSError as e:
             raise storage_error(self.path, e) from None
         self._file_path = self._tmp  # the file self._file writes (the regrouped copy at the end)

@@ -24,10 +24,17 @@ from streamrank.errors import FormatError, InputError
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.faultpoints import faultpoint
 from streamrank.io.atomic import ensure_space, written
+from streamrank.io.budget import BUFFERS, block_bytes
 from streamrank.io.h5digest import DIGEST_ATTR, declared_bytes, file_digest
 from streamrank.features.normalize import Normalizer
 
 log = logging.getLogger("streamrank.state.model")
+
+# per row scored: its score (float64), kept for the input's row order
+SCORE_BYTES_PER_ROW = 8
+# per byte of a raw float32 block being scored: the block and the one read ahead, and its float64
+# normalised copy (2); a feature map adds its float32 output
+SCORE_BYTES_PER_BLOCK_BYTE = BUFFERS + 2
 
 FORMAT_NAME = "streamrank-model"
 FORMAT_VERSION = 2
@@ -89,7 +96,14 @@ class LinearModel:
         feature map computes the row with index r in the tile that holds r, so a row's score is
         the same bits whichever block it is scored in (:mod:`streamrank.features.kernels`, "Row
         independence"); 0 for an array on its own."""
-        Xn = self.normalizer.transform(self._pad(X, extra=extra), query_ptr)
+        X = self._pad(X, extra=extra)
+        if self._scores_raw_rows(X):
+            # x.w straight from the float32 rows: the float64 copy would hold the same values, and
+            # rows_dot converts each entry exactly as it multiplies (same bits, a third of the memory)
+            out = np.empty(X.shape[0])
+            _qprod.rows_dot(X, self.w, out)
+            return out
+        Xn = self.normalizer.transform(X, query_ptr)
         if self.fmap is not None and hasattr(self.fmap, "scores"):  # scores in chunks itself (exact kernel)
             return self.fmap.scores(Xn, self.w, row0=row0)
         if self.fmap is not None:  # the same float32 features as in training, products in float64
@@ -99,8 +113,14 @@ class LinearModel:
         _qprod.rows_dot(Xn, self.w, out)
         return out
 
+    def _scores_raw_rows(self, X=None):
+        """Whether rows are scored as they are read (no normalisation, no map, C-ordered float32)."""
+        return (self.fmap is None and self.normalizer.kind == "none"
+                and (X is None or (X.dtype == np.float32 and X.flags.c_contiguous)))
+
     def predict_dataset(self, ds, *, memory_budget="2GB", executor=None):
-        """Scores of every row of ``ds`` in the input's row order (streamed)."""
+        """Scores of every row of ``ds`` in the input's row order (streamed, in blocks that keep
+        the process inside ``memory_budget``, :meth:`score_block_bytes`)."""
         out = np.empty(ds.n_rows)
         row = ds.row
 
@@ -108,8 +128,19 @@ class LinearModel:
             a, b, s = item
             out[row[a:b]] = s
 
-        self.score_stream(ds, memory_budget=memory_budget, executor=executor, collect=put)
+        self.score_stream(ds, block_bytes=self.score_block_bytes(ds, memory_budget), executor=executor,
+                          collect=put)
         return out
+
+    def score_block_bytes(self, ds, memory_budget):
+        """Bytes of a raw block for scoring ``ds`` inside ``memory_budget``, besides what is
+        resident, the scores of every row and the block's copies (io.budget)."""
+        from streamrank.units import parse_size
+        per_byte = BUFFERS if self._scores_raw_rows() else SCORE_BYTES_PER_BLOCK_BYTE
+        if self.fmap is not None and not hasattr(self.fmap, "scores"):
+            per_byte += self.w.size / max(ds.n_features, 1)  # the map's float32 columns per raw one
+        return block_bytes(parse_size(memory_budget), ds.n_rows, per_row=SCORE_BYTES_PER_ROW,
+                           per_block_byte=per_byte)
 
     def score_stream(self, ds, *, block_bytes=None, memory_budget=None, executor=None, collect=None,
                      quiet_width=False):

@@ -128,7 +128,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     from streamrank.objectives.linear_precond import temp_bytes
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
     widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
-    block_bytes, tier = memplan.linear_plan(budget, n_train, temp_bytes(widest), block_bytes)
+    block_bytes, tier = memplan.linear_plan(budget, n_train, temp_bytes(widest), block_bytes,
+                                            mapped_ratio=0.0 if method == "primal" else components / ds.n_features)
 
     # -- one-time preparation: labels, weights, costs, normaliser ------------------------------------
     y_all = read_labels(ds)

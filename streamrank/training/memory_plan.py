@@ -11,11 +11,11 @@ model (every sum runs in an order fixed by the data), only the number of reads.
 """
 
 import logging
-import os
 
 from streamrank.cache.kernel_cache import READ_BUFFERS
 from streamrank.errors import ParameterError
 from streamrank.features.kernels import tile_rows
+from streamrank.io.budget import BUFFERS, HEADROOM, block_bytes, resident_bytes
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 from streamrank.objectives.kernel_precond import A_CHUNK_BYTES
 from streamrank.units import format_size
@@ -25,13 +25,6 @@ log = logging.getLogger("streamrank.training.memory_plan")
 # per row: active sets of the accepted and the trial point (order, cut_pref, cut_less: int32
 # each) and the label rank (int32)
 STATE_BYTES_PER_ROW = 2 * 3 * 4 + 4
-# two block buffers (one in use, one being read ahead)
-BUFFERS = 2
-# resident bytes per byte of numpy arrays planned here: the allocator's retained free memory,
-# the numba kernels' per-query temporaries and HDF5's buffers (measured on generated mslr30k x
-# 0.5 with a 309 MB budget: arrays peaked at 103 MB while RSS rose 128 MB above its start, and
-# more over a longer run as the allocator fragments)
-HEADROOM = 1.4
 # share of the budget for mapped (or raw) float64 blocks kept in memory between passes
 MEMORY_TIER_SHARE = 0.5
 
@@ -41,37 +34,11 @@ def raw_block_bytes(budget):
     return int(budget * BLOCK_SHARE_OF_BUDGET)
 
 
-def memory_tier_bytes(budget):
-    """Bytes of the in-memory tier of a linear or mapped run's block source."""
-    return int(budget * MEMORY_TIER_SHARE)
-
-
-def resident_bytes():
-    """This process's resident set now (Linux /proc/self/statm; 0 where unavailable)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-def block_bytes(budget, n_rows, extra=0, resident=None):
-    """Bytes of one block for a run over ``n_rows`` rows within ``budget`` bytes; ``extra``:
-    other fixed bytes of the run (the preconditioner's temporaries)."""
-    resident = resident_bytes() if resident is None else resident
-    fixed = resident + n_rows * STATE_BYTES_PER_ROW + extra
-    share = int(budget * BLOCK_SHARE_OF_BUDGET)
-    left = int(((budget - resident) / HEADROOM - (fixed - resident)) / BUFFERS)
-    if left <= 0:
-        log.warning("memory budget %s is below what this run needs besides its blocks (%s resident, "
-                    "%s of per-row state): peak RSS will exceed it; blocks of %s (an eighth of it)",
-                    format_size(budget), format_size(resident), format_size(n_rows * STATE_BYTES_PER_ROW),
-                    format_size(share))
-        return max(1, share)
-    if left < share:
-        log.info("memory budget %s: %s resident and %s of per-row state leave %s blocks", format_size(budget),
-                 format_size(resident), format_size(n_rows * STATE_BYTES_PER_ROW), format_size(left))
-    return max(1, min(share, left))
+def memory_tier_bytes(budget, resident=0, fixed=0):
+    """Bytes of the in-memory tier of a linear or mapped run's block source: at most
+    ``MEMORY_TIER_SHARE`` of the budget, and what the budget leaves beside ``resident`` bytes and
+    the run's ``fixed`` ones (per-row state, temporaries); kept rows need no stream buffers."""
+    return max(0, int(min(budget * MEMORY_TIER_SHARE, (budget - resident) / HEADROOM - fixed)))
 
 
 # One stored block of Q: at most this, and at most 1/32 of the budget (three are buffered)
@@ -81,12 +48,17 @@ Q_BLOCK_BYTES = 64 << 20
 VECTORS_PER_ROW = 40
 
 
-def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None):
+def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None, mapped_ratio=0.0):
     """(bytes of a block, bytes of the in-memory tier) of a linear or mapped run over ``n_rows``
-    rows; a ``given_block`` size is kept. Logs the shares it chose."""
+    rows; a ``given_block`` size is kept; ``mapped_ratio``: a feature map's output columns per
+    input column. Logs the shares it chose."""
     resident = resident_bytes() if resident is None else resident
-    size = int(given_block) if given_block else block_bytes(budget, n_rows, extra=extra, resident=resident)
-    tier = memory_tier_bytes(budget)
+    # a mapped block also has its float64 normalised copy (2 bytes per raw byte), the map's
+    # float64 kernel values or projections (2 per output column) and its float32 output (1)
+    per_byte = BUFFERS + (2 + 3 * mapped_ratio if mapped_ratio else 0)
+    size = int(given_block) if given_block else block_bytes(budget, n_rows, per_row=STATE_BYTES_PER_ROW,
+                                                             per_block_byte=per_byte, extra=extra, resident=resident)
+    tier = memory_tier_bytes(budget, resident, n_rows * STATE_BYTES_PER_ROW + extra)
     log.info("memory plan (budget %s): resident %s; per-row state %s; preconditioner temporaries %s; %d blocks of "
              "%s; rows kept in memory up to %s", format_size(budget), format_size(resident),
              format_size(n_rows * STATE_BYTES_PER_ROW), format_size(extra), BUFFERS, format_size(size),
@@ -111,11 +83,15 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
         _log_exact(budget, resident, fixed, precond, qblock, q_bytes, q_bytes)
         return qblock, q_bytes  # all of Q in memory
-    if resident + fixed + READ_BUFFERS * qblock <= budget:
-        fixed += resident
-    elif fixed + READ_BUFFERS * qblock <= budget:
-        log.warning("memory budget %s is below what this run needs besides Q with %s already resident: "
-                    "peak RSS will exceed it", format_size(budget), format_size(resident))
+    if resident + fixed + READ_BUFFERS * qblock > budget and fixed + READ_BUFFERS * qblock <= budget:
+        # Q is read from disk every pass; what the run needs besides it does not fit either
+        log.warning("memory budget %s is below what this run needs besides Q with %s already resident "
+                    "(rows, solver vectors and preconditioner %s): peak RSS will exceed it; use memory_budget=%s%s",
+                    format_size(budget), format_size(resident), format_size(fixed),
+                    format_size(resident + fixed + READ_BUFFERS * qblock + (32 << 20)),
+                    f" or precondition=off (its {m} landmarks take {format_size(precond)})" if precond else "")
+        return qblock, 0
+    fixed += resident
     tier = budget - fixed - READ_BUFFERS * qblock
     if tier < 0:
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "

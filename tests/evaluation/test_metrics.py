@@ -425,3 +425,20 @@ def test_rejects_bad_input():
         evaluate(y, s[:2], [0, 3])
     with pytest.raises(ValueError, match="ks"):
         evaluate(y, s, [0, 3], ks=[0, 1])
+
+
+def test_pair_counts_in_parts_are_the_counts_of_the_whole(monkeypatch):
+    """Counting pairs over runs of whole queries (bounded memory) changes no query's counts,
+    whether a part holds many queries or a query is longer than a part."""
+    from streamrank.evaluation import metrics as m
+    rng = np.random.default_rng(3)
+    sizes = np.concatenate([rng.integers(1, 12, 50), [40], rng.integers(1, 12, 20)])
+    ptr = np.concatenate([[0], np.cumsum(sizes)])
+    y = rng.integers(0, 3, ptr[-1]).astype(np.float64)
+    s = np.round(rng.standard_normal(ptr[-1]), 1)  # ties
+    whole = m._pairwise_by_query(y, s, ptr)
+    for part in (1, 7, 33, 10 ** 6):
+        monkeypatch.setattr(m, "PAIRWISE_PART_ROWS", part)
+        got = m._pairwise_in_parts(y, s, ptr)
+        np.testing.assert_array_equal(got[0], whole[0])
+        np.testing.assert_array_equal(got[1], whole[1])

@@ -185,3 +185,32 @@ def test_a_read_into_a_buffer_of_another_shape_is_refused(tmp_path):
         assert not big_X[3:].any()  # nothing written past the view
         X, y = ds.read(0, 5, out=(big_X, big_y))
         np.testing.assert_array_equal(X, np.arange(20, dtype=np.float32).reshape(5, 4))
+
+
+@pytest.mark.parametrize("ignore_sigxfsz", [True, False])
+def test_a_file_size_limit_ends_convert_and_predict_cleanly(trained, tmp_path, ignore_sigxfsz):
+    """RLIMIT_FSIZE (ulimit -f): writes are checked against it before HDF5 or numpy meet EFBIG (or
+    SIGXFSZ, which kills a process that does not ignore it)."""
+    import resource
+    import signal
+    text = tmp_path / "big.txt"
+    rng = np.random.default_rng(1)
+    text.write_text("".join(f"{rng.integers(3)} qid:{i // 20} " + " ".join(f"{j + 1}:{v:.6f}" for j, v in
+                                                                           enumerate(rng.random(30))) + "\n"
+                            for i in range(3000)))
+
+    def limit():
+        if ignore_sigxfsz:
+            signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (150 << 10, resource.RLIM_INFINITY))
+
+    write_hdf5(tmp_path / "more.h5", "small", seed=0, part="test", scale=3.0)  # 9000 rows: 200 KB of scores
+    out = tmp_path / "out"
+    out.mkdir()
+    for argv in (["convert", str(text), "-o", str(out / "d.h5")],
+                 ["predict", str(trained / "m.h5"), str(tmp_path / "more.h5"), "-o", str(out / "s.txt")]):
+        r = subprocess.run([sys.executable, "-m", "streamrank", *argv], capture_output=True, text=True,
+                           preexec_fn=limit)
+        assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+        assert "file size limit" in r.stderr and "Traceback" not in r.stderr
+        assert os.listdir(out) == []

@@ -343,3 +343,24 @@ def test_a_model_file_cannot_point_the_program_elsewhere(tmp_path):
     est = streamrank.load(tmp_path / "m.h5")
     est.predict(np.ones((4, 3), np.float32))
     assert not elsewhere.exists()
+
+
+def test_raw_rows_are_scored_with_the_bits_of_their_float64_copy(fitted, tmp_path):
+    """An unnormalised linear model scores float32 rows as read (no float64 copy): the same bits
+    as the copy, for rows of very different scales, and the same in any block size the budget gives."""
+    model = fitted["none"].model_
+    rng = np.random.default_rng(5)
+    X = (rng.standard_normal((500, 5)) * np.array([1e-6, 1.0, 1e3, 1e6, 3e8])).astype(np.float32)
+    assert model._scores_raw_rows(X)
+    from streamrank._native import qprod
+    want = np.empty(500)
+    qprod.rows_dot(X.astype(np.float64), model.w, want)
+    np.testing.assert_array_equal(model.decision_function(X), want)
+    qid = np.repeat(np.arange(50), 10)
+    with DatasetWriter(tmp_path / "d.h5", n_features=5) as w:
+        w.append(X, np.zeros(500, np.float32), qid)
+    with streamrank.open_dataset(tmp_path / "d.h5") as ds:
+        whole = model.predict_dataset(ds)
+        for block in (2000, 20000, 10**6):
+            np.testing.assert_array_equal(model.score_stream(ds, block_bytes=block)[ds.row.argsort()], whole)
+    np.testing.assert_array_equal(whole, want)
