@@ -94,14 +94,16 @@ def _cmd_convert(args):
     _check_outputs((args.output, "output", False))
     stats = convert(args.inputs, args.output, query_files=args.query_file, zero_based=args.zero_based,
                     n_features=args.n_features, compression=args.compression,
-                    keep_comments=not args.no_comments, memory_budget=args.memory_budget, quiet=args.quiet)
+                    keep_comments=not args.no_comments, memory_budget=args.memory_budget, quiet=args.quiet,
+                    commit_seconds=args.commit_every)
     if args.json:
         print(json.dumps(stats))
     elif not args.quiet:
         print(f"wrote {stats['output']}: {stats['rows']:,} rows, {stats['queries']:,} queries, "
               f"{stats['features']} features in {stats['seconds']:.2f} s "
               f"({stats['text_mb_per_s']:.1f} MB/s of text, {stats['rows_per_s']:,.0f} rows/s"
-              f"{'; queries regrouped' if stats['regrouped'] else ''})")
+              f"{'; queries regrouped' if stats['regrouped'] else ''}"
+              f"{'; continued after ' + format(stats['resumed_rows'], ',') + ' rows' if stats['resumed_rows'] else ''})")
     return 0
 
 
@@ -270,6 +272,9 @@ def build_parser():
                    help="HDF5 compression of the rows (default: none, see README)")
     c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
     c.add_argument("--memory-budget", default="2GB", metavar="SIZE")
+    c.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",
+                   help="commit the rows written so far this often (default 60); a conversion killed or "
+                        "interrupted continues from its last commit when the same command runs again")
     c.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     c.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     c.set_defaults(func=_cmd_convert)

@@ -9,7 +9,7 @@ Points: ``dataset-append`` (a block of rows written by the dataset writer), ``da
 (index written, before the rename), ``checkpoint-write`` (inside a checkpoint file being written),
 ``cache-write`` (a feature or kernel cache block on its temporary name), ``cg-step`` (a CG step of
 TRON), ``model-write`` (a model file on its temporary name), ``scores-write`` (predictions on their
-temporary name).
+temporary name), ``convert-commit`` (a conversion's progress record just written).
 """
 
 import os
@@ -17,7 +17,7 @@ import signal
 
 ENV = "STREAMRANK_TEST_KILL"
 POINTS = ("dataset-append", "dataset-close", "checkpoint-write", "cache-write", "cg-step", "model-write",
-          "scores-write")
+          "scores-write", "convert-commit")
 
 
 def _parse(spec):

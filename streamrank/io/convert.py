@@ -6,6 +6,7 @@ appends parsed rows to the :class:`~streamrank.io.hdf5_format.DatasetWriter`. Qu
 chunks between the stages bound the memory whatever the input size.
 """
 
+import logging
 import os
 import queue
 import sys
@@ -21,11 +22,19 @@ from streamrank._native.threads import background
 from streamrank.errors import InputError, ParameterError
 from streamrank._native.memory import trimmer
 from streamrank.io.budget import HEADROOM, STREAM_SLACK, resident_bytes
+from streamrank.faultpoints import faultpoint
+from streamrank.io import convert_progress as progress
 from streamrank.io.hdf5_format import (DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESSION, WRITER_CACHE_BYTES, DatasetWriter,
-                                       _copy_spans)
+                                       ResumeError, _copy_spans)
 from streamrank.io.text_source import DEFAULT_CHUNK_BYTES as TEXT_CHUNK_BYTES
 from streamrank.io.text_source import TextChunks
 from streamrank.units import parse_size
+
+log = logging.getLogger("streamrank.io.convert")
+
+# a conversion commits what it wrote when this many seconds have passed since its last commit (a
+# flush and fsync of the partial file and one small JSON write; shorter inputs never commit)
+DEFAULT_COMMIT_SECONDS = 60.0
 
 _MESSAGES = {
     tp.E_LABEL: "the label is not a number",
@@ -69,6 +78,7 @@ class _WriterThread:
         while True:
             item = self.q.get()
             if item is None:
+                self.q.task_done()
                 return
             if self.error is None:
                 try:
@@ -77,11 +87,18 @@ class _WriterThread:
                     self._trim()
                 except BaseException as exc:
                     self.error = exc
+            self.q.task_done()
 
     def put(self, item):
         if self.error is not None:
             raise self.error
         self.q.put(item)
+
+    def drain(self):
+        """Wait until every chunk put so far is appended."""
+        self.q.join()
+        if self.error is not None:
+            raise self.error
 
     def finish(self):
         self.q.put(None)
@@ -121,6 +138,13 @@ class _Parser:
         self.keep_comments = keep_comments
         self.nnz = 0
         self.rows = 0
+
+    def state(self):
+        """What a resumed conversion needs of the parser (JSON-able)."""
+        return {"width": self.width, "nnz": self.nnz, "rows": self.rows}
+
+    def restore(self, st):
+        self.width, self.nnz, self.rows = int(st["width"]), int(st["nnz"]), int(st["rows"])
 
     def parse(self, path, buf, first_line, want_qid):
         ends = np.flatnonzero(buf == 10)
@@ -254,7 +278,8 @@ def _plan(budget, given_chunk):
 
 def convert(inputs, output, *, query_files=None, zero_based=False, n_features=None,
             compression=DEFAULT_COMPRESSION, chunk_bytes=DEFAULT_CHUNK_BYTES, keep_comments=True,
-            memory_budget="2GB", text_chunk_bytes=TEXT_CHUNK_BYTES, quiet=False):
+            memory_budget="2GB", text_chunk_bytes=TEXT_CHUNK_BYTES, quiet=False,
+            commit_seconds=DEFAULT_COMMIT_SECONDS):
     """Convert LETOR/SVMlight text files into one streamrank HDF5 dataset.
 
     Parameters
@@ -262,18 +287,23 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     inputs : list of path
         Plain, gzip or bzip2 text, concatenated in order (one qid in several inputs is one query).
     output : path
-        The .h5 file; written under a temporary name and renamed when complete.
+        The .h5 file; written under a hidden name and renamed when complete.
     query_files : list of path, optional
         One group-size file per input, for inputs without ``qid:``.
     zero_based : bool
         Feature indices start at 0 instead of 1.
     n_features : int, optional
         Fix the width of X (train, vali and test must agree); wider indices are errors.
+    commit_seconds : float
+        Commit the rows written so far (:mod:`streamrank.io.convert_progress`) when this many
+        seconds have passed since the last commit, at the end of a chunk of text. A conversion
+        killed or interrupted later continues from its last commit when run again with the same
+        inputs and settings; the file it writes is the same either way.
 
     Returns
     -------
     dict
-        rows, queries, features, bytes read, seconds and rates.
+        rows, queries, features, bytes read, seconds and rates, and ``resumed_rows``.
     """
     inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
     if not inputs:
@@ -293,40 +323,66 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     parser = _Parser(n_features, zero_based, keep_comments)
     t0 = time.perf_counter()
     total_raw = sum(p.stat().st_size for p in inputs)
+    work, record, lock_path = progress.work_paths(output)
+    ident = progress.identity(inputs, query_files, {
+        "zero_based": bool(zero_based), "n_features": n_features, "compression": compression,
+        "chunk_bytes": int(chunk_bytes), "keep_comments": bool(keep_comments)})
+    lock = progress.Lock(lock_path, output)
+    committed = False
+    try:
+        writer, pos = _open_writer(output, work, record, ident, parser, dict(
+            n_features=n_features, compression=compression, chunk_bytes=chunk_bytes, index_base=parser.base,
+            comments=keep_comments, fixed_width=n_features is not None, regroup_bytes=regroup_bytes))
+        committed = pos["input"] > 0 or pos["text_offset"] > 0
+    except BaseException:
+        lock.release()
+        raise
+    resumed_rows = writer.n_rows
     bar = tqdm(total=total_raw, unit="B", unit_scale=True, desc="convert", dynamic_ncols=True,
                disable=quiet or not sys.stderr.isatty(), file=sys.stderr)
-    writer = DatasetWriter(output, n_features, compression=compression, chunk_bytes=chunk_bytes,
-                           index_base=parser.base, comments=keep_comments, fixed_width=n_features is not None,
-                           regroup_bytes=regroup_bytes)
-    text_bytes = 0
-    group_base = 0
-    raw_done = 0
+    text_bytes, raw_done = pos["text_bytes"], pos["raw_done"]
+    group_base = pos["group_base"]
+    last_commit = time.perf_counter()
+
     try:
         wt = _WriterThread(writer)
         try:
             for i, path in enumerate(inputs):
-                src = TextChunks(path, text_chunk_bytes)
+                if i < pos["input"]:
+                    continue
+                here = i == pos["input"]
+                offset, line = (pos["text_offset"], pos["line"]) if here else (0, 0)
+                rows_in_file = pos["rows_in_file"] if here else 0
+                src = TextChunks(path, text_chunk_bytes, skip=offset, first_line=line)
                 if query_files is not None:
                     sizes = read_query_file(query_files[i])
                     cum = np.cumsum(sizes)
-                rows_in_file = 0
                 for buf, first_line in background(src, depth=2, name="streamrank-reader"):
                     X, y, qid, comments = parser.parse(path, buf, first_line, query_files is None)
                     r = X.shape[0]
                     if query_files is not None:
-                        pos = rows_in_file + np.arange(r, dtype=np.int64)
-                        if r and pos[-1] >= cum[-1]:
+                        pos_rows = rows_in_file + np.arange(r, dtype=np.int64)
+                        if r and pos_rows[-1] >= cum[-1]:
                             raise InputError(f"{query_files[i]}: the group sizes add up to {int(cum[-1])} "
                                              f"rows but {path} has more rows than that")
-                        qid = np.searchsorted(cum, pos, side="right") + group_base
+                        qid = np.searchsorted(cum, pos_rows, side="right") + group_base
                     rows_in_file += r
                     if rows_in_file >= 10000 or r == 0:
                         parser.check_density(path)
                     if r:
                         wt.put((X, y, qid, comments))
+                    offset += buf.shape[0]
+                    line = first_line + int(np.count_nonzero(buf == 10))
                     bar.update(src.raw_bytes - (bar.n - raw_done))
                     bar.set_postfix_str(f"{parser.rows / max(time.perf_counter() - t0, 1e-9):,.0f} rows/s",
                                         refresh=False)
+                    if time.perf_counter() - last_commit >= commit_seconds:
+                        wt.drain()
+                        _commit(record, ident, writer, parser, {
+                            "input": i, "text_offset": offset, "line": line, "rows_in_file": rows_in_file,
+                            "group_base": group_base, "text_bytes": text_bytes, "raw_done": raw_done})
+                        committed = True
+                        last_commit = time.perf_counter()
                 if rows_in_file == 0:
                     raise InputError(f"{path}: no data rows (the file is empty or holds only comments)")
                 if query_files is not None:
@@ -342,8 +398,10 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         finally:
             wt.finish()
         writer.close()
-    except BaseException:
-        writer.abort()
+        progress.discard(record)
+        lock.release(remove=True)
+    except BaseException as exc:
+        lock.release(remove=not _stop(writer, exc, committed, work, record, output))
         raise
     finally:
         bar.close()
@@ -352,5 +410,48 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         "output": str(output), "rows": writer.n_rows, "queries": len(writer._keys),
         "features": writer.n_features, "text_bytes": text_bytes, "raw_bytes": total_raw,
         "seconds": seconds, "text_mb_per_s": text_bytes / 1e6 / seconds,
-        "rows_per_s": writer.n_rows / seconds, "regrouped": writer._scattered,
+        "rows_per_s": writer.n_rows / seconds, "regrouped": writer._scattered, "resumed_rows": resumed_rows,
     }
+
+
+def _open_writer(output, work, record, ident, parser, kwargs):
+    """A writer that continues the committed conversion of ``record`` (when it matches ``ident``
+    and its partial file checks out), else a fresh one; and the position to read on from."""
+    start = {"input": 0, "text_offset": 0, "line": 0, "rows_in_file": 0, "group_base": 0, "text_bytes": 0,
+             "raw_done": 0}
+    rec = progress.load(record, ident)
+    if rec is not None and work.exists():
+        try:
+            writer = DatasetWriter(output, work_path=work, resume=rec["writer"], **kwargs)
+        except ResumeError as e:
+            log.warning("%s: the conversion committed earlier cannot be continued (%s); starting again", output, e)
+        else:
+            writer.source = list(rec["sources"])
+            parser.restore(rec["parser"])
+            p = rec["position"]
+            log.info("%s: continuing the conversion committed earlier: %d rows written, from line %d of %s",
+                     output, writer.n_rows, p["line"] + 1, Path(ident["inputs"][p["input"]]["path"]).name)
+            return writer, p
+    elif rec is None and (work.exists() or record.exists()):
+        log.info("%s: a conversion of other inputs or settings was left unfinished; starting again", output)
+    progress.discard(work, record)
+    return DatasetWriter(output, work_path=work, **kwargs), start
+
+
+def _commit(record, ident, writer, parser, position):
+    """Flush the rows appended so far and record where the text goes on (one atomic JSON write)."""
+    progress.save(record, ident, position, writer.commit_state(), writer.source, parser.state())
+    faultpoint("convert-commit")
+
+
+def _stop(writer, exc, committed, work, record, output):
+    """After a failure: bad input discards the partial file; anything else (a full disk, an
+    interrupt) keeps what was committed, for the next run to continue. Returns whether it kept it."""
+    if committed and not isinstance(exc, InputError):
+        writer.suspend()
+        log.warning("%s: the rows committed so far are kept in %s; run the same command again to continue",
+                    output, work)
+        return True
+    writer.abort()
+    progress.discard(work, record)
+    return False

@@ -42,8 +42,8 @@ import numpy as np
 from streamrank._version import __version__
 from streamrank.errors import InputError, StreamrankError
 from streamrank.faultpoints import faultpoint
-from streamrank.io.atomic import (atomic_replace, discard_h5, ensure_space, remove_stale_temps, storage_error,
-                                  temp_name)
+from streamrank.io.atomic import (atomic_replace, discard_h5, ensure_space, fsync_file, remove_stale_temps,
+                                  storage_error, temp_name)
 
 FORMAT_NAME = "streamrank-dataset"
 FORMAT_VERSION = 2
@@ -66,6 +66,10 @@ WRITER_CACHE_BYTES = 4 * WRITER_CACHE_BYTES_EACH
 DEFAULT_REGROUP_BYTES = 256 << 20
 
 
+class ResumeError(StreamrankError):
+    """A partly written file cannot be continued (it is then written again from the start)."""
+
+
 class ContentHash:
     """The dataset fingerprint: sha256 over X, y, query_ptr and qid in file order.
 
@@ -80,6 +84,10 @@ class ContentHash:
     def update(self, X, y):
         self._x.update(np.ascontiguousarray(X, np.float32).data)
         self._y.update(np.ascontiguousarray(y, np.float32).data)
+
+    def digests(self):
+        """Hex digests of the X and y bytes so far (the running digests go on)."""
+        return self._x.copy().hexdigest(), self._y.copy().hexdigest()
 
     def hexdigest(self, query_ptr, qid):
         """Combine with the index; ``qid`` int64 array or list of str."""
@@ -161,11 +169,17 @@ class DatasetWriter:
         Memory for assembling regrouped rows when queries arrive scattered.
     extra : dict, optional
         JSON-serialisable provenance stored in the ``extra`` attribute.
+    work_path : path, optional
+        Where the file is written until :meth:`close` (default: a temporary name of this
+        process); a resumable writer (:meth:`commit_state`) names it.
+    resume : dict, optional
+        A state of :meth:`commit_state`: reopen ``work_path``, drop whatever was appended after
+        that commit, verify the committed rows against their digests, and go on from there.
     """
 
     def __init__(self, path, n_features=None, *, compression=DEFAULT_COMPRESSION,
                  chunk_bytes=DEFAULT_CHUNK_BYTES, index_base=1, source=(), comments=False,
-                 fixed_width=False, regroup_bytes=DEFAULT_REGROUP_BYTES, extra=None):
+                 fixed_width=False, regroup_bytes=DEFAULT_REGROUP_BYTES, extra=None, work_path=None, resume=None):
         self.path = Path(path)
         self.compression = compression
         self._ckw = _compression_kwargs(compression)
@@ -180,10 +194,13 @@ class DatasetWriter:
         self.n_rows = 0
         self._widened = False
         remove_stale_temps(self.path)  # what writers killed earlier left behind
-        self._tmp = temp_name(self.path)
+        self._tmp = Path(work_path) if work_path is not None else temp_name(self.path)
         try:
-            self._file = h5py.File(self._tmp, "w", rdcc_nbytes=WRITER_CACHE_BYTES_EACH, rdcc_nslots=10007)
+            self._file = h5py.File(self._tmp, "r+" if resume else "w", rdcc_nbytes=WRITER_CACHE_BYTES_EACH,
+                                   rdcc_nslots=10007)
         except OSError as e:
+            if resume:
+                raise ResumeError(f"{self._tmp}: cannot be reopened ({e})") from None
             raise storage_error(self.path, e) from None
         self._file_path = self._tmp  # the file self._file writes (the regrouped copy at the end)
         self._logical_bytes = 0  # bytes of rows appended, on disk or still in HDF5's chunk cache
@@ -200,7 +217,15 @@ class DatasetWriter:
         self._run_query = array("q")
         self._scattered = False
         self._hash = ContentHash()
+        # the comments' bytes and their lengths, by separate running digests (for resuming)
+        self._chash = (hashlib.sha256(), hashlib.sha256())
         self._closed = False
+        if resume:
+            try:
+                self._restore(resume)
+            except BaseException:
+                self._file.close()
+                raise
 
     # -- context manager: commit on success, remove the temporary file on error --------------
     def __enter__(self):
@@ -310,8 +335,12 @@ class DatasetWriter:
             self._cptr.resize((b + 1,))
             self._cptr[a + 1:b + 1] = ptr[1:] - ptr[0] + self._n_cbytes
             self._n_cbytes += nb
-        if not self._scattered and not self._widened:
-            self._hash.update(X, y)
+        # the rows as appended (input order): the fingerprint unless the file is regrouped or
+        # widened at the end (both hash again), and what a resumed writer checks its rows against
+        self._hash.update(X, y)
+        if self.comments:
+            self._chash[0].update(np.asarray(data, np.uint8)[ptr[0]:ptr[-1]].tobytes())
+            self._chash[1].update(np.diff(ptr).tobytes())  # each row's comment length
         self.n_rows = b
 
     def _add_query_runs(self, qid):
@@ -348,6 +377,78 @@ class DatasetWriter:
             self._run_start.append(self.n_rows + s)
             self._run_query.append(qi)
             last = qi
+
+    # -- resuming ---------------------------------------------------------------------------------
+    def commit_state(self):
+        """Flush everything appended so far to the disk and return the JSON-able state that
+        ``DatasetWriter(..., work_path=, resume=state)`` continues from."""
+        self._file.flush()
+        fsync_file(self._tmp)
+        x, y = self._hash.digests()
+        return {"n_rows": self.n_rows, "n_features": self.n_features, "widened": self._widened,
+                "scattered": self._scattered, "logical_bytes": self._logical_bytes, "n_cbytes": self._n_cbytes,
+                "qid_kind": self._qid_kind,
+                "keys": [k.decode("latin-1") if isinstance(k, bytes) else k for k in self._keys],
+                "run_start": list(self._run_start), "run_query": list(self._run_query),
+                "x_sha256": x, "y_sha256": y, "comments_sha256": [h.hexdigest() for h in self._chash]}
+
+    def _restore(self, st):
+        """Go back to the committed state ``st``: shrink the datasets to its rows (appends after
+        it are dropped) and check the rows it covers against its digests (ResumeError if not)."""
+        f = self._file
+        n = int(st["n_rows"])
+        try:
+            self._X, self._y = f["X"], f["y"]
+            if self._X.shape[0] < n or self._y.shape[0] < n or self._X.shape[1] != st["n_features"]:
+                raise ResumeError(f"{self._tmp} holds fewer rows than its progress record")
+            for name in ("row", "query_ptr", "qid"):  # an index written by a close that was killed
+                if name in f:
+                    del f[name]
+            self._X.resize((n, st["n_features"]))
+            self._y.resize((n,))
+            self.chunk_rows = self._X.chunks[0]
+            if self.comments:
+                self._cdata, self._cptr = f["comment/data"], f["comment/ptr"]
+                self._cdata.resize((int(st["n_cbytes"]),))
+                self._cptr.resize((n + 1,))
+            # the committed rows must be exactly what was appended (the checksums of the chunks are
+            # checked as they are read; the digests catch a file that lost or mixed up chunks)
+            step = max(1, (32 << 20) // (4 * max(st["n_features"], 1)))
+            h, ch = ContentHash(), (hashlib.sha256(), hashlib.sha256())
+            for a in range(0, n, step):
+                b = min(a + step, n)
+                h.update(self._X[a:b], self._y[a:b])
+                if self.comments:
+                    ptr = self._cptr[a:b + 1]
+                    ch[0].update(self._cdata[ptr[0]:ptr[-1]].tobytes())
+                    ch[1].update(np.diff(ptr).tobytes())
+        except (OSError, KeyError, ValueError, RuntimeError) as e:
+            raise ResumeError(f"{self._tmp} cannot be read back ({e})") from None
+        hx, hy = h.digests()
+        # (rows appended before X widened were hashed narrower: their chunks' checksums vouch for them)
+        if hy != st["y_sha256"] or (hx != st["x_sha256"] and not st["widened"]):
+            raise ResumeError(f"{self._tmp} does not hold the rows its progress record describes")
+        if self.comments and [c.hexdigest() for c in ch] != st["comments_sha256"]:
+            raise ResumeError(f"{self._tmp} does not hold the comments its progress record describes")
+        self._hash, self._chash = h, ch
+        self.n_rows, self.n_features = n, int(st["n_features"])
+        self._widened, self._scattered = bool(st["widened"]), bool(st["scattered"])
+        self._logical_bytes, self._n_cbytes = int(st["logical_bytes"]), int(st["n_cbytes"])
+        self._qid_kind = st["qid_kind"]
+        self._keys = [k.encode("latin-1") if isinstance(k, str) else k for k in st["keys"]]
+        self._key_index = {k: i for i, k in enumerate(self._keys)}
+        self._run_start = array("q", st["run_start"])
+        self._run_query = array("q", st["run_query"])
+
+    def suspend(self):
+        """Close the file, keeping it at ``work_path`` for a later resume (an interrupted run)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._file.close()
+        except Exception:
+            pass
 
     # -- finishing --------------------------------------------------------------------------------
     def abort(self):

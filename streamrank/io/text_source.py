@@ -64,9 +64,13 @@ class TextChunks:
     iteration ``sha256`` holds the digest of the stored file and ``text_bytes`` the decompressed size.
     """
 
-    def __init__(self, path, chunk_bytes=DEFAULT_CHUNK_BYTES):
+    def __init__(self, path, chunk_bytes=DEFAULT_CHUNK_BYTES, skip=0, first_line=0):
         self.path = path
         self.chunk_bytes = int(chunk_bytes)
+        # resuming: the first ``skip`` bytes of text (whole lines, ``first_line`` of them) are read
+        # and hashed but not handed out
+        self.skip = int(skip)
+        self.first_line = int(first_line)
         self.kind = _sniff(path)
         self.sha256 = None
         self.raw_bytes = 0
@@ -76,7 +80,8 @@ class TextChunks:
         h = hashlib.sha256()
         dec = _Decoder(self.kind)
         pending = bytearray()
-        line = 0
+        line = self.first_line
+        to_skip = self.skip
         with open(self.path, "rb") as f:
             while True:
                 raw = f.read(RAW_READ_BYTES)
@@ -89,14 +94,21 @@ class TextChunks:
                 except (zlib.error, OSError, ValueError, EOFError) as e:
                     raise InputError(f"{self.path}: the {self.kind} data is damaged near byte {self.raw_bytes:,} "
                                      f"({e}); fetch or decompress the file again") from None
-                if len(pending) >= self.chunk_bytes:
-                    cut = pending.rfind(b"\n") + 1
-                    if cut > 0:
-                        chunk = bytes(pending[:cut])
-                        del pending[:cut]
-                        self.text_bytes += len(chunk)
-                        yield np.frombuffer(chunk, np.uint8), line
-                        line += chunk.count(b"\n")
+                if to_skip:
+                    n = min(to_skip, len(pending))
+                    del pending[:n]
+                    to_skip -= n
+                    self.text_bytes += n
+                while len(pending) >= self.chunk_bytes:
+                    # whole lines of at most chunk_bytes (a longer line is a chunk of its own)
+                    cut = pending.rfind(b"\n", 0, self.chunk_bytes) + 1 or pending.find(b"\n", self.chunk_bytes) + 1
+                    if cut == 0:
+                        break
+                    chunk = bytes(pending[:cut])
+                    del pending[:cut]
+                    self.text_bytes += len(chunk)
+                    yield np.frombuffer(chunk, np.uint8), line
+                    line += chunk.count(b"\n")
         if dec._d is not None and dec.in_member and not dec._d.eof:
             raise InputError(f"{self.path}: the {self.kind} stream ends early after {self.raw_bytes:,} bytes (the file "
                              f"is truncated); fetch it again")

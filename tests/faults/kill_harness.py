@@ -85,8 +85,8 @@ def results(s, w):
 
 
 def leftovers(w):
-    """Temporary files anywhere under the work directory."""
-    return sorted(str(p.relative_to(w)) for p in Path(w).rglob(".*.tmp*"))
+    """Temporary files, and a finished conversion's progress files, anywhere under the work directory."""
+    return sorted(str(p.relative_to(w)) for pattern in (".*.tmp*", ".*.convert.*") for p in Path(w).rglob(pattern))
 
 
 def check_after_kill(s, w, reference):

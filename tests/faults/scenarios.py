@@ -31,6 +31,10 @@ COMMON = ["--C", "0.25,1", "--valid", "{w}/valid.h5", "--checkpoint", "{w}/ck", 
 SCENARIOS = [
     Scenario("convert", ["convert", "{w}/in.txt", "-o", "{w}/d.h5", "--quiet"], ["d.h5"],
              points=[("dataset-append", 1), ("dataset-close", 1)]),
+    # rows committed after every chunk of 256 KB: a killed conversion continues from its last commit
+    Scenario("convert-resume", ["convert", "{w}/in.txt", "-o", "{w}/d.h5", "--quiet", "--commit-every", "0",
+                                "--memory-budget", "1MB"], ["d.h5"],
+             points=[("convert-commit", 2), ("dataset-append", 4), ("dataset-close", 1)]),
     Scenario("train-linear", ["train", "{w}/train.h5", "-o", "{w}/m.h5", *COMMON], ["m.h5"],
              again=["train", "{w}/train.h5", "-o", "{w}/m.h5", *COMMON, "--resume"],
              points=[("cg-step", 4), ("checkpoint-write", 3), ("model-write", 1)]),

@@ -1,0 +1,85 @@
+"""The progress record of a conversion, so that a killed or interrupted ``convert`` continues
+where it last committed instead of starting again.
+
+Beside the output ``NAME`` a conversion writes ``.NAME.convert.h5`` (the dataset being written)
+and, at each commit, ``.NAME.convert.json`` (JSON, written atomically): format name and version,
+the inputs (absolute path, size, modification time), the settings that shape the output, where
+the next chunk of text starts (input, text offset, line) and the writer's state
+(``DatasetWriter.commit_state``: rows, query bookkeeping and the digests of the committed rows).
+A ``.NAME.convert.lock`` file, locked while a conversion runs, keeps two conversions of one output
+apart. The next conversion with the same inputs and settings resumes from the record; with others
+it discards it. The files are removed when the output is complete.
+"""
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from streamrank.errors import InputError
+from streamrank.io.atomic import written
+
+FORMAT_NAME = "streamrank-convert-progress"
+FORMAT_VERSION = 1
+
+
+def work_paths(output):
+    """(partial dataset, progress record, lock) beside ``output``."""
+    output = Path(output)
+    stem = f".{output.name}.convert"
+    return output.with_name(stem + ".h5"), output.with_name(stem + ".json"), output.with_name(stem + ".lock")
+
+
+def identity(inputs, query_files, settings):
+    """What a progress record must match to be continued: the inputs as they are now and the settings."""
+    def stamp(p):
+        st = Path(p).stat()
+        return {"path": str(Path(p).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"inputs": [stamp(p) for p in inputs], "query_files": [stamp(p) for p in (query_files or [])],
+            "settings": settings}
+
+
+class Lock:
+    """An exclusive lock on the lock file of one output, held while converting to it."""
+
+    def __init__(self, path, output):
+        self.path = Path(path)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise InputError(f"{output}: another conversion is writing it now; wait for it to end") from None
+
+    def release(self, remove=False):
+        if self.fd is None:
+            return
+        if remove:
+            self.path.unlink(missing_ok=True)
+        os.close(self.fd)
+        self.fd = None
+
+
+def load(record_path, ident):
+    """The progress record at ``record_path`` if it continues a conversion of ``ident``, else None."""
+    try:
+        rec = json.loads(Path(record_path).read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(rec, dict) or rec.get("format") != FORMAT_NAME or rec.get("version") != FORMAT_VERSION:
+        return None
+    return rec if rec.get("identity") == ident else None
+
+
+def save(record_path, ident, position, writer_state, sources, parser_state):
+    """Write the record of a commit atomically: ``position`` (where the next text starts), the
+    writer's and the parser's state and the ``source`` entries of the inputs already complete."""
+    rec = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "identity": ident, "position": position,
+           "writer": writer_state, "sources": sources, "parser": parser_state}
+    with written(record_path) as tmp:
+        Path(tmp).write_text(json.dumps(rec))
+
+
+def discard(*paths):
+    for p in paths:
+        Path(p).unlink(missing_ok=True)

@@ -1,0 +1,165 @@
+"""A conversion killed or interrupted after a commit continues from it when run again, and writes
+exactly the file an uninterrupted conversion writes (issue 12: "conversion of large inputs
+resumes rather than restarts"); a partial file that does not check out, other inputs or other
+settings start again; two conversions of one output exclude each other."""
+
+import gzip
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+import streamrank
+from streamrank.errors import InputError
+from streamrank.io import convert_progress as progress
+from streamrank.io.convert import convert
+
+KW = dict(quiet=True, text_chunk_bytes=4096, commit_seconds=0.0)
+
+
+def lines(n, seed=0, scattered=False, widen_at=None, scales=False):
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        q = int(rng.integers(0, n // 20)) if scattered else i // 20
+        d = 12 if widen_at is not None and i >= widen_at else 8
+        v = rng.standard_normal(d) * (10.0 ** rng.integers(-6, 7, d) if scales else 1)
+        feats = " ".join(f"{j + 1}:{x:.7g}" for j, x in enumerate(v))
+        out.append(f"{rng.integers(0, 5)} qid:{q} {feats} # doc {i} \u00e9")
+    return "\n".join(out) + "\n"
+
+
+def content(path):
+    with h5py.File(path, "r") as f:
+        arrays = {n: f[n][()] for n in ("X", "y", "row", "query_ptr", "qid", "comment/data", "comment/ptr") if n in f}
+        attrs = {k: f.attrs[k] for k in ("content_sha256", "index_sha256", "n_rows", "n_features", "source")}
+    return arrays, attrs
+
+
+def same(a, b):
+    (xa, aa), (xb, ab) = content(a), content(b)
+    assert aa == ab
+    assert xa.keys() == xb.keys()
+    for k in xa:
+        np.testing.assert_array_equal(xa[k], xb[k])
+
+
+def killed(inputs, out, point, query_files=None):
+    """Run convert in a child that is SIGKILLed at the given fault point."""
+    code = ("import sys; from streamrank.io.convert import convert; "
+            f"convert({[str(p) for p in inputs]!r}, {str(out)!r}, quiet=True, text_chunk_bytes=4096, "
+            f"commit_seconds=0.0, query_files={None if query_files is None else [str(q) for q in query_files]!r})")
+    r = subprocess.run([sys.executable, "-c", code], env={**os.environ, "STREAMRANK_TEST_KILL": point},
+                       capture_output=True, text=True)
+    assert r.returncode == -signal.SIGKILL, r.stderr[-2000:]
+
+
+def leftovers(d):
+    return sorted(p.name for p in d.iterdir() if p.name.startswith("."))
+
+
+@pytest.mark.parametrize("case", ["plain", "gzip-two-inputs", "scattered", "widening", "query-files"])
+def test_a_killed_conversion_continues_to_the_same_file(tmp_path, case, caplog):
+    if case == "gzip-two-inputs":
+        a, b = tmp_path / "a.txt.gz", tmp_path / "b.txt"
+        with gzip.open(a, "wt") as f:
+            f.write(lines(600, seed=1, scales=True))
+        b.write_text(lines(500, seed=2))
+        inputs, qf = [a, b], None
+    elif case == "query-files":
+        a = tmp_path / "a.txt"
+        a.write_text("".join(ln.split(" ", 2)[0] + " " + ln.split(" ", 2)[2] + "\n"
+                             for ln in lines(900, seed=3).splitlines()))
+        qf = [tmp_path / "a.query"]
+        qf[0].write_text("\n".join(["30"] * 30) + "\n")
+        inputs = [a]
+    else:
+        a = tmp_path / "a.txt"
+        a.write_text(lines(1200, seed=4, scattered=case == "scattered", widen_at=700 if case == "widening" else None))
+        inputs, qf = [a], None
+    ref = tmp_path / "ref.h5"
+    convert(inputs, ref, query_files=qf, **KW)
+    out = tmp_path / "out.h5"
+    for point in ("convert-commit:3", "dataset-append:9", "convert-commit:7"):
+        killed(inputs, out, point, qf)
+        assert not out.exists() and progress.work_paths(out)[0].exists()
+        with caplog.at_level(logging.INFO, logger="streamrank"):
+            stats = convert(inputs, out, query_files=qf, **KW)
+        assert stats["resumed_rows"] > 0 and "continuing the conversion committed earlier" in caplog.text
+        same(out, ref)
+        assert leftovers(tmp_path) == []
+        out.unlink()
+        caplog.clear()
+
+
+def test_a_damaged_partial_file_or_other_inputs_start_again(tmp_path, caplog):
+    a = tmp_path / "a.txt"
+    a.write_text(lines(1200, seed=5))
+    ref = tmp_path / "ref.h5"
+    convert([a], ref, **KW)
+    out = tmp_path / "out.h5"
+    work = progress.work_paths(out)[0]
+    killed([a], out, "convert-commit:8")
+    with h5py.File(work, "r") as f:
+        info = f["X"].id.get_chunk_info(1)
+    with open(work, "r+b") as f:  # one flipped bit in a committed chunk of X
+        f.seek(info.byte_offset + 5)
+        b = f.read(1)[0]
+        f.seek(info.byte_offset + 5)
+        f.write(bytes([b ^ 4]))
+    with caplog.at_level(logging.INFO, logger="streamrank"):
+        stats = convert([a], out, **KW)
+    assert stats["resumed_rows"] == 0 and "cannot be continued" in caplog.text
+    same(out, ref)
+    out.unlink()
+    caplog.clear()
+    killed([a], out, "convert-commit:4")
+    a.write_text(lines(1200, seed=6))  # the input changed since
+    with caplog.at_level(logging.INFO, logger="streamrank"):
+        stats = convert([a], out, **KW)
+    assert stats["resumed_rows"] == 0 and "other inputs or settings" in caplog.text
+    assert leftovers(tmp_path) == []
+    with streamrank.open_dataset(out) as ds:
+        assert ds.n_rows == 1200
+
+
+def test_bad_input_discards_the_partial_file_and_an_interrupt_keeps_it(tmp_path, monkeypatch):
+    a = tmp_path / "a.txt"
+    a.write_text(lines(1000, seed=7) + "1 qid:9 1:abc\n")
+    with pytest.raises(InputError, match=r"a.txt:1001: the feature value is not a number"):
+        convert([a], tmp_path / "out.h5", **KW)
+    assert leftovers(tmp_path) == []
+    a.write_text(lines(1000, seed=7))
+    from streamrank.io import convert as conv
+    calls = {"n": 0}
+    real = conv._Parser.parse
+
+    def interrupted(self, *args):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise KeyboardInterrupt
+        return real(self, *args)
+    monkeypatch.setattr(conv._Parser, "parse", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        convert([a], tmp_path / "out.h5", **KW)
+    assert progress.work_paths(tmp_path / "out.h5")[0].exists() and not (tmp_path / "out.h5").exists()
+    monkeypatch.undo()
+    assert convert([a], tmp_path / "out.h5", **KW)["resumed_rows"] > 0
+    assert leftovers(tmp_path) == []
+
+
+def test_two_conversions_of_one_output_exclude_each_other(tmp_path):
+    a = tmp_path / "a.txt"
+    a.write_text(lines(100))
+    lock = progress.Lock(progress.work_paths(tmp_path / "out.h5")[2], tmp_path / "out.h5")
+    try:
+        with pytest.raises(InputError, match="another conversion is writing it now"):
+            convert([a], tmp_path / "out.h5", **KW)
+    finally:
+        lock.release(remove=True)
+    convert([a], tmp_path / "out.h5", **KW)
