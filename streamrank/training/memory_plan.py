@@ -91,16 +91,16 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
                     format_size(resident + fixed + READ_BUFFERS * qblock + (32 << 20)),
                     f" or precondition=off (its {m} landmarks take {format_size(precond)})" if precond else "")
         return qblock, 0
-    fixed += resident
-    tier = budget - fixed - READ_BUFFERS * qblock
-    if tier < 0:
+    need = fixed + READ_BUFFERS * qblock
+    if need > budget:
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
                              f"{l} rows (the rows, solver vectors, preconditioner and {READ_BUFFERS} blocks of Q need "
-                             f"{format_size(fixed + READ_BUFFERS * qblock)}); use memory_budget="
-                             f"{format_size(2 * (fixed + READ_BUFFERS * qblock))}"
+                             f"{format_size(need)} beside the {format_size(resident)} resident); use memory_budget="
+                             f"{format_size(resident + 2 * need)}"
                              + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
-                                f"use precondition=off to drop them)" if precond > (fixed + READ_BUFFERS * qblock) / 2
-                                else ""))
+                                f"use precondition=off to drop them)" if precond > need / 2 else ""))
+    fixed += resident
+    tier = budget - fixed - READ_BUFFERS * qblock
     _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes)
     return qblock, tier
 

@@ -398,3 +398,25 @@ def test_unwritable_cache_dir_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_text("")
     with pytest.raises(fc.FeatureCacheError, match="cache_dir=DIR"):
         FeatureCache(tmp_path / "file" / "sub", material(), LAYOUT, WIDTH)
+
+
+def test_a_manifest_cannot_point_the_cache_outside_its_directory(tmp_path, caplog):
+    """A manifest whose checksum is made to fit cannot name a file outside the cache (issue 12:
+    no file may make the program read or write outside the paths it was given)."""
+    import zlib
+    from streamrank.cache.feature_cache import canonical_json
+    with open_cache(tmp_path) as c:
+        fill(c)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes((c.dir / "block-00000.bin").read_bytes())
+    mpath = c.dir / "manifest.json"
+    m = json.loads(mpath.read_text())
+    m.pop("checksum")
+    m["blocks"]["0"]["file"] = "../outside.bin"
+    m["checksum"] = zlib.crc32(canonical_json(m).encode())
+    mpath.write_text(json.dumps(m))
+    with caplog.at_level(logging.WARNING, "streamrank.cache.feature_cache"):
+        with open_cache(tmp_path) as c:
+            assert c.present == [] and c.get(0) is None
+    assert "does not match the block layout" in caplog.text
+    assert outside.exists()  # neither read as block 0 nor removed
