@@ -153,10 +153,11 @@ def file_size_limit():
     return None if soft == resource.RLIM_INFINITY else soft
 
 
-def ensure_space(path, nbytes):
+def ensure_space(path, nbytes, shown=None):
     """Raise :class:`StorageError` unless ``nbytes`` (and :data:`SPACE_MARGIN`) fit beside ``path``
     and inside the process's file size limit (where a write past it raises EFBIG, or kills the
-    process with SIGXFSZ unless that signal is ignored).
+    process with SIGXFSZ unless that signal is ignored). Messages name ``shown`` (the user's
+    output, when ``path`` is the hidden file being written), else ``path``.
 
     HDF5 must never meet a full disk itself: a flush that fails leaves its file in a state that
     later crashes the interpreter (measured: a segmentation fault at exit after ENOSPC in a close),
@@ -169,14 +170,14 @@ def ensure_space(path, nbytes):
         except OSError:
             size = 0
         if size + nbytes + SPACE_MARGIN > limit:
-            err = StorageError(f"{path}: cannot be written (file too large: {format_size(size + nbytes)} would "
+            err = StorageError(f"{shown or path}: cannot be written (file too large: {format_size(size + nbytes)} would "
                                f"pass this process's file size limit of {format_size(limit)}, ulimit -f); nothing "
                                f"was left half-written. Raise the limit, then run again")
             err.errno = errno.EFBIG
             raise err
     free = free_bytes(path)
     if free < nbytes + SPACE_MARGIN:
-        err = StorageError(f"{path}: cannot be written (no space left on the device: {format_size(nbytes)} more "
+        err = StorageError(f"{shown or path}: cannot be written (no space left on the device: {format_size(nbytes)} more "
                            f"to write, {format_size(free)} free); nothing was left half-written. Free space or "
                            f"choose another location, then run again")
         err.errno = errno.ENOSPC

@@ -267,7 +267,7 @@ class DatasetWriter:
         try:
             nbytes = 4 * np.shape(X)[0] * (max(np.shape(X)[1], self.n_features or 0) + 1) + \
                 (int(comments[1][-1] - comments[1][0]) + 8 * np.shape(X)[0] if comments is not None else 0)
-            ensure_space(self._file_path, self._unflushed() + nbytes)
+            ensure_space(self._file_path, self._unflushed() + nbytes, shown=self.path)
             self._append(X, y, qid, comments)
             self._logical_bytes += nbytes
             faultpoint("dataset-append")
@@ -482,7 +482,7 @@ class DatasetWriter:
             index = 16 * (n_queries + 1) if self._qid_kind == "int" else \
                 sum(len(k) for k in self._keys) + 80 * (n_queries + 1)  # variable-length strings: heap entries
             extra = 8 * self.n_rows + index + self._unflushed()
-            ensure_space(self._file_path, extra + (self._logical_bytes if self._scattered else 0))
+            ensure_space(self._file_path, extra + (self._logical_bytes if self._scattered else 0), shown=self.path)
             if self._scattered:
                 self._file.close()
                 target = self._regroup(run_start, run_query, run_len, query_ptr)

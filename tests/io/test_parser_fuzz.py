@@ -21,14 +21,21 @@ WS = st.text(" \t\r\x0b\x0c", min_size=1, max_size=3)
 
 
 @st.composite
-def valid_number(draw):
+def valid_number(draw, in_range=False):
+    """A number of the grammar; ``in_range``: one that also fits float32 (at most 12 integer
+    digits, exponents within +-20)."""
+    digits = st.text("0123456789", min_size=1, max_size=12) if in_range else DIGITS
     mant = draw(st.one_of(
-        DIGITS,
-        st.builds(lambda a, b: f"{a}.{b}", DIGITS, st.text("0123456789", max_size=22)),
+        digits,
+        st.builds(lambda a, b: f"{a}.{b}", digits, st.text("0123456789", max_size=22)),
         st.builds(lambda b: f".{b}", DIGITS)))
-    exp = draw(st.one_of(st.just(""), st.builds(lambda e, s, d: f"{e}{s}{d}", st.sampled_from("eE"),
-                                                st.sampled_from(["", "+", "-"]), st.text("0123456789", min_size=1,
-                                                                                         max_size=3))))
+    if in_range:
+        exp = draw(st.one_of(st.just(""), st.builds(lambda e, v: f"{e}{v:+d}" if v < 0 or e == "E" else f"{e}{v}",
+                                                    st.sampled_from("eE"), st.integers(-20, 20))))
+    else:
+        exp = draw(st.one_of(st.just(""), st.builds(lambda e, s, d: f"{e}{s}{d}", st.sampled_from("eE"),
+                                                    st.sampled_from(["", "+", "-"]),
+                                                    st.text("0123456789", min_size=1, max_size=3))))
     return draw(SIGN) + mant + exp
 
 
@@ -43,18 +50,25 @@ INDEX = st.one_of(st.integers(1, 40).map(str), st.sampled_from(["0", "-1", "01",
 
 
 @st.composite
-def line(draw):
-    kind = draw(st.sampled_from(["data"] * 8 + ["blank", "comment", "no-qid", "junk"]))
+def line(draw, clean=False):
+    """A line of text; ``clean``: one the grammar accepts (data, blank or comment, valid numbers,
+    distinct feature ids), so that half the documents exercise the values, not only the refusals."""
+    kind = draw(st.sampled_from(["data"] * 8 + ["blank", "comment"] + ([] if clean else ["no-qid", "junk"])))
     if kind == "blank":
         return draw(st.text(" \t\r", max_size=3))
     if kind == "comment":
         return "#" + draw(st.text(max_size=20).filter(lambda t: "\n" not in t))
     if kind == "junk":
         return draw(st.text(max_size=30).filter(lambda t: "\n" not in t))
-    toks = [draw(NUMBER)]
+    number = valid_number(in_range=True) if clean else NUMBER
+    toks = [draw(number)]
     if kind == "data":
-        toks.append("qid:" + draw(QID))
-    feats = draw(st.lists(st.tuples(INDEX, NUMBER), max_size=8))
+        toks.append("qid:" + draw(QID.filter(bool) if clean else QID))
+    if clean:
+        ids = draw(st.lists(st.integers(1, 40), max_size=8, unique=True))
+        feats = [(str(i), draw(number)) for i in ids]
+    else:
+        feats = draw(st.lists(st.tuples(INDEX, NUMBER), max_size=8))
     toks += [f"{i}:{v}" for i, v in feats]
     sep = [draw(WS) for _ in toks]
     text = "".join(s + t for s, t in zip(sep, toks)) if draw(st.booleans()) else " ".join(toks)
@@ -65,7 +79,7 @@ def line(draw):
 
 @st.composite
 def document(draw):
-    lines = draw(st.lists(line(), min_size=1, max_size=25))
+    lines = draw(st.lists(line(clean=draw(st.booleans())), min_size=1, max_size=25))
     end = draw(st.sampled_from(["\n", "\r\n"]))
     return (end.join(lines) + draw(st.sampled_from(["", end]))).encode("utf-8")
 
