@@ -232,14 +232,14 @@ def _cmd_predict(args):
     import numpy as np
     from streamrank.evaluation.score_files import open_data
     from streamrank.faultpoints import faultpoint
-    from streamrank.io.atomic import ensure_space, written
+    from streamrank.io.atomic import ensure_space, temp_name, written
     from streamrank.state.model import load
     model = load(args.model)
     _check_outputs((args.output, "score file", True))
     with open_data(args.data, args.cache_dir, query_file=args.query_file) as ds:
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
     if not Path(args.output).exists() or Path(args.output).is_file():
-        ensure_space(args.output, SCORE_LINE_BYTES * scores.size)
+        ensure_space(temp_name(args.output), SCORE_LINE_BYTES * scores.size, shown=args.output)
     with written(args.output, special_ok=True) as tmp:
         np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
         faultpoint("scores-write")

@@ -99,7 +99,15 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / f"{path.name}.{key}.h5"
     if not target.exists():
-        convert([path], target, quiet=quiet, query_files=None if qf is None else [qf], memory_budget=memory_budget)
+        # another command converting the same text into this cache is waited for, then its file used
+        from streamrank.io.convert_progress import Lock
+        waiting = Lock(cache / f".{target.name}.open.lock", target, wait=True)
+        try:
+            if not target.exists():
+                convert([path], target, quiet=quiet, query_files=None if qf is None else [qf],
+                        memory_budget=memory_budget)
+        finally:
+            waiting.release(remove=True)
     ds = open_dataset(target)
     ds.name = str(path)  # messages about its rows name the user's file, not the cache
     return ds

@@ -275,8 +275,9 @@ def _plan(budget, given_chunk):
     what is resident and HDF5's chunk caches; the chunk size never changes the file written."""
     avail = (budget - resident_bytes() - STREAM_SLACK - WRITER_CACHE_BYTES) / HEADROOM
     chunk = int(min(given_chunk, max(MIN_TEXT_CHUNK_BYTES, avail / CONVERT_BYTES_PER_TEXT_BYTE)))
-    # regrouping runs after the pipeline has ended: it may take what the pipeline had
-    return chunk, int(max(MIN_REGROUP_BYTES, avail))
+    # regrouping runs after the pipeline has ended; beside the rows it assembles it keeps an index
+    # entry per row and per run, scan copies and HDF5's caches of two files: a quarter of what is left
+    return chunk, int(max(MIN_REGROUP_BYTES, avail / 4))
 
 
 def convert(inputs, output, *, query_files=None, zero_based=False, n_features=None,
@@ -331,6 +332,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     ident = progress.identity(inputs, query_files, {
         "zero_based": bool(zero_based), "n_features": n_features, "compression": compression,
         "chunk_bytes": int(chunk_bytes), "keep_comments": bool(keep_comments)})
+    if not commit_seconds >= 0:  # (NaN too)
+        raise ParameterError(f"commit_seconds must be >= 0; got {commit_seconds}. Use commit_seconds=60")
     lock = progress.Lock(lock_path, output)
     committed = False
     try:
@@ -338,8 +341,9 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
             n_features=n_features, compression=compression, chunk_bytes=chunk_bytes, index_base=parser.base,
             comments=keep_comments, fixed_width=n_features is not None, regroup_bytes=regroup_bytes))
         committed = pos["input"] > 0 or pos["text_offset"] > 0
+        writer.keep_on_failure = committed
     except BaseException:
-        lock.release()
+        lock.release(remove=True)
         raise
     resumed_rows = writer.n_rows
     bar = tqdm(total=total_raw, unit="B", unit_scale=True, desc="convert", dynamic_ncols=True,
@@ -385,7 +389,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
                         _commit(record, ident, writer, parser, {
                             "input": i, "text_offset": offset, "line": line, "rows_in_file": rows_in_file,
                             "group_base": group_base, "text_bytes": text_bytes, "raw_done": raw_done})
-                        committed = True
+                        committed = writer.keep_on_failure = True
                         last_commit = time.perf_counter()
                 if rows_in_file == 0:
                     raise InputError(f"{path}: no data rows (the file is empty or holds only comments)")
@@ -424,6 +428,7 @@ def _open_writer(output, work, record, ident, parser, kwargs):
     start = {"input": 0, "text_offset": 0, "line": 0, "rows_in_file": 0, "group_base": 0, "text_bytes": 0,
              "raw_done": 0}
     rec = progress.load(record, ident)
+    progress.discard(work.with_name(work.name + ".regroup"))  # a killed close's: made again from the partial
     if rec is not None and work.exists():
         try:
             writer = DatasetWriter(output, work_path=work, resume=rec["writer"], **kwargs)
@@ -453,9 +458,10 @@ def _stop(writer, exc, committed, work, record, output):
     interrupt) keeps what was committed, for the next run to continue. Returns whether it kept it."""
     if committed and not isinstance(exc, InputError):
         writer.suspend()
-        log.warning("%s: the rows committed so far are kept in %s; run the same command again to continue",
-                    output, work)
-        return True
+        if work.exists():
+            log.warning("%s: the rows committed so far are kept in %s; run the same command again to continue",
+                        output, work)
+            return True
     writer.abort()
     progress.discard(work, record)
     return False

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from streamrank.errors import InputError
-from streamrank.io.atomic import written
+from streamrank.io.atomic import storage_error, written
 
 FORMAT_NAME = "streamrank-convert-progress"
 FORMAT_VERSION = 1
@@ -36,20 +36,38 @@ def identity(inputs, query_files, settings):
         st = Path(p).stat()
         return {"path": str(Path(p).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
     return {"inputs": [stamp(p) for p in inputs], "query_files": [stamp(p) for p in (query_files or [])],
-            "settings": settings}
+            "settings": json.loads(json.dumps(settings, default=_plain))}
+
+
+def _plain(v):
+    """numpy scalars (``n_features=np.int64(46)``) as the JSON numbers they are."""
+    if hasattr(v, "item"):
+        return v.item()
+    raise TypeError(f"{type(v).__name__} is not JSON serialisable")
 
 
 class Lock:
     """An exclusive lock on the lock file of one output, held while converting to it."""
 
-    def __init__(self, path, output):
+    def __init__(self, path, output, wait=False):
         self.path = Path(path)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        while True:
+            try:
+                self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as e:
+                raise storage_error(output, e) from None
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                os.close(self.fd)
+                raise InputError(f"{output}: another conversion is writing it now; wait for it to end") from None
+            # the holder before us may have removed the file after we opened it: lock the one on disk
+            try:
+                if os.fstat(self.fd).st_ino == os.stat(self.path).st_ino:
+                    return
+            except FileNotFoundError:
+                pass
             os.close(self.fd)
-            raise InputError(f"{output}: another conversion is writing it now; wait for it to end") from None
 
     def release(self, remove=False):
         if self.fd is None:

@@ -66,6 +66,21 @@ WRITER_CACHE_BYTES = 4 * WRITER_CACHE_BYTES_EACH
 DEFAULT_REGROUP_BYTES = 256 << 20
 
 
+# the group of a partial file that holds what a resumed writer needs besides the rows
+RESUME_GROUP = "_resume"
+
+
+def _extend(g, name, tail, at):
+    """Write ``tail`` (int64 or uint8) into dataset ``name`` of group ``g`` from element ``at``
+    on, and cut the dataset there (what a killed commit wrote beyond its record goes)."""
+    if name not in g:
+        g.create_dataset(name, shape=(0,), maxshape=(None,), dtype=tail.dtype, chunks=(1 << 14,))
+    d = g[name]
+    d.resize((at + tail.shape[0],))
+    if tail.shape[0]:
+        d[at:] = tail
+
+
 class ResumeError(StreamrankError):
     """A partly written file cannot be continued (it is then written again from the start)."""
 
@@ -217,6 +232,9 @@ class DatasetWriter:
         self._run_query = array("q")
         self._scattered = False
         self._hash = ContentHash()
+        self.keep_on_failure = False  # close(): keep the partial file for a resume if it fails
+        # what commit_state has stored of the query bookkeeping in /_resume
+        self._persisted = {"runs": 0, "keys": 0, "kind": None, "key_bytes": 0}
         # the comments' bytes and their lengths, by separate running digests (for resuming)
         self._chash = (hashlib.sha256(), hashlib.sha256())
         self._closed = False
@@ -315,6 +333,9 @@ class DatasetWriter:
             self._X.resize((self.n_rows, width))
             self.n_features = width
             self._widened = True
+            # the running digest covers the rows at the width of the file (earlier rows read 0 in
+            # the new columns): hash them again, once per widening (rare: without n_features only)
+            self._rehash(self._file, upto=self.n_rows)
         elif width < self.n_features:
             Xw = np.zeros((r, self.n_features), np.float32)
             Xw[:, :width] = X
@@ -381,15 +402,34 @@ class DatasetWriter:
     # -- resuming ---------------------------------------------------------------------------------
     def commit_state(self):
         """Flush everything appended so far to the disk and return the JSON-able state that
-        ``DatasetWriter(..., work_path=, resume=state)`` continues from."""
+        ``DatasetWriter(..., work_path=, resume=state)`` continues from. The query bookkeeping
+        (runs and keys) goes into the file's ``/_resume`` group, each commit appending what is new,
+        so a commit costs what was appended since the last one, not the whole input's."""
+        g = self._file.require_group(RESUME_GROUP)
+        p = self._persisted
+        _extend(g, "run_start", np.frombuffer(self._run_start, np.int64)[p["runs"]:], p["runs"])
+        _extend(g, "run_query", np.frombuffer(self._run_query, np.int64)[p["runs"]:], p["runs"])
+        p["runs"] = len(self._run_start)
+        if self._qid_kind == "int":
+            _extend(g, "keys_int", np.asarray(self._keys[p["keys"]:], np.int64), p["keys"])
+        elif self._qid_kind == "str":
+            # keys as bytes: their concatenation and each one's end (after a switch from integer
+            # ids, every key is written again in this form)
+            start = p["keys"] if p["kind"] == "str" else 0
+            base = p["key_bytes"] if start else 0
+            new = self._keys[start:]
+            ends = base + np.cumsum(np.fromiter((len(k) for k in new), np.int64, len(new)))
+            _extend(g, "keys_str_end", ends, start)
+            _extend(g, "keys_str_data", np.frombuffer(b"".join(new), np.uint8), base)
+            p["key_bytes"] = int(ends[-1]) if len(new) else base
+        p["keys"], p["kind"] = len(self._keys), self._qid_kind
         self._file.flush()
         fsync_file(self._tmp)
         x, y = self._hash.digests()
         return {"n_rows": self.n_rows, "n_features": self.n_features, "widened": self._widened,
                 "scattered": self._scattered, "logical_bytes": self._logical_bytes, "n_cbytes": self._n_cbytes,
-                "qid_kind": self._qid_kind,
-                "keys": [k.decode("latin-1") if isinstance(k, bytes) else k for k in self._keys],
-                "run_start": list(self._run_start), "run_query": list(self._run_query),
+                "qid_kind": self._qid_kind, "n_keys": len(self._keys), "n_runs": len(self._run_start),
+                "key_bytes": self._persisted["key_bytes"],
                 "x_sha256": x, "y_sha256": y, "comments_sha256": [h.hexdigest() for h in self._chash]}
 
     def _restore(self, st):
@@ -399,7 +439,7 @@ class DatasetWriter:
         n = int(st["n_rows"])
         try:
             self._X, self._y = f["X"], f["y"]
-            if self._X.shape[0] < n or self._y.shape[0] < n or self._X.shape[1] != st["n_features"]:
+            if self._X.shape[0] < n or self._y.shape[0] < n or self._X.shape[1] < st["n_features"]:
                 raise ResumeError(f"{self._tmp} holds fewer rows than its progress record")
             for name in ("row", "query_ptr", "qid"):  # an index written by a close that was killed
                 if name in f:
@@ -425,8 +465,7 @@ class DatasetWriter:
         except (OSError, KeyError, ValueError, RuntimeError) as e:
             raise ResumeError(f"{self._tmp} cannot be read back ({e})") from None
         hx, hy = h.digests()
-        # (rows appended before X widened were hashed narrower: their chunks' checksums vouch for them)
-        if hy != st["y_sha256"] or (hx != st["x_sha256"] and not st["widened"]):
+        if (hx, hy) != (st["x_sha256"], st["y_sha256"]):
             raise ResumeError(f"{self._tmp} does not hold the rows its progress record describes")
         if self.comments and [c.hexdigest() for c in ch] != st["comments_sha256"]:
             raise ResumeError(f"{self._tmp} does not hold the comments its progress record describes")
@@ -435,10 +474,25 @@ class DatasetWriter:
         self._widened, self._scattered = bool(st["widened"]), bool(st["scattered"])
         self._logical_bytes, self._n_cbytes = int(st["logical_bytes"]), int(st["n_cbytes"])
         self._qid_kind = st["qid_kind"]
-        self._keys = [k.encode("latin-1") if isinstance(k, str) else k for k in st["keys"]]
+        try:
+            g = f[RESUME_GROUP]
+            n_runs, n_keys = int(st["n_runs"]), int(st["n_keys"])
+            self._run_start = array("q", g["run_start"][:n_runs].tobytes())
+            self._run_query = array("q", g["run_query"][:n_runs].tobytes())
+            if self._qid_kind == "int":
+                self._keys = [int(k) for k in g["keys_int"][:n_keys]]
+            elif n_keys:
+                ends = g["keys_str_end"][:n_keys].tolist()
+                data = g["keys_str_data"][:int(st["key_bytes"])].tobytes()
+                self._keys = [data[a:b] for a, b in zip([0] + ends[:-1], ends)]
+            else:
+                self._keys = []
+            if len(self._run_start) != n_runs or len(self._keys) != n_keys:
+                raise ValueError("the query bookkeeping is shorter than its record")
+        except (OSError, KeyError, ValueError, RuntimeError) as e:
+            raise ResumeError(f"{self._tmp} cannot be read back ({e})") from None
         self._key_index = {k: i for i, k in enumerate(self._keys)}
-        self._run_start = array("q", st["run_start"])
-        self._run_query = array("q", st["run_query"])
+        self._persisted = {"runs": n_runs, "keys": n_keys, "kind": self._qid_kind, "key_bytes": int(st["key_bytes"])}
 
     def suspend(self):
         """Close the file, keeping it at ``work_path`` for a later resume (an interrupted run)."""
@@ -491,26 +545,39 @@ class DatasetWriter:
             else:
                 target = self._tmp
                 f = self._file
-                if self._widened:
-                    self._rehash(f)
+                if RESUME_GROUP in f:
+                    del f[RESUME_GROUP]
                 self._write_rows(f, None)
             self._file = f
             self._write_index(f, query_ptr)
             f.close()
-            if target != self._tmp:
-                self._tmp.unlink()
             faultpoint("dataset-close")
             atomic_replace(target, self.path)
+            if target != self._tmp:  # after the rename: a kill in between leaves a partial to resume
+                self._tmp.unlink()
             self._closed = True
             return self.path
         except (OSError, RuntimeError) as e:  # a full or read-only disk: h5py raises either
-            self.abort()
+            self._fail(e)
             if isinstance(e, StreamrankError):
                 raise
             raise storage_error(self.path, e) from None
-        except BaseException:
-            self.abort()
+        except BaseException as e:
+            self._fail(e)
             raise
+
+    def _fail(self, exc):
+        """A close that failed: the partial file is kept for a resume when ``keep_on_failure`` is
+        set and the input was not at fault, else dropped."""
+        if self.keep_on_failure and not isinstance(exc, InputError):
+            try:
+                self._file.close()
+            except Exception:
+                pass
+            self._regroup_tmp().unlink(missing_ok=True)
+            self._closed = True
+        else:
+            self.abort()
 
     def _write_rows(self, f, _unused):
         row = f.create_dataset("row", shape=(self.n_rows,), maxshape=(None,), dtype=np.int64,
@@ -520,12 +587,13 @@ class DatasetWriter:
             b = min(a + step, self.n_rows)
             row[a:b] = np.arange(a, b, dtype=np.int64)
 
-    def _rehash(self, f):
+    def _rehash(self, f, upto=None):
         X, y = f["X"], f["y"]
+        n = self.n_rows if upto is None else upto
         step = max(1, (64 << 20) // (4 * max(self.n_features, 1)))
         h = ContentHash()
-        for a in range(0, self.n_rows, step):
-            b = min(a + step, self.n_rows)
+        for a in range(0, n, step):
+            b = min(a + step, n)
             h.update(X[a:b], y[a:b])
         self._hash = h
 

@@ -85,7 +85,10 @@ def test_a_killed_conversion_continues_to_the_same_file(tmp_path, case, caplog):
     ref = tmp_path / "ref.h5"
     convert(inputs, ref, query_files=qf, **KW)
     out = tmp_path / "out.h5"
-    for point in ("convert-commit:3", "dataset-append:9", "convert-commit:7"):
+    # widening: also killed on the append that widens X, after the last commit (line 700 is in chunk 26)
+    points = ("convert-commit:3", "dataset-append:9", "convert-commit:7") + \
+        (("dataset-append:26", "convert-commit:30") if case == "widening" else ())
+    for point in points:
         killed(inputs, out, point, qf)
         assert not out.exists() and progress.work_paths(out)[0].exists()
         with caplog.at_level(logging.INFO, logger="streamrank"):
@@ -163,3 +166,79 @@ def test_two_conversions_of_one_output_exclude_each_other(tmp_path):
     finally:
         lock.release(remove=True)
     convert([a], tmp_path / "out.h5", **KW)
+
+
+def test_an_interrupted_close_keeps_the_partial_and_the_record_stays_small(tmp_path, monkeypatch, caplog):
+    """Ctrl-C while a scattered file is regrouped at the end keeps what was committed; the run
+    again continues from it. The progress record holds counts, not the queries (those go into
+    the partial file, appended per commit)."""
+    from streamrank.io import hdf5_format
+    a = tmp_path / "a.txt"
+    a.write_text(lines(1500, seed=8, scattered=True))
+    ref = tmp_path / "ref.h5"
+    convert([a], ref, **KW)
+    real = hdf5_format.DatasetWriter._regroup
+
+    def interrupted(self, *args):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(hdf5_format.DatasetWriter, "_regroup", interrupted)
+    with caplog.at_level(logging.INFO, logger="streamrank"), pytest.raises(KeyboardInterrupt):
+        convert([a], tmp_path / "out.h5", **KW)
+    assert "the rows committed so far are kept" in caplog.text
+    work, record, _ = progress.work_paths(tmp_path / "out.h5")
+    assert work.exists() and record.stat().st_size < 4096
+    monkeypatch.setattr(hdf5_format.DatasetWriter, "_regroup", real)
+    assert convert([a], tmp_path / "out.h5", **KW)["resumed_rows"] == 1500
+    same(tmp_path / "out.h5", ref)
+    assert leftovers(tmp_path) == []
+
+
+def test_a_widened_partial_with_chunks_mixed_up_starts_again(tmp_path, caplog):
+    a = tmp_path / "a.txt"
+    a.write_text(lines(1200, seed=9, widen_at=300))
+    ref = tmp_path / "ref.h5"
+    convert([a], ref, **KW)
+    out = tmp_path / "out.h5"
+    killed([a], out, "convert-commit:25")
+    work = progress.work_paths(out)[0]
+    with h5py.File(work, "r") as f:
+        one, two = f["X"].id.get_chunk_info(1), f["X"].id.get_chunk_info(2)
+    assert one.size == two.size
+    with open(work, "r+b") as f:  # chunk 1's bytes (with its own valid checksum) over chunk 2
+        f.seek(one.byte_offset)
+        data = f.read(one.size)
+        f.seek(two.byte_offset)
+        f.write(data)
+    with caplog.at_level(logging.INFO, logger="streamrank"):
+        assert convert([a], out, **KW)["resumed_rows"] == 0
+    assert "cannot be continued" in caplog.text
+    same(out, ref)
+
+
+def test_api_edges_numpy_widths_missing_directories_and_bad_settings(tmp_path):
+    from streamrank.errors import ParameterError, StorageError
+    a = tmp_path / "a.txt"
+    a.write_text(lines(300))
+    convert([a], tmp_path / "n.h5", n_features=np.int64(8), **KW)  # committed with a numpy width
+    with pytest.raises(StorageError, match="nodir"):
+        convert([a], tmp_path / "nodir" / "o.h5", **KW)
+    with pytest.raises(ValueError, match="compression"):
+        convert([a], tmp_path / "z.h5", compression="zstd", **KW)
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ParameterError, match="commit_seconds must be >= 0"):
+            convert([a], tmp_path / "c.h5", quiet=True, commit_seconds=bad)
+    assert leftovers(tmp_path) == []
+
+
+def test_two_commands_on_one_text_file_share_its_conversion(tmp_path):
+    """Text DATA is converted into the cache once; a second command that asks meanwhile waits for it."""
+    a = tmp_path / "a.txt"
+    a.write_text(lines(20000, seed=10))
+    (tmp_path / "s.txt").write_text("\n".join(["0.5"] * 20000) + "\n")
+    argv = [sys.executable, "-m", "streamrank", "eval", str(a), str(tmp_path / "s.txt"), "--cache-dir",
+            str(tmp_path / "cache")]
+    first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    second = subprocess.run(argv, capture_output=True, text=True)
+    assert first.wait() == 0 and second.returncode == 0, (first.stderr.read(), second.stderr)
+    assert len(list((tmp_path / "cache").glob("*.h5"))) == 1
+    assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")] == []
