@@ -152,6 +152,20 @@ def first_non_finite(X, y, row0=0, index_base=1):
 
 
 @numba.njit(cache=True, nogil=True)
+def _regroup_dest(run_start, run_query, run_len, query_ptr, dest):
+    """dest[row] = the row's position grouped by query: runs in input order, each placed after
+    the rows of its query placed before it (stable; one cursor per query, no per-run temporaries)."""
+    cursor = query_ptr[:-1].copy()
+    for r in range(run_start.shape[0]):
+        q = run_query[r]
+        at = cursor[q]
+        s = run_start[r]
+        for t in range(run_len[r]):
+            dest[s + t] = at + t
+        cursor[q] = at + run_len[r]
+
+
+@numba.njit(cache=True, nogil=True)
 def _copy_spans(src, src_start, lengths, dst, dst_start):
     """dst[dst_start[k]:+lengths[k]] = src[src_start[k]:+lengths[k]] for every k."""
     for k in range(lengths.shape[0]):
@@ -631,16 +645,7 @@ class DatasetWriter:
         n, d = self.n_rows, self.n_features
         idx_dtype = np.uint32 if n < 2**32 else np.int64
         dest = np.empty(n, idx_dtype)
-        order = np.argsort(run_query, kind="stable")
-        offset = query_ptr[run_query[order]].copy()
-        # within a query, runs follow each other: offset = query start + lengths of earlier runs
-        lens = run_len[order]
-        csum = np.cumsum(lens) - lens
-        first_of_query = np.searchsorted(run_query[order], run_query[order], side="left")
-        offset += csum - csum[first_of_query]
-        for k, rk in enumerate(order.tolist()):
-            s = int(run_start[rk])
-            dest[s:s + int(lens[k])] = np.arange(offset[k], offset[k] + lens[k], dtype=idx_dtype)
+        _regroup_dest(run_start, run_query, run_len, query_ptr, dest)
 
         out_path = self._regroup_tmp()
         src = h5py.File(self._tmp, "r")
