@@ -249,3 +249,33 @@ def test_chunk_size_and_regroup_passes_do_not_change_the_file(tmp_path):
         DatasetWriter.__init__.__kwdefaults__["regroup_bytes"] = 256 << 20
     assert orig is DatasetWriter.__init__.__defaults__
     assert_same(load(tmp_path / "passes.h5"), big)
+
+
+def regroup_dest_twin(run_start, run_query, run_len, query_ptr):
+    """NumPy twin of hdf5_format._regroup_dest (the vectorised form it replaced)."""
+    dest = np.empty(int(run_len.sum()), np.int64)
+    order = np.argsort(run_query, kind="stable")
+    offset = query_ptr[run_query[order]].copy()
+    lens = run_len[order]
+    csum = np.cumsum(lens) - lens
+    first_of_query = np.searchsorted(run_query[order], run_query[order], side="left")
+    offset += csum - csum[first_of_query]
+    for k, rk in enumerate(order.tolist()):
+        s = int(run_start[rk])
+        dest[s:s + int(lens[k])] = np.arange(offset[k], offset[k] + lens[k])
+    return dest
+
+
+def test_regroup_destinations_match_their_numpy_twin():
+    from streamrank.io.hdf5_format import _regroup_dest
+    rng = np.random.default_rng(11)
+    for n_runs, n_q in ((1, 1), (50, 7), (2000, 300)):
+        run_query = rng.integers(0, n_q, n_runs)
+        run_query[:n_q] = np.arange(n_q)[:n_runs]  # every query appears (first appearances in order)
+        run_len = rng.integers(1, 6, n_runs)
+        run_start = np.concatenate(([0], np.cumsum(run_len)[:-1]))
+        counts = np.bincount(run_query, weights=run_len, minlength=n_q).astype(np.int64)
+        query_ptr = np.concatenate(([0], np.cumsum(counts)))
+        dest = np.empty(int(run_len.sum()), np.uint32)
+        _regroup_dest(run_start, run_query, run_len, query_ptr, dest)
+        np.testing.assert_array_equal(dest, regroup_dest_twin(run_start, run_query, run_len, query_ptr))
