@@ -3,7 +3,12 @@
 Three stages overlap: a thread reads and decompresses line-aligned chunks, the calling thread
 parses them with the numba kernels of ``_textparse`` (both cores, GIL released), and a thread
 appends parsed rows to the :class:`~streamrank.io.hdf5_format.DatasetWriter`. Queues of one or two
-chunks between the stages bound the memory whatever the input size.
+chunks between the stages bound the memory whatever the input size (the chunks are sized from the
+memory budget, :func:`_plan`).
+
+Every ``commit_seconds`` the rows written so far are committed (:mod:`streamrank.io.convert_progress`):
+a conversion killed or interrupted after a commit continues from it when run again, and writes
+the same file as an uninterrupted one.
 """
 
 import logging

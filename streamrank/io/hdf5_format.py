@@ -26,7 +26,11 @@ LETOR norm) are written straight through, with memory independent of the input s
 comes back after another one started, the writer regroups at the end (stable within a query, queries
 in order of first appearance) in as many sequential passes over the input-order file as the memory
 budget requires; that costs one int per row of index in memory. Everything is written to a temporary
-name and renamed only once complete, so an interrupted write never leaves a file that opens.
+name and renamed only once complete, so an interrupted write never leaves a file that opens. A
+resumable writer (``work_path``, ``resume``; used by ``convert``) names its partial file, commits
+its state (:meth:`DatasetWriter.commit_state`: the query bookkeeping goes into the partial file's
+``/_resume`` group, removed at close) and continues from a commit after checking the committed
+rows against their digests.
 """
 
 import hashlib
