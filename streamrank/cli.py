@@ -22,7 +22,8 @@ FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--meth
          "n_features": "--n-features", "memory_budget": "--memory-budget", "cache_dir": "--cache-dir",
          "cache_size": "--cache-size", "query_files": "--query-file", "zero_based": "--zero-based",
          "checkpoint": "--checkpoint", "resume": "--resume", "valid": "--valid", "select_metric": "--select-metric",
-         "part": "--part", "preset": "--preset", "scale": "--scale"}
+         "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
+         "query_weight": "--query-weight"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
 # only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
 # as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
@@ -330,7 +331,9 @@ def build_parser():
                         "--method exact: a Nystroem approximation of the Hessian from about 10 sqrt(rows) landmarks (on "
                         "unless off)")
     t.add_argument("--loss", choices=["squared_hinge", "smooth_hinge"], default="squared_hinge")
-    t.add_argument("--pair-cost", choices=["none", "gain_difference"], default="none")
+    t.add_argument("--pair-cost", default="none", metavar="SPEC",
+                   help="label-pair costs lambda (paper 001): none, gain_difference, or pairs such as "
+                        "'0-1:1,1-2:1.3,0-2:2' (unlisted pairs cost 1)")
     t.add_argument("--query-weight", choices=["none", "log_ratio"], default="none")
     t.add_argument("--tol", type=float, default=1e-3, metavar="EPS")
     t.add_argument("--max-iter", type=int, default=1000, metavar="N")

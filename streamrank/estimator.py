@@ -20,8 +20,8 @@ class RankSVM:
     C : float or sequence of float
         Loss weight; several values need ``valid`` in :meth:`fit` and the best is kept.
     normalize : {"none", "zscore", "query_minmax"}
-    pair_cost : None, "gain_difference" or (L, L) array
-        lambda(y_i, y_j) over the sorted label levels (paper 001).
+    pair_cost : None, "gain_difference", label pair costs such as "0-1:1,1-2:1.3,0-2:2", or (L, L) array
+        lambda(y_i, y_j) over the sorted label levels (paper 001); unlisted pairs cost 1.
     query_weight : None or "log_ratio"
         mu_q (paper 001).
     tol, max_iter : TRON's relative gradient tolerance and iteration limit.

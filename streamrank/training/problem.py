@@ -32,8 +32,34 @@ def query_weights(kind, y, query_ptr):
     raise ParameterError(f"query_weight must be one of {', '.join(QUERY_WEIGHTS)}; got {kind!r}")
 
 
+PAIR_COST_FORM = "'0-1:1,1-2:1.3,0-2:2' (label a-label b:cost > 0; unlisted pairs cost 1)"
+
+
+def parse_pair_costs(spec):
+    """Paper 001's lambda per label pair from ``'0-1:1,1-2:1.3,0-2:2'``: {(low, high): cost}."""
+    out = {}
+    for item in spec.split(","):
+        pair, sep, cost = item.strip().partition(":")
+        a, dash, b = pair.strip().partition("-")
+        try:
+            la, lb, c = float(a), float(b), float(cost)
+        except ValueError:
+            la = lb = c = None
+        if not (sep and dash) or c is None or not np.isfinite([la, lb, c]).all() or not c > 0 or la == lb:
+            raise ParameterError(f"pair_cost {spec!r}: {item.strip()!r} is not a label pair and its cost; use "
+                                 f"pair_cost={PAIR_COST_FORM.split(' ')[0]}, the form {PAIR_COST_FORM}")
+        key = (min(la, lb), max(la, lb))
+        if key in out:
+            raise ParameterError(f"pair_cost {spec!r}: labels {a.strip()}-{b.strip()} are given twice; give each "
+                                 f"pair once, as in {PAIR_COST_FORM}")
+        out[key] = c
+    return out
+
+
 def pair_cost_table(kind, levels):
-    """lambda over label ranks: 1 everywhere, or the gain difference (2^y_i - 1) - (2^y_j - 1)."""
+    """lambda over label ranks: 1 everywhere, the gain difference (2^y_i - 1) - (2^y_j - 1), a
+    spec of costs per label pair (:func:`parse_pair_costs`; the table is symmetric, unlisted pairs
+    cost 1, pairs of labels absent from the data do not count), or an L x L table."""
     L = len(levels)
     if kind is None or (isinstance(kind, str) and kind == "none"):
         return np.ones((L, L))
@@ -41,7 +67,16 @@ def pair_cost_table(kind, levels):
         if kind == "gain_difference":
             g = 2.0 ** np.asarray(levels) - 1.0
             return np.subtract.outer(g, g)
-        raise ParameterError(f"pair_cost must be one of {', '.join(PAIR_COSTS)} or an L x L table; got {kind!r}")
+        if ":" not in kind and "-" not in kind:
+            raise ParameterError(f"pair_cost must be one of {', '.join(PAIR_COSTS)}, label pair costs such as "
+                                 f"{PAIR_COST_FORM}, or an L x L table; got {kind!r}. "
+                                 f"Use pair_cost={PAIR_COST_FORM.split(' ')[0]}")
+        lam = np.ones((L, L))
+        rank = {float(v): r for r, v in enumerate(levels)}
+        for (a, b), c in parse_pair_costs(kind).items():
+            if a in rank and b in rank:
+                lam[rank[a], rank[b]] = lam[rank[b], rank[a]] = c
+        return lam
     lam = np.asarray(kind, np.float64)
     if lam.shape != (L, L):
         raise ParameterError(f"pair_cost table must be {L} x {L} (one row and column per label level "
@@ -89,3 +124,5 @@ def check_config(cfg):
         raise ParameterError(f"max_iter must be >= 1; got {cfg['max_iter']}. Use max_iter=1000")
     if cfg["select_metric"] not in SELECT_METRICS:
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {cfg['select_metric']!r}")
+    if isinstance(cfg.get("pair_cost"), str):
+        pair_cost_table(cfg["pair_cost"], [])  # a malformed spec is refused before the data is read
