@@ -340,13 +340,11 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     if not commit_seconds >= 0:  # (NaN too)
         raise ParameterError(f"commit_seconds must be >= 0; got {commit_seconds}. Use commit_seconds=60")
     lock = progress.Lock(lock_path, output)
-    committed = False
     try:
         writer, pos = _open_writer(output, work, record, ident, parser, dict(
             n_features=n_features, compression=compression, chunk_bytes=chunk_bytes, index_base=parser.base,
             comments=keep_comments, fixed_width=n_features is not None, regroup_bytes=regroup_bytes))
-        committed = pos["input"] > 0 or pos["text_offset"] > 0
-        writer.keep_on_failure = committed
+        writer.keep_on_failure = pos["input"] > 0 or pos["text_offset"] > 0  # resumed: there is a commit
     except BaseException:
         lock.release(remove=True)
         raise
@@ -385,16 +383,16 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
                     if r:
                         wt.put((X, y, qid, comments))
                     offset += buf.shape[0]
-                    line = first_line + int(np.count_nonzero(buf == 10))
                     bar.update(src.raw_bytes - (bar.n - raw_done))
                     bar.set_postfix_str(f"{parser.rows / max(time.perf_counter() - t0, 1e-9):,.0f} rows/s",
                                         refresh=False)
                     if time.perf_counter() - last_commit >= commit_seconds:
                         wt.drain()
                         _commit(record, ident, writer, parser, {
-                            "input": i, "text_offset": offset, "line": line, "rows_in_file": rows_in_file,
-                            "group_base": group_base, "text_bytes": text_bytes, "raw_done": raw_done})
-                        committed = writer.keep_on_failure = True
+                            "input": i, "text_offset": offset, "line": first_line + int(np.count_nonzero(buf == 10)),
+                            "rows_in_file": rows_in_file, "group_base": group_base, "text_bytes": text_bytes,
+                            "raw_done": raw_done})
+                        writer.keep_on_failure = True  # a failure from now on keeps the partial
                         last_commit = time.perf_counter()
                 if rows_in_file == 0:
                     raise InputError(f"{path}: no data rows (the file is empty or holds only comments)")
@@ -414,7 +412,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         progress.discard(record)
         lock.release(remove=True)
     except BaseException as exc:
-        lock.release(remove=not _stop(writer, exc, committed, work, record, output))
+        lock.release(remove=not _stop(writer, exc, work, record, output))
         raise
     finally:
         bar.close()
@@ -433,7 +431,6 @@ def _open_writer(output, work, record, ident, parser, kwargs):
     start = {"input": 0, "text_offset": 0, "line": 0, "rows_in_file": 0, "group_base": 0, "text_bytes": 0,
              "raw_done": 0}
     rec = progress.load(record, ident)
-    progress.discard(work.with_name(work.name + ".regroup"))  # a killed close's: made again from the partial
     if rec is not None and work.exists():
         try:
             writer = DatasetWriter(output, work_path=work, resume=rec["writer"], **kwargs)
@@ -458,10 +455,10 @@ def _commit(record, ident, writer, parser, position):
     faultpoint("convert-commit")
 
 
-def _stop(writer, exc, committed, work, record, output):
+def _stop(writer, exc, work, record, output):
     """After a failure: bad input discards the partial file; anything else (a full disk, an
     interrupt) keeps what was committed, for the next run to continue. Returns whether it kept it."""
-    if committed and not isinstance(exc, InputError):
+    if writer.keep_on_failure and not isinstance(exc, InputError):
         writer.suspend()
         if work.exists():
             log.warning("%s: the rows committed so far are kept in %s; run the same command again to continue",

@@ -228,6 +228,7 @@ class DatasetWriter:
         self._widened = False
         remove_stale_temps(self.path)  # what writers killed earlier left behind
         self._tmp = Path(work_path) if work_path is not None else temp_name(self.path)
+        self._regroup_tmp().unlink(missing_ok=True)  # a killed close's copy: regrouping starts over
         try:
             self._file = h5py.File(self._tmp, "r+" if resume else "w", rdcc_nbytes=WRITER_CACHE_BYTES_EACH,
                                    rdcc_nslots=10007)
@@ -353,7 +354,7 @@ class DatasetWriter:
             self._widened = True
             # the running digest covers the rows at the width of the file (earlier rows read 0 in
             # the new columns): hash them again, once per widening (rare: without n_features only)
-            self._rehash(self._file, upto=self.n_rows)
+            self._rehash(self._file)
         elif width < self.n_features:
             Xw = np.zeros((r, self.n_features), np.float32)
             Xw[:, :width] = X
@@ -378,8 +379,8 @@ class DatasetWriter:
         # widened at the end (both hash again), and what a resumed writer checks its rows against
         self._hash.update(X, y)
         if self.comments:
-            self._chash[0].update(np.asarray(data, np.uint8)[ptr[0]:ptr[-1]].tobytes())
-            self._chash[1].update(np.diff(ptr).tobytes())  # each row's comment length
+            self._chash[0].update(np.ascontiguousarray(np.asarray(data, np.uint8)[ptr[0]:ptr[-1]]))
+            self._chash[1].update(np.diff(ptr))  # each row's comment length
         self.n_rows = b
 
     def _add_query_runs(self, qid):
@@ -471,24 +472,21 @@ class DatasetWriter:
                 self._cptr.resize((n + 1,))
             # the committed rows must be exactly what was appended (the checksums of the chunks are
             # checked as they are read; the digests catch a file that lost or mixed up chunks)
-            step = max(1, (32 << 20) // (4 * max(st["n_features"], 1)))
-            h, ch = ContentHash(), (hashlib.sha256(), hashlib.sha256())
-            for a in range(0, n, step):
-                b = min(a + step, n)
-                h.update(self._X[a:b], self._y[a:b])
-                if self.comments:
-                    ptr = self._cptr[a:b + 1]
-                    ch[0].update(self._cdata[ptr[0]:ptr[-1]].tobytes())
-                    ch[1].update(np.diff(ptr).tobytes())
+            self.n_rows, self.n_features = n, int(st["n_features"])
+            self._rehash(f)
+            if self.comments:
+                ptr = self._cptr[:]
+                step = 1 << 16
+                for a in range(0, n, step):
+                    p = ptr[a:min(a + step, n) + 1]
+                    self._chash[0].update(self._cdata[p[0]:p[-1]])
+                    self._chash[1].update(np.diff(p))
         except (OSError, KeyError, ValueError, RuntimeError) as e:
             raise ResumeError(f"{self._tmp} cannot be read back ({e})") from None
-        hx, hy = h.digests()
-        if (hx, hy) != (st["x_sha256"], st["y_sha256"]):
+        if self._hash.digests() != (st["x_sha256"], st["y_sha256"]):
             raise ResumeError(f"{self._tmp} does not hold the rows its progress record describes")
-        if self.comments and [c.hexdigest() for c in ch] != st["comments_sha256"]:
+        if self.comments and [c.hexdigest() for c in self._chash] != st["comments_sha256"]:
             raise ResumeError(f"{self._tmp} does not hold the comments its progress record describes")
-        self._hash, self._chash = h, ch
-        self.n_rows, self.n_features = n, int(st["n_features"])
         self._widened, self._scattered = bool(st["widened"]), bool(st["scattered"])
         self._logical_bytes, self._n_cbytes = int(st["logical_bytes"]), int(st["n_cbytes"])
         self._qid_kind = st["qid_kind"]
@@ -588,12 +586,8 @@ class DatasetWriter:
         """A close that failed: the partial file is kept for a resume when ``keep_on_failure`` is
         set and the input was not at fault, else dropped."""
         if self.keep_on_failure and not isinstance(exc, InputError):
-            try:
-                self._file.close()
-            except Exception:
-                pass
+            self.suspend()
             self._regroup_tmp().unlink(missing_ok=True)
-            self._closed = True
         else:
             self.abort()
 
@@ -605,13 +599,13 @@ class DatasetWriter:
             b = min(a + step, self.n_rows)
             row[a:b] = np.arange(a, b, dtype=np.int64)
 
-    def _rehash(self, f, upto=None):
+    def _rehash(self, f):
+        """The running digest again, from the first ``n_rows`` rows of X and y in ``f``."""
         X, y = f["X"], f["y"]
-        n = self.n_rows if upto is None else upto
         step = max(1, (64 << 20) // (4 * max(self.n_features, 1)))
         h = ContentHash()
-        for a in range(0, n, step):
-            b = min(a + step, n)
+        for a in range(0, self.n_rows, step):
+            b = min(a + step, self.n_rows)
             h.update(X[a:b], y[a:b])
         self._hash = h
 
