@@ -256,6 +256,12 @@ def _os_error(exc):
     return f"{where}{why(exc)}"
 
 
+def _add_query_file(p):
+    """--query-file of the commands that take text DATA."""
+    p.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
+                   "(default: DATA.query beside it, if present)")
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="streamrank", description="Pairwise ranking SVMs on data larger than memory.")
     p.add_argument("--version", action="version", version=f"streamrank {__version__}")
@@ -288,8 +294,7 @@ def build_parser():
     e = sub.add_parser("eval", help="NDCG, MAP, P@k and pairwise accuracy of a score file")
     e.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
     e.add_argument("scores", metavar="SCORES.txt", help="one score per line, in the input's row order")
-    e.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
-                   "(default: DATA.query beside it, if present)")
+    _add_query_file(e)
     e.add_argument("--convention", choices=["letor4", "standard"], default="letor4")
     e.add_argument("--per-query", action="store_true", help="print every query's values")
     e.add_argument("--cache-dir", default=None, help="where text DATA is converted (default ~/.cache/streamrank)")
@@ -307,8 +312,7 @@ def build_parser():
     t = sub.add_parser("train", help="train a RankSVM model")
     t.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
     t.add_argument("-o", "--output", required=True, metavar="MODEL.h5")
-    t.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
-                   "(default: DATA.query beside it, if present)")
+    _add_query_file(t)
     t.add_argument("--valid", metavar="DATA", help="validation data: logged each iteration, chooses C")
     t.add_argument("--C", type=_float_list("--C"), default=[1.0], metavar="C[,C...]")
     t.add_argument("--select-metric", choices=["meanndcg", "ndcg@10", "map"], default="meanndcg")
@@ -354,8 +358,7 @@ def build_parser():
     pr.add_argument("model", metavar="MODEL.h5")
     pr.add_argument("data", metavar="DATA")
     pr.add_argument("-o", "--output", required=True, metavar="SCORES.txt")
-    pr.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
-                   "(default: DATA.query beside it, if present)")
+    _add_query_file(pr)
     pr.add_argument("--memory-budget", default="2GB", metavar="SIZE")
     pr.add_argument("--cache-dir", metavar="DIR")
     pr.add_argument("--json", action="store_true")
