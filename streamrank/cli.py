@@ -23,7 +23,7 @@ FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--meth
          "cache_size": "--cache-size", "query_files": "--query-file", "zero_based": "--zero-based",
          "checkpoint": "--checkpoint", "resume": "--resume", "valid": "--valid", "select_metric": "--select-metric",
          "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
-         "query_weight": "--query-weight"}
+         "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
 # only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
 # as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
@@ -177,8 +177,6 @@ def _cmd_train(args):
     if args.method == "rff" and args.kernel not in (None, "rbf", "laplacian"):
         raise ParameterError(f"--method rff supports --kernel rbf or laplacian; got {args.kernel}. "
                              f"Use --method nystroem for {args.kernel}")
-    if args.loss != "squared_hinge":
-        raise ParameterError(f"--loss {args.loss} is not available yet; use --loss squared_hinge")
     if args.resume and not args.checkpoint:
         raise ParameterError("--resume needs --checkpoint DIR (where the checkpoints are)")
     _check_outputs((args.output, "model file", False))
@@ -199,10 +197,12 @@ def _cmd_train(args):
                                       coef0=1.0 if args.coef0 is None else args.coef0,
                                       components=1000 if args.components is None else args.components,
                                       rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
-                                      cache_size=args.cache_size, precondition=args.precondition)
+                                      cache_size=args.cache_size, precondition=args.precondition,
+                                      loss=args.loss, eta=args.eta)
     model.save(args.output)
     if not args.quiet:
-        print(f"saved {args.output}: C={summary['C']:g}, objective {summary['objective']:.6e}, "
+        eta = f", eta={summary['eta']:.3g}" if "eta" in summary else ""
+        print(f"saved {args.output}: C={summary['C']:g}{eta}, objective {summary['objective']:.6e}, "
               f"|g| {summary['grad_norm']:.3e}, {summary['iterations']} iterations, {summary['passes']} passes, "
               f"{summary['seconds']:.2f} s")
     if args.json:
@@ -226,7 +226,7 @@ def _train_exact(args, ds, valid):
                        max_iter=args.max_iter, memory_budget=args.memory_budget, pair_cost=args.pair_cost,
                        query_weight=args.query_weight, select_metric=args.select_metric,
                        checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,
-                       precondition=args.precondition)
+                       precondition=args.precondition, loss=args.loss, eta=args.eta)
 
 
 def _cmd_predict(args):
@@ -334,7 +334,12 @@ def build_parser():
                         "passes; auto = on for linear features, and for feature maps when it is cheap against a pass; "
                         "--method exact: a Nystroem approximation of the Hessian from about 10 sqrt(rows) landmarks (on "
                         "unless off)")
-    t.add_argument("--loss", choices=["squared_hinge", "smooth_hinge"], default="squared_hinge")
+    t.add_argument("--loss", choices=["squared_hinge", "smooth_hinge"], default="squared_hinge",
+                   help="squared_hinge (RankSVM) or smooth_hinge (paper 001's cs-sRSVM: the hinge smoothed "
+                        "in a band of half-width --eta around margin 0)")
+    t.add_argument("--eta", default=None, metavar="E|auto",
+                   help="--loss smooth_hinge's band half-width, 0 < E < 1, or auto (default): paper 001's "
+                        "rule from C and the pair weights, recorded per C")
     t.add_argument("--pair-cost", default="none", metavar="SPEC",
                    help="label-pair costs lambda (paper 001): none, gain_difference, or pairs such as "
                         "'0-1:1,1-2:1.3,0-2:2' (unlisted pairs cost 1)")

@@ -39,6 +39,11 @@ class RankSVM:
         ``tron`` (default) gives the same bits for any block size or budget; ``newton_cholesky``
         forms the dense Hessian with BLAS (block layouts agree to the tolerance); ``auto`` picks
         one from measured costs, so its choice may differ between runs (it is logged and saved).
+    loss : {"squared_hinge", "smooth_hinge"}
+        ``smooth_hinge`` is paper 001's cs-sRSVM loss (a C2 hinge with band half-width ``eta``),
+        for every method.
+    eta : None, "auto" or float in (0, 1)
+        The smooth hinge's band; None / "auto": paper 001's rule per C.
     random_state : int (recorded; the linear primal path draws no random numbers).
     """
 
@@ -46,8 +51,10 @@ class RankSVM:
                  max_iter=1000, memory_budget="2GB", checkpoint=None, resume=False,
                  select_metric="meanndcg", random_state=0, block_bytes=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None,
-                 cache_dir=None, map_cache="auto"):
+                 cache_dir=None, map_cache="auto", loss="squared_hinge", eta=None):
         self.C = C
+        self.loss = loss
+        self.eta = eta
         self.normalize = normalize
         self.pair_cost = pair_cost
         self.query_weight = query_weight
@@ -75,7 +82,7 @@ class RankSVM:
                                               "memory_budget", "checkpoint", "resume", "select_metric",
                                               "random_state", "block_bytes", "solver", "method", "kernel",
                                               "gamma", "degree", "coef0", "n_components", "rank", "cache_dir",
-                                              "map_cache")}
+                                              "map_cache", "loss", "eta")}
 
     def set_params(self, **params):
         for k, v in params.items():
@@ -103,7 +110,7 @@ class RankSVM:
                     seed=self.random_state, block_bytes=self.block_bytes, queries=queries, solver=self.solver,
                     method=self.method, kernel=self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
                     components=self.n_components, rank=self.rank, cache_dir=self.cache_dir,
-                    map_cache=self.map_cache)
+                    map_cache=self.map_cache, loss=self.loss, eta=self.eta)
             finally:
                 if vtmp is not None:
                     vds.close()
@@ -165,7 +172,8 @@ def _params_from_config(cfg):
     out = {}
     for k_cfg, k in (("normalize", "normalize"), ("tol", "tol"), ("max_iter", "max_iter"),
                      ("pair_cost", "pair_cost"), ("query_weight", "query_weight"),
-                     ("select_metric", "select_metric"), ("seed", "random_state")):
+                     ("select_metric", "select_metric"), ("seed", "random_state"), ("loss", "loss"),
+                     ("eta", "eta")):
         if k_cfg in cfg:
             out[k] = cfg[k_cfg]
     if "C_path" in cfg:

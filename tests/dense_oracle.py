@@ -9,6 +9,8 @@ piecewise quadratic and strongly convex, so this converges to machine precision)
 import numpy as np
 import scipy.sparse as sp
 
+from pair_oracle import smooth_hinge
+
 
 def explicit_pairs(y, query_ptr, lam=None, mu=None, levels=None):
     """(A sparse (p, n), weights (p,)) over all pairs y_i > y_j within each query."""
@@ -36,26 +38,29 @@ class DenseRankSVM:
     middle factor is sparse n x n (dense within each query), so large queries (10^5 pairs and
     more) cost n^2 d per Newton step rather than p d^2."""
 
-    def __init__(self, X, y, query_ptr, C, lam=None, mu=None):
+    def __init__(self, X, y, query_ptr, C, lam=None, mu=None, eta=0.0):
         self.A, self.c = explicit_pairs(y, query_ptr, lam, mu)
         self.X = np.asarray(X, np.float64)
         self.C = C
+        self.eta = eta  # paper 001's smooth hinge p(m)^2 in place of max(0, m)^2 when > 0
 
-    def _margins(self, w):
-        return np.maximum(0.0, 1.0 - self.A @ (self.X @ w))
+    def _p(self, w):
+        return smooth_hinge(1.0 - self.A @ (self.X @ w), self.eta)
 
     def fun(self, w):
-        m = self._margins(w)
-        return 0.5 * w @ w + self.C * np.sum(self.c * m * m)
+        p, _, _ = self._p(w)
+        return 0.5 * w @ w + self.C * np.sum(self.c * p * p)
 
     def grad(self, w):
-        m = self._margins(w)
-        return w - 2 * self.C * self.X.T @ (self.A.T @ (self.c * m))
+        p, p1, _ = self._p(w)
+        return w - 2 * self.C * self.X.T @ (self.A.T @ (self.c * p * p1))
 
     def hess(self, w):
-        act = (1.0 - self.A @ (self.X @ w)) > 0
+        p, p1, p2 = self._p(w)
+        h = self.c * (p1 * p1 + p * p2)
+        act = h > 0
         Aa = self.A[act]
-        S = (Aa.T @ sp.diags(self.c[act]) @ Aa).tocsr()
+        S = (Aa.T @ sp.diags(h[act]) @ Aa).tocsr()
         return np.eye(len(w)) + 2 * self.C * self.X.T @ np.asarray(S @ self.X)
 
     def solve(self, tol=1e-13, max_iter=200):

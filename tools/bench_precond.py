@@ -31,7 +31,7 @@ class DiagObjective(RankObjective):
         acc = np.zeros(self.n_features)
         for b, st in zip(self.source, self._states):
             Phi = b.X.astype(np.float64)
-            state = pk.PairState(*st, query_ptr=b.qptr)
+            state = pk.PairState.of(st, query_ptr=b.qptr)
             acc += (Phi * pk.hess_prod(Phi, b.rank, b.qptr, self.cost, self.mu[b.q0:b.q1], state)).sum(axis=0)
         return 1.0 + self.C * acc
 

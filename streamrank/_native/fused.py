@@ -86,14 +86,16 @@ def _rmatvec_mode(X, s, e, v, shift, scale, affine, q, out):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, mu,
-                    order, cut_pref, cut_less, loss_q, partials, zout):
+def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
+                    order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout):
     """... and zout = Phi w (the scores, kept by the objective for line searches)."""
     nq = qptr.shape[0] - 1
+    band = eta > 0.0  # the smooth hinge's state arrays exist (else they are empty)
     for q in prange(nq):
         s = qptr[q]
         e = qptr[q + 1]
         l = e - s
+        bs, be = (s, e) if band else (0, 0)
         if _single_level(rank[s:e]):  # no pairs: no loss, no gradient, identity state
             for i in range(s, e):
                 zout[i] = _row_dot(X, i, w, shift, scale, affine, q)
@@ -102,6 +104,9 @@ def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g
                 order[s + p] = p
                 cut_pref[s + p] = 0
                 cut_less[s + p] = 0
+            for p in range(be - bs):
+                cut_band[s + p] = 0
+                zsort[s + p] = 0.0
             for k in range(partials.shape[1]):
                 partials[q, k] = 0.0
             continue
@@ -109,19 +114,21 @@ def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g
         for i in range(l):
             z[i] = _row_dot(X, s + i, w, shift, scale, affine, q)
         dz = np.empty(l)
-        loss_q[q] = _query_loss_grad(z, rank[s:e], lam, g, c0, lam_r, g_r, mode, mu[q], dz,
-                                     order[s:e], cut_pref[s:e], cut_less[s:e])
+        loss_q[q] = _query_loss_grad(z, rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], dz,
+                                     order[s:e], cut_pref[s:e], cut_less[s:e], cut_band[bs:be], zsort[bs:be])
         _query_rmatvec(X, s, e, dz, shift, scale, affine, q, partials[q])
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def fused_hess(X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, mu,
-               order, cut_pref, cut_less, partials):
+def fused_hess(X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
+               order, cut_pref, cut_less, cut_band, zsort, partials):
     nq = qptr.shape[0] - 1
+    band = eta > 0.0
     for q in prange(nq):
         s = qptr[q]
         e = qptr[q + 1]
         l = e - s
+        bs, be = (s, e) if band else (0, 0)
         if _single_level(rank[s:e]):
             for k in range(partials.shape[1]):
                 partials[q, k] = 0.0
@@ -130,8 +137,8 @@ def fused_hess(X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, m
         for i in range(l):
             u[i, 0] = _row_dot(X, s + i, v, shift, scale, affine, q)
         t = np.empty((l, 1))
-        _query_hess(u, rank[s:e], lam, g, c0, lam_r, g_r, mode, mu[q], order[s:e], cut_pref[s:e],
-                    cut_less[s:e], t)
+        _query_hess(u, rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], order[s:e], cut_pref[s:e],
+                    cut_less[s:e], cut_band[bs:be], zsort[bs:be], t)
         _query_rmatvec(X, s, e, t[:, 0], shift, scale, affine, q, partials[q])
 
 

@@ -43,6 +43,12 @@ loses about ``log10((1+|z|)^2 / m^2)`` digits when the scores are large and the 
 The state kept between :func:`loss_grad` and :func:`hess_prod` (:class:`PairState`) is the sort
 order and, per sorted position, the length of the active prefix in each frame: O(l) int32 per
 query; :func:`hess_prod` replays the two sweeps from it without ``z``.
+
+Paper 001's smooth hinge (``PairCost.eta > 0``) replaces ``max(0, m)`` by a C2 quartic inside the
+band ``-eta < m <= eta``: the sweeps above then take the pairs with ``m > eta`` (threshold ``eta``
+instead of 0, constant Hessian weight), and the band's pairs, whose weight varies, are visited
+one by one (:func:`_band_loss_grad`); the state adds the band's prefix lengths and the sorted
+scores.
 """
 
 from dataclasses import dataclass
@@ -90,6 +96,10 @@ class PairCost:
         The constant cost (``lam[1, 0]``) when ``mode == MODE_CONSTANT``.
     lam_r, g_r : ndarray
         The same for the mirrored frame ``r -> L-1-r``: ``lam_r = lam[::-1, ::-1].T``.
+    eta : float
+        The loss: 0 for the squared hinge, ``0 < eta < 1`` for paper 001's smooth hinge with
+        band half-width ``eta`` (it travels with the costs: every kernel that weighs a pair needs
+        both).
     """
 
     lam: np.ndarray
@@ -98,6 +108,7 @@ class PairCost:
     c0: float
     lam_r: np.ndarray
     g_r: np.ndarray
+    eta: float = 0.0
 
     @property
     def n_levels(self):
@@ -116,7 +127,7 @@ def _first_column(lam):
     return g
 
 
-def pair_cost(lam, mode=None, levels_max=LEVELS_MAX):
+def pair_cost(lam, mode=None, levels_max=LEVELS_MAX, eta=None):
     """Validate a label-pair cost table and choose the accumulator for the kernels.
 
     Parameters
@@ -130,13 +141,21 @@ def pair_cost(lam, mode=None, levels_max=LEVELS_MAX):
         table is neither constant nor separable, else ``constant`` or ``separable``.
     levels_max : int
         See :data:`LEVELS_MAX`.
+    eta : float, optional
+        0 (the squared hinge, the default) or the smooth hinge's band half-width in (0, 1);
+        None keeps a given PairCost's.
 
     Returns
     -------
     PairCost
     """
     if isinstance(lam, PairCost):
-        return lam if mode is None else pair_cost(lam.lam, mode, levels_max)
+        if mode is None and (eta is None or float(eta) == lam.eta):
+            return lam
+        return pair_cost(lam.lam, mode, levels_max, lam.eta if eta is None else eta)
+    eta = 0.0 if eta is None else float(eta)
+    if not 0.0 <= eta < 1.0:
+        raise ParameterError(f"eta must be 0 (squared hinge) or in (0, 1) (smooth hinge); got {eta}")
     lam = np.array(lam, dtype=np.float64, order="C")  # own copy: the caller may change theirs
     if lam.ndim != 2 or lam.shape[0] != lam.shape[1]:
         raise ParameterError(f"pair cost table must be square (L x L), got shape {lam.shape}")
@@ -165,7 +184,7 @@ def pair_cost(lam, mode=None, levels_max=LEVELS_MAX):
     c0 = float(low[0]) if low.size else 0.0
     lam_r = np.ascontiguousarray(lam[::-1, ::-1].T)
     g_r = _first_column(lam_r)
-    return PairCost(lam=lam, mode=code, g=g, c0=c0, lam_r=lam_r, g_r=g_r)
+    return PairCost(lam=lam, mode=code, g=g, c0=c0, lam_r=lam_r, g_r=g_r, eta=eta)
 
 
 def label_ranks(y, levels=None):
@@ -270,15 +289,17 @@ def _mom_fenwick_prefix(tree, rank):
 
 
 @njit(cache=True, nogil=True)
-def _active_end(zs, ptr, zi):
-    """Advance ``ptr`` over the sorted scores ``zs`` while ``(zs[ptr] - zi) + 1.0 > 0.0``.
+def _active_end(zs, ptr, zi, thr):
+    """Advance ``ptr`` over the sorted scores ``zs`` while ``(zs[ptr] - zi) + 1.0 > thr``.
 
-    THE active test (module docstring): the pair (i, j), ``i`` preferred, is active iff
-    ``(z_j - z_i) + 1.0 > 0.0``.  Written here once for both sweep directions; the mirrored
-    frame passes negated scores, for which the same expression is the same floating-point number.
+    THE active test (module docstring): the pair (i, j), ``i`` preferred, has margin
+    ``m_ij = (z_j - z_i) + 1.0`` and is in the quadratic region iff ``m_ij > eta`` (``thr = eta``;
+    0 for the squared hinge), in the smooth hinge's band or beyond iff ``m_ij > -eta``.  Written
+    here once for both sweep directions; the mirrored frame passes negated scores, for which the
+    same expression is the same floating-point number.
     """
     n = zs.shape[0]
-    while ptr < n and (zs[ptr] - zi) + 1.0 > 0.0:
+    while ptr < n and (zs[ptr] - zi) + 1.0 > thr:
         ptr += 1
     return ptr
 
@@ -310,14 +331,14 @@ def _levels_terms(mom, lam, a, zi):
 
 
 @njit(cache=True, nogil=True)
-def _sweep_loss_grad_levels(zs, rs, lam, cut, lin):
+def _sweep_loss_grad_levels(zs, rs, lam, thr, cut, lin):
     """Sweep with one moment slot per label level; any cost table, O(L) per document."""
     mom = np.zeros((lam.shape[0], 3))
     total = 0.0
     ptr = 0
     for p in range(zs.shape[0]):
         zi = zs[p]
-        end = _active_end(zs, ptr, zi)
+        end = _active_end(zs, ptr, zi, thr)
         for k in range(ptr, end):
             _mom_push(mom, rs[k], 1.0, zs[k])
         ptr = end
@@ -328,14 +349,14 @@ def _sweep_loss_grad_levels(zs, rs, lam, cut, lin):
 
 
 @njit(cache=True, nogil=True)
-def _sweep_loss_grad_constant(zs, rs, n_lev, c0, cut, lin):
+def _sweep_loss_grad_constant(zs, rs, n_lev, c0, thr, cut, lin):
     """Sweep with one Fenwick tree of moments (weights 1), cost ``c0``; O(log L) per document."""
     tree = np.zeros((n_lev + 1, 3))
     total = 0.0
     ptr = 0
     for p in range(zs.shape[0]):
         zi = zs[p]
-        end = _active_end(zs, ptr, zi)
+        end = _active_end(zs, ptr, zi, thr)
         for k in range(ptr, end):
             _mom_fenwick_push(tree, rs[k], 1.0, zs[k])
         ptr = end
@@ -348,7 +369,7 @@ def _sweep_loss_grad_constant(zs, rs, n_lev, c0, cut, lin):
 
 
 @njit(cache=True, nogil=True)
-def _sweep_loss_grad_separable(zs, rs, g, cut, lin):
+def _sweep_loss_grad_separable(zs, rs, g, thr, cut, lin):
     """Sweep with two Fenwick trees of moments, weights 1 and ``g[r_j]``; O(log L) per document.
 
     ``sum_j (g_a - g_j) f_j = g_a sum_j f_j - sum_j g_j f_j``: both sums are >= 0, every term
@@ -362,7 +383,7 @@ def _sweep_loss_grad_separable(zs, rs, g, cut, lin):
     ptr = 0
     for p in range(zs.shape[0]):
         zi = zs[p]
-        end = _active_end(zs, ptr, zi)
+        end = _active_end(zs, ptr, zi, thr)
         for k in range(ptr, end):
             _mom_fenwick_push(tree, rs[k], 1.0, zs[k])
             if g[rs[k]] > 0.0:
@@ -380,7 +401,7 @@ def _sweep_loss_grad_separable(zs, rs, g, cut, lin):
 
 
 @njit(cache=True, nogil=True)
-def _sweep_loss_grad(zs, rs, lam, g, c0, mode, cut, lin):
+def _sweep_loss_grad(zs, rs, lam, g, c0, mode, thr, cut, lin):
     """One sweep over a query sorted by decreasing score: each document as the preferred one.
 
     ``zs``, ``rs`` are the scores and label ranks in sorted order (gathered, so the sweep reads
@@ -390,10 +411,10 @@ def _sweep_loss_grad(zs, rs, lam, g, c0, mode, cut, lin):
     and the prefix length ``cut[p]``; returns ``sum_p sum_j lam m_pj^2`` (paper 004 (B.1)).
     """
     if mode == MODE_LEVELS:
-        return _sweep_loss_grad_levels(zs, rs, lam, cut, lin)
+        return _sweep_loss_grad_levels(zs, rs, lam, thr, cut, lin)
     if mode == MODE_CONSTANT:
-        return _sweep_loss_grad_constant(zs, rs, lam.shape[0], c0, cut, lin)
-    return _sweep_loss_grad_separable(zs, rs, g, cut, lin)
+        return _sweep_loss_grad_constant(zs, rs, lam.shape[0], c0, thr, cut, lin)
+    return _sweep_loss_grad_separable(zs, rs, g, thr, cut, lin)
 
 
 @njit(cache=True, nogil=True)
@@ -420,14 +441,90 @@ def _gather_ranks(rq, order, n_lev):
     return rs, rm
 
 
+# --------------------------------------------------------------------------------------------
+# Paper 001's smooth hinge: the band -eta < m <= eta, pairs enumerated explicitly
+# --------------------------------------------------------------------------------------------
+# With the smooth hinge the pair loss is lam mu p(m)^2 (paper 001, problem 4), m = 1 - x the
+# margin: p = m above the band (m > eta, the squared hinge's region, handled by the sweeps above
+# with threshold eta), 0 below it (m <= -eta), and inside it the quartic
+# p = (3 eta - m)(m + eta)^3 / (16 eta^3) (paper 001's -(x + 3 eta - 1)(x - 1 - eta)^3 / (16 eta^3)
+# with x = 1 - m).  The Hessian weight 2 (p'^2 + p p'') varies with m there, so counts and sums per
+# label level cannot give it: the band's pairs are visited one by one (two pointers on the sorted
+# scores, each band pair once, from its preferred document), O(band window) per document.
+
+
 @njit(cache=True, nogil=True)
-def _query_loss_grad(zq, rq, lam, g, c0, lam_r, g_r, mode, muq, dzq, order, cut_pref, cut_less):
+def _smooth_terms(m, eta):
+    """``(p, dp/dm, d2p/dm2)`` of the smooth hinge in the band ``-eta < m <= eta``.
+
+    With ``s = m / eta`` in (-1, 1] and ``a = 1 + s`` in (0, 2]: ``p = eta (3 - s) a^3 / 16``,
+    ``p' = a^2 (2 - s) / 4``, ``p'' = 3 a (1 - s) / (4 eta)``; at ``s = 1`` these are
+    ``(eta, 1, 0)``, the values of ``p = m`` there, and at ``s = -1`` all three vanish: p is C2.
+    Every factor is >= 0 inside the band: nothing cancels.
+    """
+    s = m / eta
+    a = 1.0 + s
+    return eta * (3.0 - s) * a * a * a / 16.0, a * a * (2.0 - s) / 4.0, 3.0 * a * (1.0 - s) / (4.0 * eta)
+
+
+@njit(cache=True, nogil=True)
+def _band_loss_grad(zs, rs, lam, eta, cut_pref, cut_band, bg):
+    """Loss and score gradient of the band pairs of one query (preferred frame, sorted order).
+
+    The band partners of position ``p`` are the positions ``cut_pref[p] <= k < cut_band[p]`` of
+    lower label rank: ``cut_pref[p]`` ends the prefix with ``m > eta``, ``cut_band[p]`` (found here,
+    one more monotone pointer) the prefix with ``m > -eta``.  Returns ``sum lam p(m)^2``; adds
+    ``d/dz`` of each pair's ``lam p^2`` to ``bg`` at both ends (``dm/dz_p = -1``, ``dm/dz_k = +1``).
+    """
+    total = 0.0
+    ptr = 0
+    for p in range(zs.shape[0]):
+        zi = zs[p]
+        ptr = _active_end(zs, max(ptr, cut_pref[p]), zi, -eta)
+        cut_band[p] = ptr
+        a = rs[p]
+        for k in range(cut_pref[p], ptr):
+            b = rs[k]
+            if b < a:
+                c = lam[a, b]
+                pv, p1, _ = _smooth_terms((zs[k] - zi) + 1.0, eta)
+                total += c * pv * pv
+                d = 2.0 * c * pv * p1
+                bg[p] -= d
+                bg[k] += d
+    return total
+
+
+@njit(cache=True, nogil=True)
+def _band_hess(us, rs, zs, lam, eta, two_mu, cut_pref, cut_band, ts):
+    """``ts[p] += sum h (u_p - u_k)`` and ``ts[k] += h (u_k - u_p)`` over the band pairs, with
+    ``h = 2 mu lam (p'^2 + p p'')`` at the margin of the stored sorted scores ``zs``."""
+    m = us.shape[1]
+    for p in range(us.shape[0]):
+        a = rs[p]
+        for k in range(cut_pref[p], cut_band[p]):
+            b = rs[k]
+            if b < a:
+                pv, p1, p2 = _smooth_terms((zs[k] - zs[p]) + 1.0, eta)
+                h = two_mu * lam[a, b] * (p1 * p1 + pv * p2)
+                for c in range(m):
+                    d = h * (us[p, c] - us[k, c])
+                    ts[p, c] += d
+                    ts[k, c] -= d
+
+
+@njit(cache=True, nogil=True)
+def _query_loss_grad(zq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, dzq, order, cut_pref, cut_less,
+                     cut_band, zsort):
     """Loss and gradient of one query (paper 004 (B.1), (B.2)); fills its :class:`PairState`.
 
     The preferred-frame sweep gives the loss and ``-2 mu sum_j lam m_ij`` (i preferred); the
     mirrored sweep on ``(-z, L-1-r)`` in reversed order gives ``+2 mu sum_k lam m_ki`` (i less
     preferred): there the pair (k, i) is tested as ``(-z_i - -z_k) + 1.0 = (z_i - z_k) + 1.0``,
     bit for bit the preferred frame's test (negation is exact), and ``d/dz = -d/d(-z)``.
+    With ``eta > 0`` (paper 001's smooth hinge) both sweeps take the pairs with ``m > eta`` and
+    :func:`_band_loss_grad` the band's; ``cut_band`` and ``zsort`` (the sorted scores) are then
+    filled for the Hessian (with ``eta == 0`` they may be empty and are not touched).
     """
     l = zq.shape[0]
     if _single_level(rq):
@@ -436,6 +533,9 @@ def _query_loss_grad(zq, rq, lam, g, c0, lam_r, g_r, mode, muq, dzq, order, cut_
             order[k] = k
             cut_pref[k] = 0
             cut_less[k] = 0
+            if eta > 0.0:
+                cut_band[k] = 0
+                zsort[k] = 0.0
         return 0.0
     o = np.argsort(-zq)  # decreasing z (deterministic quicksort: same input, same order)
     zs = np.empty(l)
@@ -446,25 +546,34 @@ def _query_loss_grad(zq, rq, lam, g, c0, lam_r, g_r, mode, muq, dzq, order, cut_
         zm[l - 1 - p] = -zs[p]  # mirrored frame: exact negation, reversed order
     rs, rm = _gather_ranks(rq, order, lam.shape[0])
     lin = np.empty(l)
-    loss = _sweep_loss_grad(zs, rs, lam, g, c0, mode, cut_pref, lin)
+    loss = _sweep_loss_grad(zs, rs, lam, g, c0, mode, eta, cut_pref, lin)
     for p in range(l):
         dzq[o[p]] = -2.0 * muq * lin[p]
-    _sweep_loss_grad(zm, rm, lam_r, g_r, c0, mode, cut_less, lin)
+    _sweep_loss_grad(zm, rm, lam_r, g_r, c0, mode, eta, cut_less, lin)
     for p in range(l):
         dzq[o[l - 1 - p]] += 2.0 * muq * lin[p]
+    if eta > 0.0:
+        bg = np.zeros(l)
+        loss += _band_loss_grad(zs, rs, lam, eta, cut_pref, cut_band, bg)
+        for p in range(l):
+            dzq[o[p]] += muq * bg[p]
+            zsort[p] = zs[p]
     return muq * loss
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _loss_grad_kernel(z, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, mu,
-                      dz, order, cut_pref, cut_less, loss_q):
+def _loss_grad_kernel(z, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, eta, mu,
+                      dz, order, cut_pref, cut_less, cut_band, zsort, loss_q):
     """All queries of a block in parallel; returns the total loss, summed in query order."""
     nq = query_ptr.shape[0] - 1
+    band = eta > 0.0
     for q in prange(nq):
         s = query_ptr[q]
         e = query_ptr[q + 1]
-        loss_q[q] = _query_loss_grad(z[s:e], y_rank[s:e], lam, g, c0, lam_r, g_r, mode, mu[q],
-                                     dz[s:e], order[s:e], cut_pref[s:e], cut_less[s:e])
+        bs, be = (s, e) if band else (0, 0)
+        loss_q[q] = _query_loss_grad(z[s:e], y_rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q],
+                                     dz[s:e], order[s:e], cut_pref[s:e], cut_less[s:e],
+                                     cut_band[bs:be], zsort[bs:be])
     total = 0.0
     for q in range(nq):  # fixed order: the same bits for any number of threads
         total += loss_q[q]
@@ -571,13 +680,15 @@ def _sweep_hess(us, rs, cut, lam, g, c0, mode, two_mu, ts):
 
 
 @njit(cache=True, nogil=True)
-def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, muq, order, cut_pref, cut_less, tq):
+def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, order, cut_pref, cut_less, cut_band, zsort,
+                tq):
     """``(A^T D A u)`` for one query, ``D = 2 mu lam`` on the active pairs (paper 004 (B.3)).
 
     Row ``i``: ``sum_{j: (i,j) act} 2 mu lam (u_i - u_j)``
     ``+ sum_{k: (k,i) act} 2 mu lam (u_i - u_k)``;
     the first sum from the preferred frame, the second from the mirrored frame (the Hessian is
-    invariant under ``z -> -z``, so ``u`` is used as is, in reversed order).
+    invariant under ``z -> -z``, so ``u`` is used as is, in reversed order).  With ``eta > 0`` the
+    band pairs add their own weights ``2 mu lam (p'^2 + p p'')`` (:func:`_band_hess`).
     """
     l = uq.shape[0]
     m = uq.shape[1]
@@ -595,21 +706,25 @@ def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, muq, order, cut_pref, cut_
     tm = np.zeros((l, m))
     _sweep_hess(us, rs, cut_pref, lam, g, c0, mode, 2.0 * muq, ts)
     _sweep_hess(um, rm, cut_less, lam_r, g_r, c0, mode, 2.0 * muq, tm)
+    if eta > 0.0:
+        _band_hess(us, rs, zsort, lam, eta, 2.0 * muq, cut_pref, cut_band, ts)
     for p in range(l):
         for k in range(m):
             tq[order[p], k] = ts[p, k] + tm[l - 1 - p, k]
 
 
 @njit(cache=True, nogil=True, parallel=True)
-def _hess_prod_kernel(u, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, mu,
-                      order, cut_pref, cut_less, out):
+def _hess_prod_kernel(u, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, eta, mu,
+                      order, cut_pref, cut_less, cut_band, zsort, out):
     """All queries of a block in parallel; ``u`` and ``out`` are ``(n, m)``."""
     nq = query_ptr.shape[0] - 1
+    band = eta > 0.0
     for q in prange(nq):
         s = query_ptr[q]
         e = query_ptr[q + 1]
-        _query_hess(u[s:e], y_rank[s:e], lam, g, c0, lam_r, g_r, mode, mu[q],
-                    order[s:e], cut_pref[s:e], cut_less[s:e], out[s:e])
+        bs, be = (s, e) if band else (0, 0)
+        _query_hess(u[s:e], y_rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q],
+                    order[s:e], cut_pref[s:e], cut_less[s:e], cut_band[bs:be], zsort[bs:be], out[s:e])
 
 
 # --------------------------------------------------------------------------------------------
@@ -619,7 +734,7 @@ def _hess_prod_kernel(u, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, mu,
 
 @dataclass
 class PairState:
-    """Active set of a block at the point of the last :func:`loss_grad` call (O(l) int32).
+    """Active set of a block at the point of the last :func:`loss_grad` call (O(l) per row).
 
     For query ``q`` (rows ``s:e`` of the block), with ``p`` a position ``0..l_q-1``:
 
@@ -628,12 +743,17 @@ class PairState:
         ``p`` in decreasing score.
     cut_pref : int32 (n,)
         ``cut_pref[s + p]``: the length of the prefix of ``order`` holding every ``j`` with
-        ``(z_j - z_i) + 1.0 > 0.0`` for ``i`` the document at position ``p``; its partners as the
-        preferred document are those of lower label in that prefix.
+        ``(z_j - z_i) + 1.0 > eta`` for ``i`` the document at position ``p``; its partners as the
+        preferred document (in the quadratic region) are those of lower label in that prefix.
     cut_less : int32 (n,)
         The same in the mirrored frame: position ``p`` of the *increasing* order
         (``order[s + l_q - 1 - p]``), prefix of the increasing order holding every ``k`` with
-        ``(z_i - z_k) + 1.0 > 0.0``; partners as the less preferred document: higher labels.
+        ``(z_i - z_k) + 1.0 > eta``; partners as the less preferred document: higher labels.
+    cut_band : int32 (n,) or (0,)
+        Smooth hinge only (``eta > 0``; empty otherwise): the prefix with ``m > -eta``; positions
+        ``cut_pref <= k < cut_band`` of lower label are the band partners.
+    zsort : float64 (n,) or (0,)
+        Smooth hinge only: the scores in sorted order, for the band's Hessian weights.
 
     A query with fewer than two label levels stores the identity order and zero cuts.
     ``query_ptr`` (a copy, n_queries + 1 int64) lets :func:`hess_prod` refuse a state made for
@@ -644,10 +764,34 @@ class PairState:
     cut_pref: np.ndarray
     cut_less: np.ndarray
     query_ptr: np.ndarray = None
+    cut_band: np.ndarray = None
+    zsort: np.ndarray = None
+
+    def __post_init__(self):
+        if self.cut_band is None:
+            self.cut_band = np.zeros(0, np.int32)
+        if self.zsort is None:
+            self.zsort = np.zeros(0)
 
     @classmethod
-    def empty(cls, n):
-        return cls(np.zeros(n, np.int32), np.zeros(n, np.int32), np.zeros(n, np.int32))
+    def empty(cls, n, eta=0.0):
+        return cls.of(state_arrays(n, eta))
+
+    @classmethod
+    def of(cls, arrays, r0=None, r1=None, query_ptr=None):
+        """A state from the arrays of :func:`state_arrays` or another state (copies of rows r0:r1
+        when given)."""
+        if isinstance(arrays, PairState):
+            arrays = arrays.arrays
+        if r0 is not None:
+            arrays = tuple(a[r0:r1].copy() if a.shape[0] else a for a in arrays)
+        order, cut_pref, cut_less, cut_band, zsort = arrays
+        return cls(order, cut_pref, cut_less, query_ptr=query_ptr, cut_band=cut_band, zsort=zsort)
+
+    @property
+    def arrays(self):
+        """``(order, cut_pref, cut_less, cut_band, zsort)``, the kernels' argument order."""
+        return self.order, self.cut_pref, self.cut_less, self.cut_band, self.zsort
 
     @property
     def n_docs(self):
@@ -655,7 +799,20 @@ class PairState:
 
     @property
     def nbytes(self):
-        return self.order.nbytes + self.cut_pref.nbytes + self.cut_less.nbytes
+        return sum(a.nbytes for a in self.arrays)
+
+
+def state_arrays(n, eta=0.0):
+    """Fresh state arrays for ``n`` rows: ``(order, cut_pref, cut_less, cut_band, zsort)``;
+    the last two are empty for the squared hinge (``eta == 0``)."""
+    nb = n if eta > 0.0 else 0
+    return (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32), np.empty(nb, np.int32),
+            np.empty(nb))
+
+
+def state_bytes_per_row(eta=0.0):
+    """Bytes per row of one state (:func:`state_arrays`)."""
+    return 12 + (12 if eta > 0.0 else 0)
 
 
 def _c_array(x, dtype):
@@ -695,7 +852,9 @@ def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None, loss_q
     """Pair loss and its gradient in score space for all queries of a block.
 
     ``loss = sum_q mu_q sum_{(i,j) in P_q active} lam[r_i, r_j] max(0, 1 - (z_i - z_j))^2``
-    (paper 004 eq. 3.13 / (B.1) without the regulariser and C), gradient as (B.2).  O(l log l)
+    (paper 004 eq. 3.13 / (B.1) without the regulariser and C), gradient as (B.2); with a
+    PairCost of ``eta > 0``, ``p(1 - (z_i - z_j), eta)^2`` in place of the squared hinge (paper
+    001, problem 4; the band's pairs add O(band window) per document).  O(l log l)
     per query for ``levels`` with few levels, ``constant`` and ``separable`` costs; O(l L) for an
     arbitrary table.
 
@@ -735,8 +894,8 @@ def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None, loss_q
     y_rank, query_ptr, mu = _check_block(n, y_rank, query_ptr, cost, mu)
     if not np.all(np.isfinite(z)):
         raise ParameterError("scores z must be finite (a NaN or inf score has no rank)")
-    if state is None or state.n_docs != n:
-        state = PairState.empty(n)
+    if state is None or state.n_docs != n or (cost.eta > 0.0 and state.zsort.shape[0] != n):
+        state = PairState.empty(n, cost.eta)
     dz = np.empty(n) if out is None else out
     if dz.shape != (n,) or dz.dtype != np.float64 or not dz.flags.c_contiguous:
         raise ParameterError("out must be a C-contiguous float64 array of the scores' shape")
@@ -746,8 +905,7 @@ def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None, loss_q
     elif loss_q.shape != (query_ptr.size - 1,) or loss_q.dtype != np.float64:
         raise ParameterError("loss_q must be a float64 array with one entry per query")
     total = _loss_grad_kernel(z, y_rank, query_ptr, cost.lam, cost.g, cost.c0, cost.lam_r,
-                              cost.g_r, cost.mode, mu, dz, state.order, state.cut_pref,
-                              state.cut_less, loss_q)
+                              cost.g_r, cost.mode, cost.eta, mu, dz, *state.arrays, loss_q)
     state.query_ptr = query_ptr.copy()
     return float(total), dz, state
 
@@ -786,14 +944,15 @@ def hess_prod(u, y_rank, query_ptr, lam, mu, state, *, out=None):
     y_rank, query_ptr, mu = _check_block(n, y_rank, query_ptr, cost, mu)
     if state.query_ptr is None or not np.array_equal(state.query_ptr, query_ptr):
         raise ParameterError("state was not made by loss_grad for this block's query_ptr")
+    if cost.eta > 0.0 and (state.cut_band.shape[0] != n or state.zsort.shape[0] != n):
+        raise ParameterError("state was made for the squared hinge; the smooth hinge's needs its band (eta > 0)")
     u2 = _c_array(u.reshape(n, -1), np.float64)
     if out is None:
         out = np.empty(u.shape)
     if out.shape != u.shape or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ParameterError("out must be a C-contiguous float64 array of u's shape")
     _hess_prod_kernel(u2, y_rank, query_ptr, cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r,
-                      cost.mode, mu, state.order, state.cut_pref, state.cut_less,
-                      out.reshape(n, -1))
+                      cost.mode, cost.eta, mu, *state.arrays, out.reshape(n, -1))
     return out
 
 

@@ -90,8 +90,8 @@ def _sub_end(qp, q, sub_rows):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def fun_block(Qb, beta, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, mu, C, delta, sub_rows,
-              z, dz, t, order, cut_pref, cut_less, loss_q, acc):
+def fun_block(Qb, beta, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, eta, mu, C, delta, sub_rows,
+              z, dz, t, order, cut_pref, cut_less, cut_band, zsort, loss_q, acc):
     """Rows r0:r0+n of a fun+grad pass (paper 004 (B.1), (B.2)) for Q' = Q + delta I.
 
     Per group of whole queries (sub-block S, small enough to stay in cache): z_S = Q_S beta +
@@ -102,6 +102,7 @@ def fun_block(Qb, beta, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, mu, C, delta
     queries'.
     """
     nq = qp.shape[0] - 1
+    band = eta > 0.0  # the smooth hinge's state arrays exist (else they are empty)
     q = 0
     while q < nq:
         e = _sub_end(qp, q, sub_rows)
@@ -111,8 +112,10 @@ def fun_block(Qb, beta, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, mu, C, delta
             z[i] += delta * beta[r0 + i]
         for k in range(q, e):
             s, u = qp[k], qp[k + 1]
-            loss_q[k] = pk._query_loss_grad(z[s:u], rank[s:u], lam, g, c0, lam_r, g_r, mode, mu[k],
-                                            dz[s:u], order[s:u], cut_pref[s:u], cut_less[s:u])
+            bs, be = (s, u) if band else (0, 0)
+            loss_q[k] = pk._query_loss_grad(z[s:u], rank[s:u], lam, g, c0, lam_r, g_r, mode, eta, mu[k],
+                                            dz[s:u], order[s:u], cut_pref[s:u], cut_less[s:u],
+                                            cut_band[bs:be], zsort[bs:be])
         for i in range(a, b):
             t[i] = beta[r0 + i] + C * dz[i]
         _add_cols(Qb, a, b, t[a:b], acc)
@@ -120,12 +123,13 @@ def fun_block(Qb, beta, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, mu, C, delta
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def hess_block(Qb, v, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, mu, C, delta, sub_rows,
-               order, cut_pref, cut_less, t, acc):
+def hess_block(Qb, v, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, eta, mu, C, delta, sub_rows,
+               order, cut_pref, cut_less, cut_band, zsort, t, acc):
     """Rows r0:r0+n of a Hessian-product pass (paper 004 (B.3)) for Q' = Q + delta I: per
     sub-block S, u_S = Q_S v + delta v_S, t_S = v_S + C (2 A^T D A)_S u_S (active set from the
     state arrays), acc += Q_S^T t_S (delta t added by the caller after the pass)."""
     nq = qp.shape[0] - 1
+    band = eta > 0.0
     q = 0
     while q < nq:
         e = _sub_end(qp, q, sub_rows)
@@ -138,8 +142,10 @@ def hess_block(Qb, v, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, mu, C, delta, 
         lu = np.empty((b - a, 1))
         for k in range(q, e):
             s, w = qp[k] - a, qp[k + 1] - a
-            pk._query_hess(u[s:w], rank[a + s:a + w], lam, g, c0, lam_r, g_r, mode, mu[k],
-                           order[a + s:a + w], cut_pref[a + s:a + w], cut_less[a + s:a + w], lu[s:w])
+            bs, be = (a + s, a + w) if band else (0, 0)
+            pk._query_hess(u[s:w], rank[a + s:a + w], lam, g, c0, lam_r, g_r, mode, eta, mu[k],
+                           order[a + s:a + w], cut_pref[a + s:a + w], cut_less[a + s:a + w], cut_band[bs:be],
+                           zsort[bs:be], lu[s:w])
         for i in range(b - a):
             t[a + i] = v[r0 + a + i] + C * lu[i, 0]
         _add_cols(Qb, a, b, t[a:b], acc)

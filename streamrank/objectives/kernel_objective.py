@@ -127,7 +127,8 @@ class KernelObjective(RankObjective):
         beta = np.ascontiguousarray(beta, np.float64)
         acc, kept = self._run(_KernelLossGrad(beta, self))
         z, t, loss_q = (np.concatenate([o[i] for o in kept]) if kept else np.zeros(0) for i in range(3))
-        st = tuple(np.concatenate([o[3][i] for o in kept]) if kept else np.zeros(0, np.int32) for i in range(3))
+        st = (tuple(np.concatenate([o[3][i] for o in kept]) for i in range(len(kept[0][3]))) if kept
+              else pk.state_arrays(0, self.cost.eta))
         acc += self.delta * t  # the jitter's part of Q' t, after every row (block-independent order)
         loss = la.sum_in_order(0.0, loss_q)
         f = 0.5 * la.sum_in_order(0.0, beta * z) + self.C * loss  # beta^T Q' beta = beta . z
@@ -136,8 +137,7 @@ class KernelObjective(RankObjective):
 
     def hessp(self, v):
         v = np.ascontiguousarray(v, np.float64)
-        order, cut_pref, cut_less = self._states
-        per_block = [(order[a:b], cut_pref[a:b], cut_less[a:b]) for a, b, _, _, _ in self._meta]
+        per_block = [tuple(x[a:b] for x in self._states) for a, b, _, _, _ in self._meta]
         acc, ts = self._run(_KernelHessProd(v, self), kept=(per_block,))
         acc += self.delta * (np.concatenate(ts) if ts else np.zeros(0))
         return acc
@@ -182,7 +182,7 @@ class _KernelLossGrad(Pass):
         _, _, qa, qb, lqp = self.meta[k]
         n = b - a
         z, dz, t, loss_q = np.empty(n), np.empty(n), np.empty(n), np.empty(qb - qa)
-        st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
+        st = pk.state_arrays(n, self.cost_args[6])
         qp.fun_block(Qk, self.beta, a, lqp, self.rank[a:b], *self.cost_args, self.mu[qa:qb], self.C, self.delta,
                      self.sub_rows, z, dz, t, *st, loss_q, acc)
         return z, t, loss_q, st

@@ -221,7 +221,7 @@ class NystroemPreconditioner:
 
     def at_point(self, C, rank, query_ptr, cost, mu, states):
         """M = D + U A U^T, A = I + C U^T L U, D = diag(R) + ridge + C diag(L) diag(R)^2, with L
-        at the active set ``states`` (the accepted point's (order, cut_pref, cut_less) over all
+        at the active set ``states`` (the accepted point's state arrays (pairkernels.state_arrays) over all
         rows): the module docstring. Without ``loss_term``, M ~ Q itself (self), whatever the point.
 
         U^T L U, diag(L) and U^T D^-1 U sum over chunks of whole queries fixed by ``query_ptr``
@@ -234,12 +234,11 @@ class NystroemPreconditioner:
         l = U.shape[0]
         A, G = np.zeros((k, k)), np.zeros((k, k))
         D = np.empty(l)
-        order, cut_pref, cut_less = states
         bounds = query_groups(query_ptr, l, max(1, A_CHUNK_BYTES // (24 * max(k, 1))))
         for qa, qb in zip(bounds[:-1], bounds[1:]):
             r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
             local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)
-            st = pk.PairState(order[r0:r1].copy(), cut_pref[r0:r1].copy(), cut_less[r0:r1].copy(), query_ptr=local)
+            st = pk.PairState.of(states, r0, r1, query_ptr=local)
             Uc = U[r0:r1].astype(np.float64)
             rc = self._resid[r0:r1]
             # the residual's Jacobi part: R_ii (1 + C L_ii R_ii), plus the ridge

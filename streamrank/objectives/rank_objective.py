@@ -188,7 +188,7 @@ class RankObjective:
 
     def _cost_args(self):
         c = self.cost
-        return c.lam, c.g, c.c0, c.lam_r, c.g_r, c.mode
+        return c.lam, c.g, c.c0, c.lam_r, c.g_r, c.mode, c.eta
 
     def fun(self, w):
         w = np.ascontiguousarray(w, np.float64)
@@ -317,7 +317,7 @@ class _LossGrad(Pass):
 
     def step(self, carry, b):
         n, nq = b.X.shape[0], b.q1 - b.q0
-        st = (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32))
+        st = pk.state_arrays(n, self.cost_args[6])
         loss_q, partials = np.empty(nq), np.empty((nq, self.m))
         z = np.empty(n) if self.scratch is None else self.scratch[:n]
         fz.fused_loss_grad(b.X, self.w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
@@ -379,7 +379,7 @@ def _l_phi(b, st, r0, r1, q, cost, mu):
     """(Phi, L Phi) of rows r0:r1 (whole queries q[0]:q[1] of block b) at the kept active sets."""
     Phi = _phi(b, r0, r1, q)
     local = b.qptr[q[0]:q[1] + 1] - r0
-    state = pk.PairState(st[0][r0:r1].copy(), st[1][r0:r1].copy(), st[2][r0:r1].copy(), query_ptr=local)
+    state = pk.PairState.of(st, r0, r1, query_ptr=local)
     return Phi, pk.hess_prod(Phi, b.rank[r0:r1], local, cost, mu[b.q0 + q[0]:b.q0 + q[1]], state)
 
 

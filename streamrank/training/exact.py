@@ -32,8 +32,9 @@ from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (check_config, check_has_features, check_valid_width, pair_cost_table,
-                                        query_weights, read_labels, validation_score)
+from streamrank.training.problem import (check_config, check_has_features, check_queries, check_valid_width,
+                                        eta_for, pair_cost_table, pair_weight_sum, query_weights, read_labels,
+                                        validation_score)
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
 
@@ -76,12 +77,14 @@ class _Gram:
                  format_size(c.memory_nbytes), f", {c.dir}" if c.dir is not None else "", c.build_seconds,
                  c.computed_blocks, c.jitter)
 
-    def objective(self, C):
+    def objective(self, C, cost=None):
+        """The objective of point C (``cost``: the costs with that point's loss; default the Gram's)."""
+        cost = self.cost if cost is None else cost
         if self.cache is None:
-            obj = LinearKernelObjective(self.Xn, self.rank, self.qp, C=C, cost=self.cost, mu=self.mu)
+            obj = LinearKernelObjective(self.Xn, self.rank, self.qp, C=C, cost=cost, mu=self.mu)
             obj.source = self.counter  # one pass count for the whole path
             return obj
-        return KernelObjective(self.cache, self.rank, C=C, cost=self.cost, mu=self.mu,
+        return KernelObjective(self.cache, self.rank, C=C, cost=cost, mu=self.mu,
                                executor=self.executor).set_preconditioner(self.precond)
 
     @property
@@ -104,9 +107,12 @@ class _Gram:
 def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
                 tol=1e-3, max_iter=1000, memory_budget="2GB", pair_cost=None, query_weight=None,
                 select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
-                cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None):
+                cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None,
+                loss="squared_hinge", eta=None):
     """Train exact kernel RankSVM on an open dataset; return (LinearModel with an ExactKernelMap, summary).
 
+    ``loss``, ``eta``: as in :func:`~streamrank.training.linear.train_linear` (paper 001's smooth
+    hinge over beta, paper 004's problem with p(m)^2 for max(0, m)^2).
     ``gamma``: one value or several (then ``valid`` chooses), None for 1 / n_features.
     ``block_bytes``: bytes of a stored block of Q (default from the budget); the model does not
     depend on it, nor on ``memory_budget``. ``cache_dir``: where Q is stored when it does not fit
@@ -118,6 +124,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     (:mod:`streamrank.execution.executor`; None: in this process).
     """
     t_start = time.perf_counter()
+    check_queries(ds, queries)
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
     gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
     d = ds.n_features
@@ -138,7 +145,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None,
-           "landmarks": int(landmarks)}
+           "landmarks": int(landmarks), "loss": loss, "eta": eta}
     check_config(cfg)
     check_has_features(ds)
     check_valid_width(ds, valid)
@@ -159,7 +166,13 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     rank = np.searchsorted(levels, y).astype(np.int32)
     mu = query_weights(query_weight, y, qp)
     cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
-    qblock, tier = memplan.exact_kernel_plan(l, d, budget, block_bytes, cfg["landmarks"])
+    weight_sum = pair_weight_sum(rank, qp, cost.lam, mu) if cfg["loss"] == "smooth_hinge" else 0.0
+
+    def point_cost(Ck):
+        """The costs with the loss of point C (the smooth hinge's eta may depend on C)."""
+        return pk.pair_cost(cost, eta=eta_for(cfg["loss"], cfg["eta"], Ck, weight_sum))
+
+    qblock, tier = memplan.exact_kernel_plan(l, d, budget, block_bytes, cfg["landmarks"], loss=cfg["loss"])
     fits = kernel == "linear" or tier >= 4 * l * l
     where = cache_dir
     if where is None and not fits:
@@ -201,11 +214,16 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
             return np.zeros(l)
 
         def prepare(self, gram, gi, Ck, w):
-            log.info("C=%g: exact kernel TRON eps=%g on %d rows, %d queries", Ck, tol, l, q1 - q0)
-            return gram.objective(Ck), tron, ({"precondition": True} if gram.precond is not None else {})
+            ck = point_cost(Ck)
+            log.info("C=%g: exact kernel TRON%s eps=%g on %d rows, %d queries", Ck,
+                     f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", tol, l, q1 - q0)
+            return gram.objective(Ck, ck), tron, ({"precondition": True} if gram.precond is not None else {})
 
         def gamma(self, gi):
             return gammas[gi]
+
+        def point_info(self, gi, Ck):
+            return {"eta": point_cost(Ck).eta} if cfg["loss"] == "smooth_hinge" else {}
 
         score = staticmethod(score_valid)
 

@@ -21,8 +21,9 @@ from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (check_config, check_has_features, check_valid_width, pair_cost_table,
-                                        query_weights, read_labels, validation_score)
+from streamrank.training.problem import (check_config, check_has_features, check_queries, check_valid_width,
+                                        eta_for, pair_cost_table, pair_weight_sum, query_weights, read_labels,
+                                        validation_score)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -69,9 +70,13 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                  memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
-                 cache_dir=None, map_cache="auto", cache_size=None, precondition="auto", executor=None):
+                 cache_dir=None, map_cache="auto", cache_size=None, precondition="auto", executor=None,
+                 loss="squared_hinge", eta=None):
     """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
+    ``loss``: ``squared_hinge`` (paper 004 eq. 3.13) or ``smooth_hinge`` (paper 001's cs-sRSVM,
+    problem 4) with band half-width ``eta`` in (0, 1), or ``auto`` / None: paper 001's rule per C
+    (:func:`~streamrank.training.problem.eta_for`); each candidate records its eta.
     ``method``: ``primal`` (linear), or ``nystroem`` / ``rff`` (paper 000: a feature map, then the
     same L2-loss RankSVM in the mapped space). Several ``gamma`` values and several ``C`` values form
     a path of (gamma, C) points: each gamma fits its map once (one pass; seeded, so a resumed run
@@ -90,6 +95,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     in this process).
     """
     t_start = time.perf_counter()
+    check_queries(ds, queries)
     Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
     if method not in METHODS:
         raise ParameterError(f"method must be one of {', '.join(METHODS)}; got {method!r}. Use method=nystroem")
@@ -112,7 +118,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
            "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
-           "precondition": precondition,
+           "precondition": precondition, "loss": loss, "eta": eta,
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
     if method != "primal":
@@ -129,7 +135,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
     widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
     block_bytes, tier = memplan.linear_plan(budget, n_train, temp_bytes(widest), block_bytes,
-                                            mapped_ratio=0.0 if method == "primal" else components / ds.n_features)
+                                            mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
+                                            loss=cfg["loss"])
 
     # -- one-time preparation: labels, weights, costs, normaliser ------------------------------------
     y_all = read_labels(ds)
@@ -138,8 +145,14 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     levels = np.unique(y_all[qp[q0]:qp[q1]])
     mu = np.zeros(ds.n_queries)
     mu[q0:q1] = query_weights(query_weight, y_all[qp[q0]:qp[q1]], qp[q0:q1 + 1] - qp[q0])
-    del y_all
     cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
+    weight_sum = (pair_weight_sum(np.searchsorted(levels, y_all[qp[q0]:qp[q1]]), qp[q0:q1 + 1] - qp[q0], cost.lam,
+                                  mu[q0:q1]) if cfg["loss"] == "smooth_hinge" else 0.0)
+    del y_all
+
+    def point_cost(Ck):
+        """The costs with the loss of point C (the smooth hinge's eta may depend on C)."""
+        return pk.pair_cost(cost, eta=eta_for(cfg["loss"], cfg["eta"], Ck, weight_sum))
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
         normalizer.fit(ds.stream(block_bytes=block_bytes, queries=(q0, q1)), ds.n_features, executor=executor)
@@ -200,14 +213,16 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
 
         def prepare(self, source, gi, Ck, w):
             m = width(gi)
+            ck = point_cost(Ck)
             if self.solver == "auto":
-                self.solver, why = choose_solver(RankObjective(source, m, C=Ck, cost=cost, mu=mu,
+                self.solver, why = choose_solver(RankObjective(source, m, C=Ck, cost=ck, mu=mu,
                                                                         executor=executor), w)
                 cfg["solver_chosen"] = self.solver
                 log.info("solver auto: %s (%s)", self.solver, why)
-            obj = RankObjective(source, m, C=Ck, cost=cost, mu=mu, keep_scores=self.solver != "tron",
+            obj = RankObjective(source, m, C=Ck, cost=ck, mu=mu, keep_scores=self.solver != "tron",
                                 executor=executor)
-            log.info("C=%g: %s eps=%g on %d rows, %d queries, %d features (%s)", Ck, self.solver, tol, source.n_rows,
+            log.info("C=%g: %s%s eps=%g on %d rows, %d queries, %d features (%s)", Ck, self.solver,
+                     f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", tol, source.n_rows,
                      q1 - q0, m, f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
                      else f"rows {'re-mapped' if method != 'primal' else 're-read'} every pass in "
                           f"{len(source.stream)} blocks")
@@ -219,6 +234,9 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
 
         def gamma(self, gi):
             return None if method == "primal" else feature_map(gi).gamma_
+
+        def point_info(self, gi, Ck):
+            return {"eta": point_cost(Ck).eta} if cfg["loss"] == "smooth_hinge" else {}
 
         score = staticmethod(score_valid)
 

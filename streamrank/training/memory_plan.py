@@ -23,8 +23,14 @@ from streamrank.units import format_size
 log = logging.getLogger("streamrank.training.memory_plan")
 
 # per row: active sets of the accepted and the trial point (order, cut_pref, cut_less: int32
-# each) and the label rank (int32)
+# each) and the label rank (int32); the smooth hinge adds its band's cut (int32) and the sorted
+# scores (float64) to each active set
 STATE_BYTES_PER_ROW = 2 * 3 * 4 + 4
+SMOOTH_STATE_BYTES_PER_ROW = STATE_BYTES_PER_ROW + 2 * (4 + 8)
+
+
+def state_bytes_per_row(loss="squared_hinge"):
+    return SMOOTH_STATE_BYTES_PER_ROW if loss == "smooth_hinge" else STATE_BYTES_PER_ROW
 # share of the budget for mapped (or raw) float64 blocks kept in memory between passes
 MEMORY_TIER_SHARE = 0.5
 
@@ -48,25 +54,26 @@ Q_BLOCK_BYTES = 64 << 20
 VECTORS_PER_ROW = 40
 
 
-def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None, mapped_ratio=0.0):
+def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None, mapped_ratio=0.0, loss="squared_hinge"):
     """(bytes of a block, bytes of the in-memory tier) of a linear or mapped run over ``n_rows``
     rows; a ``given_block`` size is kept; ``mapped_ratio``: a feature map's output columns per
     input column. Logs the shares it chose."""
     resident = resident_bytes() if resident is None else resident
+    per_row = state_bytes_per_row(loss)
     # a mapped block also has its float64 normalised copy (2 bytes per raw byte), the map's
     # float64 kernel values or projections (2 per output column) and its float32 output (1)
     per_byte = BUFFERS + (2 + 3 * mapped_ratio if mapped_ratio else 0)
-    size = int(given_block) if given_block else block_bytes(budget, n_rows, per_row=STATE_BYTES_PER_ROW,
+    size = int(given_block) if given_block else block_bytes(budget, n_rows, per_row=per_row,
                                                              per_block_byte=per_byte, extra=extra, resident=resident)
-    tier = memory_tier_bytes(budget, resident, n_rows * STATE_BYTES_PER_ROW + extra)
+    tier = memory_tier_bytes(budget, resident, n_rows * per_row + extra)
     log.info("memory plan (budget %s): resident %s; per-row state %s; preconditioner temporaries %s; %d blocks of "
              "%s; rows kept in memory up to %s", format_size(budget), format_size(resident),
-             format_size(n_rows * STATE_BYTES_PER_ROW), format_size(extra), BUFFERS, format_size(size),
+             format_size(n_rows * per_row), format_size(extra), BUFFERS, format_size(size),
              format_size(tier))
     return size, tier
 
 
-def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None):
+def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None, loss="squared_hinge"):
     """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
     the whole process: what is resident already (the interpreter, libraries) counts. Logs the
     shares it chose."""
@@ -79,6 +86,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     precond = (4 * l * m + 24 * l + 40 * m * m + min(A_CHUNK_BYTES, 24 * l * m)) if m else 0
     resident = resident_bytes() if resident is None else resident
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
+    fixed += (state_bytes_per_row(loss) - STATE_BYTES_PER_ROW) * l  # the smooth hinge's band state
     q_bytes = 4 * l * l
     if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
         _log_exact(budget, resident, fixed, precond, qblock, q_bytes, q_bytes)

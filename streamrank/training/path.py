@@ -51,6 +51,10 @@ class Method:
         """The gamma recorded with the candidates (None when the method has none)."""
         return None
 
+    def point_info(self, gi, C):
+        """What else a candidate records (e.g. the smooth hinge's eta, which depends on C)."""
+        return {}
+
     def score(self, w, gi):
         """The validation score of solution ``w`` of gamma ``gi``."""
         raise NotImplementedError
@@ -73,7 +77,8 @@ class PathResult:
         chosen = self.candidates[self.best]
         return {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
                 "iterations": sum(c["iterations"] for c in self.candidates), "passes": self.passes,
-                "C": chosen["C"], "gamma": chosen["gamma"], "candidates": self.candidates}
+                "C": chosen["C"], "gamma": chosen["gamma"], "candidates": self.candidates,
+                **({"eta": chosen["eta"]} if "eta" in chosen else {})}
 
 
 def run_settings(method, points, settings, *, validate, checkpoint, resume, fingerprint):
@@ -131,7 +136,8 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
                    describe=lambda: f"passes {passes()}", **kw)
         state = None
         finish_point(st, C=Ck, gamma=method.gamma(gi), passes=passes(), candidates=candidates, path_w=path_w,
-                     valid=None if valid_key is None else (valid_key, method.score(st.w, gi)))
+                     valid=None if valid_key is None else (valid_key, method.score(st.w, gi)),
+                     extra=method.point_info(gi, Ck))
     if resource is not None:
         total += resource.passes
         method.close(resource)
@@ -211,10 +217,11 @@ def iteration_callback(*, checkpoint, config, fingerprint, settings, index, cand
     return on_iteration
 
 
-def finish_point(st, *, C, gamma, passes, candidates, path_w, valid=None):
-    """Record a solved path point: its candidate entry (with ``valid`` = (key, score)) and w."""
+def finish_point(st, *, C, gamma, passes, candidates, path_w, valid=None, extra=None):
+    """Record a solved path point: its candidate entry (with ``valid`` = (key, score) and the
+    method's ``extra`` entries) and w."""
     cand = {"C": C, "gamma": gamma, "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration,
-            "cg_steps": st.n_cg, "passes": passes, "seconds": st.seconds, "message": st.message}
+            "cg_steps": st.n_cg, "passes": passes, "seconds": st.seconds, "message": st.message, **(extra or {})}
     if valid is not None:
         cand[valid[0]] = valid[1]
     candidates.append(cand)

@@ -10,6 +10,15 @@ from streamrank.io.info import preference_pairs_per_query
 SELECT_METRICS = ("meanndcg", "ndcg@10", "map")
 QUERY_WEIGHTS = ("none", "log_ratio")
 PAIR_COSTS = ("none", "gain_difference")
+LOSSES = ("squared_hinge", "smooth_hinge")
+
+# Paper 001, theorem 2: with the smooth hinge of band half-width eta, the optima satisfy
+# ||w_eta - w*||^2 <= C * sum_pairs lambda mu * THEOREM2_CONSTANT * eta^2 (THEOREM2_CONSTANT =
+# max_m p(m)^2 - max(0, m)^2 over eta^2). eta=auto solves that bound = ETA_AUTO_EPS1 for eta (the
+# paper's eps1), and keeps the band no wider than ETA_AUTO_MAX.
+THEOREM2_CONSTANT = 0.0515
+ETA_AUTO_EPS1 = 1e-5
+ETA_AUTO_MAX = 0.5
 
 
 def read_labels(ds):
@@ -84,10 +93,65 @@ def pair_cost_table(kind, levels):
     return lam
 
 
+def check_loss(loss, eta):
+    """The loss and its eta as the config records them: (loss, None | "auto" | float)."""
+    if loss not in LOSSES:
+        raise ParameterError(f"loss must be one of {', '.join(LOSSES)}; got {loss!r}. Use loss=smooth_hinge")
+    if loss == "squared_hinge":
+        if eta is not None:
+            raise ParameterError(f"eta applies to the smooth hinge; got eta={eta} with loss=squared_hinge. "
+                                 f"Use loss=smooth_hinge")
+        return loss, None
+    if eta is None or (isinstance(eta, str) and eta.strip().lower() == "auto"):
+        return loss, "auto"
+    try:
+        e = float(eta)
+    except (TypeError, ValueError):
+        e = float("nan")
+    if not 0.0 < e < 1.0:
+        raise ParameterError(f"eta must be in (0, 1) or auto; got {eta!r}. Use eta=auto")
+    return loss, e
+
+
+def pair_weight_sum(rank, query_ptr, lam, mu):
+    """sum over preference pairs of lambda mu: sum_q mu_q sum_{a > b} n_qa n_qb lam[a, b] from the
+    per-query counts n_qa of each label rank (no pair is built)."""
+    L = lam.shape[0]
+    nq = len(query_ptr) - 1
+    qid = np.repeat(np.arange(nq), np.diff(query_ptr))
+    counts = np.zeros((nq, L))
+    np.add.at(counts, (qid, np.asarray(rank, np.int64)), 1.0)
+    low = np.tril(lam, -1)  # a > b
+    per_query = np.einsum("qa,ab,qb->q", counts, low, counts)
+    return float(np.asarray(mu, np.float64) @ per_query)
+
+
+def eta_for(loss, eta, C, weight_sum):
+    """The eta of one C: 0 for the squared hinge, the given one, or paper 001's rule
+    eta = sqrt(eps1 / (THEOREM2_CONSTANT * C * sum lambda mu)), at most ETA_AUTO_MAX."""
+    if loss == "squared_hinge":
+        return 0.0
+    if eta != "auto":
+        return float(eta)
+    if weight_sum <= 0:
+        return ETA_AUTO_MAX
+    return float(min(ETA_AUTO_MAX, np.sqrt(ETA_AUTO_EPS1 / (THEOREM2_CONSTANT * C * weight_sum))))
+
+
 def validation_score(model, valid, valid_y, metric, *, block_bytes, executor=None):
     """``metric`` (one of SELECT_METRICS) of ``model`` on the validation dataset (one streamed pass)."""
     s = model.score_stream(valid, block_bytes=block_bytes, executor=executor, quiet_width=True)
     return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), metric)
+
+
+def check_queries(ds, queries):
+    """A training query range [q0, q1) inside the dataset (None: all of it)."""
+    if queries is None:
+        return
+    q0, q1 = (int(v) for v in queries)
+    if not 0 <= q0 < q1 <= ds.n_queries:
+        raise ParameterError(f"queries must be a range q0 < q1 within the {ds.n_queries} queries of {ds.name}; "
+                             f"got {list(queries)}")
 
 
 def check_has_features(ds):
@@ -124,5 +188,7 @@ def check_config(cfg):
         raise ParameterError(f"max_iter must be >= 1; got {cfg['max_iter']}. Use max_iter=1000")
     if cfg["select_metric"] not in SELECT_METRICS:
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {cfg['select_metric']!r}")
+    if "loss" in cfg:
+        cfg["loss"], cfg["eta"] = check_loss(cfg["loss"], cfg.get("eta"))
     if isinstance(cfg.get("pair_cost"), str):
         pair_cost_table(cfg["pair_cost"], [])  # a malformed spec is refused before the data is read

@@ -24,8 +24,9 @@ def affine(kind, X, qp):
     return n, n.affine(X, qp)
 
 
+@pytest.mark.parametrize("eta", [0.0, 0.4])
 @pytest.mark.parametrize("kind", ["none", "zscore", "query_minmax"])
-def test_fused_passes_equal_numpy(kind):
+def test_fused_passes_equal_numpy(kind, eta):
     rng, X, qp, rank = setup()
     norm, (shift, scale, mode) = affine(kind, X, qp)
     Phi = norm.transform(X, qp)
@@ -33,10 +34,10 @@ def test_fused_passes_equal_numpy(kind):
     z = np.empty(X.shape[0])
     fz.fused_scores(X, w, shift, scale, mode, qp, z)
     np.testing.assert_allclose(z, Phi @ w, rtol=1e-12, atol=1e-12)
-    cost = pk.pair_cost(np.ones((3, 3)))
-    c = (cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r, cost.mode)
+    cost = pk.pair_cost(np.ones((3, 3)), eta=eta)
+    c = (cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r, cost.mode, cost.eta)
     nq, n, d = len(qp) - 1, X.shape[0], X.shape[1]
-    st = [np.empty(n, np.int32) for _ in range(3)]
+    st = pk.state_arrays(n, eta)
     loss_q, P = np.empty(nq), np.empty((nq, d))
     zz = np.empty(n)
     fz.fused_loss_grad(X, w, shift, scale, mode, qp, rank, *c, np.ones(nq), *st, loss_q, P, zz)
@@ -52,11 +53,12 @@ def test_fused_passes_equal_numpy(kind):
     np.testing.assert_allclose(H, want, rtol=1e-10, atol=1e-9)
 
 
-def test_same_bits_for_any_block_split():
+@pytest.mark.parametrize("eta", [0.0, 0.4])
+def test_same_bits_for_any_block_split(eta):
     rng, X, qp, rank = setup(seed=1)
     w = rng.standard_normal(X.shape[1])
-    cost = pk.pair_cost(np.ones((3, 3)))
-    c = (cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r, cost.mode)
+    cost = pk.pair_cost(np.ones((3, 3)), eta=eta)
+    c = (cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r, cost.mode, cost.eta)
     ident = (np.zeros((1, X.shape[1])), np.ones((1, X.shape[1])), 0)
 
     def grad(cuts):
@@ -64,7 +66,7 @@ def test_same_bits_for_any_block_split():
         for a, b in zip(cuts[:-1], cuts[1:]):  # cuts: query indices at block edges
             r0, r1 = qp[a], qp[b]
             lq, P = np.empty(b - a), np.empty((b - a, X.shape[1]))
-            st = [np.empty(r1 - r0, np.int32) for _ in range(3)]
+            st = pk.state_arrays(r1 - r0, eta)
             fz.fused_loss_grad(X[r0:r1], w, *ident, qp[a:b + 1] - r0, rank[r0:r1], *c, np.ones(b - a), *st, lq, P,
                                np.empty(r1 - r0))
             loss = la.sum_in_order(loss, lq)

@@ -259,22 +259,22 @@ def test_same_bits_for_any_thread_count():
         np.testing.assert_array_equal(hu, results[0][2])
 
 
-def test_kernels_run_as_plain_python():
+@pytest.mark.parametrize("eta", [0.0, 0.3])
+def test_kernels_run_as_plain_python(eta):
     rng = np.random.default_rng(71)
     z, y_rank, qp, mu = make_block(rng, [9, 1, 12], 3)
-    cost = pk.pair_cost(rng.uniform(0, 2, (3, 3)))
+    cost = pk.pair_cost(rng.uniform(0, 2, (3, 3)), eta=eta)
     loss, dz, st = pk.loss_grad(z, y_rank, qp, cost, mu)
     n = len(z)
     dz2 = np.empty(n)
-    st2 = pk.PairState.empty(n)
-    args = (cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r, cost.mode, mu)
-    loss2 = pk._loss_grad_kernel.py_func(z, y_rank, qp, *args, dz2, st2.order, st2.cut_pref,
-                                         st2.cut_less, np.empty(len(qp) - 1))
+    st2 = pk.PairState.empty(n, eta)
+    args = (cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r, cost.mode, cost.eta, mu)
+    loss2 = pk._loss_grad_kernel.py_func(z, y_rank, qp, *args, dz2, *st2.arrays, np.empty(len(qp) - 1))
     assert loss2 == loss
     np.testing.assert_array_equal(dz2, dz)
     u = rng.normal(size=(n, 1))
     out = np.empty((n, 1))
-    pk._hess_prod_kernel.py_func(u, y_rank, qp, *args, st2.order, st2.cut_pref, st2.cut_less, out)
+    pk._hess_prod_kernel.py_func(u, y_rank, qp, *args, *st2.arrays, out)
     np.testing.assert_array_equal(out[:, 0], pk.hess_prod(u[:, 0], y_rank, qp, cost, mu, st))
 
 

@@ -1,0 +1,172 @@
+"""cs-sRSVM (paper 001): the smooth hinge trained by every method, against dense explicit-pair
+optima, theorem 2's bound, block layouts and budgets, and from the command line."""
+
+import json
+
+import numpy as np
+import pytest
+
+import streamrank
+from dense_oracle import DenseRankSVM, explicit_pairs
+from streamrank.cli import main
+from streamrank.errors import ParameterError
+from streamrank.features.kernels import kernel_matrix
+from streamrank.io.convert import convert
+from streamrank.io.synthetic import write_hdf5
+from streamrank.training.exact import train_exact
+from streamrank.training.linear import train_linear
+from streamrank.training.problem import (ETA_AUTO_EPS1, THEOREM2_CONSTANT, pair_cost_table, pair_weight_sum,
+                                         query_weights)
+from test_cpath import ranking_data
+
+COSTS = "0-1:1,1-2:1.3,0-2:2"
+
+
+def _qp(q):
+    return np.concatenate([[0], np.flatnonzero(np.diff(q)) + 1, [len(q)]])
+
+
+@pytest.fixture(scope="module")
+def data():
+    """Raw features of scales 10^-2 .. 10^3 (not normalised) and labels 0-2."""
+    return ranking_data(12, 5, d=10)
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    d = tmp_path_factory.mktemp("smooth")
+    for part in ("train", "valid"):
+        write_hdf5(d / f"{part}.h5", "small", seed=0, part=part, scale=0.1)
+    return d
+
+
+@pytest.mark.parametrize("eta", [0.5, 0.05])
+@pytest.mark.parametrize("costs", [(None, None), (COSTS, "log_ratio")])
+def test_primal_smooth_hinge_equals_the_dense_explicit_pair_optimum(data, eta, costs):
+    X, y, q = data
+    pc, qw = costs
+    qp = _qp(q)
+    m = streamrank.RankSVM(C=0.01, loss="smooth_hinge", eta=eta, tol=1e-10, pair_cost=pc, query_weight=qw,
+                           normalize="none").fit(X, y, q)
+    dense = DenseRankSVM(X, y, qp, 0.01, lam=pair_cost_table(pc, np.unique(y)), mu=query_weights(qw, y, qp), eta=eta)
+    w = dense.solve()
+    assert m.objective_ == pytest.approx(dense.fun(w), rel=1e-10)
+    np.testing.assert_allclose(m.coef_, w, rtol=1e-6, atol=1e-9 * np.abs(w).max())
+    assert m.training_["eta"] == eta and m.model_.config["loss"] == "smooth_hinge"
+
+
+def test_eta_auto_is_the_papers_rule_per_C(data):
+    X, y, q = data
+    Cs = [0.01, 0.1, 1.0]
+    m = streamrank.RankSVM(C=Cs, loss="smooth_hinge", pair_cost=COSTS, query_weight="log_ratio").fit(
+        X, y, q, valid=ranking_data(30, 6, d=10))
+    qp = _qp(q)
+    levels = np.unique(y)
+    s = pair_weight_sum(np.searchsorted(levels, y), qp, pair_cost_table(COSTS, levels), query_weights("log_ratio", y, qp))
+    _, wts = explicit_pairs(y, qp, pair_cost_table(COSTS, levels), query_weights("log_ratio", y, qp))
+    assert s == pytest.approx(wts.sum(), rel=1e-12)  # the counted sum is the explicit pairs' sum
+    etas = [c["eta"] for c in m.training_["candidates"]]
+    assert etas == pytest.approx([min(0.5, np.sqrt(ETA_AUTO_EPS1 / (THEOREM2_CONSTANT * C * s))) for C in Cs], rel=1e-12)
+    assert etas[0] > etas[1] > etas[2]
+
+
+def test_theorem_2_bound(data):
+    """||w_eta - w*||^2 <= C sum lambda mu 0.0515 eta^2, both optima solved far below the bound,
+    and the distance shrinks with eta."""
+    X, y, q = data
+    qp = _qp(q)
+    C = 0.01
+    lam = pair_cost_table(COSTS, np.unique(y))
+    mu = query_weights("log_ratio", y, qp)
+    s = pair_weight_sum(np.searchsorted(np.unique(y), y), qp, lam, mu)
+    common = dict(C=C, pair_cost=COSTS, query_weight="log_ratio", tol=1e-12, max_iter=5000)
+    wstar = streamrank.RankSVM(**common).fit(X, y, q).coef_
+    dist = []
+    for eta in (0.8, 0.4, 0.1, 0.02):
+        w = streamrank.RankSVM(loss="smooth_hinge", eta=eta, **common).fit(X, y, q).coef_
+        d2 = float(np.sum((w - wstar) ** 2))
+        bound = C * s * THEOREM2_CONSTANT * eta ** 2
+        assert d2 <= bound
+        dist.append(d2)
+    assert dist == sorted(dist, reverse=True) and dist[-1] < dist[0]
+
+
+def test_theorem_2_bound_on_mq2008(mq2008, tmp_path):
+    convert([mq2008 / "Fold1" / "train.txt.gz"], tmp_path / "t.h5", quiet=True)
+    with streamrank.open_dataset(tmp_path / "t.h5") as ds:
+        qs = (0, 60)
+        common = dict(C=1e-3, pair_cost=COSTS, query_weight="log_ratio", tol=1e-12, max_iter=5000, queries=qs)
+        wstar, _ = train_linear(ds, **common)
+        y = ds.y[:int(ds.query_ptr[qs[1]])]
+        qp = ds.query_ptr[:qs[1] + 1]
+        levels = np.unique(y)
+        s = pair_weight_sum(np.searchsorted(levels, y), qp, pair_cost_table(COSTS, levels),
+                            query_weights("log_ratio", y, qp))
+        for eta in (0.5, 0.1, 0.01):
+            w, summ = train_linear(ds, loss="smooth_hinge", eta=eta, **common)
+            d2 = float(np.sum((w.w - wstar.w) ** 2))
+            assert summ["grad_norm"] < 1e-6 and d2 <= 1e-3 * s * THEOREM2_CONSTANT * eta ** 2
+
+
+def test_exact_kernel_smooth_hinge(small):
+    """Exact kernel cs-sRSVM: the linear kernel gives the primal optimum; with rbf, beta's optimum
+    is the dense one in w-space through Q = Phi Phi^T (Q as stored: float32 with its jitter)."""
+    with streamrank.open_dataset(small / "train.h5") as ds:
+        qs = (0, ds.n_queries)
+        common = dict(C=0.3, loss="smooth_hinge", eta=0.3, tol=1e-10, queries=qs, pair_cost=COSTS)
+        lin, sl = train_linear(ds, **common)
+        ker, sk = train_exact(ds, kernel="linear", **common)
+        assert sk["objective"] == pytest.approx(sl["objective"], rel=1e-8)
+        rbf, sr = train_exact(ds, kernel="rbf", gamma=0.05, **common)
+        X, y = ds.read(0, int(ds.query_ptr[qs[1]]))
+        qp = ds.query_ptr[:qs[1] + 1]
+        # the problem streamrank solves: Q stored as float32, plus its jitter
+        Q = kernel_matrix(X, kernel="rbf", gamma=0.05).astype(np.float32).astype(np.float64)
+        Q += sr["jitter"] * np.eye(len(y))
+        ev, V = np.linalg.eigh(Q)
+        Phi = V * np.sqrt(np.maximum(ev, 0.0))
+        dense = DenseRankSVM(Phi, y, qp, 0.3, lam=pair_cost_table(COSTS, np.unique(y)), eta=0.3)
+        assert sr["objective"] == pytest.approx(dense.fun(dense.solve()), rel=1e-8)
+        assert sr["candidates"][0]["eta"] == 0.3
+
+
+@pytest.mark.parametrize("method", ["primal", "nystroem"])
+def test_block_size_and_budget_do_not_change_the_model(small, tmp_path, method):
+    with streamrank.open_dataset(small / "train.h5") as ds:
+        kw = dict(C=0.5, loss="smooth_hinge", eta=0.2, tol=1e-8, method=method, pair_cost=COSTS,
+                  query_weight="log_ratio", normalize="zscore")
+        if method == "nystroem":
+            kw.update(gamma=0.05, components=40)
+        mem, s_mem = train_linear(ds, **kw)
+        assert s_mem["in_memory"]
+        small_blocks, s_sb = train_linear(ds, memory_budget="512KB", block_bytes=20_000, cache_dir=tmp_path,
+                                          **({"map_cache": "cache"} if method != "primal" else {}), **kw)
+        assert not s_sb["in_memory"]
+        assert np.array_equal(mem.w, small_blocks.w) and s_mem["objective"] == s_sb["objective"]
+
+
+def test_newton_cholesky_takes_the_smooth_hinge(small):
+    with streamrank.open_dataset(small / "train.h5") as ds:
+        kw = dict(C=0.5, loss="smooth_hinge", eta=0.2, tol=1e-10, pair_cost=COSTS)
+        _, st = train_linear(ds, **kw)
+        _, sn = train_linear(ds, solver="newton_cholesky", **kw)
+        assert sn["objective"] == pytest.approx(st["objective"], rel=1e-10)
+
+
+def test_cli(small, tmp_path, capsys):
+    out = tmp_path / "m.h5"
+    rc = main(["train", str(small / "train.h5"), "-o", str(out), "--loss", "smooth_hinge", "--eta", "auto",
+               "--C", "0.1,1", "--valid", str(small / "valid.h5"), "--pair-cost", COSTS, "--query-weight",
+               "log_ratio", "--json", "--quiet"])
+    assert rc == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert len({c["eta"] for c in summary["candidates"]}) == 2 and "eta" in summary
+    model = streamrank.load(out)
+    assert model.model_.config["loss"] == "smooth_hinge" and model.model_.config["eta"] == "auto"
+    for argv, words in ((["--eta", "0.3"], "--loss smooth_hinge"),
+                        (["--loss", "smooth_hinge", "--eta", "1.5"], "--eta auto"),
+                        (["--loss", "smooth_hinge", "--eta", "x"], "--eta auto")):
+        rc = main(["train", str(small / "train.h5"), "-o", str(tmp_path / "n.h5"), *argv])
+        assert rc == 2 and words in capsys.readouterr().err
+    with pytest.raises(ParameterError, match="eta"):
+        streamrank.RankSVM(loss="smooth_hinge", eta=0.0).fit(small / "train.h5")
