@@ -151,12 +151,15 @@ def _setup_logging(quiet, progress=True):
     logger.setLevel(logging.WARNING if quiet or not progress else logging.INFO)
 
 
-def _float_list(name):
+def _float_list(name, words=()):
     def parse(text):
+        if text.strip().lower() in words:
+            return text.strip().lower()
         try:
             vals = [float(v) for v in text.split(",") if v.strip()]
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} must be numbers separated by commas; got {text!r}") from None
+            alt = "".join(" or " + w for w in words)
+            raise argparse.ArgumentTypeError(f"{name} must be numbers separated by commas{alt}; got {text!r}") from None
         if not vals:
             raise argparse.ArgumentTypeError(f"{name} needs at least one value")
         return vals
@@ -218,15 +221,16 @@ def _train_exact(args, ds, valid):
         if getattr(args, opt) is not None:
             raise ParameterError(f"--{opt} applies to --method nystroem / rff, not to --method exact (which uses "
                                  f"every training row); drop --{opt}")
-    if args.solver != "tron":
-        raise ParameterError(f"--method exact is solved by TRON only; got --solver {args.solver}. Pass --solver tron")
+    if args.solver not in ("tron", "newton_yuan"):
+        raise ParameterError(f"--method exact is solved by TRON or Newton-Yuan; got --solver {args.solver}. "
+                             f"Pass --solver tron")
     return train_exact(ds, valid=valid, C=args.C, kernel=args.kernel or "rbf", gamma=args.gamma,
                        degree=3 if args.degree is None else args.degree,
                        coef0=1.0 if args.coef0 is None else args.coef0, normalize=args.normalize, tol=args.tol,
                        max_iter=args.max_iter, memory_budget=args.memory_budget, pair_cost=args.pair_cost,
                        query_weight=args.query_weight, select_metric=args.select_metric,
                        checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,
-                       precondition=args.precondition, loss=args.loss, eta=args.eta)
+                       precondition=args.precondition, loss=args.loss, eta=args.eta, solver=args.solver)
 
 
 def _cmd_predict(args):
@@ -314,8 +318,12 @@ def build_parser():
     t.add_argument("-o", "--output", required=True, metavar="MODEL.h5")
     _add_query_file(t)
     t.add_argument("--valid", metavar="DATA", help="validation data: logged each iteration, chooses C")
-    t.add_argument("--C", type=_float_list("--C"), default=[1.0], metavar="C[,C...]")
-    t.add_argument("--select-metric", choices=["meanndcg", "ndcg@10", "map"], default="meanndcg")
+    t.add_argument("--C", type=_float_list("--C", ("two-stage",)), default=[1.0], metavar="C[,C...]|two-stage",
+                   help="the loss weight; several values (with --valid) form a warm-started path; two-stage is "
+                        "paper 001's rule: 1e-5..1e-1 by decades, then 0.6, 0.8, 1.2, 1.4 times the best")
+    t.add_argument("--select-metric", choices=["meanndcg", "ndcg@10", "map", "avgndcg", "avgprec"],
+                   default="meanndcg", help="what --valid chooses C (and gamma) by; avgndcg and avgprec are "
+                   "paper 001's means of NDCG@1..20 and P@1..20")
     t.add_argument("--method", choices=["primal", "nystroem", "rff", "exact"], default="primal")
     t.add_argument("--kernel", choices=["rbf", "laplacian", "poly", "sigmoid", "linear"])
     t.add_argument("--gamma", type=_float_list("--gamma"), metavar="G[,G...]")
@@ -326,9 +334,10 @@ def build_parser():
     t.add_argument("--map-cache", choices=["auto", "memory", "cache", "recompute"], default="auto",
                    help="mapped rows: in memory if they fit, else on disk under --cache-dir or recomputed each "
                         "pass, chosen from measured rates (auto); the model is the same either way")
-    t.add_argument("--solver", choices=["auto", "tron", "newton_cholesky"], default="tron",
-                   help="tron (default: the same bits for any memory budget), newton_cholesky, or auto "
-                        "(chosen from measured pass and Hessian costs, so it may differ between runs)")
+    t.add_argument("--solver", choices=["auto", "tron", "newton_cholesky", "newton_yuan"], default="tron",
+                   help="tron (default: the same bits for any memory budget), newton_cholesky, newton_yuan "
+                        "(paper 001: Newton steps, Yuan's step length every third), or auto (tron or "
+                        "newton_cholesky from measured pass and Hessian costs, so it may differ between runs)")
     t.add_argument("--precondition", choices=["auto", "on", "off"], default="auto",
                    help="TRON's CG preconditioned by the Hessian of a sample of queries: fewer CG steps and "
                         "passes; auto = on for linear features, and for feature maps when it is cheap against a pass; "

@@ -27,7 +27,7 @@ class RankSVM:
     tol, max_iter : TRON's relative gradient tolerance and iteration limit.
     memory_budget : str or int, e.g. "2GB".
     checkpoint : directory for per-iteration checkpoints; ``resume`` continues from it.
-    select_metric : {"meanndcg", "ndcg@10", "map"} for choosing among several C.
+    select_metric : {"meanndcg", "ndcg@10", "map", "avgndcg", "avgprec"} for choosing among several C.
     method : {"primal", "nystroem", "rff"}
         Linear, or a kernel approximation (paper 000) with ``kernel``, ``gamma`` (float or several
         with ``valid``; default 1/n_features), ``degree``, ``coef0``, ``n_components`` (m),
@@ -35,10 +35,12 @@ class RankSVM:
         ``exact``: exact kernel RankSVM over beta (paper 004) with ``kernel`` (PSD), ``gamma``,
         ``degree``, ``coef0``; Q = K(X, X) in memory or under ``cache_dir``; ``block_bytes`` is then
         the size of a stored block of Q.
-    solver : {"tron", "newton_cholesky", "auto"}
+    solver : {"tron", "newton_cholesky", "newton_yuan", "auto"}
         ``tron`` (default) gives the same bits for any block size or budget; ``newton_cholesky``
-        forms the dense Hessian with BLAS (block layouts agree to the tolerance); ``auto`` picks
-        one from measured costs, so its choice may differ between runs (it is logged and saved).
+        forms the dense Hessian with BLAS (block layouts agree to the tolerance); ``newton_yuan``
+        is paper 001's Newton-Yuan (Cholesky directions up to 4,096 features, CG beyond and for
+        ``exact``); ``auto`` picks tron or newton_cholesky from measured costs, so its choice may
+        differ between runs (it is logged and saved).
     loss : {"squared_hinge", "smooth_hinge"}
         ``smooth_hinge`` is paper 001's cs-sRSVM loss (a C2 hinge with band half-width ``eta``),
         for every method.
@@ -161,11 +163,9 @@ class RankSVM:
 
 
 def _train_exact(ds, *, solver, method, components, rank, map_cache, **kw):
-    """train_exact with the estimator's arguments (TRON only; no map settings)."""
+    """train_exact with the estimator's arguments (no map settings)."""
     from streamrank.training.exact import train_exact
-    if solver != "tron":
-        raise ParameterError(f"method='exact' is solved by TRON only; got solver={solver!r}. Pass solver='tron'")
-    return train_exact(ds, **kw)
+    return train_exact(ds, solver=solver, **kw)
 
 
 def _params_from_config(cfg):

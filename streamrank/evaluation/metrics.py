@@ -1,4 +1,4 @@
-"""Ranking metrics per query: P@k, MAP, NDCG@k, MeanNDCG and pairwise accuracy.
+"""Ranking metrics per query: P@k, MAP, NDCG@k, MeanNDCG, AvgNDCG, AvgPrec and pairwise accuracy.
 
 Two conventions (DESIGN.md, "Evaluation"):
 
@@ -29,6 +29,10 @@ Two conventions (DESIGN.md, "Evaluation"):
     every metric here at once), relevant means label > 0, and queries without relevant documents
     are skipped (NaN per query, left out of the averages) and counted.
 
+AvgNDCG and AvgPrec (paper 001's measures) are the means of NDCG@k and P@k over k = 1..20 in the
+convention chosen; paper 001's own gains and relevance rules differ from both conventions, so its
+printed figures are context, not digit targets.
+
 Pairwise accuracy is the same in both conventions: the fraction of preference pairs
 (y_i > y_j, same query) with s_i > s_j, a tied score pair counting one half. It is computed in
 O(l log l) per query from counts (never from explicit pairs); queries without pairs are NaN and
@@ -50,6 +54,8 @@ from streamrank.errors import InputError, ParameterError
 __all__ = ["CONVENTIONS", "Report", "evaluate", "pairwise_accuracy_counts"]
 
 CONVENTIONS = ("letor4", "standard")
+# the cut-offs averaged by AvgNDCG and AvgPrec (paper 001, sec. 3)
+AVG_KS = tuple(range(1, 21))
 
 _DESCRIPTION = {
     "letor4": ("LETOR 4.0 Eval-Score-4.0.pl: gains 0/1/3 for labels 0/1/2, positions 1-2 undiscounted "
@@ -355,6 +361,9 @@ class Report:
         NDCG@k and P@k.
     average_precision, mean_ndcg : ndarray, shape (n_queries,)
         AP (MAP once averaged) and MeanNDCG (mean of NDCG@1..n_q).
+    avg_ndcg, avg_precision : ndarray, shape (n_queries,)
+        Paper 001's AvgNDCG and AvgPrec: the mean of the convention's NDCG@k and P@k over
+        k = 1..20 (:data:`AVG_KS`), whatever ``ks``.
     pairwise_accuracy : ndarray, shape (n_queries,)
         NaN for queries without preference pairs.
     n_pairs : ndarray of int64, shape (n_queries,)
@@ -362,7 +371,8 @@ class Report:
     order : ndarray of int64
         Display / summation order of the queries.
     means : dict
-        ``"P@k"``, ``"MAP"``, ``"NDCG@k"``, ``"MeanNDCG"``, ``"pairwise_accuracy"`` (mean over
+        ``"P@k"``, ``"MAP"``, ``"NDCG@k"``, ``"MeanNDCG"``, ``"AvgNDCG"``, ``"AvgPrec"``,
+        ``"pairwise_accuracy"`` (mean over
         queries with pairs) and ``"pairwise_accuracy_micro"`` (all pairs pooled).
     notes : tuple of str
         Deviations from the official script, e.g. labels above 2 under ``letor4``.
@@ -382,6 +392,8 @@ class Report:
     order: np.ndarray
     means: dict = field(default_factory=dict)
     notes: tuple = ()
+    avg_ndcg: np.ndarray = None
+    avg_precision: np.ndarray = None
 
     @property
     def n_queries(self):
@@ -429,6 +441,8 @@ class Report:
                 for j, k in enumerate(self.ks):
                     row[f"NDCG@{k}"] = _json_float(self.ndcg[q, j])
                 row["MeanNDCG"] = _json_float(self.mean_ndcg[q])
+                row["AvgNDCG"] = _json_float(self.avg_ndcg[q])
+                row["AvgPrec"] = _json_float(self.avg_precision[q])
                 row["n_pairs"] = int(self.n_pairs[q])
                 row["pairwise_accuracy"] = _json_float(self.pairwise_accuracy[q])
                 rows.append(row)
@@ -477,7 +491,8 @@ class Report:
             for name in ("P", "NDCG"):
                 lines.append("".join([name.ljust(10)]
                                      + [_fmt(m[f"{name}@{k}"]).rjust(width) for k in self.ks]))
-            lines.append(f"MAP: {_fmt(m['MAP'])}   MeanNDCG: {_fmt(m['MeanNDCG'])}")
+            lines.append(f"MAP: {_fmt(m['MAP'])}   MeanNDCG: {_fmt(m['MeanNDCG'])}   "
+                         f"AvgNDCG: {_fmt(m['AvgNDCG'])}   AvgPrec: {_fmt(m['AvgPrec'])} (means over k = 1..20)")
             lines.append(self._pair_summary())
             return "\n".join(lines) + "\n"
 
@@ -607,7 +622,11 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=
                          "for them (it would score them 0 and not relevant)")
         log_table = _log_table(int(sizes.max()) + 1)
 
-    nk = len(ks)
+    # the columns asked for, and k = 1..20 for paper 001's AvgNDCG / AvgPrec, in one computation
+    ks_all = tuple(sorted(set(ks) | set(AVG_KS)))
+    cols = [ks_all.index(k) for k in ks]
+    avg_cols = [ks_all.index(k) for k in AVG_KS]
+    nk = len(ks_all)
     ndcg = np.empty((n_q, nk))
     prec = np.empty((n_q, nk))
     ap = np.empty(n_q)
@@ -617,10 +636,13 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=
         a, b = ptr[q], ptr[q + 1]
         yq, sq = y[a:b], s[a:b]
         if convention == "letor4":
-            res = _query_letor4(yq, sq, ks, log_table)
+            res = _query_letor4(yq, sq, ks_all, log_table)
         else:
-            res = _query_standard(yq, sq, ks)
+            res = _query_standard(yq, sq, ks_all)
         ndcg[q], prec[q], ap[q], mean_ndcg[q], has_rel[q] = res
+    avg_ndcg = ndcg[:, avg_cols].mean(axis=1)
+    avg_prec = prec[:, avg_cols].mean(axis=1)
+    ndcg, prec = ndcg[:, cols], prec[:, cols]
     n_pairs, correct = _pairwise_in_parts(y, s, ptr)
     with np.errstate(invalid="ignore", divide="ignore"):
         pair_acc = np.where(n_pairs > 0, correct / np.maximum(n_pairs, 1), np.nan)
@@ -634,6 +656,8 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=
     for j, k in enumerate(ks):
         means[f"NDCG@{k}"] = _ordered_mean(ndcg[:, j], order, mask)
     means["MeanNDCG"] = _ordered_mean(mean_ndcg, order, mask)
+    means["AvgNDCG"] = _ordered_mean(avg_ndcg, order, mask)
+    means["AvgPrec"] = _ordered_mean(avg_prec, order, mask)
     means["pairwise_accuracy"] = _ordered_mean(pair_acc, order, n_pairs > 0)
     tot = int(n_pairs.sum())
     means["pairwise_accuracy_micro"] = float(correct.sum()) / tot if tot else float("nan")
@@ -641,4 +665,4 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=
     return Report(convention=convention, ks=ks, qid=qid, n_docs=sizes, ndcg=ndcg,
                   precision=prec, average_precision=ap, mean_ndcg=mean_ndcg,
                   pairwise_accuracy=pair_acc, n_pairs=n_pairs, has_relevant=has_rel,
-                  order=order, means=means, notes=tuple(notes))
+                  order=order, means=means, notes=tuple(notes), avg_ndcg=avg_ndcg, avg_precision=avg_prec)

@@ -160,7 +160,7 @@ class KernelObjective(RankObjective):
         return self
 
     def hessian(self, max_rows=None):
-        raise NotImplementedError("exact kernel RankSVM is solved by TRON only (the Hessian in beta is l x l)")
+        raise NotImplementedError("exact kernel RankSVM does not form its l x l Hessian in beta (TRON and Newton-Yuan use products)")
 
 
 # -- the passes over the row blocks of Q (streamrank.execution) -------------------------------------

@@ -32,9 +32,10 @@ from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (check_config, check_has_features, check_queries, check_valid_width,
+from streamrank.training.problem import (c_path, check_config, check_has_features, check_queries, check_valid_width,
                                         eta_for, pair_cost_table, pair_weight_sum, query_weights, read_labels,
                                         validation_score)
+from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
 
@@ -108,11 +109,12 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
                 tol=1e-3, max_iter=1000, memory_budget="2GB", pair_cost=None, query_weight=None,
                 select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
                 cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None,
-                loss="squared_hinge", eta=None):
+                loss="squared_hinge", eta=None, solver="tron"):
     """Train exact kernel RankSVM on an open dataset; return (LinearModel with an ExactKernelMap, summary).
 
     ``loss``, ``eta``: as in :func:`~streamrank.training.linear.train_linear` (paper 001's smooth
-    hinge over beta, paper 004's problem with p(m)^2 for max(0, m)^2).
+    hinge over beta, paper 004's problem with p(m)^2 for max(0, m)^2). ``solver``: ``tron`` or
+    ``newton_yuan`` (paper 001; its directions by preconditioned CG, the l x l Hessian is not formed).
     ``gamma``: one value or several (then ``valid`` chooses), None for 1 / n_features.
     ``block_bytes``: bytes of a stored block of Q (default from the budget); the model does not
     depend on it, nor on ``memory_budget``. ``cache_dir``: where Q is stored when it does not fit
@@ -125,7 +127,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
-    Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
+    Cs, refine = c_path(C)
     gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
     d = ds.n_features
     gammas = [check_psd_kernel(kernel, g, degree, coef0, d)[1] for g in gammas]
@@ -138,7 +140,9 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     elif landmarks == "auto":
         q0_, q1_ = queries if queries is not None else (0, ds.n_queries)
         landmarks = auto_landmarks(int(ds.query_ptr[q1_] - ds.query_ptr[q0_]))
-    cfg = {"method": "exact", "solver": "tron", "C_path": Cs, "kernel": kernel, "gamma_path": gammas,
+    if solver not in ("tron", "newton_yuan"):
+        raise ParameterError(f"method=exact is solved by tron or newton_yuan; got solver={solver!r}. Use solver=tron")
+    cfg = {"method": "exact", "solver": solver, "C_path": Cs, "kernel": kernel, "gamma_path": gammas,
            "degree": degree, "coef0": coef0, "normalize": normalize, "tol": float(tol), "max_iter": int(max_iter),
            "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
@@ -146,6 +150,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None,
            "landmarks": int(landmarks), "loss": loss, "eta": eta}
+    if refine is not None:
+        cfg["C_rule"] = "two-stage"
     check_config(cfg)
     check_has_features(ds)
     check_valid_width(ds, valid)
@@ -215,9 +221,10 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
 
         def prepare(self, gram, gi, Ck, w):
             ck = point_cost(Ck)
-            log.info("C=%g: exact kernel TRON%s eps=%g on %d rows, %d queries", Ck,
+            log.info("C=%g: exact kernel %s%s eps=%g on %d rows, %d queries", Ck, solver,
                      f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", tol, l, q1 - q0)
-            return gram.objective(Ck, ck), tron, ({"precondition": True} if gram.precond is not None else {})
+            return (gram.objective(Ck, ck), tron if solver == "tron" else newton_yuan,
+                    ({"precondition": True} if gram.precond is not None else {}))
 
         def gamma(self, gi):
             return gammas[gi]
@@ -229,16 +236,16 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
 
     path = Exact()
     res = run_settings(path, points, cfg, validate=valid is not None, checkpoint=checkpoint, resume=resume,
-                       fingerprint=ds.fingerprint)
+                       fingerprint=ds.fingerprint, refine=refine)
     build_s, precond_s, in_memory, jitter = path.build_seconds, path.precond_seconds, path.in_memory, path.jitter
 
     beta = np.asarray(res.w, np.float64)
     support = np.flatnonzero(beta)
     summary = {**res.summary(), "cg_steps": sum(c["cg_steps"] for c in res.candidates),
                "seconds": time.perf_counter() - t_start, "kernel_seconds": build_s, "precondition_seconds": precond_s,
-               "jitter": jitter, "method": "exact", "solver": "tron", "kernel": kernel, "in_memory": in_memory,
+               "jitter": jitter, "method": "exact", "solver": solver, "kernel": kernel, "in_memory": in_memory,
                "support": int(support.size), "landmarks": cfg["landmarks"]}
-    report_grid_edges(summary, Cs, gammas)
+    report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), gammas)
     model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(points[res.best][0], support), config=cfg,
                         training=summary, fingerprint=ds.fingerprint, levels=levels)
     return model, summary

@@ -17,18 +17,20 @@ from streamrank.errors import ParameterError
 from streamrank.features.normalize import Normalizer
 from streamrank.objectives.rank_objective import BlockSource, RankObjective
 from streamrank.solvers.newton import newton_cholesky
+from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (check_config, check_has_features, check_queries, check_valid_width,
+from streamrank.training.problem import (c_path, check_config, check_has_features, check_queries, check_valid_width,
                                         eta_for, pair_cost_table, pair_weight_sum, query_weights, read_labels,
                                         validation_score)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
 
-SOLVERS = ("auto", "tron", "newton_cholesky")
+SOLVERS = ("auto", "tron", "newton_cholesky", "newton_yuan")
+SOLVER_FUNCTIONS = {"tron": tron, "newton_cholesky": newton_cholesky, "newton_yuan": newton_yuan}
 
 
 # TRON's expected CG steps per iteration for the cost comparison of --solver auto (LIBLINEAR's
@@ -96,7 +98,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
-    Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
+    Cs, refine = c_path(C)
     if method not in METHODS:
         raise ParameterError(f"method must be one of {', '.join(METHODS)}; got {method!r}. Use method=nystroem")
     if precondition not in PRECONDITION_MODES:
@@ -124,6 +126,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     if method != "primal":
         cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": int(degree), "coef0": float(coef0),
                     "components": int(components), "rank": rank})
+    if refine is not None:
+        cfg["C_rule"] = "two-stage"
     check_config(cfg)
     check_has_features(ds)
     check_valid_width(ds, valid)
@@ -219,7 +223,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                                                                         executor=executor), w)
                 cfg["solver_chosen"] = self.solver
                 log.info("solver auto: %s (%s)", self.solver, why)
-            obj = RankObjective(source, m, C=Ck, cost=ck, mu=mu, keep_scores=self.solver != "tron",
+            obj = RankObjective(source, m, C=Ck, cost=ck, mu=mu, keep_scores=self.solver == "newton_cholesky",
                                 executor=executor)
             log.info("C=%g: %s%s eps=%g on %d rows, %d queries, %d features (%s)", Ck, self.solver,
                      f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", tol, source.n_rows,
@@ -227,10 +231,12 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                      else f"rows {'re-mapped' if method != 'primal' else 're-read'} every pass in "
                           f"{len(source.stream)} blocks")
             kw = {}
-            if self.solver == "tron":
+            if self.solver in ("tron", "newton_yuan"):
                 from streamrank.objectives.linear_precond import worth_it
                 kw["precondition"] = precondition == "on" or (precondition == "auto" and worth_it(source.n_rows, m))
-            return obj, (tron if self.solver == "tron" else newton_cholesky), kw
+            if self.solver == "newton_yuan":
+                kw["dense_max"] = memplan.dense_hessian_max(budget)
+            return obj, SOLVER_FUNCTIONS[self.solver], kw
 
         def gamma(self, gi):
             return None if method == "primal" else feature_map(gi).gamma_
@@ -242,13 +248,13 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
 
     path = Linear()
     res = run_settings(path, points, cfg, validate=valid is not None, checkpoint=checkpoint, resume=resume,
-                       fingerprint=ds.fingerprint)
+                       fingerprint=ds.fingerprint, refine=refine)
     solver, read_s, source, source_gi = path.solver, path.read_seconds, path.last, path.last_gi
 
     fmap = feature_map(points[res.best][0])
     summary = {**res.summary(), "seconds": time.perf_counter() - t_start, "read_seconds": read_s, "method": method,
                "solver": solver, "in_memory": source.in_memory if source else None}
-    report_grid_edges(summary, Cs, gammas)
+    report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), gammas)
     if method != "primal":
         summary["components"] = int(fmap.n_components_)
         summary["map_storage"] = source.mode if points[res.best][0] == source_gi else None

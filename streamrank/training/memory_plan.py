@@ -35,6 +35,21 @@ def state_bytes_per_row(loss="squared_hinge"):
 MEMORY_TIER_SHARE = 0.5
 
 
+# share of the budget the dense Hessian of a Newton solver may take (its m x m matrices and the
+# float64 rows with their Hessian products while it is formed)
+DENSE_HESSIAN_SHARE = 0.25
+
+
+def dense_hessian_max(budget):
+    """The largest m whose dense Hessian (3 m x m float64: H, its factor, a temporary) and its
+    formation (2 x HESSIAN_ROWS x m float64) fit DENSE_HESSIAN_SHARE of the budget; Newton-Yuan
+    uses CG directions beyond."""
+    from streamrank.objectives.rank_objective import HESSIAN_ROWS
+    room = budget * DENSE_HESSIAN_SHARE
+    b = 16.0 * HESSIAN_ROWS  # 24 m^2 + b m <= room
+    return max(0, int((-b + (b * b + 96.0 * room) ** 0.5) / 48.0))
+
+
 def raw_block_bytes(budget):
     """Bytes of a block of raw rows read once (normalisation statistics, the exact path's rows)."""
     return int(budget * BLOCK_SHARE_OF_BUDGET)

@@ -25,6 +25,18 @@ log = logging.getLogger("streamrank.training.path")
 # more iterations simply continue)
 RESUMABLE_CHANGES = ("memory_budget", "block_bytes", "max_iter")
 
+# Paper 001's two-stage choice of C (``C="two-stage"``): the decades, then these multiples of the
+# best of them (on the validation data)
+TWO_STAGE_DECADES = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
+TWO_STAGE_FACTORS = (0.6, 0.8, 1.2, 1.4)
+
+
+def two_stage_refine(candidates, points, valid_key):
+    """The second stage's points: TWO_STAGE_FACTORS times the first stage's best C, with its gamma."""
+    best = max(range(len(points)), key=lambda i: candidates[i].get(valid_key, 0.0))
+    gi, C = points[best]
+    return [(gi, f * C) for f in TWO_STAGE_FACTORS]
+
 
 class Method:
     """What a method supplies to :func:`run_path` (override every method but ``fresh``)."""
@@ -81,29 +93,43 @@ class PathResult:
                 **({"eta": chosen["eta"]} if "eta" in chosen else {})}
 
 
-def run_settings(method, points, settings, *, validate, checkpoint, resume, fingerprint):
+def run_settings(method, points, settings, *, validate, checkpoint, resume, fingerprint, refine=None):
     """:func:`run_path` with the tolerance, iteration cap and validation metric of a training
     run's ``settings`` (validated only when ``validate``, i.e. there are validation data)."""
     return run_path(method, points, tol=settings["tol"], max_iter=settings["max_iter"],
                     select_metric=settings["select_metric"] if validate else None, checkpoint=checkpoint,
-                    resume=resume, settings=settings, fingerprint=fingerprint)
+                    resume=resume, settings=settings, fingerprint=fingerprint, refine=refine)
 
 
 def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=None, resume=False, settings=None,
-             fingerprint=None):
+             fingerprint=None, refine=None):
     """Solve every point of ``points`` with ``method``; return a :class:`PathResult`.
 
     ``select_metric``: the validation metric the candidates record as ``valid_<metric>`` and the
     best point is chosen by (None: no validation; then the last point is the one chosen).
     ``settings``: the run's settings, recorded in each checkpoint; a checkpoint must match all of
-    them but :data:`RESUMABLE_CHANGES` to be resumed."""
+    them but :data:`RESUMABLE_CHANGES` to be resumed.
+    ``refine``: a second stage, ``refine(candidates, points, valid_key) -> more points``, called
+    once the given points are solved (e.g. :func:`two_stage_refine`); the best point is chosen
+    among both stages. A resumed run recomputes the second stage from the first stage's
+    candidates in the checkpoint."""
     valid_key = None if select_metric is None else "valid_" + select_metric
     config = {k: v for k, v in (settings or {}).items() if k not in RESUMABLE_CHANGES}
+    first = list(points)
+
+    def all_points(cands):
+        """The path's points once ``cands`` are known (the second stage needs the first's)."""
+        if refine is None or len(cands) < len(first):
+            return first
+        return first + list(refine(cands[:len(first)], first, valid_key))
+
     candidates, path_w, start_index, state, passes0 = resume_point(checkpoint if resume else None, config,
-                                                                   fingerprint, points)
+                                                                   fingerprint, all_points)
+    points = all_points(candidates)
     n_ck = [0]
     resource, resource_gi, total = None, None, passes0
-    for k in range(start_index, len(points)):
+    k = start_index
+    while k < len(points):
         gi, Ck = points[k]
         if resource_gi != gi:
             if resource is not None:
@@ -138,6 +164,8 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
         finish_point(st, C=Ck, gamma=method.gamma(gi), passes=passes(), candidates=candidates, path_w=path_w,
                      valid=None if valid_key is None else (valid_key, method.score(st.w, gi)),
                      extra=method.point_info(gi, Ck))
+        points = all_points(candidates)
+        k += 1
     if resource is not None:
         total += resource.passes
         method.close(resource)
@@ -180,7 +208,8 @@ def checkpoint_scalars(st, **extra):
 
 def resume_point(checkpoint, config, fingerprint, points):
     """(candidates, path_w, path index, TronState or None, passes so far) from the checkpoint in
-    directory ``checkpoint`` (None: start afresh); ``points`` are the path's (gamma index, C)."""
+    directory ``checkpoint`` (None: start afresh); ``points(candidates)`` gives the path's
+    (gamma index, C) once the finished candidates are known."""
     if checkpoint:
         ck = read_checkpoint(checkpoint, config=config, fingerprint=fingerprint, warn=log.warning)
         if ck is not None:
@@ -189,6 +218,7 @@ def resume_point(checkpoint, config, fingerprint, points):
                 state = tron_state_from_checkpoint(ck)
                 k = int(sc["C_index"])
                 path_w = [np.asarray(ck["extra"][f"w{i}"], np.float64) for i in range(len(sc["candidates"]))]
+                points = points(sc["candidates"])
                 why = _inconsistent(state, k, len(sc["candidates"]), path_w, len(points), sc["passes"])
             except (KeyError, TypeError, ValueError, IndexError) as e:
                 why = f"a field is missing or of the wrong kind ({e!r})"

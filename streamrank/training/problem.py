@@ -7,7 +7,7 @@ from streamrank.errors import ParameterError
 from streamrank.evaluation.metrics import evaluate
 from streamrank.io.info import preference_pairs_per_query
 
-SELECT_METRICS = ("meanndcg", "ndcg@10", "map")
+SELECT_METRICS = ("meanndcg", "ndcg@10", "map", "avgndcg", "avgprec")
 QUERY_WEIGHTS = ("none", "log_ratio")
 PAIR_COSTS = ("none", "gain_difference")
 LOSSES = ("squared_hinge", "smooth_hinge")
@@ -93,6 +93,22 @@ def pair_cost_table(kind, levels):
     return lam
 
 
+def c_path(C):
+    """(the C values of the path's first stage, its refine function or None) for ``C``: a value,
+    several, or ``"two-stage"`` (paper 001: the decades 1e-5..1e-1, then 0.6, 0.8, 1.2 and 1.4 times
+    the best of them; :func:`~streamrank.training.path.two_stage_refine`)."""
+    from streamrank.training.path import TWO_STAGE_DECADES, two_stage_refine
+    if isinstance(C, str):
+        if C.strip().lower() != "two-stage":
+            raise ParameterError(f"C must be numbers or 'two-stage'; got {C!r}. Use C=two-stage")
+        return list(TWO_STAGE_DECADES), two_stage_refine
+    try:
+        Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
+    except (TypeError, ValueError):
+        raise ParameterError(f"C must be numbers or 'two-stage'; got {C!r}. Use C=0.5") from None
+    return Cs, None
+
+
 def check_loss(loss, eta):
     """The loss and its eta as the config records them: (loss, None | "auto" | float)."""
     if loss not in LOSSES:
@@ -174,7 +190,8 @@ def check_valid_width(ds, valid):
 
 def metric_value(report, name):
     m = report.means
-    return {"meanndcg": m["MeanNDCG"], "ndcg@10": m["NDCG@10"], "map": m["MAP"]}[name]
+    return {"meanndcg": m["MeanNDCG"], "ndcg@10": m["NDCG@10"], "map": m["MAP"], "avgndcg": m["AvgNDCG"],
+            "avgprec": m["AvgPrec"]}[name]
 
 
 def check_config(cfg):

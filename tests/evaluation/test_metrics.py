@@ -442,3 +442,26 @@ def test_pair_counts_in_parts_are_the_counts_of_the_whole(monkeypatch):
         got = m._pairwise_in_parts(y, s, ptr)
         np.testing.assert_array_equal(got[0], whole[0])
         np.testing.assert_array_equal(got[1], whole[1])
+
+
+@pytest.mark.parametrize("convention", ["letor4", "standard"])
+def test_avg_ndcg_and_avg_prec_are_means_over_k_1_to_20(convention):
+    """Paper 001's AvgNDCG / AvgPrec: per query, the mean of NDCG@1..20 and P@1..20 (the
+    transliterated official script's values under letor4), whatever ks the report shows."""
+    rng = np.random.default_rng(12)
+    y, s, ptr = random_queries(rng, 200, 30, n_labels=3)
+    rep = evaluate(y, s, ptr, convention=convention, ks=(1, 3, 5))
+    full = evaluate(y, s, ptr, convention=convention, ks=range(1, 21))
+    for q in range(len(ptr) - 1):
+        if convention == "letor4":
+            prec, _, ndcg, _ = perl_like_query(list(y[ptr[q]:ptr[q + 1]]), list(s[ptr[q]:ptr[q + 1]]), 20)
+            assert rep.avg_ndcg[q] == pytest.approx(sum(ndcg) / 20, abs=1e-12)
+            assert rep.avg_precision[q] == pytest.approx(sum(prec) / 20, abs=1e-12)
+        np.testing.assert_allclose(rep.avg_ndcg[q], np.mean(full.ndcg[q]), rtol=0, atol=1e-15)
+        np.testing.assert_allclose(rep.avg_precision[q], np.mean(full.precision[q]), rtol=0, atol=1e-15)
+    assert rep.means["AvgNDCG"] == pytest.approx(np.nanmean(full.ndcg.mean(axis=1)), abs=1e-12)
+    assert rep.means["AvgPrec"] == pytest.approx(np.nanmean(full.precision.mean(axis=1)), abs=1e-12)
+    assert rep.ks == (1, 3, 5) and rep.ndcg.shape[1] == 3
+    d = rep.to_dict(per_query=True)
+    assert "AvgNDCG" in d["means"] and "AvgPrec" in d["per_query"][0]
+    assert "AvgNDCG" in rep.format()

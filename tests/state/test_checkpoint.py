@@ -549,3 +549,20 @@ def test_a_checkpoint_with_a_valid_checksum_but_inconsistent_contents_is_refused
     write_checkpoint(tmp_path, config={"a": 1}, fingerprint="f", scalars=sc, w=arrays["w"], g=arrays["g"], extra={})
     with pytest.raises(FormatError, match=f"the checkpoint is inconsistent: .*{message}.*resume=False"):
         resume_point(tmp_path, {"a": 1}, "f", [(0, 0.5), (0, 1.0)])
+
+
+@pytest.mark.parametrize("solver", ["tron", "newton_yuan"])
+def test_smooth_hinge_killed_and_resumed_gives_the_uninterrupted_model(data, tmp_path, solver):
+    """Paper 001's cs-sRSVM with either solver: a kill after the second iteration, then --resume."""
+    args = ["--loss", "smooth_hinge", "--eta", "0.3", "--pair-cost", "0-1:1,1-2:1.3,0-2:2", "--query-weight",
+            "log_ratio", "--tol", "1e-9", "--solver", solver]
+    code, out, err = run_in_process(train_args(data, tmp_path / "ref.h5", None, *args))
+    assert code == 0, err
+    ck = tmp_path / "ck"
+    p = run(train_args(data, tmp_path / "m.h5", ck, *args), "after-iteration:2")
+    assert p.returncode == ABORT_EXIT_CODE, p.stderr
+    p = run(train_args(data, tmp_path / "m.h5", ck, *args, "--resume"))
+    assert p.returncode == 0, p.stderr
+    assert "resuming from" in p.stderr
+    assert np.array_equal(read_w(tmp_path / "m.h5"), read_w(tmp_path / "ref.h5"))
+    assert last_json(p.stdout)["objective"] == last_json(out)["objective"]

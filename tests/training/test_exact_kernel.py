@@ -218,7 +218,7 @@ def test_ranksvm_estimator_fits_exact(ds):
     model, s = train_exact(ds, C=0.5, kernel="laplacian", gamma=GAMMA, tol=1e-6)
     assert est.objective_ == s["objective"]
     assert np.array_equal(est.predict(X), model.decision_function(X))
-    with pytest.raises(streamrank.errors.ParameterError, match="TRON only"):
+    with pytest.raises(streamrank.errors.ParameterError, match="tron or newton_yuan"):
         streamrank.RankSVM(method="exact", solver="newton_cholesky").fit(X, y, qid)
 
 

@@ -106,3 +106,50 @@ def test_a_resumed_path_ends_with_the_uninterrupted_solutions(tmp_path, stop_aft
         assert np.array_equal(a, b)
     assert resumed.best == full.best
     assert [c["objective"] for c in resumed.candidates] == [c["objective"] for c in full.candidates]
+
+
+@pytest.mark.parametrize("stop_after", [None, 3, 30])
+def test_two_stage_path_and_its_resume(tmp_path, stop_after):
+    """Paper 001's two-stage C: the decades, then 0.6, 0.8, 1.2, 1.4 x the best of them, the best
+    chosen among all nine; killed in either stage and resumed, the same candidates and solutions."""
+    from streamrank.training.path import TWO_STAGE_DECADES, two_stage_refine
+    X = hinge_problem(seed=23)
+    first = [(1, C) for C in TWO_STAGE_DECADES]
+    kw = dict(tol=1e-10, max_iter=200, select_metric="score", settings={"test": 2}, fingerprint="e" * 64,
+              refine=two_stage_refine)
+    full = run_path(Hinge(X), first, **kw)
+    Cs = [c["C"] for c in full.candidates]
+    best1 = int(np.argmax([c["valid_score"] for c in full.candidates[:5]]))
+    assert Cs[:5] == list(TWO_STAGE_DECADES)
+    assert Cs[5:] == [f * TWO_STAGE_DECADES[best1] for f in (0.6, 0.8, 1.2, 1.4)]
+    assert full.best == int(np.argmax([c["valid_score"] for c in full.candidates]))
+    if stop_after is None:
+        return
+
+    class Killed(Exception):
+        pass
+
+    calls = [0]
+
+    class Dying(Hinge):
+        def prepare(self, resource, gi, C, w):
+            obj, solve, extra = super().prepare(resource, gi, C, w)
+
+            def dying_solve(obj, w, callback=None, **k):
+                def cb(st):
+                    callback(st)
+                    calls[0] += 1
+                    if calls[0] == stop_after:
+                        raise Killed()
+                return solve(obj, w, callback=cb, **k)
+            return obj, dying_solve, extra
+
+    ck = tmp_path / "ck"
+    dying = Dying(X)
+    with pytest.raises(Killed):
+        run_path(dying, first, checkpoint=ck, **kw)
+    assert (len(dying.starts) > 5) == (stop_after == 30)  # killed in the second stage, or in the first
+    resumed = run_path(Hinge(X), first, checkpoint=ck, resume=True, **kw)
+    assert [c["C"] for c in resumed.candidates] == Cs and resumed.best == full.best
+    for a, b in zip(resumed.path_w, full.path_w):
+        assert np.array_equal(a, b)

@@ -156,14 +156,22 @@ def test_newton_cholesky_takes_the_smooth_hinge(small):
 def test_cli(small, tmp_path, capsys):
     out = tmp_path / "m.h5"
     rc = main(["train", str(small / "train.h5"), "-o", str(out), "--loss", "smooth_hinge", "--eta", "auto",
-               "--C", "0.1,1", "--valid", str(small / "valid.h5"), "--pair-cost", COSTS, "--query-weight",
-               "log_ratio", "--json", "--quiet"])
+               "--C", "two-stage", "--select-metric", "avgndcg", "--valid", str(small / "valid.h5"), "--pair-cost",
+               COSTS, "--query-weight", "log_ratio", "--json", "--quiet"])
     assert rc == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert len({c["eta"] for c in summary["candidates"]}) == 2 and "eta" in summary
+    cands = summary["candidates"]
+    assert [c["C"] for c in cands[:5]] == [1e-5, 1e-4, 1e-3, 1e-2, 1e-1] and len(cands) == 9
+    best1 = max(cands[:5], key=lambda c: c["valid_avgndcg"])["C"]
+    assert [c["C"] for c in cands[5:]] == [f * best1 for f in (0.6, 0.8, 1.2, 1.4)]
+    assert summary["C"] == max(cands, key=lambda c: c["valid_avgndcg"])["C"]
+    assert len({c["eta"] for c in cands}) == 9 and "eta" in summary
     model = streamrank.load(out)
     assert model.model_.config["loss"] == "smooth_hinge" and model.model_.config["eta"] == "auto"
-    for argv, words in ((["--eta", "0.3"], "--loss smooth_hinge"),
+    with pytest.raises(SystemExit):  # argparse's own refusal
+        main(["train", str(small / "train.h5"), "-o", str(tmp_path / "n.h5"), "--C", "two"])
+    assert "or two-stage; got 'two'" in capsys.readouterr().err
+    for argv, words in ((["--eta", "0.3"], "--loss smooth_hinge"), (["--C", "two-stage"], "--valid"),
                         (["--loss", "smooth_hinge", "--eta", "1.5"], "--eta auto"),
                         (["--loss", "smooth_hinge", "--eta", "x"], "--eta auto")):
         rc = main(["train", str(small / "train.h5"), "-o", str(tmp_path / "n.h5"), *argv])

@@ -1,0 +1,172 @@
+"""Newton-Yuan (paper 001, sec. 2.3): Newton directions, full steps, and Yuan's step length on
+every third iteration.
+
+Each iteration k (counted from 1, as in the paper):
+
+1. stop when ||g_k|| <= eps min(||g(0)||, ||g(w0)||) (TRON's rule, :mod:`streamrank.solvers.tron`),
+   or, when given, the paper's absolute tests ||g_k|| <= eps2 (step 2) and ||d_k|| <= eps3 (step 4);
+2. the Newton direction d_k solves H_k d = -g_k (step 3): by Cholesky of the dense Hessian
+   ``obj.hessian()`` when the function object has one and the dimension is at most DENSE_MAX, else
+   by (preconditioned) conjugate gradients through ``obj.hessp`` to a relative residual of
+   min(CG_RTOL, sqrt(||g_k|| / ||g_ref||)) (an inexact Newton step, superlinear near the optimum);
+3. the step (step 5): w_{k+1} = w_k + alpha_k d_k with alpha_k = 1 on most iterations and, when
+   k mod 3 == 0, Yuan's steepest-descent step length alpha_k = 1 / sqrt(||g_k|| / ||w_k - w_{k-1}|| + 1).
+   The paper writes ||w_{k+1} - w_k|| in that formula, which needs the step it defines; we read
+   it as the previous step, the only one known.
+
+Departures from the paper (say so when you compare figures):
+
+- **Safeguard.** A full Newton step on a function that is only C2 (the smooth hinge changes
+  curvature at the band's edges) need not descend; the paper takes it anyway. Here a step whose
+  objective is higher than f_k is halved (BACKTRACK) until it is not, at most MAX_BACKTRACKS
+  times; each trial costs one pass over the data. On the squared hinge (no C2) this is what
+  keeps the method convergent.
+- **Stopping.** TRON's relative rule by default, so the two solvers stop at the same accuracy;
+  the paper's eps2 / eps3 (1e-4 there) are options.
+
+The solver sees only the function object (``fun``, ``grad``, ``hessp``, ``n_features``, and
+optionally ``hessian()`` and ``preconditioner()``) and keeps its state in a
+:class:`~streamrank.solvers.tron.TronState`, so checkpoints and resume work as for TRON; the
+state's ``delta`` holds ||w_k - w_{k-1}|| (Yuan's step needs it), 0 before the first step.
+"""
+
+import logging
+import math
+import time
+
+import numpy as np
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
+
+from streamrank.faultpoints import faultpoint
+from streamrank.solvers.tron import start_state
+
+log = logging.getLogger("streamrank.solvers.newton_yuan")
+
+# Yuan's step length on iterations k with k % YUAN_PERIOD == 0 (paper 001, step 5)
+YUAN_PERIOD = 3
+# safeguard: halve a step whose objective rises, at most this many times
+BACKTRACK = 0.5
+MAX_BACKTRACKS = 30
+# the dense Hessian (m x m, formed in one pass and factored) up to this dimension; CG beyond
+DENSE_MAX = 4096
+# CG's relative residual: at most CG_RTOL, tighter (sqrt of the gradient's reduction) near the optimum
+CG_RTOL = 0.1
+# CG steps per direction at most (a direction is still a descent direction when CG stops early)
+CG_MAX_STEPS = 500
+
+
+def _pcg(hessp, g, rtol, P, stats):
+    """Solve H d = -g by (preconditioned) CG to ||r|| <= rtol ||g||; returns (d, steps)."""
+    d = np.zeros_like(g)
+    r = -g
+    z = r if P is None else P.solve(r)
+    p = z.copy()
+    rz = float(r @ z)
+    tol = rtol * float(np.linalg.norm(g))
+    steps = 0
+    while float(np.linalg.norm(r)) > tol and steps < CG_MAX_STEPS:
+        steps += 1
+        faultpoint("cg-step")
+        hp = hessp(p)
+        stats.n_hessp += 1
+        php = float(p @ hp)
+        if php <= 0:
+            raise FloatingPointError(f"Hessian product is not positive definite (p.Hp = {php:g})")
+        a = rz / php
+        d += a * p
+        r -= a * hp
+        z = r if P is None else P.solve(r)
+        rz_new = float(r @ z)
+        p *= rz_new / rz
+        p += z
+        rz = rz_new
+    return d, steps
+
+
+def _direction(obj, state, P, dense_max):
+    """(d, CG steps or 0 for Cholesky, how) for the current point."""
+    if obj.n_features <= dense_max and hasattr(obj, "hessian"):
+        try:
+            H = obj.hessian()
+        except NotImplementedError:
+            H = None
+        if H is not None:
+            try:
+                return -cho_solve(cho_factor(H, check_finite=False), state.g, check_finite=False), 0, "cholesky"
+            except LinAlgError:
+                pass  # not positive definite in float64 (cannot happen for I + PSD): CG below
+    rtol = min(CG_RTOL, math.sqrt(state.gnorm / max(state.gnorm0, 1e-300)))
+    d, steps = _pcg(obj.hessp, state.g, rtol, P, state)
+    return d, steps, "cg"
+
+
+def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None,
+                precondition=False, gtol_abs=None, dtol_abs=None, dense_max=None):
+    """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState.
+
+    Parameters as :func:`streamrank.solvers.tron.tron`; ``precondition`` uses
+    ``obj.preconditioner()`` in the CG directions (not with Cholesky). ``gtol_abs``, ``dtol_abs``:
+    paper 001's eps2 (stop at ||g|| <= eps2) and eps3 (stop at ||d|| <= eps3), off by default.
+    ``dense_max``: the largest dimension whose Hessian is formed (default DENSE_MAX; the caller
+    lowers it when the m x m matrices would not fit its memory budget).
+    """
+    dense_max = DENSE_MAX if dense_max is None else min(int(dense_max), DENSE_MAX)
+    state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
+    extra = describe or (lambda: "")
+    P = None
+
+    def done():
+        g = state.gnorm
+        return g <= eps * state.gnorm0 or g == 0 or (gtol_abs is not None and g <= gtol_abs)
+
+    if done():
+        state.converged, state.message = True, "converged"
+    while not state.converged and not state.message and state.iteration < max_iter:
+        k = state.iteration + 1
+        if precondition:
+            P = obj.preconditioner()
+        d, steps, how = _direction(obj, state, P, dense_max)
+        state.n_cg += steps
+        dnorm = float(np.linalg.norm(d))
+        if dtol_abs is not None and dnorm <= dtol_abs:
+            state.converged, state.message = True, "converged (direction below eps3)"
+            break
+        if not float(state.g @ d) < 0:  # H is I + PSD: only when g is below float64 resolution
+            state.message = "no descent direction: no further progress possible"
+            break
+        alpha = 1.0
+        if k % YUAN_PERIOD == 0 and state.delta > 0:
+            alpha = 1.0 / math.sqrt(state.gnorm / state.delta + 1.0)  # Yuan's step length
+        for _ in range(MAX_BACKTRACKS + 1):
+            w_new = state.w + alpha * d
+            f_new = obj.fun(w_new)
+            state.n_fun += 1
+            state.n_steps += 1
+            if f_new <= state.f:
+                break
+            alpha *= BACKTRACK  # the safeguard (module docstring)
+        else:
+            state.message = "no decrease along the Newton direction: no further progress possible"
+            break
+        state.iteration = k
+        state.delta = float(np.linalg.norm(w_new - state.w))
+        state.w, state.f = w_new, f_new
+        state.g = obj.grad(w_new)
+        state.n_grad += 1
+        state.seconds = time.perf_counter() - t0
+        gnorm = state.gnorm
+        log.info("iter %3d f %.6e |g| %.3e %s %3d step %.4g %s %.1fs", k, state.f, gnorm,
+                 "CG" if how == "cg" else "Cholesky", steps, alpha, extra(), state.seconds)
+        state.history.append((k, state.f, gnorm, steps, True))
+        if done():
+            state.converged, state.message = True, "converged"
+        elif state.delta == 0:
+            state.message = "step below float64 resolution: no further progress possible"
+        if callback is not None:
+            callback(state)
+    if state.message and not state.converged:
+        log.warning("Newton-Yuan stopped: %s", state.message)
+    if not state.message:
+        state.message = f"reached max_iter={max_iter}"
+    state.seconds = time.perf_counter() - t0
+    return state
