@@ -246,6 +246,6 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
                "jitter": jitter, "method": "exact", "solver": solver, "kernel": kernel, "in_memory": in_memory,
                "support": int(support.size), "landmarks": cfg["landmarks"]}
     report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), gammas)
-    model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(points[res.best][0], support), config=cfg,
+    model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(res.points[res.best][0], support), config=cfg,
                         training=summary, fingerprint=ds.fingerprint, levels=levels)
     return model, summary

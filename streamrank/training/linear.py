@@ -251,13 +251,13 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                        fingerprint=ds.fingerprint, refine=refine)
     solver, read_s, source, source_gi = path.solver, path.read_seconds, path.last, path.last_gi
 
-    fmap = feature_map(points[res.best][0])
+    fmap = feature_map(res.points[res.best][0])
     summary = {**res.summary(), "seconds": time.perf_counter() - t_start, "read_seconds": read_s, "method": method,
                "solver": solver, "in_memory": source.in_memory if source else None}
     report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), gammas)
     if method != "primal":
         summary["components"] = int(fmap.n_components_)
-        summary["map_storage"] = source.mode if points[res.best][0] == source_gi else None
+        summary["map_storage"] = source.mode if res.points[res.best][0] == source_gi else None
     model = LinearModel(res.w, normalizer, n_features=ds.n_features, fmap=fmap, config=cfg, training=summary,
                         fingerprint=ds.fingerprint, levels=levels)
     return model, summary

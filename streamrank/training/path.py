@@ -78,6 +78,7 @@ class PathResult:
     path_w: list       # the solution of each point
     best: int          # the chosen point's index
     passes: int        # passes over the data along the whole path (resumed runs included)
+    points: list = None  # the (gamma index, C) of each candidate (a second stage's included)
 
     @property
     def w(self):
@@ -171,7 +172,7 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
         method.close(resource)
     best = (max(range(len(points)), key=lambda i: candidates[i].get(valid_key, 0.0)) if valid_key is not None
             else len(points) - 1)
-    return PathResult(candidates, path_w, best, total)
+    return PathResult(candidates, path_w, best, total, points)
 
 
 def _inconsistent(state, k, n_done, path_w, n_points, passes):

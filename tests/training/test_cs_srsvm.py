@@ -178,3 +178,23 @@ def test_cli(small, tmp_path, capsys):
         assert rc == 2 and words in capsys.readouterr().err
     with pytest.raises(ParameterError, match="eta"):
         streamrank.RankSVM(loss="smooth_hinge", eta=0.0).fit(small / "train.h5")
+
+
+@pytest.mark.parametrize("method", ["primal", "nystroem", "exact"])
+def test_two_stage_choice_in_the_second_stage_is_the_model(small, monkeypatch, method):
+    """With a validation score that grows with ||w|| (monotone in C), the best point is the last of
+    the second stage (1.4 x 0.1): its solution, gamma and map are the saved model's."""
+    import streamrank.training.exact as ex
+    import streamrank.training.linear as lin
+    score = lambda model, *a, **k: float(np.linalg.norm(model.w))  # noqa: E731
+    monkeypatch.setattr(lin, "validation_score", score)
+    monkeypatch.setattr(ex, "validation_score", score)
+    with streamrank.open_dataset(small / "train.h5") as ds, streamrank.open_dataset(small / "valid.h5") as v:
+        kw = dict(valid=v, C="two-stage", tol=1e-6, loss="smooth_hinge", gamma=0.05)
+        if method == "exact":
+            model, s = train_exact(ds, **kw)
+        else:
+            model, s = train_linear(ds, method=method, **({"components": 30} if method == "nystroem" else {}),
+                                    **{k: v_ for k, v_ in kw.items() if method != "primal" or k != "gamma"})
+        assert len(s["candidates"]) == 9 and s["C"] == pytest.approx(0.14)
+        assert s["eta"] == s["candidates"][-1]["eta"] and model.config["C_rule"] == "two-stage"
