@@ -125,6 +125,7 @@ class KernelObjective(RankObjective):
 
     def fun(self, beta):
         beta = np.ascontiguousarray(beta, np.float64)
+        self._trial = None  # the last trial's state goes before this pass makes a new one
         acc, kept = self._run(_KernelLossGrad(beta, self))
         z, t, loss_q = (np.concatenate([o[i] for o in kept]) if kept else np.zeros(0) for i in range(3))
         st = (tuple(np.concatenate([o[3][i] for o in kept]) for i in range(len(kept[0][3]))) if kept

@@ -192,6 +192,9 @@ class RankObjective:
 
     def fun(self, w):
         w = np.ascontiguousarray(w, np.float64)
+        # the last trial's active sets go before this pass makes new ones: two sets alive (the
+        # accepted point's and this one's), as the memory plan counts, not three
+        self._trial = None
         if not self.keep_scores and self._zbuf is None:  # scores written by the kernel, not kept: one scratch
             self._zbuf = np.empty(self.source.stream.max_block_rows)
         carry, kept = self.executor.run(_LossGrad(w, self.n_features, self._cost_args(), self.mu,
@@ -226,8 +229,13 @@ class RankObjective:
         HESSIAN_ROWS rows), then BLAS-3 gives Phi_g^T (L Phi_g). Group sums are added in order;
         unlike fun/grad/hessp the product's rounding follows BLAS (not the data alone).
         """
-        carry, _ = self.executor.run(_Hessian(self.n_features, self.cost, self.mu, max_rows), self.source,
-                                     kept=(self._states,))
+        from contextlib import nullcontext
+        from streamrank._native.blas import one_thread
+        from streamrank.objectives.linear_precond import AUTO_WIDTH
+        # narrow products: one BLAS thread (streamrank._native.blas; the preconditioner's reason)
+        with one_thread() if self.n_features <= AUTO_WIDTH else nullcontext():
+            carry, _ = self.executor.run(_Hessian(self.n_features, self.cost, self.mu, max_rows), self.source,
+                                         kept=(self._states,))
         H = carry["H"]
         self.hessian_rows = carry["rows"]
         H *= self.C

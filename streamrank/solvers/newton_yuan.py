@@ -83,21 +83,25 @@ def _pcg(hessp, g, rtol, P, stats):
     return d, steps
 
 
-def _direction(obj, state, P, dense_max):
-    """(d, CG steps or 0 for Cholesky, how) for the current point."""
-    if obj.n_features <= dense_max and hasattr(obj, "hessian"):
-        try:
-            H = obj.hessian()
-        except NotImplementedError:
-            H = None
-        if H is not None:
-            try:
-                return -cho_solve(cho_factor(H, check_finite=False), state.g, check_finite=False), 0, "cholesky"
-            except LinAlgError:
-                pass  # not positive definite in float64 (cannot happen for I + PSD): CG below
-    rtol = min(CG_RTOL, math.sqrt(state.gnorm / max(state.gnorm0, 1e-300)))
-    d, steps = _pcg(obj.hessp, state.g, rtol, P, state)
-    return d, steps, "cg"
+def _dense_hessian(obj, dense_max):
+    """The dense Hessian at the accepted point, or None (too wide, or the object has none)."""
+    if obj.n_features > dense_max or not hasattr(obj, "hessian"):
+        return None
+    try:
+        return obj.hessian()
+    except NotImplementedError:
+        return None
+
+
+def _cholesky_direction(H, g):
+    """-H^-1 g, or None when H is not positive definite in float64 (cannot happen for I + PSD).
+    An m x m factor is small work: one BLAS thread (streamrank._native.blas)."""
+    from streamrank._native.blas import one_thread
+    try:
+        with one_thread():
+            return -cho_solve(cho_factor(H, check_finite=False), g, check_finite=False)
+    except LinAlgError:
+        return None
 
 
 def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None,
@@ -105,7 +109,7 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
     """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState.
 
     Parameters as :func:`streamrank.solvers.tron.tron`; ``precondition`` uses
-    ``obj.preconditioner()`` in the CG directions (not with Cholesky). ``gtol_abs``, ``dtol_abs``:
+    ``obj.preconditioner()`` in the CG directions (it is not built for Cholesky ones). ``gtol_abs``, ``dtol_abs``:
     paper 001's eps2 (stop at ||g|| <= eps2) and eps3 (stop at ||d|| <= eps3), off by default.
     ``dense_max``: the largest dimension whose Hessian is formed (default DENSE_MAX; the caller
     lowers it when the m x m matrices would not fit its memory budget).
@@ -113,7 +117,6 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
     dense_max = DENSE_MAX if dense_max is None else min(int(dense_max), DENSE_MAX)
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
     extra = describe or (lambda: "")
-    P = None
 
     def done():
         g = state.gnorm
@@ -123,9 +126,14 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
         state.converged, state.message = True, "converged"
     while not state.converged and not state.message and state.iteration < max_iter:
         k = state.iteration + 1
-        if precondition:
-            P = obj.preconditioner()
-        d, steps, how = _direction(obj, state, P, dense_max)
+        H = _dense_hessian(obj, dense_max)
+        d = None if H is None else _cholesky_direction(H, state.g)
+        steps, how = 0, "Cholesky"
+        if d is None:  # CG through hessp, to a relative residual that tightens near the optimum
+            P = obj.preconditioner() if precondition else None
+            rtol = min(CG_RTOL, math.sqrt(state.gnorm / max(state.gnorm0, 1e-300)))
+            d, steps = _pcg(obj.hessp, state.g, rtol, P, state)
+            how = "CG"
         state.n_cg += steps
         dnorm = float(np.linalg.norm(d))
         if dtol_abs is not None and dnorm <= dtol_abs:
@@ -155,8 +163,8 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
         state.n_grad += 1
         state.seconds = time.perf_counter() - t0
         gnorm = state.gnorm
-        log.info("iter %3d f %.6e |g| %.3e %s %3d step %.4g %s %.1fs", k, state.f, gnorm,
-                 "CG" if how == "cg" else "Cholesky", steps, alpha, extra(), state.seconds)
+        log.info("iter %3d f %.6e |g| %.3e %s %3d step %.4g %s %.1fs", k, state.f, gnorm, how, steps, alpha,
+                 extra(), state.seconds)
         state.history.append((k, state.f, gnorm, steps, True))
         if done():
             state.converged, state.message = True, "converged"

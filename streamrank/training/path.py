@@ -209,8 +209,8 @@ def checkpoint_scalars(st, **extra):
 
 def resume_point(checkpoint, config, fingerprint, points):
     """(candidates, path_w, path index, TronState or None, passes so far) from the checkpoint in
-    directory ``checkpoint`` (None: start afresh); ``points(candidates)`` gives the path's
-    (gamma index, C) once the finished candidates are known."""
+    directory ``checkpoint`` (None: start afresh); ``points`` are the path's (gamma index, C), or
+    ``points(candidates)`` gives them once the finished candidates are known (a second stage)."""
     if checkpoint:
         ck = read_checkpoint(checkpoint, config=config, fingerprint=fingerprint, warn=log.warning)
         if ck is not None:
@@ -219,7 +219,7 @@ def resume_point(checkpoint, config, fingerprint, points):
                 state = tron_state_from_checkpoint(ck)
                 k = int(sc["C_index"])
                 path_w = [np.asarray(ck["extra"][f"w{i}"], np.float64) for i in range(len(sc["candidates"]))]
-                points = points(sc["candidates"])
+                points = points(sc["candidates"]) if callable(points) else points
                 why = _inconsistent(state, k, len(sc["candidates"]), path_w, len(points), sc["passes"])
             except (KeyError, TypeError, ValueError, IndexError) as e:
                 why = f"a field is missing or of the wrong kind ({e!r})"

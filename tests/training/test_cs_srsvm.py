@@ -198,3 +198,29 @@ def test_two_stage_choice_in_the_second_stage_is_the_model(small, monkeypatch, m
                                     **{k: v_ for k, v_ in kw.items() if method != "primal" or k != "gamma"})
         assert len(s["candidates"]) == 9 and s["C"] == pytest.approx(0.14)
         assert s["eta"] == s["candidates"][-1]["eta"] and model.config["C_rule"] == "two-stage"
+
+
+def test_theorem_2_bound_for_exact_kernel_in_its_own_norm(small):
+    """Exact kernel RankSVM: (beta_eta - beta*)^T Q' (beta_eta - beta*) <= C sum lambda mu 0.0515 eta^2
+    (the norm of the model's own space, Q' as stored), both optima solved far below the bound."""
+    from streamrank._native import pairkernels as pk
+    from streamrank.objectives.kernel_objective import KernelObjective
+    from streamrank.solvers.tron import tron
+    from test_exact_kernel import problem
+    C = 0.3
+    with streamrank.open_dataset(small / "train.h5") as ds:
+        obj, Q, y, qp = problem(ds, C=C)
+        n_pairs = explicit_pairs(y, qp)[1].sum()  # lambda = mu = 1
+        beta = {}
+        for eta in (0.0, 0.6, 0.2, 0.05):
+            o = KernelObjective(obj.source, obj.rank, C=C, cost=pk.pair_cost(obj.cost, eta=eta), mu=obj.mu)
+            st = tron(o, np.zeros(len(y)), eps=1e-11, max_iter=500)
+            assert st.converged or "float64 resolution" in st.message  # solved as far as float64 goes
+            beta[eta] = st.w
+        dist = []
+        for eta in (0.6, 0.2, 0.05):
+            d = beta[eta] - beta[0.0]
+            d2 = float(d @ Q @ d)
+            assert d2 <= C * n_pairs * THEOREM2_CONSTANT * eta ** 2
+            dist.append(d2)
+        assert dist[0] > dist[1] > dist[2] > 0
