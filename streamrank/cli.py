@@ -23,7 +23,8 @@ FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--meth
          "cache_size": "--cache-size", "query_files": "--query-file", "zero_based": "--zero-based",
          "checkpoint": "--checkpoint", "resume": "--resume", "valid": "--valid", "select_metric": "--select-metric",
          "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
-         "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta"}
+         "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta", "abs_gtol": "--abs-gtol",
+         "abs_dtol": "--abs-dtol"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
 # only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
 # as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
@@ -201,7 +202,8 @@ def _cmd_train(args):
                                       components=1000 if args.components is None else args.components,
                                       rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
                                       cache_size=args.cache_size, precondition=args.precondition,
-                                      loss=args.loss, eta=args.eta)
+                                      loss=args.loss, eta=args.eta, abs_gtol=args.abs_gtol,
+                                      abs_dtol=args.abs_dtol)
     model.save(args.output)
     if not args.quiet:
         eta = f", eta={summary['eta']:.3g}" if "eta" in summary else ""
@@ -230,7 +232,8 @@ def _train_exact(args, ds, valid):
                        max_iter=args.max_iter, memory_budget=args.memory_budget, pair_cost=args.pair_cost,
                        query_weight=args.query_weight, select_metric=args.select_metric,
                        checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,
-                       precondition=args.precondition, loss=args.loss, eta=args.eta, solver=args.solver)
+                       precondition=args.precondition, loss=args.loss, eta=args.eta, solver=args.solver,
+                       abs_gtol=args.abs_gtol, abs_dtol=args.abs_dtol)
 
 
 def _cmd_predict(args):
@@ -354,6 +357,10 @@ def build_parser():
                         "'0-1:1,1-2:1.3,0-2:2' (unlisted pairs cost 1)")
     t.add_argument("--query-weight", choices=["none", "log_ratio"], default="none")
     t.add_argument("--tol", type=float, default=1e-3, metavar="EPS")
+    t.add_argument("--abs-gtol", type=float, metavar="EPS2", help="--solver newton_yuan also stops at ||g|| <= "
+                   "EPS2 (paper 001's eps2, 1e-4 there)")
+    t.add_argument("--abs-dtol", type=float, metavar="EPS3", help="--solver newton_yuan also stops when its "
+                   "Newton direction's norm is <= EPS3 (paper 001's eps3, 1e-4 there)")
     t.add_argument("--max-iter", type=int, default=1000, metavar="N")
     t.add_argument("--seed", type=int, default=0, metavar="S")
     t.add_argument("--normalize", choices=["none", "zscore", "query_minmax"], default="none")

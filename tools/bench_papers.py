@@ -196,8 +196,12 @@ def timing(args):
     print()
     for name in TIMED:
         spread = per_row[name][-1] / per_row[name][0] - 1
+        # per row and pass: the subsets need different numbers of iterations (and passes)
+        pp = [r[name] / (r["rows"] * info[(k, name)][2]) for k, r in enumerate(rows)]
         print(f"  {name}: {1e6 * per_row[name][0]:.1f} us/row at S1, {1e6 * per_row[name][-1]:.1f} us/row at S1..S5 "
-              f"({spread:+.0%}; target within +-{TARGET_PER_ROW_SPREAD:.0%})")
+              f"({spread:+.0%}; target within +-{TARGET_PER_ROW_SPREAD:.0%}); per row and pass "
+              f"{1e9 * pp[0]:.0f} ns at S1, {1e9 * pp[-1]:.0f} ns at S1..S5 ({pp[-1] / pp[0] - 1:+.0%}; passes "
+              f"{info[(0, name)][2]} and {info[(4, name)][2]})")
     import numpy as np
     n = np.array([r["rows"] for r in rows], float)
     for name in TIMED:

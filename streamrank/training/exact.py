@@ -109,7 +109,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
                 tol=1e-3, max_iter=1000, memory_budget="2GB", pair_cost=None, query_weight=None,
                 select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
                 cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None,
-                loss="squared_hinge", eta=None, solver="tron"):
+                loss="squared_hinge", eta=None, solver="tron", abs_gtol=None, abs_dtol=None):
     """Train exact kernel RankSVM on an open dataset; return (LinearModel with an ExactKernelMap, summary).
 
     ``loss``, ``eta``: as in :func:`~streamrank.training.linear.train_linear` (paper 001's smooth
@@ -149,7 +149,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None,
-           "landmarks": int(landmarks), "loss": loss, "eta": eta}
+           "landmarks": int(landmarks), "loss": loss, "eta": eta, "abs_gtol": abs_gtol, "abs_dtol": abs_dtol}
     if refine is not None:
         cfg["C_rule"] = "two-stage"
     check_config(cfg)
@@ -223,8 +223,10 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
             ck = point_cost(Ck)
             log.info("C=%g: exact kernel %s%s eps=%g on %d rows, %d queries", Ck, solver,
                      f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", tol, l, q1 - q0)
-            return (gram.objective(Ck, ck), tron if solver == "tron" else newton_yuan,
-                    ({"precondition": True} if gram.precond is not None else {}))
+            kw = {"precondition": True} if gram.precond is not None else {}
+            if solver == "newton_yuan":
+                kw.update(gtol_abs=abs_gtol, dtol_abs=abs_dtol)
+            return gram.objective(Ck, ck), tron if solver == "tron" else newton_yuan, kw
 
         def gamma(self, gi):
             return gammas[gi]

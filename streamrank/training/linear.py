@@ -73,12 +73,14 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
                  cache_dir=None, map_cache="auto", cache_size=None, precondition="auto", executor=None,
-                 loss="squared_hinge", eta=None):
+                 loss="squared_hinge", eta=None, abs_gtol=None, abs_dtol=None):
     """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``loss``: ``squared_hinge`` (paper 004 eq. 3.13) or ``smooth_hinge`` (paper 001's cs-sRSVM,
     problem 4) with band half-width ``eta`` in (0, 1), or ``auto`` / None: paper 001's rule per C
     (:func:`~streamrank.training.problem.eta_for`); each candidate records its eta.
+    ``abs_gtol``, ``abs_dtol``: paper 001's absolute stopping tests eps2 (||g|| <= eps2) and eps3
+    (||d|| <= eps3) for ``solver="newton_yuan"``, beside ``tol``'s relative rule.
     ``method``: ``primal`` (linear), or ``nystroem`` / ``rff`` (paper 000: a feature map, then the
     same L2-loss RankSVM in the mapped space). Several ``gamma`` values and several ``C`` values form
     a path of (gamma, C) points: each gamma fits its map once (one pass; seeded, so a resumed run
@@ -120,7 +122,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
            "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
-           "precondition": precondition, "loss": loss, "eta": eta,
+           "precondition": precondition, "loss": loss, "eta": eta, "abs_gtol": abs_gtol,
+           "abs_dtol": abs_dtol,
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
     if method != "primal":
@@ -235,7 +238,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                 from streamrank.objectives.linear_precond import worth_it
                 kw["precondition"] = precondition == "on" or (precondition == "auto" and worth_it(source.n_rows, m))
             if self.solver == "newton_yuan":
-                kw["dense_max"] = memplan.dense_hessian_max(budget)
+                kw.update(dense_max=memplan.dense_hessian_max(budget), gtol_abs=abs_gtol, dtol_abs=abs_dtol)
             return obj, SOLVER_FUNCTIONS[self.solver], kw
 
         def gamma(self, gi):

@@ -207,5 +207,13 @@ def check_config(cfg):
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {cfg['select_metric']!r}")
     if "loss" in cfg:
         cfg["loss"], cfg["eta"] = check_loss(cfg["loss"], cfg.get("eta"))
+    for name in ("abs_gtol", "abs_dtol"):
+        v = cfg.get(name)
+        if v is not None:
+            if cfg.get("solver") != "newton_yuan":
+                raise ParameterError(f"{name} is Newton-Yuan's stopping test (paper 001's "
+                                     f"{'eps2' if name == 'abs_gtol' else 'eps3'}); use solver=newton_yuan")
+            if not float(v) > 0:
+                raise ParameterError(f"{name} must be > 0; got {v}. Use {name}=1e-4")
     if isinstance(cfg.get("pair_cost"), str):
         pair_cost_table(cfg["pair_cost"], [])  # a malformed spec is refused before the data is read

@@ -117,3 +117,16 @@ def test_the_papers_absolute_tests_and_cg_directions(monkeypatch):
     monkeypatch.setattr(ny, "DENSE_MAX", 5)  # no dense Hessian: CG through hessp
     st = ny.newton_yuan(SquaredHinge(X, 1.0), np.zeros(10), eps=1e-10)
     assert st.converged and st.n_cg > 0 and st.f == pytest.approx(ref.f, rel=1e-10)
+
+
+def test_the_papers_stopping_tests_from_the_training_api_and_cli(ds, tmp_path, capsys):
+    from streamrank.cli import main
+    from streamrank.errors import ParameterError
+    _, full = train_linear(ds, solver="newton_yuan", tol=1e-10, C=0.5)
+    _, early = train_linear(ds, solver="newton_yuan", tol=1e-10, C=0.5, abs_gtol=10.0 * full["grad_norm"] + 1.0)
+    assert early["iterations"] < full["iterations"] and early["grad_norm"] <= 10.0 * full["grad_norm"] + 1.0
+    with pytest.raises(ParameterError, match="solver=newton_yuan"):
+        train_linear(ds, solver="tron", abs_dtol=1e-4)
+    rc = main(["train", str(ds.path), "-o", str(tmp_path / "m.h5"),
+               "--abs-gtol", "1e-4"])
+    assert rc == 2 and "--solver newton_yuan" in capsys.readouterr().err

@@ -224,3 +224,19 @@ def test_theorem_2_bound_for_exact_kernel_in_its_own_norm(small):
             assert d2 <= C * n_pairs * THEOREM2_CONSTANT * eta ** 2
             dist.append(d2)
         assert dist[0] > dist[1] > dist[2] > 0
+
+
+def test_theorem_2_bound_in_the_mapped_space(small):
+    """Nystroem features (one seeded map for both losses): ||w_eta - w*||^2 within the bound."""
+    with streamrank.open_dataset(small / "train.h5") as ds:
+        kw = dict(C=0.3, tol=1e-12, max_iter=2000, method="nystroem", gamma=0.05, components=40, seed=2,
+                  pair_cost=COSTS, query_weight="log_ratio", normalize="zscore")
+        wstar, _ = train_linear(ds, **kw)
+        y, qp = ds.y[:], ds.query_ptr
+        levels = np.unique(y)
+        s = pair_weight_sum(np.searchsorted(levels, y), qp, pair_cost_table(COSTS, levels),
+                            query_weights("log_ratio", y, qp))
+        for eta in (0.5, 0.1):
+            w, _ = train_linear(ds, loss="smooth_hinge", eta=eta, **kw)
+            assert np.array_equal(w.fmap.landmarks_, wstar.fmap.landmarks_)
+            assert 0 < float(np.sum((w.w - wstar.w) ** 2)) <= 0.3 * s * THEOREM2_CONSTANT * eta ** 2
