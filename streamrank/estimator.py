@@ -17,8 +17,9 @@ class RankSVM:
 
     Parameters (keyword-only; stored as given, validated in :meth:`fit`)
     ----------
-    C : float or sequence of float
-        Loss weight; several values need ``valid`` in :meth:`fit` and the best is kept.
+    C : float, sequence of float, or "two-stage"
+        Loss weight; several values need ``valid`` in :meth:`fit` and the best is kept;
+        "two-stage" is paper 001's rule (1e-5..1e-1 by decades, then 0.6-1.4 x the best).
     normalize : {"none", "zscore", "query_minmax"}
     pair_cost : None, "gain_difference", label pair costs such as "0-1:1,1-2:1.3,0-2:2", or (L, L) array
         lambda(y_i, y_j) over the sorted label levels (paper 001); unlisted pairs cost 1.
@@ -178,6 +179,8 @@ def _params_from_config(cfg):
             out[k] = cfg[k_cfg]
     if "C_path" in cfg:
         out["C"] = cfg["C_path"] if len(cfg["C_path"]) > 1 else cfg["C_path"][0]
+    if cfg.get("C_rule") == "two-stage":
+        out["C"] = "two-stage"
     return out
 
 

@@ -280,9 +280,9 @@ def test_a_directory_with_only_a_temporary_file_starts_from_scratch(data, ref, t
     assert sorted(os.listdir(ck)) == [CURRENT, PREVIOUS]  # and it was removed by the first write
 
 
-def test_preconditioned_run_killed_and_resumed_gives_the_uninterrupted_model(data, tmp_path):
-    """The preconditioner is rebuilt from the resumed point's active set: the same M, the same steps."""
-    args = ["--precondition", "on", "--tol", "1e-9"]
+def killed_after_two_iterations_and_resumed(data, tmp_path, args):
+    """Train with ``args`` uninterrupted (in this process), then killed after the second iteration
+    and resumed (child processes): the same weights and objective."""
     code, out, err = run_in_process(train_args(data, tmp_path / "ref.h5", None, *args))
     assert code == 0, err
     ck = tmp_path / "ck"
@@ -293,6 +293,11 @@ def test_preconditioned_run_killed_and_resumed_gives_the_uninterrupted_model(dat
     assert "resuming from" in p.stderr
     assert np.array_equal(read_w(tmp_path / "m.h5"), read_w(tmp_path / "ref.h5"))
     assert last_json(p.stdout)["objective"] == last_json(out)["objective"]
+
+
+def test_preconditioned_run_killed_and_resumed_gives_the_uninterrupted_model(data, tmp_path):
+    """The preconditioner is rebuilt from the resumed point's active set: the same M, the same steps."""
+    killed_after_two_iterations_and_resumed(data, tmp_path, ["--precondition", "on", "--tol", "1e-9"])
 
 
 # -- refusals -------------------------------------------------------------------------------------
@@ -554,15 +559,6 @@ def test_a_checkpoint_with_a_valid_checksum_but_inconsistent_contents_is_refused
 @pytest.mark.parametrize("solver", ["tron", "newton_yuan"])
 def test_smooth_hinge_killed_and_resumed_gives_the_uninterrupted_model(data, tmp_path, solver):
     """Paper 001's cs-sRSVM with either solver: a kill after the second iteration, then --resume."""
-    args = ["--loss", "smooth_hinge", "--eta", "0.3", "--pair-cost", "0-1:1,1-2:1.3,0-2:2", "--query-weight",
-            "log_ratio", "--tol", "1e-9", "--solver", solver]
-    code, out, err = run_in_process(train_args(data, tmp_path / "ref.h5", None, *args))
-    assert code == 0, err
-    ck = tmp_path / "ck"
-    p = run(train_args(data, tmp_path / "m.h5", ck, *args), "after-iteration:2")
-    assert p.returncode == ABORT_EXIT_CODE, p.stderr
-    p = run(train_args(data, tmp_path / "m.h5", ck, *args, "--resume"))
-    assert p.returncode == 0, p.stderr
-    assert "resuming from" in p.stderr
-    assert np.array_equal(read_w(tmp_path / "m.h5"), read_w(tmp_path / "ref.h5"))
-    assert last_json(p.stdout)["objective"] == last_json(out)["objective"]
+    killed_after_two_iterations_and_resumed(data, tmp_path, [
+        "--loss", "smooth_hinge", "--eta", "0.3", "--pair-cost", "0-1:1,1-2:1.3,0-2:2", "--query-weight",
+        "log_ratio", "--tol", "1e-9", "--solver", solver])

@@ -240,3 +240,14 @@ def test_theorem_2_bound_in_the_mapped_space(small):
             w, _ = train_linear(ds, loss="smooth_hinge", eta=eta, **kw)
             assert np.array_equal(w.fmap.landmarks_, wstar.fmap.landmarks_)
             assert 0 < float(np.sum((w.w - wstar.w) ** 2)) <= 0.3 * s * THEOREM2_CONSTANT * eta ** 2
+
+
+def test_estimator_round_trip_keeps_the_papers_settings(small, tmp_path):
+    est = streamrank.RankSVM(C="two-stage", loss="smooth_hinge", pair_cost=COSTS, query_weight="log_ratio",
+                             select_metric="avgprec", solver="newton_yuan").fit(small / "train.h5",
+                                                                                  valid=small / "valid.h5")
+    est.save(tmp_path / "m.h5")
+    back = streamrank.load(tmp_path / "m.h5")
+    p = back.get_params()
+    assert (p["C"], p["loss"], p["eta"], p["select_metric"]) == ("two-stage", "smooth_hinge", "auto", "avgprec")
+    assert len(back.training_["candidates"]) == 9 and back.C_ == est.C_
