@@ -3,8 +3,8 @@
 from streamrank._native import memory as _memory
 from streamrank._version import __version__
 from streamrank.io.dataset import Dataset, open_dataset
-from streamrank.estimator import RankSVM, load
+from streamrank.estimator import CLSRRank, RankSVM, load
 
 _memory.configure()
 
-__all__ = ["__version__", "Dataset", "open_dataset", "RankSVM", "load"]
+__all__ = ["__version__", "Dataset", "open_dataset", "RankSVM", "CLSRRank", "load"]

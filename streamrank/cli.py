@@ -24,7 +24,7 @@ FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--meth
          "checkpoint": "--checkpoint", "resume": "--resume", "valid": "--valid", "select_metric": "--select-metric",
          "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
          "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta", "abs_gtol": "--abs-gtol",
-         "abs_dtol": "--abs-dtol"}
+         "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
 # only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
 # as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
@@ -183,6 +183,15 @@ def _cmd_train(args):
                              f"Use --method nystroem for {args.kernel}")
     if args.resume and not args.checkpoint:
         raise ParameterError("--resume needs --checkpoint DIR (where the checkpoints are)")
+    if args.lam is not None and args.method != "clsr":
+        raise ParameterError("--lambda is CLSRRank's penalty; add --method clsr (the other methods take --C)")
+    if args.method == "clsr":
+        for opt, flag in (("C", "--C"), ("checkpoint", "--checkpoint"), ("rank", "--rank")):
+            if getattr(args, opt) is not None:
+                raise ParameterError(f"{flag} does not apply to --method clsr (one pass and a direct solve, "
+                                     f"penalised by --lambda); drop {flag}")
+    if args.C is None:
+        args.C = [1.0]
     _check_outputs((args.output, "model file", False))
     _check_checkpoint_dir(args.checkpoint)
     _setup_logging(args.quiet)
@@ -190,6 +199,13 @@ def _cmd_train(args):
     valid = open_data(args.valid, args.cache_dir, quiet=args.quiet) if args.valid else None
     if args.method == "exact":
         model, summary = _train_exact(args, ds, valid)
+    elif args.method == "clsr":
+        from streamrank.training.clsr import train_clsr
+        model, summary = train_clsr(ds, valid=valid, lam=args.lam or [1e-3], kernel=args.kernel or "rbf",
+                                    gamma=args.gamma, degree=3 if args.degree is None else args.degree,
+                                    coef0=1.0 if args.coef0 is None else args.coef0, normalize=args.normalize,
+                                    components=args.components, memory_budget=args.memory_budget,
+                                    select_metric=args.select_metric, seed=args.seed)
     else:
         model, summary = train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
                                       max_iter=args.max_iter, memory_budget=args.memory_budget,
@@ -205,7 +221,11 @@ def _cmd_train(args):
                                       loss=args.loss, eta=args.eta, abs_gtol=args.abs_gtol,
                                       abs_dtol=args.abs_dtol)
     model.save(args.output)
-    if not args.quiet:
+    if not args.quiet and args.method == "clsr":
+        gamma = f", gamma={summary['gamma']:g}" if summary.get("gamma") is not None else ""
+        print(f"saved {args.output}: lambda={summary['lambda']:g}{gamma}, {summary['basis']} basis rows, objective "
+              f"{summary['objective']:.6e}, {summary['passes']} pass(es), {summary['seconds']:.2f} s")
+    elif not args.quiet:
         eta = f", eta={summary['eta']:.3g}" if "eta" in summary else ""
         print(f"saved {args.output}: C={summary['C']:g}{eta}, objective {summary['objective']:.6e}, "
               f"|g| {summary['grad_norm']:.3e}, {summary['iterations']} iterations, {summary['passes']} passes, "
@@ -321,13 +341,18 @@ def build_parser():
     t.add_argument("-o", "--output", required=True, metavar="MODEL.h5")
     _add_query_file(t)
     t.add_argument("--valid", metavar="DATA", help="validation data: logged each iteration, chooses C")
-    t.add_argument("--C", type=_float_list("--C", ("two-stage",)), default=[1.0], metavar="C[,C...]|two-stage",
+    t.add_argument("--C", type=_float_list("--C", ("two-stage",)), default=None, metavar="C[,C...]|two-stage",
                    help="the loss weight; several values (with --valid) form a warm-started path; two-stage is "
                         "paper 001's rule: 1e-5..1e-1 by decades, then 0.6, 0.8, 1.2, 1.4 times the best")
     t.add_argument("--select-metric", choices=["meanndcg", "ndcg@10", "map", "avgndcg", "avgprec"],
                    default="meanndcg", help="what --valid chooses C (and gamma) by; avgndcg and avgprec are "
                    "paper 001's means of NDCG@1..20 and P@1..20")
-    t.add_argument("--method", choices=["primal", "nystroem", "rff", "exact"], default="primal")
+    t.add_argument("--method", choices=["primal", "nystroem", "rff", "exact", "clsr"], default="primal",
+                   help="primal (linear RankSVM), nystroem or rff (paper 000), exact (paper 004), clsr (paper 002: "
+                        "CLSRRank, least squares over kernel coefficients, one pass and a direct solve)")
+    t.add_argument("--lambda", dest="lam", type=_float_list("--lambda"), metavar="L[,L...]",
+                   help="--method clsr's penalty lambda m ||alpha||^2 (default 0.001); several form a path chosen "
+                        "on --valid, all from one pass over the data")
     t.add_argument("--kernel", choices=["rbf", "laplacian", "poly", "sigmoid", "linear"])
     t.add_argument("--gamma", type=_float_list("--gamma"), metavar="G[,G...]")
     t.add_argument("--degree", type=int, help="poly kernel degree (default 3)")

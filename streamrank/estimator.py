@@ -215,6 +215,95 @@ def _as_dataset(X, y, qid, name):
     return open_dataset(path), tmp
 
 
+class CLSRRank(RankSVM):
+    """Coefficient-based least-squares ranking (paper 002), RankSVM's sibling: f(x) = sum_t alpha_t
+    K(x, x_t) over basis rows, fitted by one streamed pass and a Cholesky solve
+    (:mod:`streamrank.training.clsr`).
+
+    Parameters (keyword-only; stored as given, validated in :meth:`fit`)
+    ----------
+    lam : float or sequence of float
+        The penalty lambda m ||alpha||^2; several values need ``valid`` in :meth:`fit` (one pass
+        serves them all).
+    kernel : {"rbf", "laplacian", "poly", "sigmoid", "linear"} or callable K(A, B)
+        Need not be symmetric or PSD; a model with a callable kernel cannot be saved.
+    gamma, degree, coef0 : kernel parameters (gamma: one or several; None = 1 / n_features).
+    n_components : None or int
+        Basis rows drawn from the data (seeded); None: every training row (the paper's setting).
+    normalize, memory_budget, select_metric, random_state, block_bytes : as for RankSVM.
+    """
+
+    _PARAMS = ("lam", "kernel", "gamma", "degree", "coef0", "n_components", "normalize", "memory_budget",
+               "select_metric", "random_state", "block_bytes")
+
+    def __init__(self, *, lam=1e-3, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=None,
+                 normalize="none", memory_budget="2GB", select_metric="meanndcg", random_state=0, block_bytes=None):
+        self.lam = lam
+        self.kernel = kernel
+        self.gamma = gamma
+        self.degree = degree
+        self.coef0 = coef0
+        self.n_components = n_components
+        self.normalize = normalize
+        self.memory_budget = memory_budget
+        self.select_metric = select_metric
+        self.random_state = random_state
+        self.block_bytes = block_bytes
+
+    def get_params(self, deep=True):
+        return {k: getattr(self, k) for k in self._PARAMS}
+
+    def set_params(self, **params):
+        for k, v in params.items():
+            if k not in self._PARAMS:
+                raise ParameterError(f"unknown parameter {k!r} for CLSRRank")
+            setattr(self, k, v)
+        return self
+
+    def fit(self, X, y=None, qid=None, *, valid=None, queries=None):
+        """Train on a dataset (path or :class:`Dataset`) or in-memory arrays ``X, y, qid``."""
+        from streamrank.training.clsr import train_clsr
+        tmp = vtmp = vds = None
+        try:
+            ds, tmp = _as_dataset(X, y, qid, "train")
+            vds, vtmp = (None, None) if valid is None else _as_dataset(*_valid_parts(valid), "valid")
+            model, summary = train_clsr(ds, valid=vds, lam=self.lam, kernel=self.kernel, gamma=self.gamma,
+                                        degree=self.degree, coef0=self.coef0, normalize=self.normalize,
+                                        components=self.n_components, memory_budget=self.memory_budget,
+                                        select_metric=self.select_metric, seed=self.random_state,
+                                        block_bytes=self.block_bytes, queries=queries)
+        finally:
+            for d_, t_ in ((vds, vtmp), (None if tmp is None else ds, tmp)):
+                if t_ is not None:
+                    d_.close()
+                    t_.cleanup()
+        self.model_ = model
+        self.alpha_ = model.w
+        self.basis_ = model.fmap.basis_
+        self.n_features_in_ = model.n_features
+        self.training_ = summary
+        self.objective_ = summary["objective"]
+        self.lambda_ = summary["lambda"]
+        return self
+
+    @classmethod
+    def from_model(cls, model):
+        cfg = model.config
+        lams = cfg.get("lambda_path", [1e-3])
+        est = cls(lam=lams if len(lams) > 1 else lams[0], kernel=cfg.get("kernel", "rbf"),
+                  n_components=cfg.get("components"), normalize=cfg.get("normalize", "none"),
+                  select_metric=cfg.get("select_metric", "meanndcg"), random_state=cfg.get("seed", 0))
+        est.model_ = model
+        est.alpha_ = model.w
+        est.basis_ = model.fmap.basis_
+        est.n_features_in_ = model.n_features
+        est.training_ = model.training
+        est.objective_ = model.training.get("objective")
+        est.lambda_ = model.training.get("lambda")
+        return est
+
+
 def load(path):
-    """A fitted :class:`RankSVM` from a model file."""
-    return RankSVM.from_model(load_model(path))
+    """A fitted estimator from a model file: :class:`CLSRRank` for a CLSRRank model, else :class:`RankSVM`."""
+    model = load_model(path)
+    return (CLSRRank if model.config.get("method") == "clsr" else RankSVM).from_model(model)

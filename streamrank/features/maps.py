@@ -574,6 +574,9 @@ def load_map(group):
     if kind == "exact":  # exact kernel RankSVM: phi(x) = K(x, support rows)
         from streamrank.features.exact_map import ExactKernelMap
         return ExactKernelMap.from_h5(group)
+    if kind == "basis":  # CLSRRank: phi(x) = K(x, basis rows)
+        from streamrank.features.basis_map import KernelBasisMap
+        return KernelBasisMap.from_h5(group)
     if kind not in _CLASSES:
         raise _format_error(group, f"unknown feature map kind {kind!r} (this streamrank knows "
                                    f"{', '.join(MAP_KINDS)}); upgrade streamrank")

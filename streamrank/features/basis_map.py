@@ -1,0 +1,135 @@
+"""CLSRRank's scoring function as a feature map: phi(x) = K(x, B) over basis rows B (paper 002).
+
+A CLSRRank model scores f(x) = sum_t alpha_t K(x, x_t) (paper 002, theorem 1) over its basis rows
+x_t: all training rows (the paper's setting) or m of them drawn as the Nystroem landmarks are.
+That is a linear model over phi(x) = K(x, B) with weights alpha, saved as the ordinary
+``streamrank-model`` with a ``feature_map`` group of kind ``basis``: the basis as normalised
+float64 model inputs, the kernel and its parameters.
+
+Unlike the exact kernel RankSVM's map, K need not be symmetric or positive semi-definite (the
+paper's point): every named kernel is accepted, sigmoid included, and in the Python API any
+callable ``K(A, B) -> (len(A), len(B))`` array. A model with a callable kernel scores in memory
+but cannot be saved: streamrank files hold data, never code (no pickle), so ``to_h5`` refuses it.
+
+Kernel values stay float64 (no rounding to float32: the m x m system is solved directly, not by
+CG over a stored matrix), computed per row tile by absolute row index like every map, so a row's
+score does not depend on the block it is scored in.
+"""
+
+import numpy as np
+
+from streamrank._native import qprod as _qprod
+from streamrank.errors import ParameterError
+from streamrank.execution.executor import executor_or_local
+from streamrank.features.kernels import PreparedKernel, check_kernel, check_row0
+from streamrank.features.maps import FeatureMap, _LandmarkDraw
+
+# float64 kernel values K(x, B) held at a time while scoring
+SCORE_CHUNK_BYTES = 32 << 20
+
+
+def kernel_name(kernel):
+    """How a kernel is recorded: its name, or ``callable:<qualified name>`` for a function."""
+    return kernel if isinstance(kernel, str) else f"callable:{getattr(kernel, '__qualname__', type(kernel).__name__)}"
+
+
+class KernelBasisMap(FeatureMap):
+    """phi(x) = K(x, B) (float64) for basis rows B (normalised model inputs)."""
+
+    kind = "basis"
+
+    def __init__(self, basis=None, kernel="rbf", gamma=None, degree=3, coef0=1.0, basis_rows=None):
+        super().__init__()
+        self.kernel, self.gamma_, self.degree, self.coef0 = kernel, gamma, degree, coef0
+        self.basis_ = None
+        self.basis_rows_ = None
+        self._prep = None
+        if basis is not None:
+            self._set_basis(np.asarray(basis, np.float64), basis_rows)
+
+    def _set_basis(self, B, rows=None):
+        if B.ndim != 2 or B.shape[0] == 0:
+            raise ParameterError(f"the basis must be a non-empty 2-D array of rows; got shape {B.shape}")
+        if callable(self.kernel):
+            self.gamma_ = None
+        else:
+            self.kernel, self.gamma_, self.degree, self.coef0 = check_kernel(
+                self.kernel, self.gamma_, self.degree, self.coef0, n_features=B.shape[1])
+        self.basis_ = np.ascontiguousarray(B, np.float64)
+        self.basis_rows_ = np.full(B.shape[0], -1, np.int64) if rows is None else np.asarray(rows, np.int64)
+        self.n_features_ = B.shape[1]
+        self.n_components_ = B.shape[0]
+        self._prep = None
+
+    # -- FeatureMap hooks ----------------------------------------------------------------------
+    def _arrays(self):
+        return {"basis": self.basis_, "basis_rows": self.basis_rows_}
+
+    def _array_names(self):
+        return ("basis", "basis_rows")
+
+    def _config(self):
+        return {"kernel": kernel_name(self.kernel), "gamma": self.gamma_, "degree": int(self.degree),
+                "coef0": float(self.coef0)}
+
+    def _map_tile(self, Xt, bufs, p, dest):
+        if callable(self.kernel):
+            K = np.asarray(self.kernel(Xt, self.basis_), np.float64)
+            if K.shape != (Xt.shape[0], self.n_components_):
+                raise ParameterError(f"the kernel callable returned shape {K.shape} for K(A, B) with A of "
+                                     f"{Xt.shape[0]} rows and B of {self.n_components_}; it must return "
+                                     f"(len(A), len(B))")
+            dest[...] = K[p:p + len(dest)]
+            return
+        if self._prep is None:
+            self._prep = PreparedKernel(self.basis_, self.kernel, self.gamma_, self.degree, self.coef0)
+        self._prep.into(Xt, bufs[0])
+        dest[...] = bufs[0][p:p + len(dest)]
+
+    def to_h5(self, group):
+        if callable(self.kernel):
+            raise ParameterError(f"a model with a callable kernel ({kernel_name(self.kernel)}) cannot be saved: "
+                                 f"streamrank files hold data, not code (no pickle); train with a named kernel "
+                                 f"(kernel=rbf, laplacian, poly, sigmoid or linear) to save the model")
+        super().to_h5(group)
+
+    @classmethod
+    def _from_params(cls, p):
+        return cls(None, p["kernel"], p["gamma"], p["degree"], p["coef0"])
+
+    def _set_arrays(self, p, arrays):
+        self._set_basis(arrays["basis"], arrays["basis_rows"])
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def scores(self, Xn, w, row0=0):
+        """f(x) = sum_t w_t K(x, b_t) for the rows of Xn (float64 kernel values, in chunks of whole
+        transform tiles, each row's sum in ``_qprod.rows_dot``'s fixed order)."""
+        Xn = self._check_X(Xn)
+        row0 = check_row0(row0)
+        w = np.ascontiguousarray(w, np.float64)
+        n = Xn.shape[0]
+        out = np.empty(n)
+        T = self.chunk_rows()
+        rows = max(T, SCORE_CHUNK_BYTES // (8 * max(self.n_components_, 1)) // T * T)
+        K = np.empty((min(rows, n), self.n_components_))
+        s = 0
+        while s < n:
+            e = min(n, s + rows - (row0 + s) % rows)
+            Kc = self.transform(Xn[s:e], np.float64, out=K[:e - s], row0=row0 + s)
+            _qprod.rows_dot(Kc, w, out[s:e])
+            s = e
+        return out
+
+
+def draw_basis(ds, m, seed, *, normalizer=None, queries=None, block_bytes=None, executor=None):
+    """(rows (min(m, n), d) float64 normalised, their row indices): m training rows drawn uniformly
+    by the seeded reservoir the Nystroem landmarks use (one streamed pass, which stops once no
+    later row can be drawn)."""
+    stream = ds.stream(block_bytes=block_bytes, queries=queries)
+    n = stream.n_rows
+    row0 = int(ds.query_ptr[stream.bounds[0]])
+    carry, _ = executor_or_local(executor).run(_LandmarkDraw(int(m), seed, ds.n_features, normalizer, row0, n),
+                                               stream)
+    res, L = carry["res"], carry["L"]
+    k = min(int(m), n)
+    return np.ascontiguousarray(L[:k]), res.slot_row[:k] + row0

@@ -1,0 +1,255 @@
+"""Coefficient-based least-squares ranking, CLSRRank (paper 002), over the query stream.
+
+The scoring function is f(x) = sum_t alpha_t K(x, x_t) over m basis rows x_t (paper 002, eq. 4 and
+theorem 1): all training rows, as in the paper, or m rows drawn as the Nystroem landmarks are
+(``components``). K need not be symmetric or positive semi-definite.
+
+The objective. The paper's empirical error (eq. 5) is over one sample of m points with ordered
+pairs (j, k), j = k included. For data in queries, pairs are formed within each query:
+
+    J(alpha) = (1 / S) sum_q sum_{j,k in q} (y_j - y_k - (f(x_j) - f(x_k)))^2 + lambda m ||alpha||^2,
+
+with S = sum_q l_q^2 (l_q the query's rows). One query holding every row, with all rows as the
+basis, is eq. 5 exactly.
+
+Within a query, with r = y - Phi alpha (Phi = K(X, B)) and ~ the centring over the query,
+sum_{j,k} (r_j - r_k)^2 = 2 l_q ||r~_q||^2. So
+
+    J(alpha) = (2 / S) (c0 - 2 b0^T alpha + alpha^T G0 alpha) + lambda m ||alpha||^2,
+    G0 = sum_q l_q Phi~_q^T Phi~_q,   b0 = sum_q l_q Phi~_q^T y~_q,   c0 = sum_q l_q ||y~_q||^2.
+
+Its minimiser solves ((2 / S) G0 + lambda m I) alpha = (2 / S) b0: for one query this is A alpha = B
+of eq. 6-8, whose sums over K^i collapse to K^T 1 1^T K / m^2. For lambda > 0 the matrix is
+symmetric positive definite whatever K is (G0 is a sum of Gram matrices), so Cholesky solves it.
+
+Cost. ONE streamed pass accumulates G0, b0 and c0 with BLAS-3 (centred kernel rows scaled by
+sqrt(l_q)). Every lambda of the path reuses them. The pass is needed once per (kernel, gamma,
+basis), plus the basis draw. With all rows as the basis, the rows are read once and the system is
+built from them in memory.
+
+Memory: the m x m system and its factor (16 m^2 bytes), the basis (8 m d), and chunks of kernel
+rows of at most CHUNK_BYTES.
+"""
+
+import logging
+import time
+
+import numpy as np
+from scipy.linalg import cho_factor, cho_solve
+
+from streamrank.cache.kernel_cache import read_rows
+from streamrank.errors import ParameterError
+from streamrank.execution.executor import Pass, executor_or_local
+from streamrank.features.basis_map import KernelBasisMap, draw_basis, kernel_name
+from streamrank.features.kernels import KERNELS
+from streamrank.features.normalize import Normalizer
+from streamrank.io.budget import resident_bytes
+from streamrank.state.model import LinearModel
+from streamrank.training.path import report_grid_edges
+from streamrank.training.problem import (SELECT_METRICS, check_has_features, check_queries, check_valid_width,
+                                         read_labels, validation_score)
+from streamrank.units import format_size, parse_size
+
+log = logging.getLogger("streamrank.training.clsr")
+
+# kernel rows (float64, whole queries, at least one) centred and multiplied at a time
+CHUNK_BYTES = 32 << 20
+# share of the memory budget the m x m system and its factor may take
+SYSTEM_SHARE = 0.75
+
+
+def _chunks(qp, rows_max):
+    """Bounds (query indices) of groups of whole queries of at most ``rows_max`` rows (at least one
+    query each), over local query offsets ``qp``."""
+    bounds = [0]
+    nq = len(qp) - 1
+    while bounds[-1] < nq:
+        q = bounds[-1]
+        e = int(np.searchsorted(qp, qp[q] + rows_max, side="right")) - 1
+        bounds.append(min(max(e, q + 1), nq))
+    return bounds
+
+
+def _accumulate(carry, fmap, X, y, qp, row0, rows_max):
+    """Add the rows X (float64 model inputs, whole queries at local offsets ``qp``, the first of
+    them row ``row0`` of the dataset) to the system in ``carry``."""
+    b = _chunks(qp, rows_max)
+    for qa, qb in zip(b[:-1], b[1:]):
+        r0, r1 = int(qp[qa]), int(qp[qb])
+        sizes = np.diff(qp[qa:qb + 1]).astype(np.int64)
+        keep = sizes > 0
+        if r1 == r0:
+            continue
+        Phi = fmap.transform(X[r0:r1], np.float64, row0=row0 + r0)
+        yq = np.asarray(y[r0:r1], np.float64)
+        starts = (qp[qa:qb] - r0)[keep]
+        sz = sizes[keep]
+        # centre each query's kernel rows and labels, then scale by sqrt(l_q): Psi^T Psi adds
+        # l_q Phi~_q^T Phi~_q per query (module docstring)
+        Phi -= np.repeat(np.add.reduceat(Phi, starts, axis=0) / sz[:, None], sz, axis=0)
+        yq = yq - np.repeat(np.add.reduceat(yq, starts) / sz, sz)
+        scale = np.repeat(np.sqrt(sz.astype(np.float64)), sz)
+        Phi *= scale[:, None]
+        yq *= scale
+        carry["G"] += Phi.T @ Phi
+        carry["b"] += Phi.T @ yq
+        carry["c"] += float(yq @ yq)
+        carry["S"] += float(np.sum(sz.astype(np.float64) ** 2))
+        carry["rows"] += r1 - r0
+
+
+class _System(Pass):
+    """The one pass of a (kernel, gamma, basis): G0, b0, c0 and S (module docstring) over the blocks
+    of the stream, in row order (one partition: the sums' order is the rows')."""
+
+    one_partition = True
+
+    def __init__(self, fmap, normalizer, rows_max):
+        self.fmap, self.normalizer, self.rows_max = fmap, normalizer, rows_max
+
+    def start(self):
+        m = self.fmap.n_components_
+        return {"G": np.zeros((m, m)), "b": np.zeros(m), "c": 0.0, "S": 0.0, "rows": 0}
+
+    def step(self, carry, item):
+        block, start, stop = item
+        X = np.asarray(self.normalizer.transform(block.X, block.query_ptr), np.float64)
+        _accumulate(carry, self.fmap, X, block.y, block.query_ptr, start, self.rows_max)
+
+
+def _solve(system, lam):
+    """alpha for one lambda: ((2 / S) G0 + lambda m I) alpha = (2 / S) b0, and J(alpha)."""
+    G, b, c, S = system["G"], system["b"], system["c"], system["S"]
+    m = G.shape[0]
+    if S == 0:
+        raise ParameterError("the training data have no query with documents; there is nothing to fit")
+    A = (2.0 / S) * G
+    A[np.diag_indices_from(A)] += lam * m
+    alpha = cho_solve(cho_factor(A, check_finite=False, overwrite_a=True), (2.0 / S) * b, check_finite=False)
+    quad = float(alpha @ (G @ alpha))
+    objective = (2.0 / S) * (c - 2.0 * float(b @ alpha) + quad) + lam * m * float(alpha @ alpha)
+    return alpha, objective
+
+
+def _lambda_path(lam):
+    vals = sorted(float(v) for v in (lam if np.ndim(lam) else [lam]))
+    for v in vals:
+        if not v > 0:
+            raise ParameterError(f"lambda must be > 0 (the system is then positive definite whatever the kernel); "
+                                 f"got {v}. Use lam=0.001")
+    return vals
+
+
+def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
+               components=None, memory_budget="2GB", select_metric="meanndcg", seed=0, block_bytes=None,
+               queries=None, executor=None):
+    """Train CLSRRank on an open dataset; return (LinearModel with a KernelBasisMap, summary dict).
+
+    ``lam``: one lambda or several (a path: one pass per gamma serves all of them; several points
+    need ``valid``, where ``select_metric`` chooses). ``kernel``: a name (rbf, laplacian, poly,
+    sigmoid, linear) or a callable ``K(A, B)`` (the model then cannot be saved). ``gamma``: one or
+    several (None: 1 / n_features; ignored by a callable). ``components``: m basis rows drawn
+    uniformly (seeded); None uses every training row, the paper's setting, when the m x m system
+    fits the budget.
+    """
+    t_start = time.perf_counter()
+    check_queries(ds, queries)
+    lams = _lambda_path(lam)
+    if not callable(kernel) and kernel not in KERNELS:
+        raise ParameterError(f"kernel must be one of {', '.join(KERNELS)} or a callable K(A, B); got {kernel!r}. "
+                             f"Use kernel=rbf")
+    gammas = [None] if gamma is None or callable(kernel) else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
+    for g in gammas:
+        if g is not None and not g > 0:
+            raise ParameterError(f"gamma must be > 0; got {g}. Use gamma=0.03125")
+    if select_metric not in SELECT_METRICS:
+        raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {select_metric!r}")
+    if components is not None and (isinstance(components, bool) or int(components) < 1):
+        raise ParameterError(f"components must be an integer >= 1; got {components!r}. Use components=1000")
+    check_has_features(ds)
+    check_valid_width(ds, valid)
+    points = [(gi, lm) for gi in range(len(gammas)) for lm in lams]
+    if len(points) > 1 and valid is None:
+        raise ParameterError("several lambda (and gamma) values need validation data (valid=DATA) to choose "
+                             f"between them; got lambda = {', '.join(map(str, lams))}")
+    budget = parse_size(memory_budget)
+    q0, q1 = queries if queries is not None else (0, ds.n_queries)
+    n_train = int(ds.query_ptr[q1] - ds.query_ptr[q0])
+    d = ds.n_features
+    m = n_train if components is None else min(int(components), n_train)
+    need = 16 * m * m + 8 * m * d + (8 * n_train * d if components is None else 0)
+    resident = resident_bytes()
+    room = max(0.0, (budget - resident) * SYSTEM_SHARE)
+    if need > room:
+        fit = max(1, int((room / 16) ** 0.5))
+        raise ParameterError(f"CLSRRank with {m:,} basis rows needs {format_size(need)} for its {m:,} x {m:,} system"
+                             f"{' and the training rows' if components is None else ''}, more than the memory budget "
+                             f"{format_size(budget)} leaves beside the {format_size(resident)} resident; use "
+                             f"components={fit} (basis rows drawn from the data) or memory_budget="
+                             f"{format_size(int(need / SYSTEM_SHARE) + resident)}")
+    cfg = {"method": "clsr", "lambda_path": lams, "kernel": kernel_name(kernel), "gamma_path": gammas,
+           "degree": int(degree), "coef0": float(coef0), "normalize": normalize, "components": components,
+           "seed": int(seed), "select_metric": select_metric, "memory_budget": budget,
+           "queries": list(queries) if queries is not None else None,
+           "valid_fingerprint": valid.fingerprint if valid is not None else None}
+    raw_block = block_bytes or max(1 << 20, int(budget * 0.05))
+    normalizer = Normalizer(normalize)
+    if normalize == "zscore":
+        normalizer.fit(ds.stream(block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
+    rows_max = max(1, CHUNK_BYTES // (8 * m))
+    passes = 0
+
+    # -- the basis: every training row (read once, kept) or m drawn rows ------------------------------
+    t = time.perf_counter()
+    if components is None:
+        Xn, y, qp = read_rows(ds, normalizer, (q0, q1), raw_block, executor=executor)
+        basis, basis_rows = Xn, np.arange(int(ds.query_ptr[q0]), int(ds.query_ptr[q1]))
+        passes += 1
+    else:
+        basis, basis_rows = draw_basis(ds, m, seed, normalizer=normalizer, queries=(q0, q1), block_bytes=raw_block,
+                                       executor=executor)
+        Xn = None
+    log.info("CLSRRank: %d basis rows (%s) of %d training rows, %d features; %s read in %.2f s", m,
+             "all of them" if components is None else f"drawn with seed {seed}", n_train, d,
+             "the rows" if components is None else "the basis", time.perf_counter() - t)
+
+    valid_y = read_labels(valid) if valid is not None else None
+    candidates, alphas, maps = [], [], []
+    for gi, g in enumerate(gammas):
+        fmap = KernelBasisMap(basis, kernel, g, degree, coef0, basis_rows=basis_rows)
+        t = time.perf_counter()
+        if Xn is not None:  # all rows as the basis: they are in memory already
+            system = {"G": np.zeros((m, m)), "b": np.zeros(m), "c": 0.0, "S": 0.0, "rows": 0}
+            _accumulate(system, fmap, Xn, y, qp, int(ds.query_ptr[q0]), rows_max)
+        else:
+            system, _ = executor_or_local(executor).run(
+                _System(fmap, normalizer, rows_max), ds.stream(block_bytes=raw_block, queries=(q0, q1)))
+            passes += 1
+        secs = time.perf_counter() - t
+        log.info("gamma %s: the %d x %d system from %d rows in %.2f s (%.0f rows/s)",
+                 "callable" if callable(kernel) else f"{fmap.gamma_:g}", m, m, system["rows"], secs,
+                 system["rows"] / max(secs, 1e-9))
+        for lm in lams:
+            alpha, obj = _solve(system, lm)
+            cand = {"lambda": lm, "gamma": fmap.gamma_, "objective": obj, "passes": passes,
+                    "seconds": secs / len(lams)}
+            if valid is not None:
+                model = LinearModel(alpha, normalizer, n_features=d, fmap=fmap)
+                cand["valid_" + select_metric] = validation_score(model, valid, valid_y, select_metric,
+                                                                  block_bytes=raw_block, executor=executor)
+            log.info("  lambda=%g: objective %.6e%s", lm, obj,
+                     f", validation {select_metric} {cand['valid_' + select_metric]:.4f}" if valid is not None else "")
+            candidates.append(cand)
+            alphas.append(alpha)
+            maps.append(fmap)
+    key = "valid_" + select_metric
+    best = max(range(len(candidates)), key=lambda i: candidates[i][key]) if valid is not None else len(candidates) - 1
+    chosen = candidates[best]
+    summary = {"method": "clsr", "objective": chosen["objective"], "lambda": chosen["lambda"],
+               "gamma": chosen["gamma"], "C": None, "passes": passes, "basis": m, "candidates": candidates,
+               "seconds": time.perf_counter() - t_start, "kernel": kernel_name(kernel), "iterations": 0,
+               "grad_norm": 0.0}
+    report_grid_edges(summary, [], gammas)
+    model = LinearModel(alphas[best], normalizer, n_features=d, fmap=maps[best], config=cfg, training=summary,
+                        fingerprint=ds.fingerprint, levels=np.unique(read_labels(ds)).tolist())
+    return model, summary
