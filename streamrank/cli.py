@@ -109,6 +109,36 @@ def _cmd_convert(args):
     return 0
 
 
+def _cmd_select_features(args):
+    from streamrank.errors import ParameterError
+    from streamrank.evaluation.score_files import open_data
+    from streamrank.selection.gas import gas_scores
+    _check_outputs((args.output, "GAS file", False))
+    _setup_logging(args.quiet or args.json, progress=True)
+    with open_data(args.data, args.cache_dir, quiet=args.quiet, query_file=args.query_file) as ds:
+        k = ds.n_features if args.k is None else args.k
+        if not 1 <= k <= ds.n_features:
+            raise ParameterError(f"-k must be in 1..{ds.n_features} (the features of {ds.name}); got {k}. "
+                                 f"Pass -k {min(10, ds.n_features)}")
+        res = gas_scores(ds, importance=args.importance, signed=args.signed, tradeoff=args.tradeoff,
+                         memory_budget=args.memory_budget)
+    if args.output:
+        res.save(args.output)
+    d = res.to_dict(k)
+    if args.json:
+        print(json.dumps(d))
+        return 0
+    print(f"GAS ({args.importance}{', signed' if args.signed else ''}, tradeoff c={args.tradeoff:g}) over "
+          f"{res.n_queries:,} queries: {k} of {res.n_features} features, feature ids as in the data (1-based)")
+    print(f"{'rank':>4}  {'feature':>7}  {'importance':>10}  {'sign':>4}  {'largest similarity to those above':>34}")
+    for r in d["selected"]:
+        sim = "" if r["max_similarity_to_chosen"] is None else f"{r['max_similarity_to_chosen']:.4f}"
+        print(f"{r['rank']:>4}  {r['feature']:>7}  {r['importance']:>10.4f}  {r['sign']:>+4d}  {sim:>34}")
+    if args.output:
+        print(f"wrote {args.output} (importance, similarity matrix, the whole greedy order)")
+    return 0
+
+
 def _cmd_info(args):
     from streamrank.io.dataset import open_dataset
     from streamrank.io.info import dataset_info, format_info
@@ -400,6 +430,25 @@ def build_parser():
     t.add_argument("--quiet", action="store_true")
     t.set_defaults(func=_cmd_train)
 
+    g = sub.add_parser("select-features", help="rank features by GAS (paper 003): importance, minus redundancy")
+    g.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
+    g.add_argument("-k", type=_positive_int("-k"), metavar="K", help="features to select (default: rank all)")
+    g.add_argument("--importance", default="map", metavar="map|ndcg@K|pairwise",
+                   help="GAS-E: MAP or NDCG@K of ordering each query by the feature alone (letor4); GAS-L: "
+                        "pairwise, the inverse of the pairwise error rate (default map)")
+    g.add_argument("--tradeoff", type=float, default=0.5, metavar="C",
+                   help="c in max sum w_i - c sum e_ij: how much redundancy (mean Kendall tau-b over queries) "
+                        "costs; 0 ranks by importance alone (default 0.5)")
+    g.add_argument("--signed", action="store_true", help="a feature may rank in either direction: keep the better")
+    g.add_argument("-o", "--output", metavar="GAS.h5", help="write importance, similarity and the greedy order, "
+                   "for train --features GAS.h5:K")
+    _add_query_file(g)
+    g.add_argument("--memory-budget", default="2GB", metavar="SIZE")
+    g.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted")
+    g.add_argument("--json", action="store_true")
+    g.add_argument("--quiet", action="store_true")
+    g.set_defaults(func=_cmd_select_features)
+
     pr = sub.add_parser("predict", help="score data with a model, one score per line in input order")
     pr.add_argument("model", metavar="MODEL.h5")
     pr.add_argument("data", metavar="DATA")
@@ -418,7 +467,7 @@ def main(argv=None):
         from streamrank.io.hdf5_format import DEFAULT_COMPRESSION
         args.compression = DEFAULT_COMPRESSION
     try:
-        _setup_logging(getattr(args, "quiet", False), progress=args.command == "train")
+        _setup_logging(getattr(args, "quiet", False), progress=args.command in ("train", "select-features"))
         return args.func(args)
     except (StreamrankError, FileNotFoundError) as exc:
         print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The package's layers: every import runs down (or within a layer), and no modules import each
 other in a cycle. The order is the data flow of DESIGN.md: passes are run by an executor
 (execution), rows are read (io), mapped (features),
-kept between passes (cache), turned into an objective (objectives) that a solver minimises
+kept between passes (cache), measured (evaluation), features chosen (selection), turned into an objective (objectives) that a solver minimises
 (solvers); models and checkpoints are files (state); training runs the path; the faces (CLI,
 estimator, demo) sit on top."""
 
@@ -21,6 +21,7 @@ LAYERS = [
     {"features"},
     {"cache"},
     {"evaluation"},
+    {"selection"},
     {"objectives"},
     {"solvers"},
     {"state"},

@@ -1,0 +1,1 @@
+"""Feature selection for ranking (paper 003, GAS)."""
