@@ -24,7 +24,8 @@ FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--meth
          "checkpoint": "--checkpoint", "resume": "--resume", "valid": "--valid", "select_metric": "--select-metric",
          "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
          "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta", "abs_gtol": "--abs-gtol",
-         "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components"}
+         "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components",
+         "features": "--features"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
 # only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
 # as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
@@ -235,7 +236,7 @@ def _cmd_train(args):
                                     gamma=args.gamma, degree=3 if args.degree is None else args.degree,
                                     coef0=1.0 if args.coef0 is None else args.coef0, normalize=args.normalize,
                                     components=args.components, memory_budget=args.memory_budget,
-                                    select_metric=args.select_metric, seed=args.seed)
+                                    select_metric=args.select_metric, seed=args.seed, features=args.features)
     else:
         model, summary = train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
                                       max_iter=args.max_iter, memory_budget=args.memory_budget,
@@ -249,7 +250,7 @@ def _cmd_train(args):
                                       rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
                                       cache_size=args.cache_size, precondition=args.precondition,
                                       loss=args.loss, eta=args.eta, abs_gtol=args.abs_gtol,
-                                      abs_dtol=args.abs_dtol)
+                                      abs_dtol=args.abs_dtol, features=args.features)
     model.save(args.output)
     if not args.quiet and args.method == "clsr":
         gamma = f", gamma={summary['gamma']:g}" if summary.get("gamma") is not None else ""
@@ -283,7 +284,7 @@ def _train_exact(args, ds, valid):
                        query_weight=args.query_weight, select_metric=args.select_metric,
                        checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,
                        precondition=args.precondition, loss=args.loss, eta=args.eta, solver=args.solver,
-                       abs_gtol=args.abs_gtol, abs_dtol=args.abs_dtol)
+                       abs_gtol=args.abs_gtol, abs_dtol=args.abs_dtol, features=args.features)
 
 
 def _cmd_predict(args):
@@ -401,6 +402,9 @@ def build_parser():
                         "passes; auto = on for linear features, and for feature maps when it is cheap against a pass; "
                         "--method exact: a Nystroem approximation of the Hessian from about 10 sqrt(rows) landmarks (on "
                         "unless off)")
+    t.add_argument("--features", metavar="IDS|@FILE|GAS.h5:K",
+                   help="train on these features only (ids as in the data, 1-based: 3,7,12; a file of ids; or the "
+                        "first K of streamrank select-features' GAS file); predict applies the same subset")
     t.add_argument("--loss", choices=["squared_hinge", "smooth_hinge"], default="squared_hinge",
                    help="squared_hinge (RankSVM) or smooth_hinge (paper 001's cs-sRSVM: the hinge smoothed "
                         "in a band of half-width --eta around margin 0)")

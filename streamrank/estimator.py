@@ -47,6 +47,8 @@ class RankSVM:
         for every method.
     eta : None, "auto" or float in (0, 1)
         The smooth hinge's band; None / "auto": paper 001's rule per C.
+    features : None, "3,7,12", "@file", "gas.h5:20" or a list of 1-based ids
+        Train on these input features only; the model applies the same subset when it scores.
     random_state : int (recorded; the linear primal path draws no random numbers).
     """
 
@@ -54,8 +56,9 @@ class RankSVM:
                  max_iter=1000, memory_budget="2GB", checkpoint=None, resume=False,
                  select_metric="meanndcg", random_state=0, block_bytes=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None,
-                 cache_dir=None, map_cache="auto", loss="squared_hinge", eta=None):
+                 cache_dir=None, map_cache="auto", loss="squared_hinge", eta=None, features=None):
         self.C = C
+        self.features = features
         self.loss = loss
         self.eta = eta
         self.normalize = normalize
@@ -85,7 +88,7 @@ class RankSVM:
                                               "memory_budget", "checkpoint", "resume", "select_metric",
                                               "random_state", "block_bytes", "solver", "method", "kernel",
                                               "gamma", "degree", "coef0", "n_components", "rank", "cache_dir",
-                                              "map_cache", "loss", "eta")}
+                                              "map_cache", "loss", "eta", "features")}
 
     def set_params(self, **params):
         for k, v in params.items():
@@ -113,7 +116,7 @@ class RankSVM:
                     seed=self.random_state, block_bytes=self.block_bytes, queries=queries, solver=self.solver,
                     method=self.method, kernel=self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
                     components=self.n_components, rank=self.rank, cache_dir=self.cache_dir,
-                    map_cache=self.map_cache, loss=self.loss, eta=self.eta)
+                    map_cache=self.map_cache, loss=self.loss, eta=self.eta, features=self.features)
             finally:
                 if vtmp is not None:
                     vds.close()
@@ -174,7 +177,7 @@ def _params_from_config(cfg):
     for k_cfg, k in (("normalize", "normalize"), ("tol", "tol"), ("max_iter", "max_iter"),
                      ("pair_cost", "pair_cost"), ("query_weight", "query_weight"),
                      ("select_metric", "select_metric"), ("seed", "random_state"), ("loss", "loss"),
-                     ("eta", "eta")):
+                     ("eta", "eta"), ("features", "features")):
         if k_cfg in cfg:
             out[k] = cfg[k_cfg]
     if "C_path" in cfg:
@@ -230,15 +233,17 @@ class CLSRRank(RankSVM):
     gamma, degree, coef0 : kernel parameters (gamma: one or several; None = 1 / n_features).
     n_components : None or int
         Basis rows drawn from the data (seeded); None: every training row (the paper's setting).
-    normalize, memory_budget, select_metric, random_state, block_bytes : as for RankSVM.
+    normalize, memory_budget, select_metric, random_state, block_bytes, features : as for RankSVM.
     """
 
     _PARAMS = ("lam", "kernel", "gamma", "degree", "coef0", "n_components", "normalize", "memory_budget",
-               "select_metric", "random_state", "block_bytes")
+               "select_metric", "random_state", "block_bytes", "features")
 
     def __init__(self, *, lam=1e-3, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=None,
-                 normalize="none", memory_budget="2GB", select_metric="meanndcg", random_state=0, block_bytes=None):
+                 normalize="none", memory_budget="2GB", select_metric="meanndcg", random_state=0, block_bytes=None,
+                 features=None):
         self.lam = lam
+        self.features = features
         self.kernel = kernel
         self.gamma = gamma
         self.degree = degree
@@ -271,7 +276,7 @@ class CLSRRank(RankSVM):
                                         degree=self.degree, coef0=self.coef0, normalize=self.normalize,
                                         components=self.n_components, memory_budget=self.memory_budget,
                                         select_metric=self.select_metric, seed=self.random_state,
-                                        block_bytes=self.block_bytes, queries=queries)
+                                        block_bytes=self.block_bytes, queries=queries, features=self.features)
         finally:
             for d_, t_ in ((vds, vtmp), (None if tmp is None else ds, tmp)):
                 if t_ is not None:

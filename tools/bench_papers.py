@@ -1,6 +1,7 @@
 """The papers' experiments, reproduced on MQ2008 with streamrank's implementations.
 
     python tools/bench_papers.py --cs-srsvm      # paper 001 (cs-sRSVM): quality table and time vs rows
+    python tools/bench_papers.py --clsr --gas    # papers 002 (CLSRRank) and 003 (GAS): see _papers_clsr_gas.py
 
 ``--cs-srsvm`` has two parts.
 
@@ -259,7 +260,10 @@ def out_of_core(args):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cs-srsvm", action="store_true", help="paper 001: quality table and time against rows")
-    ap.add_argument("--only", choices=["quality", "timing", "out-of-core"], help="one part of --cs-srsvm")
+    ap.add_argument("--clsr", action="store_true", help="paper 002: CLSRRank against RankSVM")
+    ap.add_argument("--gas", action="store_true", help="paper 003: RankSVM on GAS-selected features")
+    ap.add_argument("--only", choices=["quality", "timing", "out-of-core"], help="one part of each paper chosen")
+    ap.add_argument("--gas-ooc-scale", type=float, default=3.0, help="mq2007 scale of GAS's out-of-core part")
     ap.add_argument("--ooc-scale", type=float, default=0.5, help="mslr30k scale of the out-of-core part")
     ap.add_argument("--ooc-budget", default="320MB", help="--memory-budget of the out-of-core part")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder holding Fold1..Fold5 of MQ2008")
@@ -270,16 +274,26 @@ def main():
     ap.add_argument("--liblinear", metavar="BIN", help="LIBLINEAR ranksvm extension's train binary")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    if not args.cs_srsvm:
-        ap.error("choose a paper: --cs-srsvm")
+    if not (args.cs_srsvm or args.clsr or args.gas):
+        ap.error("choose a paper: --cs-srsvm, --clsr, --gas")
+    import _papers_clsr_gas as p23
     print(machine_facts())
     t = time.perf_counter()
-    if args.only in (None, "quality"):
-        quality(args)
-    if args.only in (None, "timing"):
-        timing(args)
-    if args.only in (None, "out-of-core"):
-        out_of_core(args)
+    if args.cs_srsvm:
+        if args.only in (None, "quality"):
+            quality(args)
+        if args.only in (None, "timing"):
+            timing(args)
+        if args.only in (None, "out-of-core"):
+            out_of_core(args)
+    if args.clsr and args.only in (None, "quality"):
+        p23.clsr_quality(args, converted, have_mq2008)
+    if args.gas and args.only in (None, "quality"):
+        p23.gas_quality(args, converted, have_mq2008)
+    if (args.clsr or args.gas) and args.only in (None, "timing"):
+        p23.timing(args, subsets)
+    if (args.clsr or args.gas) and args.only in (None, "out-of-core"):
+        p23.out_of_core(args)
     print(f"\n(bench_papers.py ran {time.perf_counter() - t:.0f} s)")
 
 

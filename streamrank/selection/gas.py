@@ -37,9 +37,11 @@ from dataclasses import dataclass
 import h5py
 import numpy as np
 
+from streamrank._native import linalg as la
+from streamrank._native.feature_measures import block_measures
 from streamrank._native.kendall import query_tau_b
 from streamrank.errors import FormatError, ParameterError
-from streamrank.evaluation.metrics import _log_table, _query_letor4, pairwise_accuracy_counts
+from streamrank.evaluation.metrics import _log_table, _pairwise_in_parts
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.io.atomic import written
 from streamrank.io.h5digest import DIGEST_ATTR, file_digest
@@ -172,30 +174,25 @@ class _GasPass(Pass):
         return {"imp": np.zeros((2, d)), "pairs": 0, "tau": np.zeros((d, d)), "count": np.zeros((d, d), np.int64),
                 "queries": 0, "rows": 0}
 
-    def _measure(self, y, s):
-        if self.kind == "pairwise":
-            return pairwise_accuracy_counts(y, s)[1]
-        ndcg, _, ap, _, _ = _query_letor4(y, s, (self.cut or 1,), self.log_table)
-        return ap if self.kind == "map" else ndcg[0]
-
     def step(self, c, item):
         block, start, stop = item
-        qp = block.query_ptr
+        qp = np.ascontiguousarray(block.query_ptr, np.int64)
+        X = np.ascontiguousarray(block.X)
+        y = np.asarray(block.y, np.float64)
+        if self.kind == "pairwise":
+            for f in range(self.d):
+                n_pairs, correct = _pairwise_in_parts(y, X[:, f].astype(np.float64), qp)
+                c["imp"][0, f] = la.sum_in_order(c["imp"][0, f], np.asarray(correct, np.float64))
+                if f == 0:
+                    c["pairs"] += int(np.sum(n_pairs))
+        else:  # correct(-f) = pairs - correct(f) needs no second sweep for pairwise; these do
+            block_measures(X, y, qp, self.cut or 1, self.kind == "map", self.signed, self.log_table, c["imp"])
         tau = np.empty((self.d, self.d))
         for q in range(len(qp) - 1):
             a, b = int(qp[q]), int(qp[q + 1])
             if b == a:
                 continue
-            X = np.ascontiguousarray(block.X[a:b])
-            y = np.asarray(block.y[a:b], np.float64)
-            if self.kind == "pairwise":
-                c["pairs"] += pairwise_accuracy_counts(y, y)[0]
-            for f in range(self.d):
-                s = X[:, f].astype(np.float64)
-                c["imp"][0, f] += self._measure(y, s)
-                if self.signed and self.kind != "pairwise":  # pairwise: correct(-f) = pairs - correct(f)
-                    c["imp"][1, f] += self._measure(y, -s)
-            query_tau_b(X, tau)
+            query_tau_b(X[a:b], tau)
             ok = ~np.isnan(tau)
             c["tau"][ok] += tau[ok]
             c["count"] += ok
@@ -270,16 +267,16 @@ def parse_features(spec, n_features=None):
         try:
             ids = [int(tok) for tok in text.replace(",", " ").split()]
         except ValueError:
-            raise ParameterError(f"features {spec!r}: feature ids are integers (1-based, as in the data), as in "
-                                 f"3,7,12, @file or gas.h5:20") from None
+            raise ParameterError(f"features {spec!r}: feature ids are integers (1-based, as in the data); use "
+                                 f"features=3,7,12, features=@FILE or features=gas.h5:20") from None
     ids = np.asarray(ids, np.int64)
     if ids.size == 0:
-        raise ParameterError(f"features {spec!r} names no feature")
+        raise ParameterError(f"features {spec!r} names no feature; use features=1,2,3")
     if np.any(ids < 1) or (n_features is not None and np.any(ids > n_features)):
         raise ParameterError(f"features {spec!r}: ids must be in 1..{n_features or 'n_features'} (1-based, the data's "
-                             f"numbering); got {ids.min()}..{ids.max()}")
+                             f"numbering); got {ids.min()}..{ids.max()}. Use features=1,2,3")
     if len(set(ids.tolist())) != ids.size:
-        raise ParameterError(f"features {spec!r} names a feature twice")
+        raise ParameterError(f"features {spec!r} names a feature twice; use features=1,2,3 (each id once)")
     return ids - 1
 
 

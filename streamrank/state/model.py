@@ -8,7 +8,9 @@ group ``normalize`` (attr ``kind``; ``mean``, ``scale`` for zscore); group ``fea
 (attr ``kind``: ``identity`` for the linear model, ``nystroem`` or ``rff`` with their fitted
 arrays and parameters, written by the map's ``to_h5``); ``content_sha256``
 (:mod:`streamrank.io.h5digest`: every attribute and dataset, checked when the file loads).
-Version 1 is the same without ``content_sha256`` and still loads.
+Version 1 is the same without ``content_sha256`` and still loads. Version 3 adds
+``input_features`` (JSON, 1-based ids of the input columns the model reads, in order) and
+``input_width``; only a model trained on a subset of the features (``--features``) writes it.
 """
 
 import json
@@ -38,7 +40,10 @@ SCORE_BYTES_PER_BLOCK_BYTE = BUFFERS + 2
 
 FORMAT_NAME = "streamrank-model"
 FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)  # version 1: the same layout without content_sha256
+# version 3: version 2 plus ``input_features`` (1-based ids, JSON) and ``input_width``, written only
+# by a model that reads a subset of its input columns (train --features)
+SUBSET_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)  # version 1: the same layout without content_sha256
 
 
 class _ModelScores(Pass):
@@ -60,8 +65,12 @@ class LinearModel:
     the linear model; Nystroem or random Fourier features, whose float32 output training used)."""
 
     def __init__(self, w, normalizer, *, n_features, fmap=None, config=None, training=None, fingerprint="",
-                 levels=()):
+                 levels=(), input_features=None, input_width=None):
         self.w = np.asarray(w, np.float64)
+        # the input columns the model reads (0-based, in order; ``train --features``), of inputs
+        # ``input_width`` wide; None: every column
+        self.input_features = None if input_features is None else np.asarray(input_features, np.int64)
+        self.input_width = None if input_features is None else int(input_width)
         self.normalizer = normalizer
         self.fmap = fmap if fmap is not None and fmap.kind != "identity" else None
         self.n_features = int(n_features)
@@ -96,6 +105,15 @@ class LinearModel:
         feature map computes the row with index r in the tile that holds r, so a row's score is
         the same bits whichever block it is scored in (:mod:`streamrank.features.kernels`, "Row
         independence"); 0 for an array on its own."""
+        if self.input_features is not None:
+            from streamrank.io.feature_subset import take_columns
+            X = np.asarray(X)
+            if X.ndim != 2:
+                raise InputError(f"X must be a 2-D array of rows; got shape {X.shape}")
+            if X.shape[1] > self.input_width and extra != "ignore":
+                raise InputError(f"X has {X.shape[1]} features but the model reads {self.input_width}-feature "
+                                 f"rows; pass X[:, :{self.input_width}]")
+            X = take_columns(X, self.input_features)
         X = self._pad(X, extra=extra)
         if self._scores_raw_rows(X):
             # x.w straight from the float32 rows: the float64 copy would hold the same values, and
@@ -149,15 +167,15 @@ class LinearModel:
         ``collect(k, item)`` instead and None is returned. A dataset wider than the model has its
         extra features ignored, a narrower one reads the missing ones as 0: said in one log line
         unless ``quiet_width`` (the caller said it)."""
-        if quiet_width or ds.n_features == self.n_features:
+        width = self.n_features if self.input_features is None else self.input_width  # of the input rows
+        if quiet_width or ds.n_features == width:
             pass
-        elif ds.n_features > self.n_features:
+        elif ds.n_features > width:
             log.warning("%s has %d features, the model %d: features %d to %d are not in the model and are "
-                        "ignored (as SVMrank does)", ds.name, ds.n_features, self.n_features, self.n_features + 1,
-                        ds.n_features)
+                        "ignored (as SVMrank does)", ds.name, ds.n_features, width, width + 1, ds.n_features)
         else:
             log.warning("%s has %d features, the model %d: features %d to %d are read as 0", ds.name, ds.n_features,
-                        self.n_features, ds.n_features + 1, self.n_features)
+                        width, ds.n_features + 1, width)
         out = None
         if collect is None:
             out = np.empty(ds.n_rows)
@@ -184,7 +202,12 @@ class LinearModel:
         with written(path) as tmp, h5py.File(tmp, "w") as f:
             a = f.attrs
             a["format"] = FORMAT_NAME
-            a["version"] = FORMAT_VERSION
+            # version 3 only when the model reads a subset of its inputs: a reader of version 2
+            # would ignore the subset and score other columns
+            a["version"] = FORMAT_VERSION if self.input_features is None else SUBSET_VERSION
+            if self.input_features is not None:
+                a["input_features"] = json.dumps([int(c) + 1 for c in self.input_features])
+                a["input_width"] = self.input_width
             a["created_by"] = f"streamrank {__version__}"
             a["method"] = self.method
             a["n_features"] = self.n_features
@@ -240,10 +263,17 @@ def load(path):
             w = f["w"][:]
             if not np.all(np.isfinite(w)):
                 raise FormatError(f"{path}: the model's weights are not all finite; train the model again")
+            cols, width = None, None
+            if version >= SUBSET_VERSION:
+                cols = np.asarray(json.loads(f.attrs["input_features"]), np.int64) - 1
+                width = int(f.attrs["input_width"])
+                if cols.shape != (n_features,) or cols.min() < 0 or cols.max() >= width:
+                    raise FormatError(f"{path}: the model's input features {list(cols + 1)} do not fit its "
+                                      f"{n_features} features of {width}-feature rows; train the model again")
             return LinearModel(w, Normalizer.from_h5(f["normalize"]), fmap=fmap,
                                n_features=n_features, config=json.loads(f.attrs["config"]),
                                training=json.loads(f.attrs["training"]), fingerprint=str(f.attrs["fingerprint"]),
-                               levels=json.loads(f.attrs["levels"]))
+                               levels=json.loads(f.attrs["levels"]), input_features=cols, input_width=width)
         except FormatError:
             raise
         except (KeyError, OSError, ValueError, TypeError, RuntimeError) as exc:

@@ -46,8 +46,8 @@ from streamrank.features.normalize import Normalizer
 from streamrank.io.budget import resident_bytes
 from streamrank.state.model import LinearModel
 from streamrank.training.path import report_grid_edges
-from streamrank.training.problem import (SELECT_METRICS, check_has_features, check_queries, check_valid_width,
-                                         read_labels, validation_score)
+from streamrank.training.problem import (SELECT_METRICS, attach_features, check_has_features, check_queries,
+                                        check_valid_width, read_labels, validation_score, with_features)
 from streamrank.units import format_size, parse_size
 
 log = logging.getLogger("streamrank.training.clsr")
@@ -142,7 +142,7 @@ def _lambda_path(lam):
 
 def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
                components=None, memory_budget="2GB", select_metric="meanndcg", seed=0, block_bytes=None,
-               queries=None, executor=None):
+               queries=None, executor=None, features=None):
     """Train CLSRRank on an open dataset; return (LinearModel with a KernelBasisMap, summary dict).
 
     ``lam``: one lambda or several (a path: one pass per gamma serves all of them; several points
@@ -154,6 +154,7 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
+    ds, valid, feature_cols, input_width = with_features(ds, valid, features)
     lams = _lambda_path(lam)
     if not callable(kernel) and kernel not in KERNELS:
         raise ParameterError(f"kernel must be one of {', '.join(KERNELS)} or a callable K(A, B); got {kernel!r}. "
@@ -252,4 +253,4 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     report_grid_edges(summary, [], gammas)
     model = LinearModel(alphas[best], normalizer, n_features=d, fmap=maps[best], config=cfg, training=summary,
                         fingerprint=ds.fingerprint, levels=np.unique(read_labels(ds)).tolist())
-    return model, summary
+    return attach_features(model, feature_cols, input_width), summary

@@ -32,9 +32,9 @@ from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (c_path, check_config, check_has_features, check_queries, check_valid_width,
-                                        eta_for, pair_cost_table, pair_weight_sum, query_weights, read_labels,
-                                        validation_score)
+from streamrank.training.problem import (attach_features, c_path, check_config, check_has_features, check_queries,
+                                        check_valid_width, eta_for, pair_cost_table, pair_weight_sum, query_weights,
+                                        read_labels, validation_score, with_features)
 from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
@@ -109,7 +109,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
                 tol=1e-3, max_iter=1000, memory_budget="2GB", pair_cost=None, query_weight=None,
                 select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
                 cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None,
-                loss="squared_hinge", eta=None, solver="tron", abs_gtol=None, abs_dtol=None):
+                loss="squared_hinge", eta=None, solver="tron", abs_gtol=None, abs_dtol=None, features=None):
     """Train exact kernel RankSVM on an open dataset; return (LinearModel with an ExactKernelMap, summary).
 
     ``loss``, ``eta``: as in :func:`~streamrank.training.linear.train_linear` (paper 001's smooth
@@ -127,6 +127,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
+    ds, valid, feature_cols, input_width = with_features(ds, valid, features)
     Cs, refine = c_path(C)
     gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
     d = ds.n_features
@@ -250,4 +251,4 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), gammas)
     model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(res.points[res.best][0], support), config=cfg,
                         training=summary, fingerprint=ds.fingerprint, levels=levels)
-    return model, summary
+    return attach_features(model, feature_cols, input_width), summary

@@ -22,9 +22,9 @@ from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (c_path, check_config, check_has_features, check_queries, check_valid_width,
-                                        eta_for, pair_cost_table, pair_weight_sum, query_weights, read_labels,
-                                        validation_score)
+from streamrank.training.problem import (attach_features, c_path, check_config, check_has_features, check_queries,
+                                        check_valid_width, eta_for, pair_cost_table, pair_weight_sum, query_weights,
+                                        read_labels, validation_score, with_features)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -73,7 +73,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
                  cache_dir=None, map_cache="auto", cache_size=None, precondition="auto", executor=None,
-                 loss="squared_hinge", eta=None, abs_gtol=None, abs_dtol=None):
+                 loss="squared_hinge", eta=None, abs_gtol=None, abs_dtol=None, features=None):
     """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``loss``: ``squared_hinge`` (paper 004 eq. 3.13) or ``smooth_hinge`` (paper 001's cs-sRSVM,
@@ -100,6 +100,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
+    ds, valid, feature_cols, input_width = with_features(ds, valid, features)
     Cs, refine = c_path(C)
     if method not in METHODS:
         raise ParameterError(f"method must be one of {', '.join(METHODS)}; got {method!r}. Use method=nystroem")
@@ -263,7 +264,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         summary["map_storage"] = source.mode if res.points[res.best][0] == source_gi else None
     model = LinearModel(res.w, normalizer, n_features=ds.n_features, fmap=fmap, config=cfg, training=summary,
                         fingerprint=ds.fingerprint, levels=levels)
-    return model, summary
+    return attach_features(model, feature_cols, input_width), summary
 
 
 train = train_linear

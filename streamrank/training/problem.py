@@ -160,6 +160,27 @@ def validation_score(model, valid, valid_y, metric, *, block_bytes, executor=Non
     return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), metric)
 
 
+def with_features(ds, valid, features):
+    """(ds, valid, cols, width): the training (and validation) data seen through ``features``, a
+    spec as ``train --features`` takes it ('3,7,12', '@FILE', 'gas.h5:20') or 1-based ids; cols
+    are 0-based and width the data's own. None: every feature (cols None)."""
+    if features is None:
+        return ds, valid, None, None
+    from streamrank.io.feature_subset import FeatureSubset
+    from streamrank.selection.gas import parse_features
+    spec = features if isinstance(features, str) else ",".join(str(int(v)) for v in np.ravel(features))
+    cols = parse_features(spec, ds.n_features)
+    return (FeatureSubset(ds, cols), None if valid is None else FeatureSubset(valid, cols), cols, ds.n_features)
+
+
+def attach_features(model, cols, width):
+    """The model reads the input columns ``cols`` of ``width``-wide rows (none: all of them)."""
+    if cols is not None:
+        model.input_features, model.input_width = np.asarray(cols, np.int64), int(width)
+        model.config["features"] = [int(c) + 1 for c in cols]
+    return model
+
+
 def check_queries(ds, queries):
     """A training query range [q0, q1) inside the dataset (None: all of it)."""
     if queries is None:

@@ -185,3 +185,50 @@ def test_cli_select_features(tmp_path, capsys):
     assert rc == 0 and "importance" in text and "similarity" in text
     rc = main(["select-features", str(p), "-k", "9"])
     assert rc == 2 and "-k must be in 1..6" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("method", ["primal", "nystroem", "exact", "clsr"])
+def test_training_on_a_subset_equals_training_on_the_subset_file(tmp_path, method):
+    """--features 6,1,3 trains the model a file holding only those columns (in that order) trains, and
+    the model applies the subset to full-width rows; its file is version 3 and loads again."""
+    from streamrank.training.clsr import train_clsr
+    from streamrank.training.exact import train_exact
+    from streamrank.training.linear import train_linear
+    p = generated(tmp_path, n_queries=20)
+    cols = np.array([5, 0, 2])
+    with streamrank.open_dataset(p) as ds:
+        X, y = ds.read(0, ds.n_rows)
+        qid = np.repeat(np.arange(ds.n_queries), np.diff(ds.query_ptr))
+        q = tmp_path / "sub.h5"
+        with DatasetWriter(q, n_features=3) as w:
+            w.append(np.ascontiguousarray(X[:, cols]), y, qid)
+        train = {"primal": train_linear, "nystroem": train_linear, "exact": train_exact, "clsr": train_clsr}[method]
+        kw = {"primal": dict(C=0.5, tol=1e-8), "nystroem": dict(C=0.5, method="nystroem", gamma=0.3, components=20),
+              "exact": dict(C=0.5, gamma=0.3, tol=1e-8), "clsr": dict(lam=1e-2, gamma=0.3, components=20)}[method]
+        full, s_full = train(ds, features="6,1,3", **kw)
+        with streamrank.open_dataset(q) as sub:
+            ref, s_ref = train(sub, **kw)
+            assert np.array_equal(full.w, ref.w)
+            assert np.array_equal(full.decision_function(X), ref.decision_function(X[:, cols]))
+            assert np.array_equal(full.predict_dataset(ds), ref.predict_dataset(sub))
+        full.save(tmp_path / "m.h5")
+        back = streamrank.load(tmp_path / "m.h5")
+        assert back.model_.input_features.tolist() == cols.tolist() and back.model_.config["features"] == [6, 1, 3]
+        assert np.array_equal(back.predict(p), full.predict_dataset(ds))
+        import h5py
+        with h5py.File(tmp_path / "m.h5", "r") as f:
+            assert f.attrs["version"] == 3
+
+
+def test_cli_trains_on_the_gas_selection(tmp_path, capsys):
+    p = generated(tmp_path)
+    assert main(["select-features", str(p), "-k", "2", "-o", str(tmp_path / "gas.h5"), "--quiet"]) == 0
+    chosen = GasResult.load(tmp_path / "gas.h5").greedy(2)[0]
+    rc = main(["train", str(p), "-o", str(tmp_path / "m.h5"), "--features", f"{tmp_path / 'gas.h5'}:2", "--json",
+               "--quiet"])
+    assert rc == 0
+    back = streamrank.load(tmp_path / "m.h5")
+    assert back.model_.input_features.tolist() == chosen.tolist()
+    assert main(["predict", str(tmp_path / "m.h5"), str(p), "-o", str(tmp_path / "s.txt")]) == 0
+    rc = main(["train", str(p), "-o", str(tmp_path / "n.h5"), "--features", "9"])
+    assert rc == 2 and "--features" in capsys.readouterr().err

@@ -155,11 +155,11 @@ def _copy_with(tmp_path, edit):
 
 
 @pytest.mark.parametrize("edit,message", [
-    (lambda f: f.attrs.__setitem__("version", 3),
-     "model format version 3 is not supported .this streamrank reads 1, 2.; it was written by a newer streamrank; "
+    (lambda f: f.attrs.__setitem__("version", 4),
+     "model format version 4 is not supported .this streamrank reads 1, 2, 3.; it was written by a newer streamrank; "
      "upgrade with: pip install -U streamrank"),
     (lambda f: f.attrs.__setitem__("version", 0),
-     "model format version 0 is not supported .this streamrank reads 1, 2.; train the model again"),
+     "model format version 0 is not supported .this streamrank reads 1, 2, 3.; train the model again"),
     (lambda f: f.attrs.__delitem__("version"), "model format version -1 is not supported"),
     (lambda f: f.attrs.__setitem__("format", "something-else"),
      "not a streamrank model .format 'something-else'.; train one with streamrank train"),
@@ -364,3 +364,18 @@ def test_raw_rows_are_scored_with_the_bits_of_their_float64_copy(fitted, tmp_pat
         for block in (2000, 20000, 10**6):
             np.testing.assert_array_equal(model.score_stream(ds, block_bytes=block)[ds.row.argsort()], whole)
     np.testing.assert_array_equal(whole, want)
+
+
+# tests/data/model_v3.h5: a linear model trained on features 4, 1, 2 of 5 (train --features): 4 queries
+# of random rows (seed 3), C=1, tol=1e-10; version 3 because it reads a subset of its inputs.
+def test_model_v3_fixture_loads_and_reads_its_input_features():
+    from streamrank._native import qprod as _qprod
+    model = load_model(DATA / "model_v3.h5")
+    assert model.input_features.tolist() == [3, 0, 1] and model.input_width == 5
+    assert model.config["features"] == [4, 1, 2]
+    X = np.random.default_rng(0).standard_normal((7, 5)).astype(np.float32)
+    want = np.empty(7)
+    _qprod.rows_dot(np.ascontiguousarray(X[:, [3, 0, 1]]), model.w, want)
+    assert np.array_equal(model.decision_function(X), want)
+    with pytest.raises(InputError, match="reads 5-feature rows"):
+        model.decision_function(np.zeros((2, 6), np.float32))

@@ -1,0 +1,199 @@
+"""bench_papers.py's parts for papers 002 (CLSRRank, ``--clsr``) and 003 (GAS, ``--gas``).
+
+``--clsr``: five folds of MQ2008; CLSRRank with the rbf and the sigmoid kernel, 2,000 basis rows
+drawn from the training rows (all 9,600 would need a 0.7 GB system and 2 TFLOP per gamma), lambda in
+1e-6..1e-2 by decades and gamma in 2^-7, 2^-5, 2^-3 chosen on vali by MeanNDCG, against RankSVM
+(linear, C by the two-stage rule on vali); letor4 test NDCG@10, MeanNDCG, MAP; training seconds.
+
+``--gas``: five folds; GAS-E (MAP importance), GAS-L (pairwise importance) and importance alone
+(c = 0) choose the top 5, 10 and 20 features on the training data (``--signed``), the tradeoff c of
+GAS-E / GAS-L in 0.1, 0.3, 1 chosen on vali; a RankSVM on the chosen features (C two-stage on vali),
+and on all 46; letor4 test NDCG@10 and MAP; the GAS pass's seconds.
+
+Time against rows: the nested subsets S1 .. S1-S5 of MQ2008 (as ``--cs-srsvm``'s timing part), the
+one CLSRRank pass (m = 500) and the GAS pass, each the median of 3 runs.
+
+Out of core: generated data larger than the budget, both from the command line in a fresh process
+with their peak RSS (``--only out-of-core``).
+"""
+
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _benchutil import table
+
+LAMBDAS = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2]
+GAMMAS = [2.0 ** -7, 2.0 ** -5, 2.0 ** -3]
+TOPS = (5, 10, 20)
+TRADEOFFS = (0.1, 0.3, 1.0)
+CLSR_BASIS = 2000
+
+
+def _test_metrics(model, tds):
+    from streamrank.evaluation.metrics import evaluate
+    from streamrank.training.problem import read_labels
+    sc = model.predict_dataset(tds)
+    m = evaluate(read_labels(tds), sc[tds.row], tds.query_ptr, convention="letor4", qid=tds.qid).means
+    return {"NDCG@10": m["NDCG@10"], "MeanNDCG": m["MeanNDCG"], "MAP": m["MAP"]}
+
+
+def _summarise(rows, models, keys):
+    out = []
+    for name in models:
+        mine = [r for r in rows if r["model"] == name]
+        out.append({"fold": "mean", "model": name, **{k: float(np.mean([r[k] for r in mine])) for k in keys},
+                    "seconds": float(np.mean([r["seconds"] for r in mine]))})
+    return out
+
+
+def clsr_quality(args, converted, have_mq2008):
+    import streamrank
+    from streamrank.training.clsr import train_clsr
+    from streamrank.training.linear import train_linear
+    folds = [int(f) for f in args.folds.split(",")]
+    if not have_mq2008(args.data, folds):
+        return
+    print(f"\n== CLSRRank (paper 002) on MQ2008: {CLSR_BASIS} basis rows, lambda x gamma chosen on vali (MeanNDCG), "
+          f"against RankSVM; letor4 test ==")
+    rows = []
+    for fold in folds:
+        paths = {p: converted(args.workdir, args.data, fold, p) for p in ("train", "vali", "test")}
+        with streamrank.open_dataset(paths["train"]) as ds, streamrank.open_dataset(paths["vali"]) as vds, \
+                streamrank.open_dataset(paths["test"]) as tds:
+            runs = [("RankSVM", lambda: train_linear(ds, valid=vds, C="two-stage", tol=1e-3))]
+            for kern in ("rbf", "sigmoid"):
+                runs.append((f"CLSRRank {kern}", lambda kern=kern: train_clsr(
+                    ds, valid=vds, lam=LAMBDAS, kernel=kern, gamma=GAMMAS, components=CLSR_BASIS, seed=0,
+                    memory_budget="8GB")))
+            for name, run in runs:
+                t = time.perf_counter()
+                model, s = run()
+                secs = time.perf_counter() - t
+                r = {"fold": fold, "model": name, **_test_metrics(model, tds), "seconds": secs,
+                     "setting": (f"C={s['C']:g}" if name == "RankSVM" else f"lambda={s['lambda']:g} gamma={s['gamma']:g}")}
+                rows.append(r)
+                print(f"  Fold{fold} {name}: {r['setting']} NDCG@10 {r['NDCG@10']:.4f} MAP {r['MAP']:.4f} "
+                      f"({secs:.1f} s)", flush=True)
+    rows += _summarise(rows, ["RankSVM", "CLSRRank rbf", "CLSRRank sigmoid"], ("NDCG@10", "MeanNDCG", "MAP"))
+    print()
+    table(rows, [("fold", "fold", None), ("model", "model", None), ("setting", "chosen", None),
+                 ("NDCG@10", "NDCG@10", "{:.4f}"), ("MeanNDCG", "MeanNDCG", "{:.4f}"), ("MAP", "MAP", "{:.4f}"),
+                 ("seconds", "train s (all candidates)", "{:.1f}")])
+
+
+def gas_quality(args, converted, have_mq2008):
+    import streamrank
+    from streamrank.io.feature_subset import FeatureSubset
+    from streamrank.selection.gas import gas_scores
+    from streamrank.training.linear import train_linear
+    from streamrank.training.problem import metric_value, read_labels
+    from streamrank.evaluation.metrics import evaluate
+    folds = [int(f) for f in args.folds.split(",")]
+    if not have_mq2008(args.data, folds):
+        return
+    print("\n== GAS (paper 003) on MQ2008: top 5 / 10 / 20 features by GAS-E (MAP), GAS-L (pairwise) and importance "
+          "alone (c = 0), signed; c of GAS-E / GAS-L in 0.1, 0.3, 1 chosen on vali; RankSVM (C two-stage on vali) "
+          "on them; letor4 test ==")
+    rows = []
+    for fold in folds:
+        paths = {p: converted(args.workdir, args.data, fold, p) for p in ("train", "vali", "test")}
+        with streamrank.open_dataset(paths["train"]) as ds, streamrank.open_dataset(paths["vali"]) as vds, \
+                streamrank.open_dataset(paths["test"]) as tds:
+            vy = read_labels(vds)
+            t = time.perf_counter()
+            scores = {"GAS-E": gas_scores(ds, importance="map", signed=True),
+                      "GAS-L": gas_scores(ds, importance="pairwise", signed=True)}
+            gas_s = (time.perf_counter() - t) / 2
+            scores["importance"] = scores["GAS-E"]
+
+            def ranksvm(cols):
+                sub, vsub = FeatureSubset(ds, cols), FeatureSubset(vds, cols)
+                model, _ = train_linear(sub, valid=vsub, C="two-stage", tol=1e-3)
+                from streamrank.training.problem import attach_features
+                attach_features(model, cols, ds.n_features)
+                v = metric_value(evaluate(vy, model.predict_dataset(vds)[vds.row], vds.query_ptr), "map")
+                return model, v
+
+            full, _ = ranksvm(np.arange(ds.n_features))
+            rows.append({"fold": fold, "model": "all 46", "top": 46, **_test_metrics(full, tds), "seconds": 0.0})
+            for name, res in scores.items():
+                for top in TOPS:
+                    cands = [0.0] if name == "importance" else TRADEOFFS
+                    best = None
+                    for c in cands:
+                        cols = res.greedy(top, tradeoff=c)[0]
+                        model, v = ranksvm(cols)
+                        if best is None or v > best[0]:
+                            best = (v, c, model)
+                    r = {"fold": fold, "model": f"{name} top {top}", "top": top, "c": best[1],
+                         **_test_metrics(best[2], tds), "seconds": gas_s}
+                    rows.append(r)
+            print(f"  Fold{fold}: GAS pass {gas_s:.1f} s; " + "; ".join(
+                f"{r['model']} MAP {r['MAP']:.4f}" for r in rows if r["fold"] == fold), flush=True)
+    names = ["all 46"] + [f"{n} top {t}" for n in ("GAS-E", "GAS-L", "importance") for t in TOPS]
+    rows += _summarise(rows, names, ("NDCG@10", "MeanNDCG", "MAP"))
+    print()
+    table([r for r in rows if r["fold"] == "mean"], [("model", "features", None), ("NDCG@10", "NDCG@10", "{:.4f}"),
+                                                    ("MeanNDCG", "MeanNDCG", "{:.4f}"), ("MAP", "MAP", "{:.4f}")])
+    print("  (mean over the folds; the paper's observation: selection helps most when features differ in importance "
+          "and are redundant)")
+
+
+def timing(args, subsets):
+    import streamrank
+    from streamrank.selection.gas import gas_scores
+    from streamrank.training.clsr import train_clsr
+    print("\n== one-pass methods, time against training rows (MQ2008 S1 .. S1-S5), median of 3 ==")
+    rows = []
+    for p in subsets(args):
+        with streamrank.open_dataset(p) as ds:
+            train_clsr(ds, lam=1e-3, gamma=2.0 ** -5, components=500)  # kernels loaded before the clock
+            tc, tg = [], []
+            for _ in range(3):
+                t = time.perf_counter()
+                _, s = train_clsr(ds, lam=1e-3, gamma=2.0 ** -5, components=500)
+                tc.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                gas_scores(ds, importance="map", signed=True)
+                tg.append(time.perf_counter() - t)
+            rows.append({"rows": ds.n_rows, "queries": ds.n_queries, "clsr": statistics.median(tc),
+                         "gas": statistics.median(tg)})
+    for r in rows:
+        r["clsr_us"] = 1e6 * r["clsr"] / r["rows"]
+        r["gas_us"] = 1e6 * r["gas"] / r["rows"]
+    table(rows, [("rows", "rows", "{:,}"), ("queries", "queries", "{:,}"), ("clsr", "CLSRRank m=500 s", "{:.3f}"),
+                 ("clsr_us", "us/row", "{:.1f}"), ("gas", "GAS pass s", "{:.3f}"), ("gas_us", "us/row", "{:.1f}")])
+
+
+def out_of_core(args):
+    from _rss import cli_peak_rss
+    from streamrank.io.synthetic import write_hdf5
+    from streamrank.units import parse_size
+    import streamrank
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"\n== out of core: CLSRRank and GAS on generated data larger than --memory-budget {args.ooc_budget} ==")
+    rows = []
+    for name, preset, scale, cmd in (
+            ("CLSRRank m=500", "mslr30k", args.ooc_scale, ["train", "{d}", "-o", "{w}/clsr.h5", "--method", "clsr",
+                                                           "--components", "500", "--gamma", "0.01", "--lambda",
+                                                           "0.001", "--quiet"]),
+            ("GAS (map, signed)", "mq2007", args.gas_ooc_scale, ["select-features", "{d}", "-k", "10", "--signed",
+                                                                 "-o", "{w}/gas.h5", "--quiet"])):
+        data = work / f"{preset}-{scale:g}.h5"
+        if not data.exists():
+            write_hdf5(data, preset, scale=scale, seed=0)
+        with streamrank.open_dataset(data) as ds:
+            x_mb = 4 * ds.n_rows * ds.n_features / 1e6
+            shape = f"{ds.n_rows:,} x {ds.n_features}"
+        argv = [a.format(d=data, w=work) for a in cmd] + ["--memory-budget", args.ooc_budget]
+        peak, wall, rc, err = cli_peak_rss(argv)
+        if rc != 0:
+            raise RuntimeError(f"{name} failed:\n{err[-2000:]}")
+        rows.append({"what": name, "data": f"{preset} x{scale:g} ({shape}, X {x_mb:.0f} MB)", "peak": peak,
+                     "wall": wall, "under": peak <= parse_size(args.ooc_budget) / 1e6})
+    table(rows, [("what", "command", None), ("data", "data", None), ("peak", "peak RSS MB", "{:.0f}"),
+                 ("wall", "wall s", "{:.1f}"), ("under", "under budget", None)])
