@@ -263,7 +263,7 @@ def main():
     ap.add_argument("--clsr", action="store_true", help="paper 002: CLSRRank against RankSVM")
     ap.add_argument("--gas", action="store_true", help="paper 003: RankSVM on GAS-selected features")
     ap.add_argument("--only", choices=["quality", "timing", "out-of-core"], help="one part of each paper chosen")
-    ap.add_argument("--gas-ooc-scale", type=float, default=3.0, help="mq2007 scale of GAS's out-of-core part")
+    ap.add_argument("--gas-ooc-scale", type=float, default=45.0, help="mq2007 scale of GAS's out-of-core part")
     ap.add_argument("--ooc-scale", type=float, default=0.5, help="mslr30k scale of the out-of-core part")
     ap.add_argument("--ooc-budget", default="320MB", help="--memory-budget of the out-of-core part")
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA, help="the folder holding Fold1..Fold5 of MQ2008")

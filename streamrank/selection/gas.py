@@ -162,14 +162,18 @@ def gas_greedy(w, E, c, t):
 class _GasPass(Pass):
     """Per query, in query order: the importance measure of each feature (and of its negation) and
     tau-b of every pair; sums kept in query order (one partition), so the result is the same for
-    any block layout."""
+    any block layout, and for a pass resumed from a checkpoint. ``commit``: called after each
+    block with the carry and the next query (it writes a checkpoint when one is due)."""
 
     one_partition = True
 
-    def __init__(self, d, kind, cut, signed, log_table):
+    def __init__(self, d, kind, cut, signed, log_table, carry=None, commit=None):
         self.d, self.kind, self.cut, self.signed, self.log_table = d, kind, cut, signed, log_table
+        self.carry, self.commit = carry, commit
 
     def start(self):
+        if self.carry is not None:
+            return self.carry
         d = self.d
         return {"imp": np.zeros((2, d)), "pairs": 0, "tau": np.zeros((d, d)), "count": np.zeros((d, d), np.int64),
                 "queries": 0, "rows": 0}
@@ -198,23 +202,60 @@ class _GasPass(Pass):
             c["count"] += ok
             c["queries"] += 1
             c["rows"] += b - a
+        if self.commit is not None:
+            self.commit(c, block.q_stop)
 
 
 def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None, block_bytes=None,
-               memory_budget="2GB", executor=None):
-    """One streamed pass over ``ds`` (or queries [q0, q1)): a :class:`GasResult`."""
+               memory_budget="2GB", executor=None, checkpoint=None, resume=False, commit_seconds=60.0):
+    """One streamed pass over ``ds`` (or queries [q0, q1)): a :class:`GasResult`.
+
+    ``checkpoint``: a directory where the pass's sums and its next query are written at most every
+    ``commit_seconds`` (atomically; :mod:`streamrank.state.checkpoint`); ``resume`` continues from
+    there and gives the result of an uninterrupted pass, bit for bit (the sums run in query order).
+    """
     kind, cut = parse_importance(importance)
     if not tradeoff >= 0:
         raise ParameterError(f"tradeoff must be >= 0; got {tradeoff}. Use tradeoff=0.5")
     d = ds.n_features
     if d == 0:
         raise ParameterError(f"{ds.name} has no features to select from")
+    q0, q1 = (0, ds.n_queries) if queries is None else (int(queries[0]), int(queries[1]))
+    config = {"gas": FORMAT_VERSION, "importance": str(importance), "signed": bool(signed), "queries": [q0, q1]}
+    carry, start_q = None, q0
+    if checkpoint is not None and resume:
+        from streamrank.state.checkpoint import read_checkpoint
+        ck = read_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint, warn=log.warning)
+        if ck is not None:
+            sc = ck["scalars"]
+            carry = {"imp": np.asarray(ck["w"], np.float64).reshape(2, d), "pairs": int(sc["pairs"]),
+                     "tau": np.asarray(ck["extra"]["tau"], np.float64), "queries": int(sc["queries"]),
+                     "count": np.asarray(ck["extra"]["count"], np.int64), "rows": int(sc["rows"])}
+            start_q = int(sc["next_query"])
+            if not q0 <= start_q <= q1 or carry["tau"].shape != (d, d) or carry["count"].shape != (d, d):
+                raise FormatError(f"{checkpoint}: the GAS checkpoint is inconsistent (next query {start_q}); start "
+                                  f"again with resume=False")
+            log.info("GAS: resuming from %s at query %d of %d", checkpoint, start_q - q0, q1 - q0)
+    commit = None
+    if checkpoint is not None:
+        from streamrank.state.checkpoint import write_checkpoint
+        last = [time.perf_counter()]
+
+        def write(c, next_query):
+            if time.perf_counter() - last[0] < commit_seconds or next_query >= q1:
+                return
+            write_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint,
+                             scalars={"next_query": int(next_query), "pairs": int(c["pairs"]),
+                                      "queries": int(c["queries"]), "rows": int(c["rows"])},
+                             w=c["imp"].ravel(), g=np.zeros(0), extra={"tau": c["tau"], "count": c["count"]})
+            last[0] = time.perf_counter()
+        commit = write
     stream = ds.stream(block_bytes=block_bytes, memory_budget=None if block_bytes else memory_budget,
-                       queries=queries)
+                       queries=(start_q, q1))
     sizes = np.diff(ds.query_ptr)
     t = time.perf_counter()
     c, _ = executor_or_local(executor).run(
-        _GasPass(d, kind, cut, signed, _log_table(int(sizes.max(initial=0)) + 2)), stream)
+        _GasPass(d, kind, cut, signed, _log_table(int(sizes.max(initial=0)) + 2), carry, commit), stream)
     secs = time.perf_counter() - t
     nq = c["queries"]
     if nq == 0:

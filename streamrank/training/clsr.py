@@ -27,7 +27,7 @@ sqrt(l_q)). Every lambda of the path reuses them. The pass is needed once per (k
 basis), plus the basis draw. With all rows as the basis, the rows are read once and the system is
 built from them in memory.
 
-Memory: the m x m system and its factor (16 m^2 bytes), the basis (8 m d), and chunks of kernel
+Memory: the m x m system, its factor and a product (24 m^2 bytes), the basis (8 m d), and chunks of kernel
 rows of at most CHUNK_BYTES.
 """
 
@@ -43,7 +43,7 @@ from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.basis_map import KernelBasisMap, draw_basis, kernel_name
 from streamrank.features.kernels import KERNELS
 from streamrank.features.normalize import Normalizer
-from streamrank.io.budget import resident_bytes
+from streamrank.io.budget import BUFFERS, block_bytes as plan_block_bytes, resident_bytes
 from streamrank.state.model import LinearModel
 from streamrank.training.path import report_grid_edges
 from streamrank.training.problem import (SELECT_METRICS, attach_features, check_has_features, check_queries,
@@ -81,16 +81,19 @@ def _accumulate(carry, fmap, X, y, qp, row0, rows_max):
         if r1 == r0:
             continue
         Phi = fmap.transform(X[r0:r1], np.float64, row0=row0 + r0)
-        yq = np.asarray(y[r0:r1], np.float64)
-        starts = (qp[qa:qb] - r0)[keep]
+        yq = np.asarray(y[r0:r1], np.float64).copy()
         sz = sizes[keep]
         # centre each query's kernel rows and labels, then scale by sqrt(l_q): Psi^T Psi adds
-        # l_q Phi~_q^T Phi~_q per query (module docstring)
-        Phi -= np.repeat(np.add.reduceat(Phi, starts, axis=0) / sz[:, None], sz, axis=0)
-        yq = yq - np.repeat(np.add.reduceat(yq, starts) / sz, sz)
-        scale = np.repeat(np.sqrt(sz.astype(np.float64)), sz)
-        Phi *= scale[:, None]
-        yq *= scale
+        # l_q Phi~_q^T Phi~_q per query (module docstring); in place, query by query (no
+        # temporary of the chunk's size)
+        for a, b_ in zip(qp[qa:qb], qp[qa + 1:qb + 1]):
+            a, b_ = int(a) - r0, int(b_) - r0
+            if b_ > a:
+                P = Phi[a:b_]
+                P -= P.mean(axis=0)
+                P *= np.sqrt(b_ - a)
+                yq[a:b_] -= yq[a:b_].mean()
+                yq[a:b_] *= np.sqrt(b_ - a)
         carry["G"] += Phi.T @ Phi
         carry["b"] += Phi.T @ yq
         carry["c"] += float(yq @ yq)
@@ -178,11 +181,11 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     n_train = int(ds.query_ptr[q1] - ds.query_ptr[q0])
     d = ds.n_features
     m = n_train if components is None else min(int(components), n_train)
-    need = 16 * m * m + 8 * m * d + (8 * n_train * d if components is None else 0)
+    need = 24 * m * m + 8 * m * d + (8 * n_train * d if components is None else 0)  # G0, its factor, a product
     resident = resident_bytes()
     room = max(0.0, (budget - resident) * SYSTEM_SHARE)
     if need > room:
-        fit = max(1, int((room / 16) ** 0.5))
+        fit = max(1, int((room / 24) ** 0.5))
         raise ParameterError(f"CLSRRank with {m:,} basis rows needs {format_size(need)} for its {m:,} x {m:,} system"
                              f"{' and the training rows' if components is None else ''}, more than the memory budget "
                              f"{format_size(budget)} leaves beside the {format_size(resident)} resident; use "
@@ -193,11 +196,17 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
            "seed": int(seed), "select_metric": select_metric, "memory_budget": budget,
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
-    raw_block = block_bytes or max(1 << 20, int(budget * 0.05))
+    # what the budget leaves beside the resident process and the system: a quarter of it (at most
+    # CHUNK_BYTES) for the kernel rows being centred, the rest for blocks (their prefetch buffers
+    # and float64 normalised copy, 2 + 2 bytes per raw byte)
+    left = max(0.0, (budget - resident) / 1.4 - need)
+    chunk = int(min(CHUNK_BYTES, max(1 << 20, left / 4)))
+    raw_block = block_bytes or plan_block_bytes(budget, 0, per_row=0, per_block_byte=BUFFERS + 2,
+                                                extra=need + 2 * chunk, resident=resident)
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
         normalizer.fit(ds.stream(block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
-    rows_max = max(1, CHUNK_BYTES // (8 * m))
+    rows_max = max(1, chunk // (8 * m))
     passes = 0
 
     # -- the basis: every training row (read once, kept) or m drawn rows ------------------------------
@@ -250,7 +259,7 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
                "gamma": chosen["gamma"], "C": None, "passes": passes, "basis": m, "candidates": candidates,
                "seconds": time.perf_counter() - t_start, "kernel": kernel_name(kernel), "iterations": 0,
                "grad_norm": 0.0}
-    report_grid_edges(summary, [], gammas)
+    report_grid_edges(summary, lams, gammas, c_name="lambda")
     model = LinearModel(alphas[best], normalizer, n_features=d, fmap=maps[best], config=cfg, training=summary,
                         fingerprint=ds.fingerprint, levels=np.unique(read_labels(ds)).tolist())
     return attach_features(model, feature_cols, input_width), summary

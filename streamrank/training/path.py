@@ -261,11 +261,12 @@ def finish_point(st, *, C, gamma, passes, candidates, path_w, valid=None, extra=
              st.n_cg, st.message)
 
 
-def grid_edges(Cs, gammas, C, gamma):
+def grid_edges(Cs, gammas, C, gamma, c_name="C"):
     """The grid edges the chosen (C, gamma) sits on, as (name, "smallest"|"largest") pairs: a
-    grid of one value has no edge; a chosen value at an edge means the best may lie beyond it."""
+    grid of one value has no edge; a chosen value at an edge means the best may lie beyond it.
+    ``c_name``: what the first grid is called (CLSRRank's is lambda)."""
     edges = []
-    for name, grid, value in (("C", Cs, C), ("gamma", gammas, gamma)):
+    for name, grid, value in ((c_name, Cs, C), ("gamma", gammas, gamma)):
         grid = [g for g in grid if g is not None]
         if len(grid) > 1 and value is not None:
             if value <= min(grid):
@@ -275,10 +276,10 @@ def grid_edges(Cs, gammas, C, gamma):
     return edges
 
 
-def report_grid_edges(summary, Cs, gammas):
+def report_grid_edges(summary, Cs, gammas, c_name="C"):
     """Put ``at_grid_edge`` (and ``grid_edge``, e.g. ["C smallest"]) into ``summary`` and log a
     warning when the chosen point is at the edge of its grid."""
-    edges = grid_edges(Cs, gammas, summary["C"], summary.get("gamma"))
+    edges = grid_edges(Cs, gammas, summary[c_name], summary.get("gamma"), c_name)
     summary["at_grid_edge"] = bool(edges)
     summary["grid_edge"] = [f"{name} {side}" for name, side in edges]
     for name, side in edges:

@@ -232,3 +232,31 @@ def test_cli_trains_on_the_gas_selection(tmp_path, capsys):
     assert main(["predict", str(tmp_path / "m.h5"), str(p), "-o", str(tmp_path / "s.txt")]) == 0
     rc = main(["train", str(p), "-o", str(tmp_path / "n.h5"), "--features", "9"])
     assert rc == 2 and "--features" in capsys.readouterr().err
+
+
+def test_a_killed_pass_resumes_from_its_checkpoint_to_the_same_result(tmp_path, monkeypatch):
+    import streamrank.selection.gas as gas
+    p = generated(tmp_path, n_queries=40)
+    with streamrank.open_dataset(p) as ds:
+        whole = gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=4000)
+        real, calls = gas.query_tau_b, [0]
+
+        def dying(X, out):
+            calls[0] += 1
+            if calls[0] == 25:
+                raise KeyboardInterrupt  # as Ctrl-C would, mid-pass
+            return real(X, out)
+
+        monkeypatch.setattr(gas, "query_tau_b", dying)
+        with pytest.raises(KeyboardInterrupt):
+            gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
+                       commit_seconds=0)
+        monkeypatch.setattr(gas, "query_tau_b", real)
+        assert (tmp_path / "ck" / "checkpoint.h5").exists()
+        again = gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=9000, checkpoint=tmp_path / "ck",
+                           resume=True)
+        assert again.n_queries == whole.n_queries
+        assert np.array_equal(again.importance, whole.importance)
+        assert np.array_equal(again.similarity, whole.similarity, equal_nan=True)
+        with pytest.raises(streamrank.errors.CheckpointMismatch):
+            gas_scores(ds, importance="map", checkpoint=tmp_path / "ck", resume=True)
