@@ -114,7 +114,10 @@ def _cmd_select_features(args):
     from streamrank.errors import ParameterError
     from streamrank.evaluation.score_files import open_data
     from streamrank.selection.gas import gas_scores
+    if args.resume and not args.checkpoint:
+        raise ParameterError("--resume needs --checkpoint DIR (where the checkpoints are)")
     _check_outputs((args.output, "GAS file", False))
+    _check_checkpoint_dir(args.checkpoint)
     _setup_logging(args.quiet or args.json, progress=True)
     with open_data(args.data, args.cache_dir, quiet=args.quiet, query_file=args.query_file) as ds:
         k = ds.n_features if args.k is None else args.k
@@ -122,7 +125,8 @@ def _cmd_select_features(args):
             raise ParameterError(f"-k must be in 1..{ds.n_features} (the features of {ds.name}); got {k}. "
                                  f"Pass -k {min(10, ds.n_features)}")
         res = gas_scores(ds, importance=args.importance, signed=args.signed, tradeoff=args.tradeoff,
-                         memory_budget=args.memory_budget)
+                         memory_budget=args.memory_budget, checkpoint=args.checkpoint, resume=args.resume,
+                         commit_seconds=args.commit_every)
     if args.output:
         res.save(args.output)
     d = res.to_dict(k)
@@ -217,7 +221,7 @@ def _cmd_train(args):
     if args.lam is not None and args.method != "clsr":
         raise ParameterError("--lambda is CLSRRank's penalty; add --method clsr (the other methods take --C)")
     if args.method == "clsr":
-        for opt, flag in (("C", "--C"), ("checkpoint", "--checkpoint"), ("rank", "--rank")):
+        for opt, flag in (("C", "--C"), ("rank", "--rank")):
             if getattr(args, opt) is not None:
                 raise ParameterError(f"{flag} does not apply to --method clsr (one pass and a direct solve, "
                                      f"penalised by --lambda); drop {flag}")
@@ -236,7 +240,8 @@ def _cmd_train(args):
                                     gamma=args.gamma, degree=3 if args.degree is None else args.degree,
                                     coef0=1.0 if args.coef0 is None else args.coef0, normalize=args.normalize,
                                     components=args.components, memory_budget=args.memory_budget,
-                                    select_metric=args.select_metric, seed=args.seed, features=args.features)
+                                    select_metric=args.select_metric, seed=args.seed, features=args.features,
+                                    checkpoint=args.checkpoint, resume=args.resume)
     else:
         model, summary = train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
                                       max_iter=args.max_iter, memory_budget=args.memory_budget,
@@ -449,6 +454,9 @@ def build_parser():
     _add_query_file(g)
     g.add_argument("--memory-budget", default="2GB", metavar="SIZE")
     g.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted")
+    g.add_argument("--checkpoint", metavar="DIR", help="write the pass's sums here every --commit-every seconds")
+    g.add_argument("--resume", action="store_true", help="continue the pass from the checkpoint in --checkpoint DIR")
+    g.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS")
     g.add_argument("--json", action="store_true")
     g.add_argument("--quiet", action="store_true")
     g.set_defaults(func=_cmd_select_features)

@@ -1,8 +1,9 @@
 """The package's layers: every import runs down (or within a layer), and no modules import each
 other in a cycle. The order is the data flow of DESIGN.md: passes are run by an executor
 (execution), rows are read (io), mapped (features),
-kept between passes (cache), measured (evaluation), features chosen (selection), turned into an objective (objectives) that a solver minimises
-(solvers); models and checkpoints are files (state); training runs the path; the faces (CLI,
+kept between passes (cache), measured (evaluation), turned into an objective (objectives) that a solver minimises
+(solvers); models and checkpoints are files (state); features are chosen (selection, which
+checkpoints its pass); training runs the path; the faces (CLI,
 estimator, demo) sit on top."""
 
 import ast
@@ -21,10 +22,10 @@ LAYERS = [
     {"features"},
     {"cache"},
     {"evaluation"},
-    {"selection"},
     {"objectives"},
     {"solvers"},
     {"state"},
+    {"selection"},
     {"training"},
     {"estimator", "cli", "demo", "__init__", "__main__"},
 ]

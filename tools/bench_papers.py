@@ -290,6 +290,7 @@ def main():
         p23.clsr_quality(args, converted, have_mq2008)
     if args.gas and args.only in (None, "quality"):
         p23.gas_quality(args, converted, have_mq2008)
+        p23.gas_check(args, converted, have_mq2008)
     if (args.clsr or args.gas) and args.only in (None, "timing"):
         p23.timing(args, subsets)
     if (args.clsr or args.gas) and args.only in (None, "out-of-core"):

@@ -38,7 +38,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from streamrank.cache.kernel_cache import read_rows
-from streamrank.errors import ParameterError
+from streamrank.errors import FormatError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.basis_map import KernelBasisMap, draw_basis, kernel_name
 from streamrank.features.kernels import KERNELS
@@ -145,7 +145,7 @@ def _lambda_path(lam):
 
 def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
                components=None, memory_budget="2GB", select_metric="meanndcg", seed=0, block_bytes=None,
-               queries=None, executor=None, features=None):
+               queries=None, executor=None, features=None, checkpoint=None, resume=False):
     """Train CLSRRank on an open dataset; return (LinearModel with a KernelBasisMap, summary dict).
 
     ``lam``: one lambda or several (a path: one pass per gamma serves all of them; several points
@@ -153,7 +153,9 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     sigmoid, linear) or a callable ``K(A, B)`` (the model then cannot be saved). ``gamma``: one or
     several (None: 1 / n_features; ignored by a callable). ``components``: m basis rows drawn
     uniformly (seeded); None uses every training row, the paper's setting, when the m x m system
-    fits the budget.
+    fits the budget. ``checkpoint``: a directory where each gamma's candidates and solutions are
+    kept once its pass is done; ``resume`` skips the gammas found there (the same model as an
+    uninterrupted run: each gamma's system is built from the data alone).
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
@@ -225,8 +227,25 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
 
     valid_y = read_labels(valid) if valid is not None else None
     candidates, alphas, maps = [], [], []
+    ck_config = {k: v for k, v in cfg.items() if k != "memory_budget"}  # the model does not depend on it
+    done = 0
+    if checkpoint is not None and resume:
+        from streamrank.state.checkpoint import read_checkpoint
+        ck = read_checkpoint(checkpoint, config=ck_config, fingerprint=ds.fingerprint, warn=log.warning)
+        if ck is not None:
+            sc = ck["scalars"]
+            done, candidates, passes = int(sc["gammas_done"]), list(sc["candidates"]), passes + int(sc["passes"])
+            alphas = [np.asarray(ck["extra"][f"alpha{i}"], np.float64) for i in range(len(candidates))]
+            if not 0 <= done <= len(gammas) or len(candidates) != done * len(lams) or \
+                    any(a.shape != (m,) for a in alphas):
+                raise FormatError(f"{checkpoint}: the CLSRRank checkpoint is inconsistent ({done} gammas done, "
+                                  f"{len(candidates)} candidates); start again with resume=False")
+            log.info("resuming from %s: %d of %d gammas done", checkpoint, done, len(gammas))
     for gi, g in enumerate(gammas):
         fmap = KernelBasisMap(basis, kernel, g, degree, coef0, basis_rows=basis_rows)
+        if gi < done:  # solved before the interruption: its candidates came from the checkpoint
+            maps += [fmap] * len(lams)
+            continue
         t = time.perf_counter()
         if Xn is not None:  # all rows as the basis: they are in memory already
             system = {"G": np.zeros((m, m)), "b": np.zeros(m), "c": 0.0, "S": 0.0, "rows": 0}
@@ -252,6 +271,11 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
             candidates.append(cand)
             alphas.append(alpha)
             maps.append(fmap)
+        if checkpoint is not None:  # this gamma's pass and solves are kept
+            from streamrank.state.checkpoint import write_checkpoint
+            write_checkpoint(checkpoint, config=ck_config, fingerprint=ds.fingerprint,
+                             scalars={"gammas_done": gi + 1, "candidates": candidates, "passes": passes},
+                             w=np.zeros(0), g=np.zeros(0), extra={f"alpha{i}": a for i, a in enumerate(alphas)})
     key = "valid_" + select_metric
     best = max(range(len(candidates)), key=lambda i: candidates[i][key]) if valid is not None else len(candidates) - 1
     chosen = candidates[best]

@@ -260,3 +260,15 @@ def test_a_killed_pass_resumes_from_its_checkpoint_to_the_same_result(tmp_path, 
         assert np.array_equal(again.similarity, whole.similarity, equal_nan=True)
         with pytest.raises(streamrank.errors.CheckpointMismatch):
             gas_scores(ds, importance="map", checkpoint=tmp_path / "ck", resume=True)
+
+
+def test_cli_checkpoint_and_resume(tmp_path, capsys):
+    p = generated(tmp_path)
+    rc = main(["select-features", str(p), "-k", "3", "--checkpoint", str(tmp_path / "ck"), "--commit-every", "0",
+               "--memory-budget", "64KB", "--json"])  # small blocks: a checkpoint after each
+    first = capsys.readouterr().out.strip().splitlines()[-1]
+    assert rc == 0 and (tmp_path / "ck" / "checkpoint.h5").exists()
+    rc = main(["select-features", str(p), "-k", "3", "--checkpoint", str(tmp_path / "ck"), "--resume", "--json"])
+    assert rc == 0 and capsys.readouterr().out.strip().splitlines()[-1] == first
+    assert main(["select-features", str(p), "--resume"]) == 2
+    assert "--resume needs --checkpoint" in capsys.readouterr().err

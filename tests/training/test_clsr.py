@@ -165,3 +165,26 @@ def test_estimator(small):
     assert est.lambda_ in (1e-3, 1e-1) and est.model_.config["method"] == "clsr"
     X, y = streamrank.open_dataset(small / "valid.h5").read(0, 10)
     assert est.predict(X).shape == (10,)
+
+
+def test_killed_after_a_gamma_resumes_to_the_same_model(small, tmp_path, monkeypatch):
+    import streamrank.training.clsr as clsr
+    with streamrank.open_dataset(small / "train.h5") as ds, streamrank.open_dataset(small / "valid.h5") as v:
+        kw = dict(valid=v, lam=[1e-4, 1e-2], gamma=[0.01, 0.05, 0.2], components=30)
+        whole, sw = train_clsr(ds, **kw)
+        real, calls = clsr._solve, [0]
+
+        def dying(system, lam):
+            calls[0] += 1
+            if calls[0] == 5:  # the third gamma's first solve
+                raise KeyboardInterrupt
+            return real(system, lam)
+
+        monkeypatch.setattr(clsr, "_solve", dying)
+        with pytest.raises(KeyboardInterrupt):
+            train_clsr(ds, checkpoint=tmp_path / "ck", **kw)
+        monkeypatch.setattr(clsr, "_solve", real)
+        again, sa = train_clsr(ds, checkpoint=tmp_path / "ck", resume=True, **kw)
+        assert np.array_equal(again.w, whole.w) and sa["lambda"] == sw["lambda"] and sa["gamma"] == sw["gamma"]
+        assert [c["objective"] for c in sa["candidates"]] == [c["objective"] for c in sw["candidates"]]
+        assert sw["passes"] == sa["passes"] == 3  # one a gamma: two before the kill, one after it
