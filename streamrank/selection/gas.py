@@ -48,6 +48,9 @@ from streamrank.io.h5digest import DIGEST_ATTR, file_digest
 
 log = logging.getLogger("streamrank.selection.gas")
 
+# a log line at most this often while the pass runs
+PROGRESS_SECONDS = 10.0
+
 FORMAT_NAME = "streamrank-gas"
 FORMAT_VERSION = 1
 
@@ -167,9 +170,10 @@ class _GasPass(Pass):
 
     one_partition = True
 
-    def __init__(self, d, kind, cut, signed, log_table, carry=None, commit=None):
+    def __init__(self, d, kind, cut, signed, log_table, carry=None, commit=None, n_queries=0):
         self.d, self.kind, self.cut, self.signed, self.log_table = d, kind, cut, signed, log_table
-        self.carry, self.commit = carry, commit
+        self.carry, self.commit, self.n_queries = carry, commit, n_queries
+        self.t0 = self.shown = time.perf_counter()
 
     def start(self):
         if self.carry is not None:
@@ -204,6 +208,11 @@ class _GasPass(Pass):
             c["rows"] += b - a
         if self.commit is not None:
             self.commit(c, block.q_stop)
+        now = time.perf_counter()
+        if now - self.shown >= PROGRESS_SECONDS:  # long passes say how far they are
+            self.shown = now
+            log.info("GAS: %d of %d queries, %.0f queries/s", c["queries"], self.n_queries,
+                     c["queries"] / max(now - self.t0, 1e-9))
 
 
 def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None, block_bytes=None,
@@ -255,7 +264,7 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
     sizes = np.diff(ds.query_ptr)
     t = time.perf_counter()
     c, _ = executor_or_local(executor).run(
-        _GasPass(d, kind, cut, signed, _log_table(int(sizes.max(initial=0)) + 2), carry, commit), stream)
+        _GasPass(d, kind, cut, signed, _log_table(int(sizes.max(initial=0)) + 2), carry, commit, q1 - q0), stream)
     secs = time.perf_counter() - t
     nq = c["queries"]
     if nq == 0:

@@ -56,6 +56,8 @@ log = logging.getLogger("streamrank.training.clsr")
 CHUNK_BYTES = 32 << 20
 # share of the memory budget the m x m system and its factor may take
 SYSTEM_SHARE = 0.75
+# a progress line at most this often during a pass
+PROGRESS_SECONDS = 10.0
 
 
 def _chunks(qp, rows_max):
@@ -107,8 +109,9 @@ class _System(Pass):
 
     one_partition = True
 
-    def __init__(self, fmap, normalizer, rows_max):
-        self.fmap, self.normalizer, self.rows_max = fmap, normalizer, rows_max
+    def __init__(self, fmap, normalizer, rows_max, n_rows=0):
+        self.fmap, self.normalizer, self.rows_max, self.n_rows = fmap, normalizer, rows_max, n_rows
+        self.t0 = self.shown = time.perf_counter()
 
     def start(self):
         m = self.fmap.n_components_
@@ -118,6 +121,10 @@ class _System(Pass):
         block, start, stop = item
         X = np.asarray(self.normalizer.transform(block.X, block.query_ptr), np.float64)
         _accumulate(carry, self.fmap, X, block.y, block.query_ptr, start, self.rows_max)
+        now = time.perf_counter()
+        if now - self.shown >= PROGRESS_SECONDS:  # a long pass says how far it is
+            self.shown = now
+            log.info("  %d of %d rows, %.0f rows/s", carry["rows"], self.n_rows, carry["rows"] / max(now - self.t0, 1e-9))
 
 
 def _solve(system, lam):
@@ -252,7 +259,7 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
             _accumulate(system, fmap, Xn, y, qp, int(ds.query_ptr[q0]), rows_max)
         else:
             system, _ = executor_or_local(executor).run(
-                _System(fmap, normalizer, rows_max), ds.stream(block_bytes=raw_block, queries=(q0, q1)))
+                _System(fmap, normalizer, rows_max, n_train), ds.stream(block_bytes=raw_block, queries=(q0, q1)))
             passes += 1
         secs = time.perf_counter() - t
         log.info("gamma %s: the %d x %d system from %d rows in %.2f s (%.0f rows/s)",
