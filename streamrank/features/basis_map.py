@@ -18,10 +18,9 @@ score does not depend on the block it is scored in.
 
 import numpy as np
 
-from streamrank._native import qprod as _qprod
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import executor_or_local
-from streamrank.features.kernels import PreparedKernel, check_kernel, check_row0
+from streamrank.features.kernels import PreparedKernel, check_kernel
 from streamrank.features.maps import FeatureMap, _LandmarkDraw
 
 # float64 kernel values K(x, B) held at a time while scoring
@@ -102,23 +101,9 @@ class KernelBasisMap(FeatureMap):
 
     # -- scoring ---------------------------------------------------------------------------------
     def scores(self, Xn, w, row0=0):
-        """f(x) = sum_t w_t K(x, b_t) for the rows of Xn (float64 kernel values, in chunks of whole
-        transform tiles, each row's sum in ``_qprod.rows_dot``'s fixed order)."""
-        Xn = self._check_X(Xn)
-        row0 = check_row0(row0)
-        w = np.ascontiguousarray(w, np.float64)
-        n = Xn.shape[0]
-        out = np.empty(n)
-        T = self.chunk_rows()
-        rows = max(T, SCORE_CHUNK_BYTES // (8 * max(self.n_components_, 1)) // T * T)
-        K = np.empty((min(rows, n), self.n_components_))
-        s = 0
-        while s < n:
-            e = min(n, s + rows - (row0 + s) % rows)
-            Kc = self.transform(Xn[s:e], np.float64, out=K[:e - s], row0=row0 + s)
-            _qprod.rows_dot(Kc, w, out[s:e])
-            s = e
-        return out
+        """f(x) = sum_t w_t K(x, b_t) for the rows of Xn (float64 kernel values, in chunks:
+        ``FeatureMap.chunked_scores``)."""
+        return self.chunked_scores(Xn, w, row0, np.float64, SCORE_CHUNK_BYTES)
 
 
 def draw_basis(ds, m, seed, *, normalizer=None, queries=None, block_bytes=None, executor=None):

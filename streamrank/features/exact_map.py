@@ -16,9 +16,8 @@ so its score does not depend on the chunks or blocks either.
 
 import numpy as np
 
-from streamrank._native import qprod as _qprod
 from streamrank.features.maps import FeatureMap
-from streamrank.features.kernels import PreparedKernel, check_psd_kernel, check_row0
+from streamrank.features.kernels import PreparedKernel, check_psd_kernel
 
 # float32 kernel values K(x, S) held at a time while scoring
 SCORE_CHUNK_BYTES = 32 << 20
@@ -70,23 +69,7 @@ class ExactKernelMap(FeatureMap):
 
     # -- scoring ---------------------------------------------------------------------------------
     def scores(self, Xn, w, row0=0):
-        """sum_i w_i float32(K(x, s_i)) for the rows of Xn, in chunks (``_qprod.rows_dot``);
-        ``row0`` is the index of Xn's first row in its dataset (see ``transform``)."""
-        Xn = self._check_X(Xn)
-        row0 = check_row0(row0)
-        w = np.ascontiguousarray(w, np.float64)
-        n = Xn.shape[0]
-        out = np.empty(n)
-        # whole transform tiles per chunk, chunk edges on tile edges of the absolute rows: no
-        # tile is computed twice
-        T = self.chunk_rows()
-        rows = max(T, SCORE_CHUNK_BYTES // (4 * max(self.n_components_, 1)) // T * T)
-        K = np.empty((min(rows, n), self.n_components_), np.float32)
-        s = 0
-        while s < n:
-            e = min(n, s + rows - (row0 + s) % rows)
-            Kc = self.transform(Xn[s:e], np.float32, out=K[:e - s], row0=row0 + s)
-            Kc.flags.writeable = False  # the specialisation training uses (read-only blocks of Q)
-            _qprod.rows_dot(Kc, w, out[s:e])
-            s = e
-        return out
+        """sum_i w_i float32(K(x, s_i)) for the rows of Xn, in chunks (``FeatureMap.chunked_scores``,
+        read-only float32 like the blocks of Q in training); ``row0`` is the index of Xn's first row
+        in its dataset (see ``transform``)."""
+        return self.chunked_scores(Xn, w, row0, np.float32, SCORE_CHUNK_BYTES, read_only=True)

@@ -220,6 +220,30 @@ class FeatureMap:
             self._map_tile(Xt, bufs, p, out[s:e])
         return out
 
+    def chunked_scores(self, Xn, w, row0, dtype, chunk_bytes, read_only=False):
+        """sum_j w_j phi_j(x) for the rows of Xn: phi in ``dtype`` computed in chunks of at most
+        ``chunk_bytes`` (whole transform tiles, chunk edges on tile edges of the absolute rows, so
+        no tile is computed twice), each row's sum in ``_qprod.rows_dot``'s fixed order;
+        ``read_only``: hand the chunks over read-only (the specialisation training compiled)."""
+        from streamrank._native import qprod as _qprod
+        Xn = self._check_X(Xn)
+        row0 = check_row0(row0)
+        w = np.ascontiguousarray(w, np.float64)
+        n = Xn.shape[0]
+        out = np.empty(n)
+        T = self.chunk_rows()
+        rows = max(T, chunk_bytes // (np.dtype(dtype).itemsize * max(self.n_components_, 1)) // T * T)
+        K = np.empty((min(rows, n), self.n_components_), dtype)
+        s = 0
+        while s < n:
+            e = min(n, s + rows - (row0 + s) % rows)
+            Kc = self.transform(Xn[s:e], dtype, out=K[:e - s], row0=row0 + s)
+            Kc.flags.writeable = not read_only
+            _qprod.rows_dot(Kc, w, out[s:e])
+            Kc.flags.writeable = True
+            s = e
+        return out
+
     def fit_transform(self, X, dtype=np.float32):
         return self.fit(X).transform(X, dtype)
 
