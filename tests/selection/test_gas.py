@@ -262,7 +262,9 @@ def test_a_killed_pass_resumes_from_its_checkpoint_to_the_same_result(tmp_path, 
             gas_scores(ds, importance="map", checkpoint=tmp_path / "ck", resume=True)
 
 
-def test_cli_checkpoint_and_resume(tmp_path, capsys):
+def test_cli_checkpoint_and_resume(tmp_path, capsys, monkeypatch):
+    import streamrank.io.budget as budget
+    monkeypatch.setattr(budget, "resident_bytes", lambda: 0)  # a 64 KB budget then holds the sums
     p = generated(tmp_path)
     rc = main(["select-features", str(p), "-k", "3", "--checkpoint", str(tmp_path / "ck"), "--commit-every", "0",
                "--memory-budget", "64KB", "--json"])  # small blocks: a checkpoint after each
@@ -272,3 +274,11 @@ def test_cli_checkpoint_and_resume(tmp_path, capsys):
     assert rc == 0 and capsys.readouterr().out.strip().splitlines()[-1] == first
     assert main(["select-features", str(p), "--resume"]) == 2
     assert "--resume needs --checkpoint" in capsys.readouterr().err
+
+
+def test_too_many_features_for_the_budget_is_refused(tmp_path, monkeypatch):
+    import streamrank.io.budget as budget
+    monkeypatch.setattr(budget, "resident_bytes", lambda: 0)
+    p = generated(tmp_path)
+    with streamrank.open_dataset(p) as ds, pytest.raises(ParameterError, match="use memory_budget="):
+        gas_scores(ds, memory_budget="800B")
