@@ -77,52 +77,75 @@ def _inversions(a, tmp):
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def query_tau_b(X, out):
-    """tau-b of every pair of columns of X (l x d) into ``out`` (d x d; NaN where undefined, 1 on
-    the diagonal of a non-constant column)."""
+def _ranks(X):
+    """(dense ranks (d, l), tied pairs per feature (d,)) of the columns of X."""
     l, d = X.shape
     ranks = np.empty((d, l), np.int64)
-    ties = np.empty(d, np.int64)
+    ties = np.zeros(d, np.int64)
     for f in prange(d):
+        if l == 0:
+            continue
         col = np.empty(l)
         for p in range(l):
             col[p] = X[p, f]
         order = np.argsort(col, kind="mergesort")
-        ties[f] = _dense_ranks(col, order, ranks[f]) if l > 0 else 0
+        ties[f] = _dense_ranks(col, order, ranks[f])
+    return ranks, ties
+
+
+@numba.njit(cache=True, nogil=True)
+def _pair_tau(ranks, ties, i, j, l):
+    """tau-b of features i and j (NaN when undefined): Knight's algorithm (module docstring)."""
     n0 = l * (l - 1) // 2
-    n_pairs = d * (d - 1) // 2
-    pi = np.empty(n_pairs, np.int64)
-    pj = np.empty(n_pairs, np.int64)
-    k = 0
-    for f in range(d):
-        out[f, f] = 1.0 if l > 1 and ties[f] < n0 else np.nan
-        for g in range(f + 1, d):
-            pi[k] = f
-            pj[k] = g
-            k += 1
+    if l < 2 or ties[i] == n0 or ties[j] == n0:
+        return np.nan
+    if i == j:
+        return 1.0
+    keys = np.empty(l, np.int64)
+    for p in range(l):
+        keys[p] = ranks[i, p] * l + ranks[j, p]
+    perm = np.argsort(keys, kind="mergesort")
+    seq = np.empty(l, np.int64)
+    n3 = 0
+    run = 1
+    for p in range(l):
+        seq[p] = ranks[j, perm[p]]
+        if p > 0:
+            if keys[perm[p]] == keys[perm[p - 1]]:
+                run += 1
+            else:
+                n3 += run * (run - 1) // 2
+                run = 1
+    n3 += run * (run - 1) // 2
+    swaps = _inversions(seq, np.empty(l, np.int64))
+    num = float(n0 - ties[i] - ties[j] + n3 - 2 * swaps)
+    return num / np.sqrt(float(n0 - ties[i]) * float(n0 - ties[j]))
+
+
+@numba.njit(cache=True, nogil=True)
+def query_tau_b(X, out):
+    """tau-b of every pair of columns of X (l x d) into ``out`` (d x d; NaN where undefined, 1 on
+    the diagonal of a non-constant column)."""
+    query_tau_b_rows(X, 0, X.shape[1], out)
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def query_tau_b_rows(X, i0, i1, out):
+    """Rows i0:i1 of the tau-b matrix of X's columns into ``out`` (i1 - i0 x d): the pairs (i, j)
+    with i0 <= i < i1 and every j, each computed once (the block's own square from its upper
+    triangle, mirrored)."""
+    l, d = X.shape
+    ranks, ties = _ranks(X)
+    r = i1 - i0
+    n_pairs = r * d
     for k in prange(n_pairs):
-        i = pi[k]
-        j = pj[k]
-        if l < 2 or ties[i] == n0 or ties[j] == n0:
-            out[i, j] = out[j, i] = np.nan
-            continue
-        keys = np.empty(l, np.int64)
-        for p in range(l):
-            keys[p] = ranks[i, p] * l + ranks[j, p]
-        perm = np.argsort(keys, kind="mergesort")
-        seq = np.empty(l, np.int64)
-        n3 = 0
-        run = 1
-        for p in range(l):
-            seq[p] = ranks[j, perm[p]]
-            if p > 0:
-                if keys[perm[p]] == keys[perm[p - 1]]:
-                    run += 1
-                else:
-                    n3 += run * (run - 1) // 2
-                    run = 1
-        n3 += run * (run - 1) // 2
-        swaps = _inversions(seq, np.empty(l, np.int64))
-        num = float(n0 - ties[i] - ties[j] + n3 - 2 * swaps)
-        den = np.sqrt(float(n0 - ties[i]) * float(n0 - ties[j]))
-        out[i, j] = out[j, i] = num / den
+        a = k // d
+        j = k % d
+        i = i0 + a
+        if i0 <= j < i1 and j < i:
+            continue  # mirrored below from (j, i)
+        out[a, j] = _pair_tau(ranks, ties, i, j, l)
+    for a in range(r):
+        i = i0 + a
+        for j in range(i0, i):
+            out[a, j] = out[j - i0, i]

@@ -25,22 +25,27 @@ optimum when the optimal set of size t + 1 contains the one of size t.
 
 Cost of the pass: O(d l log l) to rank the features per query, O(l log l) per pair of features per
 query for tau-b (d^2 / 2 pairs), and the measure per feature and query. Memory: two d x d
-accumulators and the similarity matrix (24 d^2 bytes: 0.4 GB at d = 4,000; refused beyond the
-budget, since blocks of feature pairs kept on disk are not implemented) and one query's ranks. 136 features and 120-document queries take about 40 ms a query
+accumulators and the similarity matrix, 24 d^2 bytes (0.4 GB at d = 4,000), and one query's ranks.
+When that does not fit the budget, the matrix is summed in blocks of rows, one pass each
+(:func:`pair_rows`), and kept on disk (:class:`StoredSimilarity`; the greedy selection reads one row
+per chosen feature): passes = d / rows, and each pass ranks every feature again. 136 features and 120-document queries take about 40 ms a query
 on 2 cores.
 """
 
 import json
 import logging
+import tempfile
 import time
+import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 import h5py
 import numpy as np
 
 from streamrank._native import linalg as la
 from streamrank._native.feature_measures import block_measures
-from streamrank._native.kendall import query_tau_b
+from streamrank._native.kendall import query_tau_b_rows
 from streamrank.errors import FormatError, ParameterError
 from streamrank.evaluation.metrics import _log_table, _pairwise_in_parts
 from streamrank.execution.executor import Pass, executor_or_local
@@ -106,7 +111,12 @@ class GasResult:
             a["feature_ids"] = "1-based, the data's own numbering"
             f.create_dataset("importance", data=self.importance)
             f.create_dataset("sign", data=self.sign)
-            f.create_dataset("similarity", data=self.similarity)
+            if isinstance(self.similarity, StoredSimilarity):  # copied in blocks of rows
+                ds_ = f.create_dataset("similarity", shape=self.similarity.shape, dtype="f8")
+                for i0, rows in self.similarity.rows():
+                    ds_[i0:i0 + rows.shape[0]] = rows
+            else:
+                f.create_dataset("similarity", data=self.similarity)
             f.create_dataset("order", data=order + 1)  # feature ids, 1-based
             f.create_dataset("max_similarity", data=maxsim)
             a[DIGEST_ATTR] = file_digest(f)
@@ -143,9 +153,8 @@ class GasResult:
 def gas_greedy(w, E, c, t):
     """Paper 003's greedy algorithm: (order of 0-based indices, largest similarity of each to the
     ones chosen before it, NaN for the first). Undefined similarities (NaN) count 0; ties in weight
-    go to the lower index."""
+    go to the lower index. ``E`` is read one row per chosen feature (an array or rows on disk)."""
     w = np.array(w, np.float64)
-    E = np.nan_to_num(np.asarray(E, np.float64), nan=0.0)
     d = w.shape[0]
     t = int(t)
     if not 0 <= t <= d:
@@ -156,11 +165,43 @@ def gas_greedy(w, E, c, t):
     order, maxsim = [], []
     for _ in range(t):
         i = int(np.flatnonzero(avail)[np.argmax(w[avail])])
-        maxsim.append(float(np.max(E[i, order])) if order else float("nan"))
+        row = np.nan_to_num(np.asarray(E[i], np.float64), nan=0.0)
+        maxsim.append(float(np.max(row[order])) if order else float("nan"))
         order.append(i)
         avail[i] = False
-        w -= 2.0 * c * E[i]  # the punishment of every other node by its similarity to i
+        w -= 2.0 * c * row  # the punishment of every other node by its similarity to i
     return np.array(order, np.int64), np.array(maxsim)
+
+
+class StoredSimilarity:
+    """The d x d similarity matrix in an HDF5 file (dataset ``similarity``, chunked by rows), for a
+    d too large to keep it in memory: rows are read as the greedy selection asks for them."""
+
+    def __init__(self, path, d=None, mode="r+"):
+        self.path = Path(path)
+        if d is not None:  # a new store
+            with h5py.File(self.path, "w") as f:
+                f.create_dataset("similarity", shape=(d, d), dtype="f8", chunks=(min(d, 64), d))
+        self._f = h5py.File(self.path, mode)
+        self._ds = self._f["similarity"]
+        self.shape = self._ds.shape
+
+    def rows(self, block=256):
+        """(i0, rows) blocks of the whole matrix, in order."""
+        for i0 in range(0, self.shape[0], block):
+            yield i0, self._ds[i0:i0 + block]
+
+    def __getitem__(self, key):
+        return self._ds[key]
+
+    def write_rows(self, i0, rows):
+        self._ds[i0:i0 + rows.shape[0]] = rows
+        self._f.flush()
+
+    def close(self):
+        if self._f:
+            self._f.close()
+            self._f = None
 
 
 class _GasPass(Pass):
@@ -171,16 +212,19 @@ class _GasPass(Pass):
 
     one_partition = True
 
-    def __init__(self, d, kind, cut, signed, log_table, carry=None, commit=None, n_queries=0):
+    def __init__(self, d, kind, cut, signed, log_table, carry=None, commit=None, n_queries=0, rows=None,
+                 importance=True):
         self.d, self.kind, self.cut, self.signed, self.log_table = d, kind, cut, signed, log_table
         self.carry, self.commit, self.n_queries = carry, commit, n_queries
+        self.i0, self.i1 = (0, d) if rows is None else rows  # the rows of the similarity matrix this pass sums
+        self.importance = importance                         # the first pass also measures each feature
         self.t0 = self.shown = time.perf_counter()
 
     def start(self):
         if self.carry is not None:
             return self.carry
-        d = self.d
-        return {"imp": np.zeros((2, d)), "pairs": 0, "tau": np.zeros((d, d)), "count": np.zeros((d, d), np.int64),
+        d, r = self.d, self.i1 - self.i0
+        return {"imp": np.zeros((2, d)), "pairs": 0, "tau": np.zeros((r, d)), "count": np.zeros((r, d), np.int64),
                 "queries": 0, "rows": 0}
 
     def step(self, c, item):
@@ -188,7 +232,9 @@ class _GasPass(Pass):
         qp = np.ascontiguousarray(block.query_ptr, np.int64)
         X = np.ascontiguousarray(block.X)
         y = np.asarray(block.y, np.float64)
-        if self.kind == "pairwise":
+        if not self.importance:
+            pass
+        elif self.kind == "pairwise":
             for f in range(self.d):
                 n_pairs, correct = _pairwise_in_parts(y, X[:, f].astype(np.float64), qp)
                 c["imp"][0, f] = la.sum_in_order(c["imp"][0, f], np.asarray(correct, np.float64))
@@ -196,12 +242,12 @@ class _GasPass(Pass):
                     c["pairs"] += int(np.sum(n_pairs))
         else:  # correct(-f) = pairs - correct(f) needs no second sweep for pairwise; these do
             block_measures(X, y, qp, self.cut or 1, self.kind == "map", self.signed, self.log_table, c["imp"])
-        tau = np.empty((self.d, self.d))
+        tau = np.empty((self.i1 - self.i0, self.d))
         for q in range(len(qp) - 1):
             a, b = int(qp[q]), int(qp[q + 1])
             if b == a:
                 continue
-            query_tau_b(X[a:b], tau)
+            query_tau_b_rows(X[a:b], self.i0, self.i1, tau)
             ok = ~np.isnan(tau)
             c["tau"][ok] += tau[ok]
             c["count"] += ok
@@ -216,13 +262,44 @@ class _GasPass(Pass):
                      c["queries"] / max(now - self.t0, 1e-9))
 
 
+def _importance(c, kind, signed, d):
+    """(importance, sign) from the first pass's sums (module docstring)."""
+    nq = c["queries"]
+    if kind == "pairwise":
+        pairs = max(c["pairs"], 1)
+        acc = np.stack([c["imp"][0] / pairs, 1.0 - c["imp"][0] / pairs])
+        scores = 1.0 / np.maximum(1.0 - acc, 1.0 / (2 * pairs))
+    else:
+        scores = c["imp"] / nq
+    if signed:
+        sign = np.where(scores[1] > scores[0], -1, 1).astype(np.int8)
+        return np.where(sign > 0, scores[0], scores[1]), sign
+    return scores[0].copy(), np.ones(d, np.int8)
+
+
+def pair_rows(d, budget, resident):
+    """Rows of the similarity matrix one pass sums: all d when the d x d sums and the matrix fit
+    the budget (24 d^2 bytes), else the rows whose sums (and the query's tau-b rows, 24 bytes an
+    entry) fit half of what it leaves (each further block is one more pass; the matrix then lives on
+    disk, :class:`StoredSimilarity`)."""
+    room = budget - resident
+    if 24 * d * d <= room:
+        return d
+    return max(1, int(room / 2 / (24 * d)))
+
+
 def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None, block_bytes=None,
-               memory_budget="2GB", executor=None, checkpoint=None, resume=False, commit_seconds=60.0):
-    """One streamed pass over ``ds`` (or queries [q0, q1)): a :class:`GasResult`.
+               memory_budget="2GB", executor=None, checkpoint=None, resume=False, commit_seconds=60.0,
+               similarity_file=None, rows_per_pass=None):
+    """GAS over ``ds`` (or queries [q0, q1)): a :class:`GasResult`, in one streamed pass when the
+    d x d sums fit the budget, else in passes over blocks of rows of the similarity matrix
+    (:func:`pair_rows`, or ``rows_per_pass``), the matrix kept in ``similarity_file`` (default: in
+    the checkpoint directory, else a temporary file removed with the result).
 
     ``checkpoint``: a directory where the pass's sums and its next query are written at most every
-    ``commit_seconds`` (atomically; :mod:`streamrank.state.checkpoint`); ``resume`` continues from
-    there and gives the result of an uninterrupted pass, bit for bit (the sums run in query order).
+    ``commit_seconds``, and after each block of rows (atomically; :mod:`streamrank.state.checkpoint`);
+    ``resume`` continues from there with the result of an uninterrupted run, bit for bit (the sums
+    run in query order).
     """
     kind, cut = parse_importance(importance)
     if not tradeoff >= 0:
@@ -231,74 +308,99 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
     if d == 0:
         raise ParameterError(f"{ds.name} has no features to select from")
     from streamrank.io.budget import resident_bytes
-    from streamrank.units import format_size, parse_size
-    budget = parse_size(memory_budget)
-    need = 24 * d * d  # the two d x d accumulators and the similarity matrix
-    if need > budget - resident_bytes():
-        raise ParameterError(f"GAS over {d:,} features keeps {format_size(need)} of d x d sums and similarities, more "
-                             f"than memory_budget {format_size(budget)} leaves; use memory_budget="
-                             f"{format_size(need + resident_bytes() + (64 << 20))} (blocks of feature pairs on disk "
-                             f"are not implemented)")
+    from streamrank.units import parse_size
+    r = int(rows_per_pass) if rows_per_pass else pair_rows(d, parse_size(memory_budget), resident_bytes())
+    blocks = [(i0, min(d, i0 + r)) for i0 in range(0, d, r)]
     q0, q1 = (0, ds.n_queries) if queries is None else (int(queries[0]), int(queries[1]))
-    config = {"gas": FORMAT_VERSION, "importance": str(importance), "signed": bool(signed), "queries": [q0, q1]}
-    carry, start_q = None, q0
+    config = {"gas": FORMAT_VERSION, "importance": str(importance), "signed": bool(signed), "queries": [q0, q1],
+              "rows_per_pass": r}
+    carry, start_q, first_block, done = None, q0, 0, None
     if checkpoint is not None and resume:
         from streamrank.state.checkpoint import read_checkpoint
         ck = read_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint, warn=log.warning)
         if ck is not None:
             sc = ck["scalars"]
+            first_block, start_q = int(sc["block"]), int(sc["next_query"])
             carry = {"imp": np.asarray(ck["w"], np.float64).reshape(2, d), "pairs": int(sc["pairs"]),
                      "tau": np.asarray(ck["extra"]["tau"], np.float64), "queries": int(sc["queries"]),
                      "count": np.asarray(ck["extra"]["count"], np.int64), "rows": int(sc["rows"])}
-            start_q = int(sc["next_query"])
-            if not q0 <= start_q <= q1 or carry["tau"].shape != (d, d) or carry["count"].shape != (d, d):
-                raise FormatError(f"{checkpoint}: the GAS checkpoint is inconsistent (next query {start_q}); start "
-                                  f"again with resume=False")
-            log.info("GAS: resuming from %s at query %d of %d", checkpoint, start_q - q0, q1 - q0)
-    commit = None
-    if checkpoint is not None:
-        from streamrank.state.checkpoint import write_checkpoint
-        last = [time.perf_counter()]
-
-        def write(c, next_query):
-            if time.perf_counter() - last[0] < commit_seconds or next_query >= q1:
-                return
-            write_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint,
-                             scalars={"next_query": int(next_query), "pairs": int(c["pairs"]),
-                                      "queries": int(c["queries"]), "rows": int(c["rows"])},
-                             w=c["imp"].ravel(), g=np.zeros(0), extra={"tau": c["tau"], "count": c["count"]})
-            last[0] = time.perf_counter()
-        commit = write
-    stream = ds.stream(block_bytes=block_bytes, memory_budget=None if block_bytes else memory_budget,
-                       queries=(start_q, q1))
+            if sc.get("first_done"):
+                done = {k: np.asarray(ck["extra"][k]) if k in ("imp",) else sc["first_done"][k]
+                        for k in ("imp", "pairs", "queries", "rows")}
+            shape = (blocks[first_block][1] - blocks[first_block][0], d) if first_block < len(blocks) else None
+            if not q0 <= start_q <= q1 or shape is None or carry["tau"].shape != shape or carry["count"].shape != shape:
+                raise FormatError(f"{checkpoint}: the GAS checkpoint is inconsistent (block {first_block}, next query "
+                                  f"{start_q}); start again with resume=False")
+            log.info("GAS: resuming from %s at rows %d.. of the similarity matrix, query %d of %d", checkpoint,
+                     blocks[first_block][0], start_q - q0, q1 - q0)
+    store = None
+    if len(blocks) > 1:
+        if checkpoint is not None:
+            Path(checkpoint).mkdir(parents=True, exist_ok=True)
+        path = similarity_file or (Path(checkpoint) / "similarity.h5" if checkpoint is not None else None)
+        if path is None:
+            fd, path = tempfile.mkstemp(prefix="streamrank-gas-", suffix=".h5")
+            import os
+            os.close(fd)
+        store = StoredSimilarity(path, None if (resume and first_block > 0 and Path(path).exists()) else d)
+        if similarity_file is None and checkpoint is None:
+            weakref.finalize(store, Path(path).unlink, missing_ok=True)
+        log.info("GAS: %d features need %d passes of %d rows of the similarity matrix (kept in %s)", d, len(blocks),
+                 r, path)
+    from streamrank.state.checkpoint import write_checkpoint
     sizes = np.diff(ds.query_ptr)
+    log_table = _log_table(int(sizes.max(initial=0)) + 2)
     t = time.perf_counter()
-    c, _ = executor_or_local(executor).run(
-        _GasPass(d, kind, cut, signed, _log_table(int(sizes.max(initial=0)) + 2), carry, commit, q1 - q0), stream)
+    E, sign = None, None
+    for bi in range(first_block, len(blocks)):
+        i0, i1 = blocks[bi]
+
+        def save(c, next_query, bi=bi, force=False):
+            """A checkpoint of block bi at ``next_query`` (due every commit_seconds, or forced)."""
+            if checkpoint is None or (not force and (time.perf_counter() - save.last < commit_seconds
+                                                     or next_query >= q1)):
+                return
+            first = done or {"imp": c["imp"], "pairs": c["pairs"], "queries": c["queries"], "rows": c["rows"]}
+            write_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint,
+                             scalars={"block": bi, "next_query": int(next_query), "pairs": int(c["pairs"]),
+                                      "queries": int(c["queries"]), "rows": int(c["rows"]),
+                                      "first_done": None if done is None else {
+                                          k: int(first[k]) for k in ("pairs", "queries", "rows")}},
+                             w=c["imp"].ravel(), g=np.zeros(0),
+                             extra={"tau": c["tau"], "count": c["count"], "imp": np.asarray(first["imp"])})
+            save.last = time.perf_counter()
+        save.last = time.perf_counter()
+        stream = ds.stream(block_bytes=block_bytes, memory_budget=None if block_bytes else memory_budget,
+                           queries=(start_q, q1))
+        c, _ = executor_or_local(executor).run(
+            _GasPass(d, kind, cut, signed, log_table, carry, save, q1 - q0, rows=(i0, i1), importance=done is None),
+            stream)
+        if done is None:
+            done = {"imp": c["imp"], "pairs": c["pairs"], "queries": c["queries"], "rows": c["rows"]}
+        if done["queries"] == 0:
+            raise ParameterError(f"{ds.name} has no query with documents; there is nothing to select from")
+        imp, sign = _importance(done, kind, signed, d)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rows = np.where(c["count"] > 0, c["tau"] / np.maximum(c["count"], 1), np.nan)
+        rows *= np.outer(sign[i0:i1], sign)  # tau-b of the oriented features
+        if store is None:
+            E = rows
+        else:
+            store.write_rows(i0, rows)
+            if bi + 1 < len(blocks):  # the next block starts from the top of the data
+                r1 = blocks[bi + 1][1] - blocks[bi + 1][0]
+                save({"imp": c["imp"], "pairs": 0, "queries": 0, "rows": 0, "tau": np.zeros((r1, d)),
+                      "count": np.zeros((r1, d), np.int64)}, q0, bi=bi + 1, force=True)
+        carry, start_q = None, q0
     secs = time.perf_counter() - t
-    nq = c["queries"]
-    if nq == 0:
-        raise ParameterError(f"{ds.name} has no query with documents; there is nothing to select from")
-    if kind == "pairwise":
-        pairs = max(c["pairs"], 1)
-        acc = np.stack([c["imp"][0] / pairs, 1.0 - c["imp"][0] / pairs])
-        err = np.maximum(1.0 - acc, 1.0 / (2 * pairs))
-        scores = 1.0 / err
-    else:
-        scores = c["imp"] / nq
-    if signed:
-        sign = np.where(scores[1] > scores[0], -1, 1).astype(np.int8)
-        imp = np.where(sign > 0, scores[0], scores[1])
-    else:
-        sign = np.ones(d, np.int8)
-        imp = scores[0].copy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        E = np.where(c["count"] > 0, c["tau"] / np.maximum(c["count"], 1), np.nan)
-    E = E * np.outer(sign, sign)
-    log.info("GAS: %d features over %d queries (%d rows) in %.2f s (%.0f queries/s)", d, nq, c["rows"], secs,
-             nq / max(secs, 1e-9))
-    return GasResult(importance=imp, sign=sign, similarity=E, kind=importance, tradeoff=float(tradeoff),
-                     signed=bool(signed), n_queries=nq, fingerprint=ds.fingerprint, source=ds.name)
+    imp, sign = _importance(done, kind, signed, d)
+    nq = done["queries"]
+    log.info("GAS: %d features over %d queries (%d rows) in %.2f s (%.0f queries/s a pass, %d pass%s)", d, nq,
+             done["rows"], secs, nq * len(blocks) / max(secs, 1e-9), len(blocks) - first_block,
+             "" if len(blocks) - first_block == 1 else "es")
+    return GasResult(importance=imp, sign=sign, similarity=E if store is None else store, kind=importance,
+                     tradeoff=float(tradeoff), signed=bool(signed), n_queries=nq, fingerprint=ds.fingerprint,
+                     source=ds.name)
 
 
 def parse_features(spec, n_features=None):

@@ -239,19 +239,19 @@ def test_a_killed_pass_resumes_from_its_checkpoint_to_the_same_result(tmp_path, 
     p = generated(tmp_path, n_queries=40)
     with streamrank.open_dataset(p) as ds:
         whole = gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=4000)
-        real, calls = gas.query_tau_b, [0]
+        real, calls = gas.query_tau_b_rows, [0]
 
-        def dying(X, out):
+        def dying(X, i0, i1, out):
             calls[0] += 1
             if calls[0] == 25:
                 raise KeyboardInterrupt  # as Ctrl-C would, mid-pass
-            return real(X, out)
+            return real(X, i0, i1, out)
 
-        monkeypatch.setattr(gas, "query_tau_b", dying)
+        monkeypatch.setattr(gas, "query_tau_b_rows", dying)
         with pytest.raises(KeyboardInterrupt):
             gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
                        commit_seconds=0)
-        monkeypatch.setattr(gas, "query_tau_b", real)
+        monkeypatch.setattr(gas, "query_tau_b_rows", real)
         assert (tmp_path / "ck" / "checkpoint.h5").exists()
         again = gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=9000, checkpoint=tmp_path / "ck",
                            resume=True)
@@ -276,9 +276,51 @@ def test_cli_checkpoint_and_resume(tmp_path, capsys, monkeypatch):
     assert "--resume needs --checkpoint" in capsys.readouterr().err
 
 
-def test_too_many_features_for_the_budget_is_refused(tmp_path, monkeypatch):
+@pytest.mark.parametrize("kind", ["map", "pairwise"])
+def test_blocks_of_rows_on_disk_equal_one_pass(tmp_path, kind, monkeypatch):
+    """A budget too small for the d x d sums: passes over blocks of rows of the similarity matrix,
+    kept on disk, give the same importance, similarity and selection as one pass."""
     import streamrank.io.budget as budget
-    monkeypatch.setattr(budget, "resident_bytes", lambda: 0)
+    from streamrank.selection.gas import StoredSimilarity, pair_rows
     p = generated(tmp_path)
-    with streamrank.open_dataset(p) as ds, pytest.raises(ParameterError, match="use memory_budget="):
-        gas_scores(ds, memory_budget="800B")
+    with streamrank.open_dataset(p) as ds:
+        one = gas_scores(ds, importance=kind, signed=True, tradeoff=0.3)
+        monkeypatch.setattr(budget, "resident_bytes", lambda: 0)
+        assert pair_rows(6, 400, 0) == 1 and pair_rows(6, 900, 0) == 6
+        many = gas_scores(ds, importance=kind, signed=True, tradeoff=0.3, memory_budget="600B",
+                          block_bytes=6000)  # 2 rows of the matrix a pass
+    assert isinstance(many.similarity, StoredSimilarity)
+    assert np.array_equal(many.importance, one.importance) and np.array_equal(many.sign, one.sign)
+    assert np.array_equal(many.similarity[:], one.similarity, equal_nan=True)
+    assert np.array_equal(many.greedy()[0], one.greedy()[0])
+    many.save(tmp_path / "gas.h5")
+    assert np.array_equal(GasResult.load(tmp_path / "gas.h5").similarity, one.similarity, equal_nan=True)
+    path = many.similarity.path
+    del many
+    import gc
+    gc.collect()
+    assert not path.exists()  # the temporary store goes with its result
+
+
+def test_blocks_of_rows_killed_and_resumed(tmp_path, monkeypatch):
+    import streamrank.selection.gas as gas
+    p = generated(tmp_path, n_queries=40)
+    with streamrank.open_dataset(p) as ds:
+        whole = gas_scores(ds, importance="map", signed=True, block_bytes=4000)
+        real, calls = gas.query_tau_b_rows, [0]
+
+        def dying(X, i0, i1, out):
+            calls[0] += 1
+            if calls[0] == 70:  # in the second block of rows (about 35 queries a pass)
+                raise KeyboardInterrupt
+            return real(X, i0, i1, out)
+
+        monkeypatch.setattr(gas, "query_tau_b_rows", dying)
+        with pytest.raises(KeyboardInterrupt):
+            gas_scores(ds, importance="map", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
+                       commit_seconds=0, rows_per_pass=2)
+        monkeypatch.setattr(gas, "query_tau_b_rows", real)
+        again = gas_scores(ds, importance="map", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
+                           resume=True, rows_per_pass=2)
+        assert np.array_equal(again.importance, whole.importance)
+        assert np.array_equal(again.similarity[:], whole.similarity, equal_nan=True)
