@@ -221,10 +221,17 @@ def _cmd_train(args):
     if args.lam is not None and args.method != "clsr":
         raise ParameterError("--lambda is CLSRRank's penalty; add --method clsr (the other methods take --C)")
     if args.method == "clsr":
-        for opt, flag in (("C", "--C"), ("rank", "--rank")):
-            if getattr(args, opt) is not None:
-                raise ParameterError(f"{flag} does not apply to --method clsr (one pass and a direct solve, "
-                                     f"penalised by --lambda); drop {flag}")
+        # RankSVM's settings: CLSRRank has no pairs' loss to weigh and no iterations to solve
+        given = [flag for opt, flag, default in (
+            ("C", "--C", None), ("rank", "--rank", None), ("solver", "--solver", "tron"),
+            ("loss", "--loss", "squared_hinge"), ("eta", "--eta", None), ("pair_cost", "--pair-cost", "none"),
+            ("query_weight", "--query-weight", "none"), ("abs_gtol", "--abs-gtol", None),
+            ("abs_dtol", "--abs-dtol", None), ("precondition", "--precondition", "auto"))
+            if getattr(args, opt) != default]
+        if given:
+            raise ParameterError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --method clsr "
+                                 f"(least squares over kernel coefficients: one pass and a direct solve, penalised by "
+                                 f"--lambda); drop {', '.join(given)}")
     if args.C is None:
         args.C = [1.0]
     _check_outputs((args.output, "model file", False))

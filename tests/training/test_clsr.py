@@ -154,7 +154,9 @@ def test_cli_trains_and_predicts(small, tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["method"] == "clsr" and summary["passes"] == 1 and len(summary["candidates"]) == 2
     assert main(["predict", str(out), str(small / "valid.h5"), "-o", str(tmp_path / "s.txt")]) == 0
-    for argv, words in ((["--lambda", "0.1"], "--method clsr"), (["--method", "clsr", "--C", "2"], "--lambda")):
+    for argv, words in ((["--lambda", "0.1"], "--method clsr"), (["--method", "clsr", "--C", "2"], "--lambda"),
+                        (["--method", "clsr", "--loss", "smooth_hinge", "--solver", "newton_yuan"],
+                         "--solver, --loss do not apply to --method clsr")):
         rc = main(["train", str(small / "train.h5"), "-o", str(tmp_path / "n.h5"), *argv])
         assert rc == 2 and words in capsys.readouterr().err
 
