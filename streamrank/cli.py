@@ -25,7 +25,7 @@ FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--meth
          "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
          "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta", "abs_gtol": "--abs-gtol",
          "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components",
-         "features": "--features"}
+         "features": "--features", "importance": "--importance", "tradeoff": "--tradeoff"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
 # only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
 # as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)

@@ -295,9 +295,12 @@ class CLSRRank(RankSVM):
     def from_model(cls, model):
         cfg = model.config
         lams = cfg.get("lambda_path", [1e-3])
+        gammas = cfg.get("gamma_path", [None])
         est = cls(lam=lams if len(lams) > 1 else lams[0], kernel=cfg.get("kernel", "rbf"),
-                  n_components=cfg.get("components"), normalize=cfg.get("normalize", "none"),
-                  select_metric=cfg.get("select_metric", "meanndcg"), random_state=cfg.get("seed", 0))
+                  gamma=gammas if len(gammas) > 1 else gammas[0], degree=cfg.get("degree", 3),
+                  coef0=cfg.get("coef0", 1.0), n_components=cfg.get("components"),
+                  normalize=cfg.get("normalize", "none"), select_metric=cfg.get("select_metric", "meanndcg"),
+                  random_state=cfg.get("seed", 0), features=cfg.get("features"))
         est.model_ = model
         est.alpha_ = model.w
         est.basis_ = model.fmap.basis_

@@ -310,39 +310,49 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
     from streamrank.io.budget import resident_bytes
     from streamrank.units import parse_size
     r = int(rows_per_pass) if rows_per_pass else pair_rows(d, parse_size(memory_budget), resident_bytes())
-    blocks = [(i0, min(d, i0 + r)) for i0 in range(0, d, r)]
     q0, q1 = (0, ds.n_queries) if queries is None else (int(queries[0]), int(queries[1]))
-    config = {"gas": FORMAT_VERSION, "importance": str(importance), "signed": bool(signed), "queries": [q0, q1],
-              "rows_per_pass": r}
-    carry, start_q, first_block, done = None, q0, 0, None
+    # the rows a pass sums are not part of the settings: each pair's sum is the same whatever the
+    # blocks of rows, so a resumed run keeps the blocks its checkpoint was written with
+    config = {"gas": FORMAT_VERSION, "importance": str(importance), "signed": bool(signed), "queries": [q0, q1]}
+    carry, start_q, first_block, done, stored_at = None, q0, 0, None, None
     if checkpoint is not None and resume:
         from streamrank.state.checkpoint import read_checkpoint
         ck = read_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint, warn=log.warning)
         if ck is not None:
             sc = ck["scalars"]
             first_block, start_q = int(sc["block"]), int(sc["next_query"])
+            r, stored_at = int(sc["rows_per_pass"]), sc.get("similarity_file")
             carry = {"imp": np.asarray(ck["w"], np.float64).reshape(2, d), "pairs": int(sc["pairs"]),
                      "tau": np.asarray(ck["extra"]["tau"], np.float64), "queries": int(sc["queries"]),
                      "count": np.asarray(ck["extra"]["count"], np.int64), "rows": int(sc["rows"])}
             if sc.get("first_done"):
                 done = {k: np.asarray(ck["extra"][k]) if k in ("imp",) else sc["first_done"][k]
                         for k in ("imp", "pairs", "queries", "rows")}
+            blocks = [(i0, min(d, i0 + r)) for i0 in range(0, d, r)]
             shape = (blocks[first_block][1] - blocks[first_block][0], d) if first_block < len(blocks) else None
             if not q0 <= start_q <= q1 or shape is None or carry["tau"].shape != shape or carry["count"].shape != shape:
                 raise FormatError(f"{checkpoint}: the GAS checkpoint is inconsistent (block {first_block}, next query "
                                   f"{start_q}); start again with resume=False")
             log.info("GAS: resuming from %s at rows %d.. of the similarity matrix, query %d of %d", checkpoint,
                      blocks[first_block][0], start_q - q0, q1 - q0)
+    blocks = [(i0, min(d, i0 + r)) for i0 in range(0, d, r)]
     store = None
     if len(blocks) > 1:
         if checkpoint is not None:
             Path(checkpoint).mkdir(parents=True, exist_ok=True)
-        path = similarity_file or (Path(checkpoint) / "similarity.h5" if checkpoint is not None else None)
+        path = similarity_file or stored_at or (Path(checkpoint) / "similarity.h5" if checkpoint is not None else None)
         if path is None:
             fd, path = tempfile.mkstemp(prefix="streamrank-gas-", suffix=".h5")
             import os
             os.close(fd)
-        store = StoredSimilarity(path, None if (resume and first_block > 0 and Path(path).exists()) else d)
+        if first_block > 0:  # the rows of the finished blocks must be there
+            if stored_at is not None and Path(path).resolve() != Path(stored_at).resolve():
+                raise ParameterError(f"the checkpoint in {checkpoint} keeps the similarity rows it has summed in "
+                                     f"{stored_at}, not {path}; resume with similarity_file={stored_at}")
+            if not Path(path).exists():
+                raise FormatError(f"{path}: the similarity rows of the {first_block} finished blocks of the "
+                                  f"checkpoint in {checkpoint} are gone; start again with resume=False")
+        store = StoredSimilarity(path, None if first_block > 0 else d)
         if similarity_file is None and checkpoint is None:
             weakref.finalize(store, Path(path).unlink, missing_ok=True)
         log.info("GAS: %d features need %d passes of %d rows of the similarity matrix (kept in %s)", d, len(blocks),
@@ -363,6 +373,7 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
             first = done or {"imp": c["imp"], "pairs": c["pairs"], "queries": c["queries"], "rows": c["rows"]}
             write_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint,
                              scalars={"block": bi, "next_query": int(next_query), "pairs": int(c["pairs"]),
+                                      "rows_per_pass": r, "similarity_file": None if store is None else str(store.path),
                                       "queries": int(c["queries"]), "rows": int(c["rows"]),
                                       "first_done": None if done is None else {
                                           k: int(first[k]) for k in ("pairs", "queries", "rows")}},
@@ -418,6 +429,9 @@ def parse_features(spec, n_features=None):
         if n_features is not None and res.n_features != n_features:
             raise ParameterError(f"features {spec!r}: {path} ranks {res.n_features} features, the data have "
                                  f"{n_features}; select on the same data")
+        if not 1 <= k <= res.n_features:
+            raise ParameterError(f"features {spec!r}: {path} ranks {res.n_features} features; use "
+                                 f"features={path}:{min(max(k, 1), res.n_features)}")
         ids = res.greedy(k)[0] + 1
     else:
         text = spec

@@ -72,59 +72,88 @@ def _chunks(qp, rows_max):
     return bounds
 
 
-def _accumulate(carry, fmap, X, y, qp, row0, rows_max):
-    """Add the rows X (float64 model inputs, whole queries at local offsets ``qp``, the first of
-    them row ``row0`` of the dataset) to the system in ``carry``."""
-    b = _chunks(qp, rows_max)
-    for qa, qb in zip(b[:-1], b[1:]):
-        r0, r1 = int(qp[qa]), int(qp[qb])
-        sizes = np.diff(qp[qa:qb + 1]).astype(np.int64)
-        keep = sizes > 0
-        if r1 == r0:
-            continue
-        Phi = fmap.transform(X[r0:r1], np.float64, row0=row0 + r0)
-        yq = np.asarray(y[r0:r1], np.float64).copy()
-        sz = sizes[keep]
-        # centre each query's kernel rows and labels, then scale by sqrt(l_q): Psi^T Psi adds
-        # l_q Phi~_q^T Phi~_q per query (module docstring); in place, query by query (no
-        # temporary of the chunk's size)
-        for a, b_ in zip(qp[qa:qb], qp[qa + 1:qb + 1]):
-            a, b_ = int(a) - r0, int(b_) - r0
-            if b_ > a:
-                P = Phi[a:b_]
-                P -= P.mean(axis=0)
-                P *= np.sqrt(b_ - a)
-                yq[a:b_] -= yq[a:b_].mean()
-                yq[a:b_] *= np.sqrt(b_ - a)
-        carry["G"] += Phi.T @ Phi
-        carry["b"] += Phi.T @ yq
-        carry["c"] += float(yq @ yq)
-        carry["S"] += float(np.sum(sz.astype(np.float64) ** 2))
-        carry["rows"] += r1 - r0
+def _centred(fmap, X, y, qp, row0):
+    """(Psi, y~): the kernel rows K(X, B) and labels of whole queries (local offsets ``qp``; the
+    first row is row ``row0`` of the dataset), each query centred and scaled by sqrt(l_q), so that
+    Psi^T Psi adds l_q Phi~_q^T Phi~_q per query (module docstring). Each query's rows depend on
+    that query alone; centred in place, query by query."""
+    Phi = fmap.transform(X, np.float64, row0=row0)
+    yq = np.asarray(y, np.float64).copy()
+    for a, b in zip(qp[:-1], qp[1:]):
+        a, b = int(a), int(b)
+        if b > a:
+            P = Phi[a:b]
+            P -= P.mean(axis=0)
+            P *= np.sqrt(b - a)
+            yq[a:b] -= yq[a:b].mean()
+            yq[a:b] *= np.sqrt(b - a)
+    return Phi, yq
+
+
+class _Sums:
+    """G0, b0, c0 and S summed over GROUPS of whole queries fixed by the query index alone (at most
+    ``rows_max`` rows each, or one larger query): each group's rows are gathered in one buffer and
+    added by one product, in group order, so the sums (and the model) are the same bits for any
+    block size or memory budget. A group that spans two blocks waits in the buffer."""
+
+    def __init__(self, m, qp_all, rows_max):
+        self.qp = np.asarray(qp_all, np.int64)        # the training queries' offsets, from 0
+        self.groups = np.asarray(_chunks(self.qp, rows_max), np.int64)
+        width = int(np.max(np.diff(self.qp[self.groups]))) if len(self.groups) > 1 else 0
+        self.buf, self.ybuf = np.empty((width, m)), np.empty(width)
+        self.g, self.filled = 0, 0
+        self.G, self.b, self.c, self.S, self.rows = np.zeros((m, m)), np.zeros(m), 0.0, 0.0, 0
+
+    def add(self, fmap, X, y, qa, qb, row0):
+        """Queries qa:qb (indices into the training queries) with their rows X, y; ``row0`` is the
+        dataset row of X's first."""
+        q = qa
+        base = int(self.qp[qa])
+        while q < qb:
+            g_end = int(self.groups[self.g + 1])
+            e = min(g_end, qb)
+            r0, r1 = int(self.qp[q]) - base, int(self.qp[e]) - base
+            Psi, yt = _centred(fmap, X[r0:r1], y[r0:r1], self.qp[q:e + 1] - self.qp[q], row0 + r0)
+            f = self.filled
+            self.buf[f:f + r1 - r0], self.ybuf[f:f + r1 - r0] = Psi, yt
+            self.filled = f + r1 - r0
+            q = e
+            if q == g_end:  # the group is complete: one product
+                B, yb = self.buf[:self.filled], self.ybuf[:self.filled]
+                self.G += B.T @ B
+                self.b += B.T @ yb
+                self.c += float(yb @ yb)
+                sz = np.diff(self.qp[self.groups[self.g]:g_end + 1]).astype(np.float64)
+                self.S += float(np.sum(sz ** 2))
+                self.rows += self.filled
+                self.g, self.filled = self.g + 1, 0
+
+    def system(self):
+        return {"G": self.G, "b": self.b, "c": self.c, "S": self.S, "rows": self.rows}
 
 
 class _System(Pass):
-    """The one pass of a (kernel, gamma, basis): G0, b0, c0 and S (module docstring) over the blocks
-    of the stream, in row order (one partition: the sums' order is the rows')."""
+    """The one pass of a (kernel, gamma, basis): the sums of :class:`_Sums` over the blocks of the
+    stream, in row order (one partition)."""
 
     one_partition = True
 
-    def __init__(self, fmap, normalizer, rows_max, n_rows=0):
-        self.fmap, self.normalizer, self.rows_max, self.n_rows = fmap, normalizer, rows_max, n_rows
+    def __init__(self, fmap, normalizer, qp_all, q0, rows_max, n_rows=0):
+        self.fmap, self.normalizer, self.qp_all, self.q0 = fmap, normalizer, qp_all, q0
+        self.rows_max, self.n_rows = rows_max, n_rows
         self.t0 = self.shown = time.perf_counter()
 
     def start(self):
-        m = self.fmap.n_components_
-        return {"G": np.zeros((m, m)), "b": np.zeros(m), "c": 0.0, "S": 0.0, "rows": 0}
+        return _Sums(self.fmap.n_components_, self.qp_all, self.rows_max)
 
-    def step(self, carry, item):
+    def step(self, sums, item):
         block, start, stop = item
         X = np.asarray(self.normalizer.transform(block.X, block.query_ptr), np.float64)
-        _accumulate(carry, self.fmap, X, block.y, block.query_ptr, start, self.rows_max)
+        sums.add(self.fmap, X, block.y, block.q_start - self.q0, block.q_stop - self.q0, start)
         now = time.perf_counter()
         if now - self.shown >= PROGRESS_SECONDS:  # a long pass says how far it is
             self.shown = now
-            log.info("  %d of %d rows, %.0f rows/s", carry["rows"], self.n_rows, carry["rows"] / max(now - self.t0, 1e-9))
+            log.info("  %d of %d rows, %.0f rows/s", sums.rows, self.n_rows, sums.rows / max(now - self.t0, 1e-9))
 
 
 def _solve(system, lam):
@@ -194,12 +223,13 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     resident = resident_bytes()
     room = max(0.0, (budget - resident) * SYSTEM_SHARE)
     if need > room:
-        fit = max(1, int((room / 24) ** 0.5))
+        fit = int((room / 24) ** 0.5)
+        budget_fix = f"memory_budget={format_size(int(need / SYSTEM_SHARE) + resident)}"
         raise ParameterError(f"CLSRRank with {m:,} basis rows needs {format_size(need)} for its {m:,} x {m:,} system"
                              f"{' and the training rows' if components is None else ''}, more than the memory budget "
                              f"{format_size(budget)} leaves beside the {format_size(resident)} resident; use "
-                             f"components={fit} (basis rows drawn from the data) or memory_budget="
-                             f"{format_size(int(need / SYSTEM_SHARE) + resident)}")
+                             + (f"components={fit} (basis rows drawn from the data) or {budget_fix}" if fit >= 10
+                                else budget_fix))
     cfg = {"method": "clsr", "lambda_path": lams, "kernel": kernel_name(kernel), "gamma_path": gammas,
            "degree": int(degree), "coef0": float(coef0), "normalize": normalize, "components": components,
            "seed": int(seed), "select_metric": select_metric, "memory_budget": budget,
@@ -208,8 +238,10 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     # what the budget leaves beside the resident process and the system: a quarter of it (at most
     # CHUNK_BYTES) for the kernel rows being centred, the rest for blocks (their prefetch buffers
     # and float64 normalised copy, 2 + 2 bytes per raw byte)
-    left = max(0.0, (budget - resident) / 1.4 - need)
-    chunk = int(min(CHUNK_BYTES, max(1 << 20, left / 4)))
+    # the groups' buffer and its kernel rows: CHUNK_BYTES each (a function of m alone, so that the
+    # sums do not depend on the budget); blocks get the rest (their prefetch buffers and float64
+    # normalised copy, 2 + 2 bytes per raw byte)
+    chunk = CHUNK_BYTES
     raw_block = block_bytes or plan_block_bytes(budget, 0, per_row=0, per_block_byte=BUFFERS + 2,
                                                 extra=need + 2 * chunk, resident=resident)
     normalizer = Normalizer(normalize)
@@ -241,7 +273,8 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
         ck = read_checkpoint(checkpoint, config=ck_config, fingerprint=ds.fingerprint, warn=log.warning)
         if ck is not None:
             sc = ck["scalars"]
-            done, candidates, passes = int(sc["gammas_done"]), list(sc["candidates"]), passes + int(sc["passes"])
+            # the gammas' passes of the earlier run (its read of the rows is this run's again)
+            done, candidates, passes = int(sc["gammas_done"]), list(sc["candidates"]), passes + int(sc["gamma_passes"])
             alphas = [np.asarray(ck["extra"][f"alpha{i}"], np.float64) for i in range(len(candidates))]
             if not 0 <= done <= len(gammas) or len(candidates) != done * len(lams) or \
                     any(a.shape != (m,) for a in alphas):
@@ -254,13 +287,16 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
             maps += [fmap] * len(lams)
             continue
         t = time.perf_counter()
+        qp_all = ds.query_ptr[q0:q1 + 1] - ds.query_ptr[q0]
         if Xn is not None:  # all rows as the basis: they are in memory already
-            system = {"G": np.zeros((m, m)), "b": np.zeros(m), "c": 0.0, "S": 0.0, "rows": 0}
-            _accumulate(system, fmap, Xn, y, qp, int(ds.query_ptr[q0]), rows_max)
+            sums = _Sums(m, qp_all, rows_max)
+            sums.add(fmap, Xn, y, 0, q1 - q0, int(ds.query_ptr[q0]))
         else:
-            system, _ = executor_or_local(executor).run(
-                _System(fmap, normalizer, rows_max, n_train), ds.stream(block_bytes=raw_block, queries=(q0, q1)))
+            sums, _ = executor_or_local(executor).run(
+                _System(fmap, normalizer, qp_all, q0, rows_max, n_train),
+                ds.stream(block_bytes=raw_block, queries=(q0, q1)))
             passes += 1
+        system = sums.system()
         secs = time.perf_counter() - t
         log.info("gamma %s: the %d x %d system from %d rows in %.2f s (%.0f rows/s)",
                  "callable" if callable(kernel) else f"{fmap.gamma_:g}", m, m, system["rows"], secs,
@@ -281,7 +317,8 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
         if checkpoint is not None:  # this gamma's pass and solves are kept
             from streamrank.state.checkpoint import write_checkpoint
             write_checkpoint(checkpoint, config=ck_config, fingerprint=ds.fingerprint,
-                             scalars={"gammas_done": gi + 1, "candidates": candidates, "passes": passes},
+                             scalars={"gammas_done": gi + 1, "candidates": candidates,
+                                      "gamma_passes": passes - (1 if components is None else 0)},
                              w=np.zeros(0), g=np.zeros(0), extra={f"alpha{i}": a for i, a in enumerate(alphas)})
     key = "valid_" + select_metric
     best = max(range(len(candidates)), key=lambda i: candidates[i][key]) if valid is not None else len(candidates) - 1

@@ -17,6 +17,16 @@ from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.selection.gas import GasResult, gas_greedy, gas_scores, parse_features
 
 
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """The CLI points the "streamrank" logger at the sys.stderr of its call: restore it afterwards."""
+    import logging
+    logger = logging.getLogger("streamrank")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
+
+
 def brute(X, y, qp, kind, signed):
     """Importance by the letor4 evaluator per feature (or pooled pairwise accuracy), similarity by
     scipy.stats.kendalltau per query, mean over the queries where it is defined."""
@@ -320,7 +330,32 @@ def test_blocks_of_rows_killed_and_resumed(tmp_path, monkeypatch):
             gas_scores(ds, importance="map", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
                        commit_seconds=0, rows_per_pass=2)
         monkeypatch.setattr(gas, "query_tau_b_rows", real)
-        again = gas_scores(ds, importance="map", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
-                           resume=True, rows_per_pass=2)
+        # resumed as a user would: the checkpoint keeps its blocks of rows, whatever the budget says now
+        again = gas_scores(ds, importance="map", signed=True, block_bytes=9000, checkpoint=tmp_path / "ck",
+                           resume=True)
         assert np.array_equal(again.importance, whole.importance)
         assert np.array_equal(again.similarity[:], whole.similarity, equal_nan=True)
+        with pytest.raises(ParameterError, match="similarity_file="):
+            gas_scores(ds, importance="map", signed=True, checkpoint=tmp_path / "ck", resume=True,
+                       similarity_file=tmp_path / "elsewhere.h5")
+
+
+def test_a_blocked_resume_without_its_rows_is_refused(tmp_path, monkeypatch):
+    import streamrank.selection.gas as gas
+    p = generated(tmp_path, n_queries=40)
+    with streamrank.open_dataset(p) as ds:
+        real, calls = gas.query_tau_b_rows, [0]
+
+        def dying(X, i0, i1, out):
+            calls[0] += 1
+            if calls[0] == 70:
+                raise KeyboardInterrupt
+            return real(X, i0, i1, out)
+
+        monkeypatch.setattr(gas, "query_tau_b_rows", dying)
+        with pytest.raises(KeyboardInterrupt):
+            gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", commit_seconds=0, rows_per_pass=2)
+        monkeypatch.setattr(gas, "query_tau_b_rows", real)
+        (tmp_path / "ck" / "similarity.h5").unlink()
+        with pytest.raises(FormatError, match="finished blocks .* are gone"):
+            gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", resume=True)
