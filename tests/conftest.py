@@ -1,3 +1,4 @@
+import logging
 import sys
 from pathlib import Path
 
@@ -7,6 +8,16 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from locations import MQ2008  # noqa: E402  (../shared beside the repository; tests skip without it)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():
+    """The CLI points the "streamrank" logger at the sys.stderr of its call: restore it after each
+    test, so that later log lines do not go to a closed capture."""
+    logger = logging.getLogger("streamrank")
+    saved = logger.handlers[:], logger.level, logger.propagate
+    yield
+    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 @pytest.fixture

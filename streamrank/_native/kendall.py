@@ -122,13 +122,6 @@ def _pair_tau(ranks, ties, i, j, l):
     return num / np.sqrt(float(n0 - ties[i]) * float(n0 - ties[j]))
 
 
-@numba.njit(cache=True, nogil=True)
-def query_tau_b(X, out):
-    """tau-b of every pair of columns of X (l x d) into ``out`` (d x d; NaN where undefined, 1 on
-    the diagonal of a non-constant column)."""
-    query_tau_b_rows(X, 0, X.shape[1], out)
-
-
 @numba.njit(cache=True, nogil=True, parallel=True)
 def query_tau_b_rows(X, i0, i1, out):
     """Rows i0:i1 of the tau-b matrix of X's columns into ``out`` (i1 - i0 x d): the pairs (i, j)

@@ -32,7 +32,6 @@ per chosen feature): passes = d / rows, and each pass ranks every feature again.
 on 2 cores.
 """
 
-import json
 import logging
 import tempfile
 import time
@@ -454,7 +453,3 @@ def parse_features(spec, n_features=None):
     if len(set(ids.tolist())) != ids.size:
         raise ParameterError(f"features {spec!r} names a feature twice; use features=1,2,3 (each id once)")
     return ids - 1
-
-
-def to_json(result, k):
-    return json.dumps(result.to_dict(k))

@@ -44,10 +44,12 @@ from streamrank.features.basis_map import KernelBasisMap, draw_basis, kernel_nam
 from streamrank.features.kernels import KERNELS
 from streamrank.features.normalize import Normalizer
 from streamrank.io.budget import BUFFERS, block_bytes as plan_block_bytes, resident_bytes
+from streamrank.objectives.linear_precond import query_groups
 from streamrank.state.model import LinearModel
 from streamrank.training.path import report_grid_edges
 from streamrank.training.problem import (SELECT_METRICS, attach_features, check_has_features, check_queries,
-                                        check_valid_width, read_labels, validation_score, with_features)
+                                        check_valid_width, gamma_path, grid_points, read_labels, validation_score,
+                                        with_features)
 from streamrank.units import format_size, parse_size
 
 log = logging.getLogger("streamrank.training.clsr")
@@ -58,18 +60,6 @@ CHUNK_BYTES = 32 << 20
 SYSTEM_SHARE = 0.75
 # a progress line at most this often during a pass
 PROGRESS_SECONDS = 10.0
-
-
-def _chunks(qp, rows_max):
-    """Bounds (query indices) of groups of whole queries of at most ``rows_max`` rows (at least one
-    query each), over local query offsets ``qp``."""
-    bounds = [0]
-    nq = len(qp) - 1
-    while bounds[-1] < nq:
-        q = bounds[-1]
-        e = int(np.searchsorted(qp, qp[q] + rows_max, side="right")) - 1
-        bounds.append(min(max(e, q + 1), nq))
-    return bounds
 
 
 def _centred(fmap, X, y, qp, row0):
@@ -98,7 +88,7 @@ class _Sums:
 
     def __init__(self, m, qp_all, rows_max):
         self.qp = np.asarray(qp_all, np.int64)        # the training queries' offsets, from 0
-        self.groups = np.asarray(_chunks(self.qp, rows_max), np.int64)
+        self.groups = query_groups(self.qp, int(self.qp[-1]), rows_max)
         width = int(np.max(np.diff(self.qp[self.groups]))) if len(self.groups) > 1 else 0
         self.buf, self.ybuf = np.empty((width, m)), np.empty(width)
         self.g, self.filled = 0, 0
@@ -200,20 +190,14 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     if not callable(kernel) and kernel not in KERNELS:
         raise ParameterError(f"kernel must be one of {', '.join(KERNELS)} or a callable K(A, B); got {kernel!r}. "
                              f"Use kernel=rbf")
-    gammas = [None] if gamma is None or callable(kernel) else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
-    for g in gammas:
-        if g is not None and not g > 0:
-            raise ParameterError(f"gamma must be > 0; got {g}. Use gamma=0.03125")
+    gammas = [None] if callable(kernel) else gamma_path(gamma)
     if select_metric not in SELECT_METRICS:
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {select_metric!r}")
     if components is not None and (isinstance(components, bool) or int(components) < 1):
         raise ParameterError(f"components must be an integer >= 1; got {components!r}. Use components=1000")
     check_has_features(ds)
     check_valid_width(ds, valid)
-    points = [(gi, lm) for gi in range(len(gammas)) for lm in lams]
-    if len(points) > 1 and valid is None:
-        raise ParameterError("several lambda (and gamma) values need validation data (valid=DATA) to choose "
-                             f"between them; got lambda = {', '.join(map(str, lams))}")
+    grid_points(lams, gammas, valid, "lambda")
     budget = parse_size(memory_budget)
     q0, q1 = queries if queries is not None else (0, ds.n_queries)
     n_train = int(ds.query_ptr[q1] - ds.query_ptr[q0])
@@ -235,25 +219,21 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
            "seed": int(seed), "select_metric": select_metric, "memory_budget": budget,
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
-    # what the budget leaves beside the resident process and the system: a quarter of it (at most
-    # CHUNK_BYTES) for the kernel rows being centred, the rest for blocks (their prefetch buffers
-    # and float64 normalised copy, 2 + 2 bytes per raw byte)
     # the groups' buffer and its kernel rows: CHUNK_BYTES each (a function of m alone, so that the
     # sums do not depend on the budget); blocks get the rest (their prefetch buffers and float64
     # normalised copy, 2 + 2 bytes per raw byte)
-    chunk = CHUNK_BYTES
     raw_block = block_bytes or plan_block_bytes(budget, 0, per_row=0, per_block_byte=BUFFERS + 2,
-                                                extra=need + 2 * chunk, resident=resident)
+                                                extra=need + 2 * CHUNK_BYTES, resident=resident)
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
         normalizer.fit(ds.stream(block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
-    rows_max = max(1, chunk // (8 * m))
+    rows_max = max(1, CHUNK_BYTES // (8 * m))
     passes = 0
 
     # -- the basis: every training row (read once, kept) or m drawn rows ------------------------------
     t = time.perf_counter()
     if components is None:
-        Xn, y, qp = read_rows(ds, normalizer, (q0, q1), raw_block, executor=executor)
+        Xn, y, _ = read_rows(ds, normalizer, (q0, q1), raw_block, executor=executor)
         basis, basis_rows = Xn, np.arange(int(ds.query_ptr[q0]), int(ds.query_ptr[q1]))
         passes += 1
     else:

@@ -33,8 +33,8 @@ from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
 from streamrank.training.problem import (attach_features, c_path, check_config, check_has_features, check_queries,
-                                        check_valid_width, eta_for, pair_cost_table, pair_weight_sum, query_weights,
-                                        read_labels, validation_score, with_features)
+                                        check_valid_width, eta_for, grid_points, pair_cost_table, pair_weight_sum,
+                                        query_weights, read_labels, validation_score, with_features)
 from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
@@ -156,10 +156,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     check_config(cfg)
     check_has_features(ds)
     check_valid_width(ds, valid)
-    points = [(gi, c) for gi in range(len(gammas)) for c in Cs]
-    if len(points) > 1 and valid is None:
-        raise ParameterError(f"several C (and gamma) values need validation data (valid=DATA) to choose between them; "
-                             f"got C = {', '.join(map(str, Cs))}" + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
+    points = grid_points(Cs, gammas, valid)
 
     # -- the rows, labels, weights, costs ------------------------------------------------------------
     q0, q1 = queries if queries is not None else (0, ds.n_queries)

@@ -23,8 +23,8 @@ from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
 from streamrank.training.problem import (attach_features, c_path, check_config, check_has_features, check_queries,
-                                        check_valid_width, eta_for, pair_cost_table, pair_weight_sum, query_weights,
-                                        read_labels, validation_score, with_features)
+                                        check_valid_width, eta_for, gamma_path, grid_points, pair_cost_table,
+                                        pair_weight_sum, query_weights, read_labels, validation_score, with_features)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -109,13 +109,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                              f"Use precondition=auto")
     if map_cache not in MAP_CACHE_MODES:
         raise ParameterError(f"map_cache must be one of {', '.join(MAP_CACHE_MODES)}; got {map_cache!r}")
-    if method == "primal":
-        gammas = [None]
-    else:
-        gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
-        for g in gammas:
-            if g is not None and not g > 0:
-                raise ParameterError(f"gamma must be > 0; got {g}. Use gamma=0.03125")
+    gammas = [None] if method == "primal" else gamma_path(gamma)
     budget = parse_size(memory_budget)
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Use solver=tron")
@@ -135,10 +129,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     check_config(cfg)
     check_has_features(ds)
     check_valid_width(ds, valid)
-    points = [(gi, c) for gi in range(len(gammas)) for c in Cs]
-    if len(points) > 1 and valid is None:
-        raise ParameterError(f"several C (and gamma) values need validation data (valid=DATA) to choose between them; "
-                             f"got C = {', '.join(map(str, Cs))}" + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
+    points = grid_points(Cs, gammas, valid)
     from streamrank.objectives.linear_precond import temp_bytes
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
     widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))

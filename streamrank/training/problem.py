@@ -93,6 +93,25 @@ def pair_cost_table(kind, levels):
     return lam
 
 
+def gamma_path(gamma):
+    """The gamma values of a path: [None] (the kernel's default) or the given ones, each > 0."""
+    gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
+    for g in gammas:
+        if g is not None and not g > 0:
+            raise ParameterError(f"gamma must be > 0; got {g}. Use gamma=0.03125")
+    return gammas
+
+
+def grid_points(values, gammas, valid, name="C"):
+    """The path's (gamma index, value) points; several of them need validation data to choose."""
+    points = [(gi, v) for gi in range(len(gammas)) for v in values]
+    if len(points) > 1 and valid is None:
+        raise ParameterError(f"several {name} (and gamma) values need validation data (valid=DATA) to choose between "
+                             f"them; got {name} = {', '.join(map(str, values))}"
+                             + (f", gamma = {gammas}" if len(gammas) > 1 else ""))
+    return points
+
+
 def c_path(C):
     """(the C values of the path's first stage, its refine function or None) for ``C``: a value,
     several, or ``"two-stage"`` (paper 001: the decades 1e-5..1e-1, then 0.6, 0.8, 1.2 and 1.4 times

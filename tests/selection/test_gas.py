@@ -1,6 +1,7 @@
 """GAS (paper 003): importance and similarity against scipy's tau-b and the letor4 evaluator per
 feature, the greedy selection against exhaustive search, the file, feature subsets and the CLI."""
 
+import contextlib
 import itertools
 import json
 
@@ -16,15 +17,6 @@ from streamrank.io.convert import convert
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.selection.gas import GasResult, gas_greedy, gas_scores, parse_features
 
-
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """The CLI points the "streamrank" logger at the sys.stderr of its call: restore it afterwards."""
-    import logging
-    logger = logging.getLogger("streamrank")
-    saved = logger.handlers[:], logger.level, logger.propagate
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 def brute(X, y, qp, kind, signed):
@@ -138,6 +130,25 @@ def test_greedy_details():
         gas_greedy(w, E, 0.5, 5)
 
 
+@contextlib.contextmanager
+def killed_at_query(monkeypatch, n):
+    """GAS's tau-b kernel raises KeyboardInterrupt (as Ctrl-C would) at its n-th query, then is restored."""
+    import streamrank.selection.gas as gas
+    real, calls = gas.query_tau_b_rows, [0]
+
+    def dying(X, i0, i1, out):
+        calls[0] += 1
+        if calls[0] == n:
+            raise KeyboardInterrupt
+        return real(X, i0, i1, out)
+
+    monkeypatch.setattr(gas, "query_tau_b_rows", dying)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(gas, "query_tau_b_rows", real)
+
+
 def generated(tmp_path, n_queries=30, seed=0):
     """Features of different importance, two of them near copies (redundant), one constant."""
     rng = np.random.default_rng(seed)
@@ -245,23 +256,12 @@ def test_cli_trains_on_the_gas_selection(tmp_path, capsys):
 
 
 def test_a_killed_pass_resumes_from_its_checkpoint_to_the_same_result(tmp_path, monkeypatch):
-    import streamrank.selection.gas as gas
     p = generated(tmp_path, n_queries=40)
     with streamrank.open_dataset(p) as ds:
         whole = gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=4000)
-        real, calls = gas.query_tau_b_rows, [0]
-
-        def dying(X, i0, i1, out):
-            calls[0] += 1
-            if calls[0] == 25:
-                raise KeyboardInterrupt  # as Ctrl-C would, mid-pass
-            return real(X, i0, i1, out)
-
-        monkeypatch.setattr(gas, "query_tau_b_rows", dying)
-        with pytest.raises(KeyboardInterrupt):
+        with killed_at_query(monkeypatch, 25), pytest.raises(KeyboardInterrupt):
             gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
                        commit_seconds=0)
-        monkeypatch.setattr(gas, "query_tau_b_rows", real)
         assert (tmp_path / "ck" / "checkpoint.h5").exists()
         again = gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=9000, checkpoint=tmp_path / "ck",
                            resume=True)
@@ -313,23 +313,12 @@ def test_blocks_of_rows_on_disk_equal_one_pass(tmp_path, kind, monkeypatch):
 
 
 def test_blocks_of_rows_killed_and_resumed(tmp_path, monkeypatch):
-    import streamrank.selection.gas as gas
     p = generated(tmp_path, n_queries=40)
     with streamrank.open_dataset(p) as ds:
         whole = gas_scores(ds, importance="map", signed=True, block_bytes=4000)
-        real, calls = gas.query_tau_b_rows, [0]
-
-        def dying(X, i0, i1, out):
-            calls[0] += 1
-            if calls[0] == 70:  # in the second block of rows (about 35 queries a pass)
-                raise KeyboardInterrupt
-            return real(X, i0, i1, out)
-
-        monkeypatch.setattr(gas, "query_tau_b_rows", dying)
-        with pytest.raises(KeyboardInterrupt):
+        with killed_at_query(monkeypatch, 70), pytest.raises(KeyboardInterrupt):
             gas_scores(ds, importance="map", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
                        commit_seconds=0, rows_per_pass=2)
-        monkeypatch.setattr(gas, "query_tau_b_rows", real)
         # resumed as a user would: the checkpoint keeps its blocks of rows, whatever the budget says now
         again = gas_scores(ds, importance="map", signed=True, block_bytes=9000, checkpoint=tmp_path / "ck",
                            resume=True)
@@ -341,21 +330,10 @@ def test_blocks_of_rows_killed_and_resumed(tmp_path, monkeypatch):
 
 
 def test_a_blocked_resume_without_its_rows_is_refused(tmp_path, monkeypatch):
-    import streamrank.selection.gas as gas
     p = generated(tmp_path, n_queries=40)
     with streamrank.open_dataset(p) as ds:
-        real, calls = gas.query_tau_b_rows, [0]
-
-        def dying(X, i0, i1, out):
-            calls[0] += 1
-            if calls[0] == 70:
-                raise KeyboardInterrupt
-            return real(X, i0, i1, out)
-
-        monkeypatch.setattr(gas, "query_tau_b_rows", dying)
-        with pytest.raises(KeyboardInterrupt):
+        with killed_at_query(monkeypatch, 70), pytest.raises(KeyboardInterrupt):
             gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", commit_seconds=0, rows_per_pass=2)
-        monkeypatch.setattr(gas, "query_tau_b_rows", real)
         (tmp_path / "ck" / "similarity.h5").unlink()
         with pytest.raises(FormatError, match="finished blocks .* are gone"):
             gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", resume=True)

@@ -16,7 +16,6 @@ s + 2, ... The two chains run in parallel.
 import contextlib
 import io
 import json
-import logging
 import os
 import re
 import shutil
@@ -45,14 +44,6 @@ SETTINGS = ["--C", "0.01,0.1", "--tol", "1e-6", "--solver", "tron", "--precondit
 C_PATH = [0.01, 0.1]
 TEMP = re.compile(r"\.checkpoint\.h5\.\d+\.tmp")
 
-
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """The CLI points the "streamrank" logger at the sys.stderr of its call: restore it afterwards."""
-    logger = logging.getLogger("streamrank")
-    saved = logger.handlers[:], logger.level, logger.propagate
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
 
 
 # -- data and the uninterrupted reference ----------------------------------------------------------

@@ -15,15 +15,6 @@ from streamrank.io.synthetic import write_hdf5
 from streamrank.training.clsr import train_clsr
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """The CLI points the "streamrank" logger at the sys.stderr of its call: restore it afterwards."""
-    import logging
-    logger = logging.getLogger("streamrank")
-    saved = logger.handlers[:], logger.level, logger.propagate
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
-
 
 def asymmetric(A, B):
     """K(a, b) = exp(-|a - b|^2 / 8) (1 + tanh(a_0 - b_0) / 2): neither symmetric nor PSD."""

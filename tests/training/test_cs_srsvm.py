@@ -22,15 +22,6 @@ from test_cpath import ranking_data
 COSTS = "0-1:1,1-2:1.3,0-2:2"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():
-    """The CLI points the "streamrank" logger at the sys.stderr of its call: restore it afterwards."""
-    import logging
-    logger = logging.getLogger("streamrank")
-    saved = logger.handlers[:], logger.level, logger.propagate
-    yield
-    logger.handlers[:], logger.level, logger.propagate = saved
-
 
 def _qp(q):
     return np.concatenate([[0], np.flatnonzero(np.diff(q)) + 1, [len(q)]])
