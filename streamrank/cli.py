@@ -346,7 +346,7 @@ def build_parser():
     c.add_argument("--n-features", type=_positive_int("--n-features"), metavar="D",
                    help="fix the number of features (train, vali and test must agree)")
     c.add_argument("--compression", choices=["gzip", "lzf", "none"], default=None,
-                   help="HDF5 compression of the rows (default: none, see README)")
+                   help="HDF5 compression of the rows (default: none; docs/benchmarks.md, \"Storage defaults\")")
     c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
     c.add_argument("--memory-budget", default="2GB", metavar="SIZE")
     c.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",
