@@ -62,22 +62,22 @@ SYSTEM_SHARE = 0.75
 PROGRESS_SECONDS = 10.0
 
 
-def _centred(fmap, X, y, qp, row0):
-    """(Psi, y~): the kernel rows K(X, B) and labels of whole queries (local offsets ``qp``; the
-    first row is row ``row0`` of the dataset), each query centred and scaled by sqrt(l_q), so that
-    Psi^T Psi adds l_q Phi~_q^T Phi~_q per query (module docstring). Each query's rows depend on
-    that query alone; centred in place, query by query."""
-    Phi = fmap.transform(X, np.float64, row0=row0)
-    yq = np.asarray(y, np.float64).copy()
+def _centred(fmap, X, y, qp, row0, out, yout):
+    """Into ``out`` and ``yout``: the kernel rows K(X, B) and labels of whole queries (local offsets
+    ``qp``; the first row is row ``row0`` of the dataset), each query centred and scaled by
+    sqrt(l_q), so that Psi^T Psi adds l_q Phi~_q^T Phi~_q per query (module docstring). Each query's
+    rows depend on that query alone; centred in place, query by query."""
+    Phi = fmap.transform(X, np.float64, out=out, row0=row0)
+    yout[:] = y
     for a, b in zip(qp[:-1], qp[1:]):
         a, b = int(a), int(b)
         if b > a:
             P = Phi[a:b]
             P -= P.mean(axis=0)
             P *= np.sqrt(b - a)
-            yq[a:b] -= yq[a:b].mean()
-            yq[a:b] *= np.sqrt(b - a)
-    return Phi, yq
+            yq = yout[a:b]
+            yq -= yq.mean()
+            yq *= np.sqrt(b - a)
 
 
 class _Sums:
@@ -103,9 +103,9 @@ class _Sums:
             g_end = int(self.groups[self.g + 1])
             e = min(g_end, qb)
             r0, r1 = int(self.qp[q]) - base, int(self.qp[e]) - base
-            Psi, yt = _centred(fmap, X[r0:r1], y[r0:r1], self.qp[q:e + 1] - self.qp[q], row0 + r0)
-            f = self.filled
-            self.buf[f:f + r1 - r0], self.ybuf[f:f + r1 - r0] = Psi, yt
+            f = self.filled  # the kernel rows go straight into the group's buffer
+            _centred(fmap, X[r0:r1], y[r0:r1], self.qp[q:e + 1] - self.qp[q], row0 + r0,
+                     self.buf[f:f + r1 - r0], self.ybuf[f:f + r1 - r0])
             self.filled = f + r1 - r0
             q = e
             if q == g_end:  # the group is complete: one product
