@@ -1,6 +1,7 @@
 """The ``streamrank`` command line (interface contract in DESIGN.md)."""
 
 import argparse
+import contextlib
 import json
 import logging
 import re
@@ -25,7 +26,8 @@ FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--meth
          "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
          "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta", "abs_gtol": "--abs-gtol",
          "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components",
-         "features": "--features", "importance": "--importance", "tradeoff": "--tradeoff"}
+         "features": "--features", "importance": "--importance", "tradeoff": "--tradeoff",
+         "workers": "--workers", "scheduler": "--scheduler", "partition_rows": "--partition-rows"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
 # only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
 # as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
@@ -202,10 +204,43 @@ def _float_list(name, words=()):
     return parse
 
 
+@contextlib.contextmanager
+def _executor(args):
+    """The executor of --workers N / --scheduler ADDR (None: passes run in this process)."""
+    workers, scheduler = getattr(args, "workers", None), getattr(args, "scheduler", None)
+    if workers is None and scheduler is None:
+        from streamrank.execution.executor import LocalExecutor
+        from streamrank.execution.partitions import PARTITION_ROWS
+        rows = getattr(args, "partition_rows", PARTITION_ROWS)
+        yield None if rows == PARTITION_ROWS else LocalExecutor(partition_rows=rows)
+        return
+    from streamrank.errors import ParameterError
+    from streamrank.execution.dask_executor import DaskExecutor, start_cluster
+    if workers is not None and scheduler is not None:
+        raise ParameterError("--workers starts a local cluster, --scheduler joins a running one; pass one of them")
+    logging.getLogger("distributed").setLevel(logging.ERROR)  # the cluster's own chatter: not the user's
+    log = logging.getLogger("streamrank.cli")
+    try:
+        client, cluster = start_cluster(workers=workers, scheduler=scheduler)
+    except OSError as e:
+        raise ParameterError(f"cannot reach the dask scheduler at {scheduler} ({e}). Check the address "
+                             f"(tcp://HOST:PORT) or start a local cluster with --workers N") from None
+    n = len(client.nthreads())
+    log.info("dask: %d worker%s at %s%s", n, "" if n == 1 else "s", client.scheduler.address,
+             f", dashboard {client.dashboard_link}" if cluster is None or cluster.dashboard_link else "")
+    ex = DaskExecutor(client, partition_rows=args.partition_rows)
+    try:
+        yield ex
+    finally:
+        ex.close()
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
 def _cmd_train(args):
     from streamrank.errors import ParameterError
     from streamrank.evaluation.score_files import open_data
-    from streamrank.training.linear import train_linear
     if args.method in NOT_YET_METHODS:
         raise ParameterError(f"--method {args.method} ({NOT_YET_METHODS[args.method]}) is not available yet in "
                              f"streamrank {__version__}; use --method primal, nystroem or rff")
@@ -239,18 +274,42 @@ def _cmd_train(args):
     _setup_logging(args.quiet)
     ds = open_data(args.data, args.cache_dir, quiet=args.quiet, query_file=args.query_file)
     valid = open_data(args.valid, args.cache_dir, quiet=args.quiet) if args.valid else None
+    with _executor(args) as executor:
+        model, summary = _train_method(args, ds, valid, executor)
+        if executor is not None and executor.name == "dask":
+            summary["cluster"] = executor.describe()
+    model.save(args.output)
+    if not args.quiet and args.method == "clsr":
+        gamma = f", gamma={summary['gamma']:g}" if summary.get("gamma") is not None else ""
+        print(f"saved {args.output}: lambda={summary['lambda']:g}{gamma}, {summary['basis']} basis rows, objective "
+              f"{summary['objective']:.6e}, {summary['passes']} pass(es), {summary['seconds']:.2f} s")
+    elif not args.quiet:
+        eta = f", eta={summary['eta']:.3g}" if "eta" in summary else ""
+        print(f"saved {args.output}: C={summary['C']:g}{eta}, objective {summary['objective']:.6e}, "
+              f"|g| {summary['grad_norm']:.3e}, {summary['iterations']} iterations, {summary['passes']} passes, "
+              f"{summary['seconds']:.2f} s")
+    if not args.quiet and "cluster" in summary:
+        c = summary["cluster"]
+        print(f"cluster: {c['workers']} workers, {c['passes']} passes, {c['bytes_per_pass'] / 1e3:.1f} kB shipped "
+              f"a pass ({c['bytes_shipped'] / 1e6:.2f} MB in all), {c['workers_lost']} worker(s) lost")
+    if args.json:
+        print(json.dumps(summary))
+    return 0
+
+
+def _train_method(args, ds, valid, executor):
+    from streamrank.training.linear import train_linear
     if args.method == "exact":
-        model, summary = _train_exact(args, ds, valid)
-    elif args.method == "clsr":
+        return _train_exact(args, ds, valid, executor)
+    if args.method == "clsr":
         from streamrank.training.clsr import train_clsr
-        model, summary = train_clsr(ds, valid=valid, lam=args.lam or [1e-3], kernel=args.kernel or "rbf",
+        return train_clsr(ds, valid=valid, lam=args.lam or [1e-3], kernel=args.kernel or "rbf",
                                     gamma=args.gamma, degree=3 if args.degree is None else args.degree,
                                     coef0=1.0 if args.coef0 is None else args.coef0, normalize=args.normalize,
                                     components=args.components, memory_budget=args.memory_budget,
                                     select_metric=args.select_metric, seed=args.seed, features=args.features,
-                                    checkpoint=args.checkpoint, resume=args.resume)
-    else:
-        model, summary = train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
+                                    checkpoint=args.checkpoint, resume=args.resume, executor=executor)
+    return train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
                                       max_iter=args.max_iter, memory_budget=args.memory_budget,
                                       pair_cost=args.pair_cost, query_weight=args.query_weight,
                                       select_metric=args.select_metric, checkpoint=args.checkpoint,
@@ -262,23 +321,10 @@ def _cmd_train(args):
                                       rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
                                       cache_size=args.cache_size, precondition=args.precondition,
                                       loss=args.loss, eta=args.eta, abs_gtol=args.abs_gtol,
-                                      abs_dtol=args.abs_dtol, features=args.features)
-    model.save(args.output)
-    if not args.quiet and args.method == "clsr":
-        gamma = f", gamma={summary['gamma']:g}" if summary.get("gamma") is not None else ""
-        print(f"saved {args.output}: lambda={summary['lambda']:g}{gamma}, {summary['basis']} basis rows, objective "
-              f"{summary['objective']:.6e}, {summary['passes']} pass(es), {summary['seconds']:.2f} s")
-    elif not args.quiet:
-        eta = f", eta={summary['eta']:.3g}" if "eta" in summary else ""
-        print(f"saved {args.output}: C={summary['C']:g}{eta}, objective {summary['objective']:.6e}, "
-              f"|g| {summary['grad_norm']:.3e}, {summary['iterations']} iterations, {summary['passes']} passes, "
-              f"{summary['seconds']:.2f} s")
-    if args.json:
-        print(json.dumps(summary))
-    return 0
+                                      abs_dtol=args.abs_dtol, features=args.features, executor=executor)
 
 
-def _train_exact(args, ds, valid):
+def _train_exact(args, ds, valid, executor):
     """--method exact (paper 004): TRON over beta with Q = K(X, X) in a kernel cache."""
     from streamrank.errors import ParameterError
     from streamrank.training.exact import train_exact
@@ -296,7 +342,7 @@ def _train_exact(args, ds, valid):
                        query_weight=args.query_weight, select_metric=args.select_metric,
                        checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,
                        precondition=args.precondition, loss=args.loss, eta=args.eta, solver=args.solver,
-                       abs_gtol=args.abs_gtol, abs_dtol=args.abs_dtol, features=args.features)
+                       abs_gtol=args.abs_gtol, abs_dtol=args.abs_dtol, features=args.features, executor=executor)
 
 
 def _cmd_predict(args):
@@ -307,8 +353,8 @@ def _cmd_predict(args):
     from streamrank.state.model import load
     model = load(args.model)
     _check_outputs((args.output, "score file", True))
-    with open_data(args.data, args.cache_dir, query_file=args.query_file) as ds:
-        scores = model.predict_dataset(ds, memory_budget=args.memory_budget)
+    with open_data(args.data, args.cache_dir, query_file=args.query_file) as ds, _executor(args) as executor:
+        scores = model.predict_dataset(ds, memory_budget=args.memory_budget, executor=executor)
     if not Path(args.output).exists() or Path(args.output).is_file():
         ensure_space(temp_name(args.output), SCORE_LINE_BYTES * scores.size, shown=args.output)
     with written(args.output, special_ok=True) as tmp:
@@ -324,6 +370,20 @@ def _os_error(exc):
     from streamrank.io.atomic import why
     where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
     return f"{where}{why(exc)}"
+
+
+def _add_cluster(p):
+    """--workers / --scheduler / --partition-rows: where the passes over the data run."""
+    from streamrank.execution.partitions import PARTITION_ROWS
+    p.add_argument("--workers", type=_positive_int("--workers"), metavar="N",
+                   help="run every pass on a local dask cluster of N single-threaded worker processes "
+                        "(default: in this process)")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="run every pass on the running dask cluster at this address; its workers read the data "
+                        "by its path (a shared file system)")
+    p.add_argument("--partition-rows", type=_positive_int("--partition-rows"), default=PARTITION_ROWS, metavar="R",
+                   help=f"rows of one partition, the unit of work a worker keeps (default {PARTITION_ROWS}); the "
+                        f"model depends on it, not on the number of workers")
 
 
 def _add_query_file(p):
@@ -442,6 +502,7 @@ def build_parser():
                    "recently used blocks are evicted (default: no cap)")
     t.add_argument("--checkpoint", metavar="DIR", help="write a checkpoint after every iteration")
     t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
+    _add_cluster(t)
     t.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
     t.add_argument("--quiet", action="store_true")
     t.set_defaults(func=_cmd_train)
@@ -475,6 +536,7 @@ def build_parser():
     _add_query_file(pr)
     pr.add_argument("--memory-budget", default="2GB", metavar="SIZE")
     pr.add_argument("--cache-dir", metavar="DIR")
+    _add_cluster(pr)
     pr.add_argument("--json", action="store_true")
     pr.set_defaults(func=_cmd_predict)
     return p

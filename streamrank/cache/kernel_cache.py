@@ -35,7 +35,8 @@ import numpy as np
 from numba import prange
 
 from streamrank._native.threads import background
-from streamrank.execution.executor import Pass, executor_or_local
+from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
+from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.cache.feature_cache import FeatureCache, array_digest
 from streamrank.features.kernels import PreparedKernel, check_psd_kernel
 from streamrank.io.query_stream import plan_blocks
@@ -111,13 +112,15 @@ def read_rows(dataset, normalizer, queries, block_bytes, executor=None):
         Xn[a - int(qp[q0]):b - int(qp[q0])] = Xb
         y[a - int(qp[q0]):b - int(qp[q0])] = yb
 
-    executor_or_local(executor).run(_NormalizedRows(normalizer), dataset.stream(block_bytes=block_bytes,
+    executor_or_local(executor).run(_NormalizedRows(normalizer), partitioned_stream(dataset, executor, block_bytes=block_bytes,
                                                                                  queries=(q0, q1)), collect=put)
     return Xn, y, qp[q0:q1 + 1] - qp[q0]
 
 
 class _NormalizedRows(Pass):
     """A block's rows normalised (float64) and its labels, with their row range."""
+
+    returns = True
 
     def __init__(self, normalizer):
         self.normalizer = normalizer
@@ -149,21 +152,42 @@ class KernelCache(FeatureCache):
         Bytes of blocks kept in memory.
     cache_dir : path or None
         None keeps Q in memory only; blocks that do not fit are then recomputed every pass.
+    partition_rows : int, optional
+        Rows of one partition (:mod:`streamrank.execution.partitions`): no block straddles one.
+    queries : (int, int), optional
+        Only the row blocks of these queries (one partition, on a worker): built, kept and passed
+        over; block numbers and columns stay those of the whole Q.
     """
 
     def __init__(self, Xn, query_ptr, *, kernel, gamma, degree=3, coef0=1.0, key_material, block_bytes,
-                 memory_bytes, cache_dir=None, size_cap=None):
+                 memory_bytes, cache_dir=None, size_cap=None, partition_rows=None, queries=None):
+        # how a worker makes its part (streamrank.execution.dask_executor): this, built
+        self.spec = (built_kernel_cache, dict(Xn=Xn, query_ptr=query_ptr, kernel=kernel, gamma=gamma, degree=degree,
+                                              coef0=coef0, key_material=key_material, block_bytes=block_bytes,
+                                              memory_bytes=memory_bytes, cache_dir=cache_dir, size_cap=size_cap,
+                                              partition_rows=partition_rows))
         kernel, gamma, degree, coef0 = check_psd_kernel(kernel, gamma, degree, coef0, Xn.shape[1])
         self.Xn = np.ascontiguousarray(Xn, np.float64)
         self.query_ptr = np.asarray(query_ptr, np.int64)
         self.kernel_params = {"kernel": kernel, "gamma": gamma, "degree": degree, "coef0": coef0}
         l = self.Xn.shape[0]
         self.l = l
-        self.block_queries = plan_blocks(self.query_ptr, 4 * max(l, 1), block_bytes)
+        n_q = len(self.query_ptr) - 1
+        self.partitions = partition_bounds(self.query_ptr, 0, n_q, partition_rows)
+        parts = self.partitions
+        self.block_queries = np.concatenate([[0]] + [plan_blocks(self.query_ptr, 4 * max(l, 1), block_bytes, a, b)[1:]
+                                                     for a, b in zip(parts[:-1], parts[1:])]).astype(np.int64)
         layout = [(int(self.query_ptr[a]), int(self.query_ptr[b]))
                   for a, b in zip(self.block_queries[:-1], self.block_queries[1:])]
+        bq = self.block_queries
+        self.own = [k for k in range(len(layout))
+                    if queries is None or (queries[0] <= bq[k] and bq[k + 1] <= queries[1])]
         key = {"kind": "kernel-matrix", **key_material, **self.kernel_params, "rows": l,
                "rows_digest": array_digest(self.Xn)}
+        if queries is not None:  # a part's own store: workers never write one cache directory together
+            key["part"] = [int(queries[0]), int(queries[1])]
+        # the partition of each block this cache passes over (its own), in pass order
+        self.block_partition = block_partitions(self.block_queries, parts)[self.own]
         super().__init__(cache_dir, key, layout, l, np.float32, memory_bytes=memory_bytes, size_cap=size_cap,
                          verify="once")
         self._prepared = None
@@ -195,13 +219,13 @@ class KernelCache(FeatureCache):
         block not stored yet (a background thread computes the next block while this one is
         written). Returns the seconds spent."""
         t0 = time.perf_counter()
-        stored = set(self.present)
+        stored = set(self.present) & set(self.own)
         for k in sorted(stored):  # stored blocks that fit in the tier are read into it now
             if not self.in_memory(k) and self.memory_nbytes + self._nbytes(k) <= self.memory_bytes:
                 Qk = self.get(k)
                 if Qk is not None:
                     self._note(k, Qk)
-        missing = [k for k in range(self.n_blocks)
+        missing = [k for k in self.own
                    if not self.in_memory(k) and (k not in stored or k not in self.present)]
         if self.dir is None:  # memory only: compute what the tier can hold, the rest on demand
             room, fits = self.memory_bytes - self.memory_nbytes, []
@@ -235,19 +259,25 @@ class KernelCache(FeatureCache):
         """The diagonal added to float32(K) (see JITTER_FACTOR): from every row of Q, each block's
         bounds taken when it is built or first read (the rest read here, once)."""
         if self._jitter is None:
-            for k in range(self.n_blocks):
+            for k in self.own:
                 a, b = self.layout[k]
                 if b > a and np.isnan(self._row_err[a]):
                     buf = np.empty((b - a, self.l), np.float32)
                     self._note(k, self.get(k) if self.in_memory(k) else self._fetch(k, buf))
-            err = float(np.sqrt(np.max(self._row_err))) if self.l else 0.0
-            self._jitter = JITTER_FACTOR * err + self._max_err * float(np.sqrt(2.0 * np.log(max(self.l, 2))))
+            rows = [self._row_err[a:b] for a, b in (self.layout[k] for k in self.own)]
+            self.set_bounds(max((float(r.max()) for r in rows if r.size), default=0.0), self._max_err)
         return self._jitter
+
+    def set_bounds(self, row_err, max_err):
+        """The jitter from the largest per-row bound and the largest element bound over every row
+        of Q (:func:`rounding_bounds`; when the rows were seen elsewhere: :class:`RoundingBounds`)."""
+        err = float(np.sqrt(row_err)) if self.l else 0.0
+        self._jitter = JITTER_FACTOR * err + float(max_err) * float(np.sqrt(2.0 * np.log(max(self.l, 2))))
 
     # -- reading ---------------------------------------------------------------------------------
     @property
     def max_rows(self):
-        return max((b - a for a, b in self.layout), default=0)
+        return max((self.layout[k][1] - self.layout[k][0] for k in self.own), default=0)
 
     def _nbytes(self, k):
         return self.rows(k) * self.l * 4
@@ -258,7 +288,7 @@ class KernelCache(FeatureCache):
 
     @property
     def all_in_memory(self):
-        return all(self.in_memory(k) for k in range(self.n_blocks))
+        return all(self.in_memory(k) for k in self.own)
 
     def _fetch(self, k, out):
         Qk = self.get(k, out=out)
@@ -279,7 +309,7 @@ class KernelCache(FeatureCache):
         background thread into reused buffers, one block ahead: a block is valid until the
         next one is asked for.
         """
-        disk = [k for k in range(self.n_blocks) if not self.in_memory(k)]
+        disk = [k for k in self.own if not self.in_memory(k)]
         if disk and self._buffers is None:
             self._buffers = [np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
 
@@ -289,7 +319,7 @@ class KernelCache(FeatureCache):
 
         ahead = background(read(), depth=1, name="streamrank-kernel-prefetch") if disk else (x for x in ())
         try:
-            for k in range(self.n_blocks):
+            for k in self.own:
                 if self.in_memory(k):
                     Qk = self.get(k)
                 else:
@@ -301,3 +331,28 @@ class KernelCache(FeatureCache):
                 yield k, a, b, Qk
         finally:
             ahead.close()
+
+
+def built_kernel_cache(**kwargs):
+    """A :class:`KernelCache` (of one partition's rows, with ``queries``), built: what a worker
+    makes of the recipe ``KernelCache.spec``."""
+    c = KernelCache(**kwargs)
+    c.build()
+    return c
+
+
+class RoundingBounds(Pass):
+    """Q's largest per-row and element rounding bounds over every block (one pass, where the
+    blocks are): the jitter of Q built by workers (:meth:`KernelCache.set_bounds`)."""
+
+    def start(self):
+        return [0.0, 0.0]
+
+    def step(self, carry, item):
+        _, _, _, Qk = item
+        rows, top = rounding_bounds(Qk)
+        carry[0] = max(carry[0], float(rows.max()) if rows.size else 0.0)
+        carry[1] = max(carry[1], top)
+
+    def merge(self, total, carry):
+        return [max(a, b) for a, b in zip(total, carry)]

@@ -21,18 +21,31 @@ outputs in block order (or, with ``collect``, hands each output to ``collect(k, 
 block order and keeps none: predictions need not be held twice). ``kept`` passes outputs of an
 earlier pass back to the blocks they came from: block k's step gets ``kept[0][k], kept[1][k], ...``.
 
-**Order, and so the bits.** The local executor runs every block in order as ONE partition: a carry
-sees the blocks in row order, so its sums run in the order the data fixes (``_native.linalg``),
-whatever the block size. An executor with several partitions merges their carries in partition
-order, so its result is fixed by the partitioning (chosen from the query index), not by the
-number of workers or their timing; it may differ from the local result in the last bits.
+**Order, and so the bits.** Partitions are runs of whole queries fixed by the query index
+(:mod:`streamrank.execution.partitions`); no block straddles one. Inside a partition a carry sees
+the blocks in row order, so its sums run in the order the data fixes (``_native.linalg``),
+whatever the block size; partitions' carries are merged in partition order. Every executor does
+exactly this (the local one in this process, :mod:`streamrank.execution.dask_executor` on
+workers), so the result is fixed by the data and ``partition_rows`` alone: the same bits for the
+local path and for any number of workers, whatever their timing.
 """
 
 
 class Pass:
-    """One pass over the blocks of a source (override ``step``; the rest have defaults)."""
+    """One pass over the blocks of a source (override ``step``; the rest have defaults).
+
+    ``reads``: what the pass iterates: ``"rows"`` every block of the source (one counted pass),
+    ``"head"`` the first blocks only (``source.head()``, stopped by ``done``), ``"meta"`` no rows at
+    all, only each block's ``(rank, qptr, q0, q1)`` (``source.blocks_meta()``) with its kept
+    outputs (a line search on scores kept with the blocks).
+    ``returns``: the blocks' outputs are wanted by the caller (scores, rows); otherwise they stay
+    where the blocks are (in a distributed run, on the worker) until a later pass takes them back
+    as ``kept``.
+    """
 
     one_partition = False
+    reads = "rows"
+    returns = False
 
     def start(self):
         return None
@@ -47,59 +60,97 @@ class Pass:
         return False
 
 
+def pass_items(p, source):
+    """The items a pass iterates over ``source`` (see :attr:`Pass.reads`)."""
+    if p.reads == "head":
+        return source.head()
+    if p.reads == "meta":
+        return iter(source.blocks_meta())
+    return iter(source)
+
+
+def block_partition(source):
+    """Partition index of each block of ``source`` (None: one partition)."""
+    bp = getattr(source, "block_partition", None)
+    if bp is None:
+        stream = getattr(source, "stream", None)
+        bp = getattr(stream, "block_partition", None)
+    return bp
+
+
+def run_blocks(p, source, kept=(), collect=None, carry=None):
+    """One pass of ``p`` over ``source`` in this process: the carry of each partition (a run of
+    blocks, :mod:`streamrank.execution.partitions`) starts afresh and is merged into the total in
+    partition order (``carry``: the one to continue, for a pass that cannot be split). Returns
+    ``(carry, outputs, blocks)``."""
+    parts = None if p.one_partition else block_partition(source)
+    total, carry = None, (p.start() if carry is None else carry)
+    outputs = None if collect is not None else []
+    it = pass_items(p, source)
+    k = 0
+    try:
+        while not p.done(carry):
+            try:
+                item = next(it)
+            except StopIteration:
+                break
+            if parts is not None and k and parts[k] != parts[k - 1]:  # a new partition
+                total = carry if total is None else p.merge(total, carry)
+                carry = p.start()
+            out = p.step(carry, item, *(x[k] for x in kept))
+            if collect is not None:
+                collect(k, out)
+            else:
+                outputs.append(out)
+            k += 1
+    finally:
+        close = getattr(it, "close", None)
+        if close is not None:  # a generator stopped early releases its buffers and threads now
+            close()
+    return (carry if total is None else p.merge(total, carry)), outputs, k
+
+
 class Executor:
-    """Runs passes (see the module docstring)."""
+    """Runs passes (see the module docstring). ``partition_rows``: the partition size that
+    training code gives the sources it makes (:mod:`streamrank.execution.partitions`)."""
 
     name = "abstract"
+    partition_rows = None
+    remote = False  # passes run in other processes: sources are built where they are read
 
     def run(self, p, source, *, kept=(), collect=None):
         raise NotImplementedError
 
+    def describe(self):
+        """A dict for summaries and ``--json``."""
+        return {"executor": self.name}
+
 
 class LocalExecutor(Executor):
-    """In this process: every block in order (threads are the kernels' own), as one partition, or
-    in partitions of ``partition_blocks`` consecutive blocks merged in order, as a distributed
-    executor would (the tests prove each pass's ``merge`` that way). ``one_partition`` passes are
-    never split."""
+    """In this process: the blocks in order, a carry per partition merged in partition order
+    (threads are the kernels' own)."""
 
     name = "local"
 
-    def __init__(self, partition_blocks=None):
-        self.partition_blocks = partition_blocks
+    def __init__(self, partition_rows=None):
+        from streamrank.execution.partitions import check_partition_rows
+        self.partition_rows = check_partition_rows(partition_rows)
 
     def run(self, p, source, *, kept=(), collect=None):
-        size = None if p.one_partition else self.partition_blocks
-        total, carry = None, p.start()
-        outputs = None if collect is not None else []
-        it = iter(source)
-        k = 0
-        try:
-            while not p.done(carry):
-                try:
-                    item = next(it)
-                except StopIteration:
-                    break
-                if size and k and k % size == 0:  # a new partition: the previous carry is merged
-                    total = carry if total is None else p.merge(total, carry)
-                    carry = p.start()
-                out = p.step(carry, item, *(x[k] for x in kept))
-                if collect is not None:
-                    collect(k, out)
-                else:
-                    outputs.append(out)
-                k += 1
-        finally:
-            close = getattr(it, "close", None)
-            if close is not None:  # a generator stopped early releases its buffers and threads now
-                close()
+        carry, outputs, k = run_blocks(p, source, kept, collect)
         self.record(p, source, k)
-        return (carry if total is None else p.merge(total, carry)), outputs
+        return carry, outputs
 
     def record(self, p, source, blocks):
         """Hook: a pass of ``p`` over ``blocks`` blocks of ``source`` has run."""
 
 
 LOCAL = LocalExecutor()
+
+
+def partitioned_stream(dataset, executor, **kwargs):
+    """``dataset.stream(**kwargs)`` in the partitions of ``executor`` (None: the local one)."""
+    return dataset.stream(partition_rows=executor_or_local(executor).partition_rows, **kwargs)
 
 
 def executor_or_local(executor):

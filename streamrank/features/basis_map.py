@@ -19,7 +19,7 @@ score does not depend on the block it is scored in.
 import numpy as np
 
 from streamrank.errors import ParameterError
-from streamrank.execution.executor import executor_or_local
+from streamrank.execution.executor import executor_or_local, partitioned_stream
 from streamrank.features.kernels import PreparedKernel, check_kernel
 from streamrank.features.maps import FeatureMap, _LandmarkDraw
 
@@ -110,7 +110,7 @@ def draw_basis(ds, m, seed, *, normalizer=None, queries=None, block_bytes=None, 
     """(rows (min(m, n), d) float64 normalised, their row indices): m training rows drawn uniformly
     by the seeded reservoir the Nystroem landmarks use (one streamed pass, which stops once no
     later row can be drawn)."""
-    stream = ds.stream(block_bytes=block_bytes, queries=queries)
+    stream = partitioned_stream(ds, executor, block_bytes=block_bytes, queries=queries)
     n = stream.n_rows
     row0 = int(ds.query_ptr[stream.bounds[0]])
     carry, _ = executor_or_local(executor).run(_LandmarkDraw(int(m), seed, ds.n_features, normalizer, row0, n),

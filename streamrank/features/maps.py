@@ -33,7 +33,7 @@ import math
 import numpy as np
 
 from streamrank.errors import InputError, ParameterError
-from streamrank.execution.executor import Pass, executor_or_local
+from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, tiles,
                       tile_rows)
 
@@ -418,7 +418,7 @@ class Nystroem(FeatureMap):
         res = Reservoir(self.n_components, self.seed)
         L = np.zeros((self.n_components, d))
         if hasattr(data, "stream"):
-            stream = data.stream(block_bytes=block_bytes, memory_budget=memory_budget, queries=queries)
+            stream = partitioned_stream(data, executor, block_bytes=block_bytes, memory_budget=memory_budget, queries=queries)
             n = stream.n_rows
             row0 = int(data.query_ptr[stream.bounds[0]])
             carry, _ = executor_or_local(executor).run(_LandmarkDraw(self.n_components, self.seed, d, normalizer,

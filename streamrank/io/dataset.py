@@ -247,11 +247,18 @@ class Dataset:
 
     def stream(self, **kwargs):
         """A :class:`~streamrank.io.query_stream.QueryStream` over this dataset (keywords passed on)."""
-        from streamrank.io.query_stream import QueryStream
-        return QueryStream(self, **kwargs)
+        from streamrank.io.query_stream import QueryStream, stream_of
+        qs = QueryStream(self, **kwargs)
+        qs.spec = (stream_of, {"dataset": self, **kwargs})  # how a worker makes a part of it
+        return qs
 
     def close(self):
         self._file.close()
+
+    def __reduce__(self):
+        # another process (a dask worker) opens the same file by its path: a shared or replicated
+        # file system is the deployment assumption, checked by the content fingerprint
+        return (reopen, (str(self.path), self.fingerprint, self.name))
 
     def __enter__(self):
         return self
@@ -263,6 +270,32 @@ class Dataset:
     def __repr__(self):
         return (f"<streamrank.Dataset {self.path.name}: {self.n_rows} rows, {self.n_queries} queries, "
                 f"{self.n_features} features>")
+
+
+_REOPENED = {}
+
+
+def reopen(path, fingerprint, name=None):
+    """The dataset at ``path`` in this process, checked to hold the content ``fingerprint`` (one
+    open file per path and content, kept for the process's later tasks)."""
+    key = (path, fingerprint)
+    ds = _REOPENED.get(key)
+    if ds is None:
+        import socket
+        try:
+            ds = Dataset(path)
+        except (OSError, FormatError) as e:
+            raise FormatError(f"{path}: this worker ({socket.gethostname()}) cannot open the dataset ({e}). "
+                              f"Workers read the data by its path: give every worker the same file at the "
+                              f"same path (a shared or replicated file system)") from None
+        if ds.fingerprint != fingerprint:
+            ds.close()
+            raise FormatError(f"{path}: this worker ({socket.gethostname()}) sees a file of other content than "
+                              f"the one training started on. Workers read the data by its path: give every "
+                              f"worker the same file at the same path")
+        ds.name = name or ds.name
+        _REOPENED[key] = ds
+    return ds
 
 
 def open_dataset(path):

@@ -28,6 +28,8 @@ class _SubsetStream:
         self._inner, self._cols = inner, cols
 
     def __getattr__(self, name):
+        if name.startswith("__") or name == "_inner":
+            raise AttributeError(name)
         return getattr(self._inner, name)
 
     def __len__(self):
@@ -51,10 +53,18 @@ class FeatureSubset:
                     f"{', ...' if self.cols.size > 8 else ''})"
 
     def __getattr__(self, name):
+        if name.startswith("__") or name == "base":
+            raise AttributeError(name)
         return getattr(self.base, name)
 
+    def __reduce__(self):
+        return (FeatureSubset, (self.base, self.cols))
+
     def stream(self, **kwargs):
-        return _SubsetStream(self.base.stream(**kwargs), self.cols)
+        from streamrank.io.query_stream import stream_of
+        s = _SubsetStream(self.base.stream(**kwargs), self.cols)
+        s.spec = (stream_of, {"dataset": self, **kwargs})
+        return s
 
     def read(self, start, stop, out=None):
         X, y = self.base.read(start, stop)

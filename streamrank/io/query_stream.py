@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.units import format_size, parse_size
 
 # Share of --memory-budget given to one raw block: a pass holds the block being used, the one
@@ -70,6 +71,11 @@ def plan_blocks(query_ptr, row_bytes, block_bytes, q_start=0, q_stop=None):
     return np.asarray(bounds, np.int64)
 
 
+def stream_of(dataset, **kwargs):
+    """``dataset.stream(**kwargs)``: the recipe a worker follows to read its part of a stream."""
+    return dataset.stream(**kwargs)
+
+
 class QueryStream:
     """Iterate over a dataset in query-aligned blocks.
 
@@ -90,10 +96,14 @@ class QueryStream:
     row_bytes : int, optional
         Bytes one row costs the caller, for planning (default: the stored row, 4 d + 4). A
         feature map that turns d features into m wider ones plans with its mapped width.
+    partition_rows : int, optional
+        Rows of one partition (:mod:`streamrank.execution.partitions`; default
+        ``PARTITION_ROWS``): no block straddles a partition boundary. ``partitions`` holds the
+        boundaries (query indices), ``block_partition`` the partition of each block.
     """
 
     def __init__(self, dataset, *, block_bytes=None, memory_budget=None, queries=None, prefetch=True,
-                 reuse_buffers=True, row_bytes=None):
+                 reuse_buffers=True, row_bytes=None, partition_rows=None):
         self.dataset = dataset
         if block_bytes is None:
             budget = parse_size(memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET)
@@ -104,7 +114,12 @@ class QueryStream:
             raise ValueError(f"queries must lie within [0, {dataset.n_queries}]; got {queries}")
         self.row_bytes = int(row_bytes) if row_bytes else 4 * dataset.n_features + 4
         qp = dataset.query_ptr
-        self.bounds = plan_blocks(qp, self.row_bytes, self.block_bytes, q0, q1)
+        self.partition_rows = partition_rows
+        self.partitions = partition_bounds(qp, q0, q1, partition_rows)
+        parts = self.partitions
+        self.bounds = np.concatenate([[q0]] + [plan_blocks(qp, self.row_bytes, self.block_bytes, a, b)[1:]
+                                               for a, b in zip(parts[:-1], parts[1:])]).astype(np.int64)
+        self.block_partition = block_partitions(self.bounds, parts)
         self.prefetch = prefetch
         self.reuse_buffers = reuse_buffers
         self._buffers = None

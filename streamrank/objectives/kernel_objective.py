@@ -136,6 +136,13 @@ class KernelObjective(RankObjective):
         self._trial = (beta.copy(), f, acc, st, loss, z)
         return f
 
+    def grad(self, beta):
+        tw, f, g, st, loss, z = self._trial
+        if not np.array_equal(tw, beta):
+            raise RuntimeError("grad(beta) must follow fun(beta) at the same point (solver contract)")
+        self._states, self._z, self.loss = st, z, loss
+        return g.copy()
+
     def hessp(self, v):
         v = np.ascontiguousarray(v, np.float64)
         per_block = [tuple(x[a:b] for x in self._states) for a, b, _, _, _ in self._meta]
@@ -169,7 +176,9 @@ class KernelObjective(RankObjective):
 
 class _KernelLossGrad(Pass):
     """(B.1), (B.2) for one row block Q_b (item (k, a, b, Q_b)): the carry accumulates Q_b^T t_b
-    row by row (``qprod.fun_block``); the block keeps z_b, t_b, its per-query losses and active sets."""
+    row by row (``qprod.fun_block``); the block returns z_b, t_b, its per-query losses and active sets."""
+
+    returns = True
 
     def __init__(self, beta, obj):
         self.beta, self.meta, self.rank, self.mu = beta, obj._meta, obj.rank, obj.mu
@@ -195,6 +204,8 @@ class _KernelLossGrad(Pass):
 class _KernelHessProd(Pass):
     """(B.3) for one row block: u_b = Q_b v, t_b = v_b + C L_b u_b at the block's kept active sets;
     the carry accumulates Q_b^T t_b; the block returns t_b (for the jitter's part)."""
+
+    returns = True
 
     def __init__(self, v, obj):
         self.v, self.meta, self.rank, self.mu = v, obj._meta, obj.rank, obj.mu
@@ -255,6 +266,7 @@ class LinearKernelObjective(RankObjective):
         lu = pk.hess_prod(u, self.rank, self.query_ptr, self.cost, self.mu, self._states)
         return self.Xn @ (self.Xn.T @ (v + self.C * lu))
 
+    grad = KernelObjective.grad
     scores = KernelObjective.scores
     preconditioner = KernelObjective.preconditioner
     set_preconditioner = KernelObjective.set_preconditioner

@@ -31,7 +31,11 @@ class MappedSource(BlockSource):
     """Iterate over SourceBlocks of mapped rows (BlockSource with a feature map)."""
 
     def __init__(self, dataset, fmap, normalizer, *, block_bytes, memory_bytes, queries=None, levels=None,
-                 cache_dir=None, mode="auto", fingerprint=None, cache_size=None):
+                 cache_dir=None, mode="auto", fingerprint=None, cache_size=None, partition_rows=None):
+        self.spec = (MappedSource, dict(dataset=dataset, fmap=fmap, normalizer=normalizer, block_bytes=block_bytes,
+                                        memory_bytes=memory_bytes, queries=queries, levels=levels,
+                                        cache_dir=cache_dir, mode=mode, fingerprint=fingerprint or dataset.fingerprint,
+                                        cache_size=cache_size, partition_rows=partition_rows))
         self.dataset = dataset
         self.fmap = fmap
         self.normalizer = normalizer
@@ -46,7 +50,8 @@ class MappedSource(BlockSource):
             log.warning("mapped rows need %.0f MB, more than the memory share of %.0f MB: not kept in memory",
                         need / 1e6, memory_bytes / 1e6)
         self.memory_bytes = need if self.in_memory else 0
-        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), row_bytes=row_bytes)
+        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), row_bytes=row_bytes,
+                                     partition_rows=partition_rows)
         self.levels = np.asarray(levels, np.float64)
         self.passes = 0
         self.rows_read = 0

@@ -59,7 +59,12 @@ class BlockSource:
 
     read_seconds = 0.0  # time inside the stream; subclasses that map rows do not count it
 
-    def __init__(self, dataset, normalizer=None, *, block_bytes, memory_bytes, queries=None, levels=None):
+    def __init__(self, dataset, normalizer=None, *, block_bytes, memory_bytes, queries=None, levels=None,
+                 partition_rows=None):
+        # how a worker makes its part of this source (streamrank.execution.dask_executor)
+        self.spec = (BlockSource, dict(dataset=dataset, normalizer=normalizer, block_bytes=block_bytes,
+                                       memory_bytes=memory_bytes, queries=queries, levels=levels,
+                                       partition_rows=partition_rows))
         self.dataset = dataset
         self.normalizer = normalizer or Normalizer("none")
         q0, q1 = queries if queries is not None else (0, dataset.n_queries)
@@ -68,7 +73,8 @@ class BlockSource:
         need = n_rows * (4 * dataset.n_features + 4) + (q1 - q0) * 16 * dataset.n_features
         self.in_memory = need <= memory_bytes
         # kept blocks get arrays of their own, read once; streamed ones reuse two buffers
-        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), reuse_buffers=not self.in_memory)
+        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), reuse_buffers=not self.in_memory,
+                                     partition_rows=partition_rows)
         self.levels = np.asarray(levels, np.float64)
         self.passes = 0
         self.rows_read = 0
@@ -168,7 +174,6 @@ class RankObjective:
     def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True, executor=None):
         self.source = source
         self.executor = executor_or_local(executor)
-        self._zbuf = None
         # the accepted scores, for Newton's line search (prepare_line / line): 8 bytes a row,
         # twice while a trial point is evaluated; TRON does not need them
         self.keep_scores = bool(keep_scores)
@@ -176,10 +181,9 @@ class RankObjective:
         self.C = float(C)
         self.cost = cost
         self.mu = np.asarray(mu, np.float64)
-        self._states = None      # active sets of the accepted point, one per block
-        self._z = None           # scores of the accepted point, one array per block
-        self._trial = None       # (w, f, grad, states, loss, z) of the last fun() call
-        self._line = None        # (w, s, u per block) of prepare_line
+        self._states = None      # the accepted point's pass outputs, per block (active sets, scores)
+        self._trial = None       # (w, f, grad, outputs, loss) of the last fun() call
+        self._line = None        # (w, s, outputs u per block) of prepare_line
         self.loss = None
 
     @property
@@ -195,21 +199,18 @@ class RankObjective:
         # the last trial's active sets go before this pass makes new ones: two sets alive (the
         # accepted point's and this one's), as the memory plan counts, not three
         self._trial = None
-        if not self.keep_scores and self._zbuf is None:  # scores written by the kernel, not kept: one scratch
-            self._zbuf = np.empty(self.source.stream.max_block_rows)
-        carry, kept = self.executor.run(_LossGrad(w, self.n_features, self._cost_args(), self.mu,
-                                                  None if self.keep_scores else self._zbuf), self.source)
+        carry, kept = self.executor.run(_LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores),
+                                        self.source)
         loss, acc = carry["loss"], carry["acc"]
         f = 0.5 * float(w @ w) + self.C * loss
-        self._trial = (w.copy(), f, w + self.C * acc, [st for st, _ in kept], loss, [z for _, z in kept])
+        self._trial = (w.copy(), f, w + self.C * acc, kept, loss)
         return f
 
     def grad(self, w):
-        tw, f, g, states, loss, zs = self._trial
+        tw, f, g, kept, loss = self._trial
         if not np.array_equal(tw, w):
             raise RuntimeError("grad(w) must follow fun(w) at the same point (solver contract)")
-        self._states = states
-        self._z = zs
+        self._states = kept
         self.loss = loss
         return g.copy()
 
@@ -268,10 +269,12 @@ class RankObjective:
         qptr = self.source.dataset.query_ptr
         q_first = int(self.source.stream.bounds[0])
         base = int(qptr[q_first])
-        groups = pc.query_groups(qptr[q_first:] - base, sample_rows, pc.group_rows(m))  # local query bounds
+        # the sample lies in the first partition (streamrank.execution.partitions): one worker's rows
+        q_part = int(self.source.stream.partitions[1])
+        groups = pc.query_groups(qptr[q_first:q_part + 1] - base, sample_rows, pc.group_rows(m))  # local bounds
         n_s = int(qptr[q_first + int(groups[-1])]) - base
         carry, _ = self.executor.run(_PreconditionerSample(m, self.cost, self.mu, q_first, groups, qptr),
-                                     self.source.head(), kept=(self._states,))
+                                     self.source, kept=(self._states,))
         M = carry["M"]
         M *= self.C * (self.source.n_rows / n_s)
         M[np.diag_indices_from(M)] += 1.0
@@ -280,25 +283,17 @@ class RankObjective:
     def prepare_line(self, w, s):
         """One pass: u = Phi s per block, kept with the accepted scores for :meth:`line`."""
         s = np.ascontiguousarray(s, np.float64)
-        _, us = self.executor.run(_Scores(s), self.source)
+        _, us = self.executor.run(_Scores(s, keep=True), self.source)
         self._line = (np.array(w, np.float64), s, us)
 
     def line(self, t):
-        """phi(t) = f(w + t s) and its first and (generalised) second derivative, from scores in
-        memory (no pass over the data): z + t u goes through the pair kernels per block."""
+        """phi(t) = f(w + t s) and its first and (generalised) second derivative, from scores kept
+        with the blocks (no pass over the data): z + t u goes through the pair kernels per block."""
         w, s, us = self._line
         if not self.keep_scores:
             raise RuntimeError("line() needs the accepted scores: make the objective with keep_scores=True")
-        loss, d1, d2 = 0.0, 0.0, 0.0
-        for b, z, u in zip(self.source.blocks_meta(), self._z, us):
-            rank, qptr, q0, q1 = b
-            mu = self.mu[q0:q1]
-            zt = z + t * u
-            loss_q = np.empty(q1 - q0)
-            _, dz, st = pk.loss_grad(zt, rank, qptr, self.cost, mu, loss_q=loss_q)
-            loss = la.sum_in_order(loss, loss_q)
-            d1 += float(dz @ u)
-            d2 += float(u @ pk.hess_prod(u, rank, qptr, self.cost, mu, st))
+        c, _ = self.executor.run(_Line(t, self.cost, self.mu), self.source, kept=(self._states, us))
+        loss, d1, d2 = c["loss"], c["d1"], c["d2"]
         wt = w + t * s
         return (0.5 * float(wt @ wt) + self.C * loss, float(wt @ s) + self.C * d1, float(s @ s) + self.C * d2)
 
@@ -314,11 +309,10 @@ class RankObjective:
 class _LossGrad(Pass):
     """fun + grad at w (one pass): per block the fused kernel gives per-query losses and gradient
     partials P[q] = Phi_q^T dz_q; the carry adds them in query order. Each block keeps its active
-    sets (for hessp) and, without a ``scratch`` buffer, its scores z = Phi w (for Newton's line
-    search); with one, the scores go to the scratch and are not kept."""
+    sets (for hessp) and, with ``keep_scores``, its scores z = Phi w (for Newton's line search)."""
 
-    def __init__(self, w, m, cost_args, mu, scratch):
-        self.w, self.m, self.cost_args, self.mu, self.scratch = w, m, cost_args, mu, scratch
+    def __init__(self, w, m, cost_args, mu, keep_scores):
+        self.w, self.m, self.cost_args, self.mu, self.keep_scores = w, m, cost_args, mu, keep_scores
 
     def start(self):
         return {"acc": np.zeros(self.m), "loss": 0.0}
@@ -327,12 +321,12 @@ class _LossGrad(Pass):
         n, nq = b.X.shape[0], b.q1 - b.q0
         st = pk.state_arrays(n, self.cost_args[6])
         loss_q, partials = np.empty(nq), np.empty((nq, self.m))
-        z = np.empty(n) if self.scratch is None else self.scratch[:n]
+        z = np.empty(n)
         fz.fused_loss_grad(b.X, self.w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
                            self.mu[b.q0:b.q1], *st, loss_q, partials, z)
         carry["loss"] = la.sum_in_order(carry["loss"], loss_q)
         la.add_rows_in_order(carry["acc"], partials)
-        return st, (z if self.scratch is None else None)
+        return st, (z if self.keep_scores else None)
 
     def merge(self, total, carry):
         return {"acc": total["acc"] + carry["acc"], "loss": total["loss"] + carry["loss"]}
@@ -347,7 +341,8 @@ class _HessProd(Pass):
     def start(self):
         return np.zeros(self.m)
 
-    def step(self, acc, b, st):
+    def step(self, acc, b, out):
+        st = out[0]
         partials = np.empty((b.q1 - b.q0, self.m))
         fz.fused_hess(b.X, self.s, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
                       self.mu[b.q0:b.q1], *st, partials)
@@ -358,10 +353,11 @@ class _HessProd(Pass):
 
 
 class _Scores(Pass):
-    """z = Phi w per block (kept by the caller)."""
+    """z = Phi w per block: returned to the caller, or with ``keep`` kept with the blocks."""
 
-    def __init__(self, w):
+    def __init__(self, w, keep=False):
         self.w = w
+        self.returns = not keep
 
     def step(self, carry, b):
         z = np.empty(b.X.shape[0])
@@ -370,6 +366,32 @@ class _Scores(Pass):
 
     def merge(self, total, carry):
         return None
+
+
+class _Line(Pass):
+    """phi(t) = loss(z + t u) and its derivatives along u (Newton's line search) from each block's
+    kept scores z (of the accepted point) and u = Phi s: no rows are read."""
+
+    reads = "meta"
+
+    def __init__(self, t, cost, mu):
+        self.t, self.cost, self.mu = t, cost, mu
+
+    def start(self):
+        return {"loss": 0.0, "d1": 0.0, "d2": 0.0}
+
+    def step(self, c, meta, out, u):
+        rank, qptr, q0, q1 = meta
+        mu = self.mu[q0:q1]
+        zt = out[1] + self.t * u
+        loss_q = np.empty(q1 - q0)
+        _, dz, st = pk.loss_grad(zt, rank, qptr, self.cost, mu, loss_q=loss_q)
+        c["loss"] = la.sum_in_order(c["loss"], loss_q)
+        c["d1"] += float(dz @ u)
+        c["d2"] += float(u @ pk.hess_prod(u, rank, qptr, self.cost, mu, st))
+
+    def merge(self, total, c):
+        return {k: total[k] + c[k] for k in total}
 
 
 def _phi(b, r0, r1, q):
@@ -404,7 +426,8 @@ class _Hessian(Pass):
     def done(self, carry):
         return self.max_rows is not None and carry["rows"] >= self.max_rows  # a partial H (timing)
 
-    def step(self, carry, b, st):
+    def step(self, carry, b, out):
+        st = out[0]
         qp, q, nq = b.qptr, 0, b.q1 - b.q0
         while q < nq and not self.done(carry):
             # a group of whole queries, at least one
@@ -427,6 +450,7 @@ class _PreconditionerSample(Pass):
     after the block that holds the sample's last query."""
 
     one_partition = True
+    reads = "head"
 
     def __init__(self, m, cost, mu, q_first, groups, qptr):
         self.m, self.cost, self.mu, self.q_first, self.groups = m, cost, mu, q_first, groups
@@ -440,7 +464,8 @@ class _PreconditionerSample(Pass):
     def done(self, carry):
         return carry["past"]
 
-    def step(self, c, b, st):
+    def step(self, c, b, out):
+        st = out[0]
         if b.q0 >= self.q_end:
             c["past"] = True
             return

@@ -47,7 +47,7 @@ from streamrank._native.feature_measures import block_measures
 from streamrank._native.kendall import query_tau_b_rows
 from streamrank.errors import FormatError, ParameterError
 from streamrank.evaluation.metrics import _log_table, _pairwise_in_parts
-from streamrank.execution.executor import Pass, executor_or_local
+from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.io.atomic import written
 from streamrank.io.h5digest import DIGEST_ATTR, file_digest
 
@@ -380,7 +380,7 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
                              extra={"tau": c["tau"], "count": c["count"], "imp": np.asarray(first["imp"])})
             save.last = time.perf_counter()
         save.last = time.perf_counter()
-        stream = ds.stream(block_bytes=block_bytes, memory_budget=None if block_bytes else memory_budget,
+        stream = partitioned_stream(ds, executor, block_bytes=block_bytes, memory_budget=None if block_bytes else memory_budget,
                            queries=(start_q, q1))
         c, _ = executor_or_local(executor).run(
             _GasPass(d, kind, cut, signed, log_table, carry, save, q1 - q0, rows=(i0, i1), importance=done is None),

@@ -23,7 +23,7 @@ import numpy as np
 from streamrank._native import qprod as _qprod
 from streamrank._version import __version__
 from streamrank.errors import FormatError, InputError
-from streamrank.execution.executor import Pass, executor_or_local
+from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.faultpoints import faultpoint
 from streamrank.io.atomic import ensure_space, written
 from streamrank.io.budget import BUFFERS, block_bytes
@@ -48,6 +48,8 @@ READABLE_VERSIONS = (1, 2, 3)  # version 1: the same layout without content_sha2
 
 class _ModelScores(Pass):
     """The model's scores of one block of a dataset stream (item (block, start, stop))."""
+
+    returns = True
 
     def __init__(self, model):
         self.model = model
@@ -184,7 +186,7 @@ class LinearModel:
                 a, b, s = item
                 out[a:b] = s
 
-        executor_or_local(executor).run(_ModelScores(self), ds.stream(block_bytes=block_bytes,
+        executor_or_local(executor).run(_ModelScores(self), partitioned_stream(ds, executor, block_bytes=block_bytes,
                                                                       memory_budget=memory_budget), collect=collect)
         return out
 

@@ -39,7 +39,7 @@ from scipy.linalg import cho_factor, cho_solve
 
 from streamrank.cache.kernel_cache import read_rows
 from streamrank.errors import FormatError, ParameterError
-from streamrank.execution.executor import Pass, executor_or_local
+from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.basis_map import KernelBasisMap, draw_basis, kernel_name
 from streamrank.features.kernels import KERNELS
 from streamrank.features.normalize import Normalizer
@@ -226,7 +226,7 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
                                                 extra=need + 2 * CHUNK_BYTES, resident=resident)
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
-        normalizer.fit(ds.stream(block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
+        normalizer.fit(partitioned_stream(ds, executor, block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
     rows_max = max(1, CHUNK_BYTES // (8 * m))
     passes = 0
 
@@ -274,7 +274,7 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
         else:
             sums, _ = executor_or_local(executor).run(
                 _System(fmap, normalizer, qp_all, q0, rows_max, n_train),
-                ds.stream(block_bytes=raw_block, queries=(q0, q1)))
+                partitioned_stream(ds, executor, block_bytes=raw_block, queries=(q0, q1)))
             passes += 1
         system = sums.system()
         secs = time.perf_counter() - t

@@ -22,11 +22,12 @@ import numpy as np
 
 from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
+from streamrank.execution.executor import executor_or_local, partitioned_stream
 from streamrank.features.exact_map import ExactKernelMap
 from streamrank.cache.feature_cache import array_digest
 from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective
 from streamrank.objectives.kernel_precond import DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
-from streamrank.cache.kernel_cache import KernelCache, read_rows
+from streamrank.cache.kernel_cache import KernelCache, RoundingBounds, read_rows
 from streamrank.features.kernels import check_psd_kernel
 from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
@@ -58,13 +59,23 @@ class _Gram:
             self.counter = LinearKernelObjective(Xn, rank, qp, C=1.0, cost=cost, mu=mu).source
             return
         self.cache = c = KernelCache(Xn, qp, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
-                                     key_material=key, block_bytes=qblock, memory_bytes=tier, cache_dir=where)
+                                     key_material=key, block_bytes=qblock, memory_bytes=tier, cache_dir=where,
+                                     partition_rows=executor_or_local(executor).partition_rows)
         if landmarks:  # before Q: its float64 temporaries are freed before the tier of Q fills memory
             t = time.perf_counter()
             self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
                                                   landmarks=landmarks, seed=seed)
             self.precond_seconds = time.perf_counter() - t
-        c.build()
+        if getattr(executor, "remote", False):
+            # workers build their partitions' blocks of Q where they read them (the recipe c.spec); the
+            # jitter needs every row's rounding bound: one pass over the blocks, where they are
+            t = time.perf_counter()
+            bounds, _ = executor.run(RoundingBounds(), c)
+            c.set_bounds(*bounds)
+            c.passes = 0  # building Q is not a pass of the solver (as c.build() is not)
+            c.build_seconds = time.perf_counter() - t
+        else:
+            c.build()
         self.build_seconds = c.build_seconds
         if self.precond is not None:  # the jitter is known once every block of Q has been seen
             t = time.perf_counter()
@@ -163,7 +174,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     raw_block = memplan.raw_block_bytes(budget)
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
-        normalizer.fit(ds.stream(block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
+        normalizer.fit(partitioned_stream(ds, executor, block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
     Xn, y, qp = read_rows(ds, normalizer, (q0, q1), raw_block, executor=executor)
     l = len(y)
     levels = np.unique(y)

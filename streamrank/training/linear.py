@@ -14,6 +14,7 @@ import numpy as np
 
 from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
+from streamrank.execution.executor import executor_or_local, partitioned_stream
 from streamrank.features.normalize import Normalizer
 from streamrank.objectives.rank_objective import BlockSource, RankObjective
 from streamrank.solvers.newton import newton_cholesky
@@ -99,6 +100,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     in this process).
     """
     t_start = time.perf_counter()
+    executor = executor_or_local(executor)
     check_queries(ds, queries)
     ds, valid, feature_cols, input_width = with_features(ds, valid, features)
     Cs, refine = c_path(C)
@@ -119,7 +121,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
            "precondition": precondition, "loss": loss, "eta": eta, "abs_gtol": abs_gtol,
            "abs_dtol": abs_dtol,
-           "queries": list(queries) if queries is not None else None,
+           "queries": list(queries) if queries is not None else None, "partition_rows": executor.partition_rows,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
     if method != "primal":
         cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": int(degree), "coef0": float(coef0),
@@ -154,7 +156,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         return pk.pair_cost(cost, eta=eta_for(cfg["loss"], cfg["eta"], Ck, weight_sum))
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
-        normalizer.fit(ds.stream(block_bytes=block_bytes, queries=(q0, q1)), ds.n_features, executor=executor)
+        normalizer.fit(partitioned_stream(ds, executor, block_bytes=block_bytes, queries=(q0, q1)), ds.n_features,
+                       executor=executor)
     valid_y = read_labels(valid) if valid is not None else None
     maps = {}
 
@@ -178,11 +181,11 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         fm = feature_map(gi)
         if fm is None:
             return BlockSource(ds, normalizer, block_bytes=block_bytes, memory_bytes=tier,
-                               queries=(q0, q1), levels=levels)
+                               queries=(q0, q1), levels=levels, partition_rows=executor.partition_rows)
         from streamrank.objectives.mapped_source import MappedSource
         return MappedSource(ds, fm, normalizer, block_bytes=block_bytes, memory_bytes=tier,
                             queries=(q0, q1), levels=levels, cache_dir=cache_dir, mode=map_cache,
-                            cache_size=cache_size)
+                            cache_size=cache_size, partition_rows=executor.partition_rows)
 
     def width(gi):
         fm = feature_map(gi)

@@ -96,7 +96,8 @@ def data(tmp_path_factory):
 def rank_objective(ds, executor, block_bytes=8000):
     levels = np.unique(ds.y[:])
     norm = Normalizer("zscore").fit(ds.stream(block_bytes=block_bytes), ds.n_features)
-    src = BlockSource(ds, norm, block_bytes=block_bytes, memory_bytes=0, levels=levels)
+    src = BlockSource(ds, norm, block_bytes=block_bytes, memory_bytes=0, levels=levels,
+                      partition_rows=None if executor is None else executor.partition_rows)
     assert len(src.stream) >= 4
     lam = np.add.outer(np.arange(len(levels)), np.arange(len(levels))) + 1.0
     return RankObjective(src, ds.n_features, C=0.3, cost=pk.pair_cost(lam), mu=np.linspace(0.5, 2, ds.n_queries),
@@ -105,7 +106,7 @@ def rank_objective(ds, executor, block_bytes=8000):
 
 def test_rank_objective_passes_merge_to_the_local_values(data):
     ds, _ = data
-    local, parts = rank_objective(ds, None), PartitionedExecutor(per_partition=2)
+    local, parts = rank_objective(ds, None), PartitionedExecutor(100)
     split = rank_objective(ds, parts)
     rng = np.random.default_rng(0)
     w, s = rng.standard_normal(ds.n_features), rng.standard_normal(ds.n_features)
@@ -114,7 +115,10 @@ def test_rank_objective_passes_merge_to_the_local_values(data):
     np.testing.assert_allclose(split.hessp(s), local.hessp(s), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(split.hessian(), local.hessian(), rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(split.scores(w), local.scores(w))
-    np.testing.assert_allclose(split.preconditioner(sample_rows=200).M, local.preconditioner(sample_rows=200).M,
+    # the sample stays in the first partition (one worker's rows)
+    first = int(ds.query_ptr[split.source.stream.partitions[1]])
+    assert first < 200
+    np.testing.assert_allclose(split.preconditioner(sample_rows=200).M, local.preconditioner(sample_rows=first).M,
                                rtol=1e-12)
     runs = {name: n for name, _, _, n in parts.ran}
     assert runs["_LossGrad"] > 1 and runs["_HessProd"] > 1 and runs["_Hessian"] > 1
@@ -124,8 +128,8 @@ def test_rank_objective_passes_merge_to_the_local_values(data):
 def test_normalizer_moments_merge_to_the_local_statistics(data):
     ds, _ = data
     local = Normalizer("zscore").fit(ds.stream(block_bytes=8000), ds.n_features)
-    parts = PartitionedExecutor(per_partition=2)
-    split = Normalizer("zscore").fit(ds.stream(block_bytes=8000), ds.n_features, executor=parts)
+    parts = PartitionedExecutor(100)
+    split = Normalizer("zscore").fit(ds.stream(block_bytes=8000, partition_rows=100), ds.n_features, executor=parts)
     assert parts.ran[0][3] > 1
     np.testing.assert_allclose(split.mean_, local.mean_, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(split.scale_, local.scale_, rtol=1e-12)
@@ -137,23 +141,26 @@ def test_normalizer_moments_merge_to_the_local_statistics(data):
 def test_kernel_objective_passes_merge_to_the_local_values(data):
     ds, _ = data
     Xn, y, qp = read_rows(ds, Normalizer("none"), (0, ds.n_queries), 1 << 20)
-    Xs, ys, _ = read_rows(ds, Normalizer("none"), (0, ds.n_queries), 8000, executor=PartitionedExecutor(2))
+    Xs, ys, _ = read_rows(ds, Normalizer("none"), (0, ds.n_queries), 8000, executor=PartitionedExecutor(100))
     np.testing.assert_array_equal(Xs, Xn)
     np.testing.assert_array_equal(ys, y)
     levels = np.unique(y)
-    kc = KernelCache(Xn, qp, kernel="rbf", gamma=0.1, key_material={"dataset": ds.fingerprint},
-                     block_bytes=60_000, memory_bytes=1 << 30)
-    kc.build()
-    assert kc.n_blocks >= 4
+    def cache(rows=None):
+        kc = KernelCache(Xn, qp, kernel="rbf", gamma=0.1, key_material={"dataset": ds.fingerprint},
+                         block_bytes=60_000, memory_bytes=1 << 30, partition_rows=rows)
+        kc.build()
+        assert kc.n_blocks >= 4
+        return kc
 
     def obj(executor):
+        kc = cache(None if executor is None else executor.partition_rows)
         return KernelObjective(kc, np.searchsorted(levels, y), C=0.5, cost=pk.pair_cost(np.ones((len(levels),) * 2)),
                                mu=np.ones(len(qp) - 1), executor=executor)
 
-    local, parts = obj(None), PartitionedExecutor(per_partition=2)
+    local, parts = obj(None), PartitionedExecutor(100)
     split = obj(parts)
     rng = np.random.default_rng(1)
-    beta, v = rng.standard_normal(kc.l) * 0.1, rng.standard_normal(kc.l)
+    beta, v = rng.standard_normal(local.source.l) * 0.1, rng.standard_normal(local.source.l)
     assert split.fun(beta) == pytest.approx(local.fun(beta), rel=1e-13)
     np.testing.assert_allclose(split.grad(beta), local.grad(beta), rtol=1e-11, atol=1e-11)
     np.testing.assert_allclose(split.hessp(v), local.hessp(v), rtol=1e-11, atol=1e-11)
@@ -174,7 +181,7 @@ def test_every_linear_training_pass_runs_through_the_executor(data, method):
     kw = dict(valid=va, C=(0.1, 1.0), normalize="zscore", tol=1e-6, memory_budget="64MB", block_bytes=8000,
               method=method, precondition="on", components=40, gamma=0.05, seed=2)
     ref, _ = train_linear(tr, **kw)
-    parts = PartitionedExecutor(per_partition=2)
+    parts = PartitionedExecutor(100)
     model, s = train_linear(tr, executor=parts, **kw)
     solver_passes = sum(1 for name, src, _, _ in parts.ran if src in PASS_SOURCES and name != "_PreconditionerSample")
     assert solver_passes == s["passes"]  # no pass of the solver went round the executor
@@ -194,7 +201,7 @@ def test_every_exact_training_pass_runs_through_the_executor(data):
     kw = dict(valid=va, C=(0.1, 1.0), gamma=0.1, normalize="zscore", tol=1e-5, memory_budget="512MB",
               block_bytes=40_000, precondition="on", landmarks=50)
     ref, _ = train_exact(tr, **kw)
-    parts = PartitionedExecutor(per_partition=2)
+    parts = PartitionedExecutor(100)
     model, s = train_exact(tr, executor=parts, **kw)
     solver_passes = sum(1 for name, src, _, _ in parts.ran if src == "KernelCache")
     assert solver_passes == s["passes"]
@@ -209,7 +216,7 @@ def test_every_exact_training_pass_runs_through_the_executor(data):
 def test_predictions_through_an_executor_equal_the_local_ones(data):
     tr, va = data
     model, _ = train_linear(tr, C=1.0, normalize="zscore")
-    parts = PartitionedExecutor(per_partition=2)
+    parts = PartitionedExecutor(100)
     np.testing.assert_array_equal(model.predict_dataset(va, memory_budget="1MB", executor=parts),
                                   model.predict_dataset(va))
     assert parts.ran[-1][0] == "_ModelScores"

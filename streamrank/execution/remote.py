@@ -1,0 +1,134 @@
+"""What a worker keeps between passes, and how objects travel to it (streamrank.execution.dask_executor).
+
+A pass ships small things: the pass object (w or s, the costs), the recipe of the source it reads
+(never its rows) and, back, the partition's carry. Both ways they are pickled here, so their bytes
+are counted exactly (the executor reports bytes shipped per pass). Arrays of at least
+:data:`RESIDENT_MIN_BYTES` inside them (query weights, a map's landmarks and matrices, a model's
+normaliser) travel once per worker: they are replaced by their digest, and the worker keeps them
+in :class:`Resident` (least recently used first out beyond :data:`RESIDENT_ARRAY_BYTES`). A worker
+that lacks one raises :class:`Missing` and the executor sends it again, so nothing depends on
+what a worker happens to hold: a replacement worker gets everything it needs on its first task.
+
+The messages are pickles over the cluster's own connections, as dask's are; nothing here is written
+to or read from a file.
+"""
+
+import hashlib
+import io
+import pickle
+from collections import OrderedDict
+
+import numpy as np
+
+# Arrays at least this large travel once per worker (by digest); smaller ones go with every message
+# (w of a 220-feature model is 1.7 KB: cheaper to send than to look up).
+RESIDENT_MIN_BYTES = 1 << 16
+# Bytes of such arrays a worker keeps for one run before dropping the least recently used.
+RESIDENT_ARRAY_BYTES = 1 << 28
+
+
+class Missing(Exception):
+    """The worker lacks something the task needs: ``what`` is ``"arrays"`` (digests), ``"source"``
+    (a partition's source), ``"outputs"`` (handle ids of kept outputs) or ``"misplaced"``."""
+
+    def __init__(self, what, keys=()):
+        super().__init__(what, tuple(keys))
+        self.what, self.keys = what, tuple(keys)
+
+
+def digest(a):
+    a = np.ascontiguousarray(a)
+    h = hashlib.blake2b(f"{a.dtype.str}{a.shape}".encode(), digest_size=16)
+    h.update(a.reshape(-1).view(np.uint8).data if a.size else b"")
+    return h.hexdigest()
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, f, stash):
+        super().__init__(f, protocol=5)
+        self.stash = stash
+
+    def persistent_id(self, obj):
+        if self.stash is not None and type(obj) is np.ndarray and obj.nbytes >= RESIDENT_MIN_BYTES and obj.dtype.kind in "biufc":
+            key = digest(obj)
+            self.stash[key] = obj
+            return ("array", key)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, f, arrays):
+        super().__init__(f)
+        self.arrays = arrays
+        self.missing = []
+
+    def persistent_load(self, pid):
+        kind, key = pid
+        a = self.arrays.get(key)
+        if a is None:
+            self.missing.append(key)
+            return None
+        return a
+
+
+def dumps(obj, resident=True):
+    """(bytes, {digest: array}) of ``obj`` with its large arrays replaced by their digests (with
+    ``resident``; otherwise whole, and the dict is empty)."""
+    stash = {} if resident else None
+    f = io.BytesIO()
+    _Pickler(f, stash).dump(obj)
+    return f.getvalue(), stash or {}
+
+
+def loads(data, arrays):
+    """The object of :func:`dumps`, its arrays taken from ``arrays`` (a mapping); raises
+    :class:`Missing` naming the digests it lacks."""
+    u = _Unpickler(io.BytesIO(data), arrays)
+    obj = u.load()
+    if u.missing:
+        raise Missing("arrays", u.missing)
+    return obj
+
+
+class ArrayStore:
+    """Digest -> read-only array, least recently used dropped beyond ``cap`` bytes."""
+
+    def __init__(self, cap=RESIDENT_ARRAY_BYTES):
+        self.cap, self.bytes, self._d = cap, 0, OrderedDict()
+
+    def get(self, key):
+        a = self._d.get(key)
+        if a is not None:
+            self._d.move_to_end(key)
+        return a
+
+    def update(self, arrays):
+        for key, a in arrays.items():
+            if key in self._d:
+                continue
+            a = np.ascontiguousarray(a).copy() if not a.flags.c_contiguous else a
+            a.flags.writeable = False  # shared by every object that refers to it: nothing may change it
+            self._d[key] = a
+            self.bytes += a.nbytes
+        while self.bytes > self.cap and len(self._d) > 1:
+            _, old = self._d.popitem(last=False)
+            self.bytes -= old.nbytes
+
+
+class Resident:
+    """One run's state on one worker: arrays, the partitions' sources, kept outputs."""
+
+    def __init__(self):
+        self.arrays = ArrayStore()
+        self.sources = {}    # (source id, partition) -> source
+        self.outputs = {}    # (handle id, partition) -> the partition's per-block outputs
+        self.data_bytes = {}  # source id -> bytes of rows kept in memory by its partitions here
+
+    def drop(self, sources=(), handles=()):
+        sources, handles = set(sources), set(handles)
+        for key in [k for k in self.sources if k[0] in sources]:
+            del self.sources[key]
+        for sid in sources:
+            self.data_bytes.pop(sid, None)
+        for key in [k for k in self.outputs if k[0] in handles]:
+            del self.outputs[key]

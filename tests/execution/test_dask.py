@@ -1,0 +1,167 @@
+"""Every pass on dask.distributed: a LocalCluster of two worker processes (loopback only) gives the
+models of the local executor, bit for bit, and a worker killed mid-training changes nothing."""
+
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import streamrank
+from streamrank.execution.dask_executor import DaskExecutor, start_cluster
+from streamrank.execution.executor import LocalExecutor
+from streamrank.io.synthetic import write_hdf5
+from streamrank.training.linear import train_linear
+
+pytestmark = pytest.mark.filterwarnings("ignore:.*larger than the block budget")
+
+ROWS = 300  # rows of a partition: the 1,500-row training set makes 5 or 6, spread over 2 workers
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dask")
+    for part in ("train", "valid"):
+        write_hdf5(d / f"{part}.h5", "small", seed=3, part=part, scale=0.5)
+    with streamrank.open_dataset(d / "train.h5") as tr, streamrank.open_dataset(d / "valid.h5") as va:
+        yield tr, va
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    client, cl = start_cluster(workers=2)
+    yield client
+    client.close()
+    cl.close()
+
+
+@pytest.fixture
+def dask_ex(cluster):
+    ex = DaskExecutor(cluster, partition_rows=ROWS)
+    yield ex
+    ex.close()
+
+
+def settings(va, **kw):
+    return {**dict(valid=va, C=(0.1, 1.0), normalize="zscore", tol=1e-6, memory_budget="64MB", block_bytes=8000,
+                   seed=2, precondition="on"), **kw}
+
+
+def assert_same_model(a, b):
+    np.testing.assert_array_equal(a.w, b.w)
+    if a.fmap is not None:
+        np.testing.assert_array_equal(a.fmap.landmarks_, b.fmap.landmarks_)
+
+
+def test_partitions_spread_over_both_workers(data, dask_ex):
+    tr, va = data
+    model, s = train_linear(tr, executor=dask_ex, **settings(va, C=(1.0,)))
+    homes = {w for (sid, _), w in dask_ex._home.items()}
+    assert len(homes) == 2  # both workers hold partitions
+    d = dask_ex.describe()
+    assert d["workers"] == 2 and d["passes"] > s["passes"] and d["bytes_shipped"] > 0
+
+
+@pytest.mark.parametrize("solver", ["tron", "newton_cholesky"])
+def test_linear_model_equals_the_local_one_bit_for_bit(data, dask_ex, solver):
+    tr, va = data
+    kw = settings(va, solver=solver)
+    ref, s0 = train_linear(tr, executor=LocalExecutor(partition_rows=ROWS), **kw)
+    model, s1 = train_linear(tr, executor=dask_ex, **kw)
+    assert_same_model(model, ref)
+    assert s1["passes"] == s0["passes"] and s1["objective"] == s0["objective"]
+    if solver == "tron":  # the partitioning, not the block size, fixes the bits (the dense Hessian's BLAS
+        # products run per block: docs/design.md)
+        other, _ = train_linear(tr, executor=LocalExecutor(partition_rows=ROWS), **dict(kw, block_bytes=3000))
+        assert_same_model(other, ref)
+
+
+def test_a_pass_ships_vectors_not_rows(data, dask_ex):
+    tr, va = data
+    train_linear(tr, executor=dask_ex, **settings(va))
+    hess = [(parts, b) for name, parts, b in dask_ex.pass_log if name == "_HessProd"]
+    assert hess
+    row_bytes = tr.n_rows * (4 * tr.n_features + 4)
+    for parts, b in hess:
+        # s out and a partial sum back per partition (pass objects of ~1 KB): far below the rows
+        assert b / parts < 4000 and b < row_bytes / 10
+
+
+def test_nystroem_with_a_disk_cache_equals_the_local_model(data, dask_ex, tmp_path):
+    tr, va = data
+    kw = settings(va, method="nystroem", components=40, gamma=0.05, map_cache="cache", memory_budget="1MB")
+    ref, s0 = train_linear(tr, executor=LocalExecutor(partition_rows=ROWS), cache_dir=tmp_path / "local", **kw)
+    model, s1 = train_linear(tr, executor=dask_ex, cache_dir=tmp_path / "workers", **kw)
+    assert s0["map_storage"] == s1["map_storage"] == "cache" and not s1["in_memory"]
+    assert any((tmp_path / "workers").iterdir())  # the workers' feature caches
+    assert_same_model(model, ref)
+    assert s1["passes"] == s0["passes"]
+
+
+def test_smooth_hinge_equals_the_local_model(data, dask_ex):
+    tr, va = data
+    kw = settings(va, loss="smooth_hinge", eta=0.1, pair_cost="gain_difference", query_weight="log_ratio")
+    ref, _ = train_linear(tr, executor=LocalExecutor(partition_rows=ROWS), **kw)
+    model, _ = train_linear(tr, executor=dask_ex, **kw)
+    assert_same_model(model, ref)
+
+
+def test_predictions_equal_the_local_ones(data, dask_ex):
+    tr, va = data
+    model, _ = train_linear(tr, C=1.0, normalize="zscore")
+    np.testing.assert_array_equal(model.predict_dataset(va, memory_budget="1MB", executor=dask_ex),
+                                  model.predict_dataset(va))
+
+
+def kill_one_worker_after(ex, client, passes):
+    """A thread that SIGKILLs one worker process once ``ex`` has run ``passes`` passes."""
+    pids = client.run(os.getpid)
+    victim = sorted(pids)[-1]
+    killed = {}
+
+    def killer():
+        deadline = time.monotonic() + 120
+        while ex.passes < passes and time.monotonic() < deadline:
+            time.sleep(0.005)
+        os.kill(pids[victim], signal.SIGKILL)
+        killed["at"] = ex.passes
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    return t, killed
+
+
+@pytest.mark.parametrize("method", ["primal", "nystroem"])
+def test_a_worker_killed_mid_training_changes_nothing(data, cluster, method):
+    tr, va = data
+    kw = settings(va, method=method, components=40, gamma=0.05)
+    ref, s0 = train_linear(tr, executor=LocalExecutor(partition_rows=ROWS), **kw)
+    ex = DaskExecutor(cluster, partition_rows=ROWS)
+    try:
+        t, killed = kill_one_worker_after(ex, cluster, 12)
+        model, s1 = train_linear(tr, executor=ex, **kw)
+        t.join()
+        assert killed["at"] < ex.passes  # the kill came mid-training
+        assert ex.describe()["workers_lost"] == 1  # its partitions moved (and their state was remade)
+        assert_same_model(model, ref)
+        assert s1["passes"] == s0["passes"]
+    finally:
+        ex.close()
+    cluster.wait_for_workers(2, timeout=60)  # the nanny restarts it for the next test
+
+
+def test_exact_kernel_equals_the_local_model(data, dask_ex, tmp_path):
+    """Q built by the workers, each its partitions' rows: the same jitter, passes and model as the
+    local run."""
+    from streamrank.training.exact import train_exact
+    tr, va = data
+    kw = dict(valid=va, C=(0.1, 1.0), gamma=0.1, normalize="zscore", tol=1e-2, memory_budget="512MB", queries=(0, 12),
+              block_bytes=40_000, precondition="on", landmarks=50, cache_dir=tmp_path / "q")
+    ref, s0 = train_exact(tr, executor=LocalExecutor(partition_rows=ROWS), **kw)
+    model, s1 = train_exact(tr, executor=dask_ex, **kw)
+    assert s1["jitter"] == s0["jitter"] and s1["passes"] == s0["passes"]
+    assert len({w for w in dask_ex._home.values()}) == 2
+    np.testing.assert_array_equal(model.w, ref.w)
+    np.testing.assert_array_equal(model.fmap.support_, ref.fmap.support_)
