@@ -121,14 +121,15 @@ def _cmd_select_features(args):
     _check_outputs((args.output, "GAS file", False))
     _check_checkpoint_dir(args.checkpoint)
     _setup_logging(args.quiet or args.json, progress=True)
-    with open_data(args.data, args.cache_dir, quiet=args.quiet, query_file=args.query_file) as ds:
+    with open_data(args.data, args.cache_dir, quiet=args.quiet, query_file=args.query_file) as ds, \
+            _executor(args) as executor:
         k = ds.n_features if args.k is None else args.k
         if not 1 <= k <= ds.n_features:
             raise ParameterError(f"-k must be in 1..{ds.n_features} (the features of {ds.name}); got {k}. "
                                  f"Pass -k {min(10, ds.n_features)}")
         res = gas_scores(ds, importance=args.importance, signed=args.signed, tradeoff=args.tradeoff,
                          memory_budget=args.memory_budget, checkpoint=args.checkpoint, resume=args.resume,
-                         commit_seconds=args.commit_every)
+                         commit_seconds=args.commit_every, executor=executor)
     if args.output:
         res.save(args.output)
     d = res.to_dict(k)
@@ -218,7 +219,9 @@ def _executor(args):
     from streamrank.execution.dask_executor import DaskExecutor, start_cluster
     if workers is not None and scheduler is not None:
         raise ParameterError("--workers starts a local cluster, --scheduler joins a running one; pass one of them")
-    logging.getLogger("distributed").setLevel(logging.ERROR)  # the cluster's own chatter: not the user's
+    import distributed  # noqa: F401  (it configures its loggers on import; then they are quietened)
+    for name in [n for n in logging.root.manager.loggerDict if n.split(".")[0] == "distributed"] + ["distributed"]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # the cluster's own chatter: errors are ours to say
     log = logging.getLogger("streamrank.cli")
     try:
         client, cluster = start_cluster(workers=workers, scheduler=scheduler)
@@ -226,8 +229,9 @@ def _executor(args):
         raise ParameterError(f"cannot reach the dask scheduler at {scheduler} ({e}). Check the address "
                              f"(tcp://HOST:PORT) or start a local cluster with --workers N") from None
     n = len(client.nthreads())
+    board = "dashboard" in client.scheduler_info().get("services", {})
     log.info("dask: %d worker%s at %s%s", n, "" if n == 1 else "s", client.scheduler.address,
-             f", dashboard {client.dashboard_link}" if cluster is None or cluster.dashboard_link else "")
+             f", dashboard {client.dashboard_link}" if board else "")
     ex = DaskExecutor(client, partition_rows=args.partition_rows)
     try:
         yield ex
@@ -525,6 +529,7 @@ def build_parser():
     g.add_argument("--checkpoint", metavar="DIR", help="write the pass's sums here every --commit-every seconds")
     g.add_argument("--resume", action="store_true", help="continue the pass from the checkpoint in --checkpoint DIR")
     g.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS")
+    _add_cluster(g)
     g.add_argument("--json", action="store_true")
     g.add_argument("--quiet", action="store_true")
     g.set_defaults(func=_cmd_select_features)

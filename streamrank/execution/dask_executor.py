@@ -43,6 +43,9 @@ log = logging.getLogger("streamrank.execution.dask")
 
 # How often a waiting pass checks that its partitions' workers are alive (seconds).
 POLL_SECONDS = 0.5
+# Seconds the client tries to reach a scheduler (at the start, and again after losing it) before the
+# run ends with ClusterLost (dask's default is 30).
+SCHEDULER_TIMEOUT = 10
 # Times one partition's task may be resent (lost workers, state a worker had to drop) before the
 # pass gives up: each resend follows a change of the cluster, not a timer.
 MAX_RESENDS = 8
@@ -248,7 +251,8 @@ class DaskExecutor(Executor):
             raise ClusterLost(self._lost_message(e)) from None
 
     def _lost_message(self, e):
-        return (f"the dask scheduler at {self.client.scheduler.address} is gone ({type(e).__name__}: {e}). "
+        why = str(e).splitlines()[0] if str(e) else ""
+        return (f"the dask scheduler at {self.client.scheduler.address} is gone ({type(e).__name__}: {why}). "
                 f"Work up to the last checkpoint is kept: to continue, use resume=True in this process, "
                 f"or the same with (scheduler=ADDRESS) or (workers=N) on another cluster")
 
@@ -350,9 +354,24 @@ class DaskExecutor(Executor):
 
     # -- running ----------------------------------------------------------------------------------
     def run(self, p, source, *, kept=(), collect=None):
+        import asyncio
+        from distributed.client import FutureCancelledError, FuturesCancelledError
+        try:
+            return self._run(p, source, kept, collect)
+        except (OSError, asyncio.CancelledError, FutureCancelledError, FuturesCancelledError) as e:
+            # the client lost its scheduler mid-pass (dask cancels every future then)
+            raise ClusterLost(self._lost_message(e)) from None
+
+    def _run(self, p, source, kept, collect):
         self._flush_releases()
         info = self._info(source)
-        pass_msg, pass_arrays = remote.dumps(p)
+        shipped = p
+        if p.local_only:  # the caller's callbacks stay here
+            import copy
+            shipped = copy.copy(p)
+            for name in p.local_only:
+                setattr(shipped, name, None)
+        pass_msg, pass_arrays = remote.dumps(shipped)
         out_id = None if p.returns else next(self._ids)
         before = self.bytes_out + self.bytes_back
         parts = self._parts(p, info)
@@ -403,6 +422,7 @@ class DaskExecutor(Executor):
             carry, o, s = res[part]
             outs.append(o or [])
             stats.append(s)
+            p.partition_done(carry, int(info.bounds[part + 1]))
         return (p.start() if carry is None else carry), outs, stats
 
     def _gather(self, info, parts, submit, kept):
@@ -441,6 +461,8 @@ class DaskExecutor(Executor):
             for part, (w, f) in list(futs.items()):
                 if f.status == "error":
                     raise f.exception()
+                if f.status == "cancelled":  # not by us (we forget a future before cancelling it)
+                    raise ClusterLost(self._lost_message(RuntimeError("the scheduler cancelled the pass")))
                 if f.status != "finished":
                     continue
                 del futs[part]
@@ -498,7 +520,7 @@ def start_cluster(workers=None, scheduler=None, memory_limit=None):
     threads). Returns (client, cluster or None)."""
     from distributed import Client, LocalCluster
     if scheduler is not None:
-        return Client(scheduler), None
+        return Client(scheduler, timeout=SCHEDULER_TIMEOUT), None
     n = int(workers)
     threads = max(1, (os.cpu_count() or 1) // n)
     env = {k: str(threads) for k in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -507,4 +529,4 @@ def start_cluster(workers=None, scheduler=None, memory_limit=None):
     dashboard = ":0" if importlib.util.find_spec("bokeh") else None  # the dashboard needs bokeh
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                            dashboard_address=dashboard, memory_limit=memory_limit or 0, env=env)
-    return Client(cluster), cluster
+    return Client(cluster, timeout=SCHEDULER_TIMEOUT), cluster

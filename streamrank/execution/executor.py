@@ -46,6 +46,13 @@ class Pass:
     one_partition = False
     reads = "rows"
     returns = False
+    # attributes that stay with the caller when the pass runs elsewhere (callbacks that write the
+    # caller's files); such a pass is told of each finished partition by ``partition_done``
+    local_only = ()
+
+    def partition_done(self, carry, q_stop):
+        """Hook (caller side, distributed runs of a ``one_partition`` pass): the carry after the
+        partition that ends before query ``q_stop``."""
 
     def start(self):
         return None

@@ -210,6 +210,7 @@ class _GasPass(Pass):
     block with the carry and the next query (it writes a checkpoint when one is due)."""
 
     one_partition = True
+    local_only = ("commit",)  # checkpoints are the caller's files: on a cluster, written after each partition
 
     def __init__(self, d, kind, cut, signed, log_table, carry=None, commit=None, n_queries=0, rows=None,
                  importance=True):
@@ -252,13 +253,17 @@ class _GasPass(Pass):
             c["count"] += ok
             c["queries"] += 1
             c["rows"] += b - a
-        if self.commit is not None:
-            self.commit(c, block.q_stop)
+        self.partition_done(c, block.q_stop)
         now = time.perf_counter()
         if now - self.shown >= PROGRESS_SECONDS:  # long passes say how far they are
             self.shown = now
             log.info("GAS: %d of %d queries, %.0f queries/s", c["queries"], self.n_queries,
                      c["queries"] / max(now - self.t0, 1e-9))
+
+
+    def partition_done(self, c, q_stop):
+        if self.commit is not None:
+            self.commit(c, q_stop)
 
 
 def _importance(c, kind, signed, d):

@@ -165,3 +165,28 @@ def test_exact_kernel_equals_the_local_model(data, dask_ex, tmp_path):
     assert len({w for w in dask_ex._home.values()}) == 2
     np.testing.assert_array_equal(model.w, ref.w)
     np.testing.assert_array_equal(model.fmap.support_, ref.fmap.support_)
+
+
+def test_clsr_equals_the_local_model(data, dask_ex):
+    """CLSRRank (paper 002): the basis draw, the normaliser and the system pass run on the workers."""
+    from streamrank.training.clsr import train_clsr
+    tr, va = data
+    kw = dict(valid=va, lam=[1e-3, 1e-1], gamma=[0.05], components=60, normalize="zscore", memory_budget="1GB",
+              seed=4)
+    ref, s0 = train_clsr(tr, executor=LocalExecutor(partition_rows=ROWS), **kw)
+    model, s1 = train_clsr(tr, executor=dask_ex, **kw)
+    np.testing.assert_array_equal(model.w, ref.w)
+    assert s1["lambda"] == s0["lambda"] and s1["objective"] == s0["objective"]
+    ran = {name for name, _, _ in dask_ex.pass_log}
+    assert "_System" in ran
+
+
+def test_gas_equals_the_local_scores(data, dask_ex):
+    """GAS (paper 003): its pass over the queries runs on the workers, partition after partition."""
+    from streamrank.selection.gas import gas_scores
+    tr, _ = data
+    ref = gas_scores(tr, importance="ndcg@10", tradeoff=0.5, executor=LocalExecutor(partition_rows=ROWS))
+    got = gas_scores(tr, importance="ndcg@10", tradeoff=0.5, executor=dask_ex)
+    np.testing.assert_array_equal(got.importance, ref.importance)
+    np.testing.assert_array_equal(got.similarity, ref.similarity)
+    assert "_GasPass" in {name for name, _, _ in dask_ex.pass_log}

@@ -1,0 +1,134 @@
+"""Every pass on dask.distributed against the local path (issue 15).
+
+    python tools/bench_distributed.py                       # mslr30k preset at --scale 0.5 (1.1M rows)
+    python tools/bench_distributed.py --scale 0.1 --repeats 1   # a quick look
+
+One linear RankSVM training (C = 1, eps = 1e-3, TRON, zscore) on the generated ``mslr30k`` preset,
+larger than one worker's ``--budget``, by
+
+- ``local``: every pass in this process (``LocalExecutor``, numba on every core);
+- ``dask 1``: a LocalCluster of one single-threaded worker process (numba and BLAS on every core);
+- ``dask 2``: two worker processes, each with ``cores / 2`` threads;
+
+each in a fresh process, configurations interleaved ``--repeats`` times (a 2-core machine is
+noisy: compare within a run). Per run: the training's wall time (the cluster's start apart), its
+passes and seconds a pass, the seconds a pass per million rows, bytes shipped a pass (both ways,
+the exact message sizes; the solver's passes: loss + gradient and Hessian products), the peak RSS
+of the driver and of each worker (VmHWM), and whether the model equals the local one bit for bit.
+The scaling line gives local / dask 2 and dask 1 / dask 2 per pass. Everything printed comes from
+this run, with the machine's facts; docs/benchmarks.md keeps the logs and docs/design.md's cluster
+section its extrapolation.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _benchutil import machine_facts, run_child, table  # noqa: E402
+
+CHILD = r"""
+import json, os, statistics, time, numpy as np, logging
+import streamrank
+from streamrank.training.linear import train_linear
+from streamrank.execution.executor import LocalExecutor
+logging.getLogger("distributed").setLevel(logging.CRITICAL)
+cfg = json.loads({cfg!r})
+ds = streamrank.open_dataset(cfg["data"])
+out = {{}}
+ex, client, cluster = LocalExecutor(), None, None
+if cfg["workers"]:
+    from streamrank.execution.dask_executor import DaskExecutor, start_cluster
+    t = time.perf_counter()
+    client, cluster = start_cluster(workers=cfg["workers"])
+    ex = DaskExecutor(client)
+    out["start_s"] = time.perf_counter() - t
+t = time.perf_counter()
+model, s = train_linear(ds, C=(1.0,), tol=1e-3, normalize="zscore", memory_budget=cfg["budget"], executor=ex)
+out["train_s"] = time.perf_counter() - t
+out["passes"] = s["passes"]
+out["objective"] = s["objective"]
+out["rows"] = ds.n_rows
+out["in_memory"] = s["in_memory"]
+np.save(cfg["model"], model.w)
+if cfg["workers"]:
+    solver = [(p, b) for name, p, b in ex.pass_log if name in ("_LossGrad", "_HessProd")]
+    out["bytes_per_pass"] = statistics.median(b for p, b in solver)
+    out["bytes_per_partition"] = statistics.median(b / p for p, b in solver)
+    out["partitions"] = max(p for _, p, _ in ex.pass_log)
+    d = ex.describe()
+    out["bytes_all"] = d["bytes_shipped"]
+    out["all_passes"] = d["passes"]
+    def hwm(dask_worker=None):
+        return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) * 1024
+    out["worker_rss_mb"] = sorted(v / 1e6 for v in client.run(hwm).values())
+    ex.close(); client.close(); cluster.close()
+print(json.dumps(out))
+"""
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=float, default=0.5, help="of the mslr30k preset (2.27M rows at 1.0)")
+    ap.add_argument("--budget", default="400MB", help="--memory-budget of the driver and of each worker")
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--workdir", default="/tmp/streamrank-bench-distributed")
+    args = ap.parse_args()
+    work = Path(args.workdir)
+    work.mkdir(parents=True, exist_ok=True)
+    data = work / f"mslr30k_s{args.scale:g}.h5"
+    if not data.exists():
+        from streamrank.io.synthetic import write_hdf5
+        print(f"generating {data} ...", flush=True)
+        write_hdf5(data, "mslr30k", scale=args.scale, seed=1, part="train")
+    import streamrank
+    with streamrank.open_dataset(data) as ds:
+        rows, d = ds.n_rows, ds.n_features
+    print(machine_facts())
+    print(f"data: {data.name}, {rows:,} rows x {d} features ({rows * (4 * d + 4) / 1e6:.0f} MB of rows); "
+          f"budget {args.budget} for the driver and for each worker")
+    configs = [("local", 0), ("dask 1", 1), ("dask 2", 2)]
+    runs = {name: [] for name, _ in configs}
+    for rep in range(args.repeats):
+        for name, workers in configs:
+            cfg = {"data": str(data), "workers": workers, "budget": args.budget,
+                   "model": str(work / f"w_{workers}_{rep}.npy")}
+            r = run_child(CHILD.format(cfg=json.dumps(cfg)))
+            r["w"] = str(work / f"w_{workers}_{rep}.npy")
+            runs[name].append(r)
+            print(f"  {name} run {rep + 1}: {r['train_s']:.1f} s, {r['passes']} passes", flush=True)
+    import numpy as np
+    ref = np.load(runs["local"][0]["w"])
+    rows_out = []
+    for name, _ in configs:
+        rs = runs[name]
+        same = all(np.array_equal(np.load(r["w"]), ref) for r in rs)
+        t = statistics.median(r["train_s"] for r in rs)
+        per_pass = statistics.median(r["train_s"] / r["passes"] for r in rs)
+        r0 = rs[0]
+        rows_out.append({
+            "config": name, "start": r0.get("start_s"), "train": t, "passes": r0["passes"], "per_pass": per_pass,
+            "per_mrow": per_pass / (rows / 1e6), "bytes": r0.get("bytes_per_pass"), "partitions": r0.get("partitions"),
+            "driver_rss": statistics.median(r["peak_rss_mb"] for r in rs),
+            "workers_rss": " / ".join(f"{v:.0f}" for v in r0.get("worker_rss_mb", [])) or None,
+            "same": "yes" if same else "NO"})
+    print()
+    table(rows_out, [("config", "executor", None), ("start", "cluster start s", "{:.1f}"),
+                     ("train", "training s", "{:.1f}"), ("passes", "passes", None),
+                     ("per_pass", "s / pass", "{:.3f}"), ("per_mrow", "s / pass / M rows", "{:.3f}"),
+                     ("partitions", "partitions", None), ("bytes", "bytes / solver pass", "{:,.0f}"),
+                     ("driver_rss", "driver peak MB", "{:.0f}"), ("workers_rss", "worker peak MB", None),
+                     ("same", "model = local", None)])
+    p = {r["config"]: r["per_pass"] for r in rows_out}
+    print(f"\nscaling per pass: local / dask 2 = {p['local'] / p['dask 2']:.2f}, dask 1 / dask 2 = "
+          f"{p['dask 1'] / p['dask 2']:.2f}; bytes a solver pass per partition: "
+          f"{runs['dask 2'][0]['bytes_per_partition']:,.0f}")
+    print(json.dumps({"rows": rows, "features": d, "budget": args.budget, "table": rows_out}))
+
+
+if __name__ == "__main__":
+    main()
