@@ -219,7 +219,8 @@ def _executor(args):
     from streamrank.execution.dask_executor import DaskExecutor, start_cluster
     if workers is not None and scheduler is not None:
         raise ParameterError("--workers starts a local cluster, --scheduler joins a running one; pass one of them")
-    import distributed  # noqa: F401  (it configures its loggers on import; then they are quietened)
+    import importlib
+    importlib.import_module("distributed")  # it configures its loggers on import; then they are quietened
     for name in [n for n in logging.root.manager.loggerDict if n.split(".")[0] == "distributed"] + ["distributed"]:
         logging.getLogger(name).setLevel(logging.CRITICAL)  # the cluster's own chatter: errors are ours to say
     log = logging.getLogger("streamrank.cli")

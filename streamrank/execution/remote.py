@@ -16,13 +16,18 @@ to or read from a file.
 import hashlib
 import io
 import pickle
+import weakref
 from collections import OrderedDict
 
 import numpy as np
 
 # Arrays at least this large travel once per worker (by digest); smaller ones go with every message
-# (w of a 220-feature model is 1.7 KB: cheaper to send than to look up).
+# (w of a 220-feature model is 1.7 KB: cheaper to send than to look up) ...
 RESIDENT_MIN_BYTES = 1 << 16
+# ... except arrays of at least this size that an earlier message carried too (the same object: a
+# query-weight vector every pass of a run holds, not this pass's w or s)
+REUSED_MIN_BYTES = 1 << 12
+_SENT = weakref.WeakValueDictionary()  # id -> array carried by an earlier message
 # Bytes of such arrays a worker keeps for one run before dropping the least recently used.
 RESIDENT_ARRAY_BYTES = 1 << 28
 
@@ -49,11 +54,16 @@ class _Pickler(pickle.Pickler):
         self.stash = stash
 
     def persistent_id(self, obj):
-        if self.stash is not None and type(obj) is np.ndarray and obj.nbytes >= RESIDENT_MIN_BYTES and obj.dtype.kind in "biufc":
-            key = digest(obj)
-            self.stash[key] = obj
-            return ("array", key)
-        return None
+        if self.stash is None or type(obj) is not np.ndarray or obj.nbytes < REUSED_MIN_BYTES \
+                or obj.dtype.kind not in "biufc":
+            return None
+        again = _SENT.get(id(obj)) is obj
+        _SENT[id(obj)] = obj
+        if obj.nbytes < RESIDENT_MIN_BYTES and not again:
+            return None
+        key = digest(obj)  # by content: an array changed in place is a new one
+        self.stash[key] = obj
+        return ("array", key)
 
 
 class _Unpickler(pickle.Unpickler):

@@ -483,3 +483,5 @@ class _PreconditionerSample(Pass):
                 c["M"] += c["phi"][:c["filled"]].T @ c["lphi"][:c["filled"]]
                 c["g"], c["filled"] = c["g"] + 1, 0
         c["past"] = b.q1 >= self.q_end
+        if c["past"]:  # the group buffers are done with (and a carry sent back holds only M)
+            c["phi"] = c["lphi"] = None
