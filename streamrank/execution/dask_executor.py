@@ -85,6 +85,8 @@ def _build(r, sid, part, spec_msg, bounds):
         raise remote.Missing("source", [(sid, part)])
     factory, kwargs = remote.loads(spec_msg, r.arrays)
     kwargs = dict(kwargs, queries=(int(bounds[part]), int(bounds[part + 1])))
+    if getattr(factory, "accepts_buffer_pool", False):  # one set of block buffers for its partitions here
+        kwargs["buffer_pool"] = r.pools.setdefault(sid, remote.BufferPool())
     if "memory_bytes" in kwargs:
         # this worker's share for the source's rows: what its earlier partitions left
         kwargs["memory_bytes"] = max(0, int(kwargs["memory_bytes"]) - r.data_bytes.get(sid, 0))
@@ -111,7 +113,8 @@ def _pass_task(session, home, sid, part, spec_msg, bounds, pass_msg, kept, out_i
     if home is not None and _worker_address() not in (None, home):
         raise remote.Missing("misplaced", [home])
     r = _resident(session)
-    r.arrays.update(inline)
+    if inline is not None:
+        r.arrays.update(remote.loads(inline, {}))
     src = r.sources.get((sid, part))
     if src is None:
         src = r.sources[(sid, part)] = _build(r, sid, part, spec_msg, bounds)
@@ -129,7 +132,8 @@ def _pass_task(session, home, sid, part, spec_msg, bounds, pass_msg, kept, out_i
     t0 = time.perf_counter()
     read0 = getattr(src, "read_seconds", 0.0)
     rows0 = getattr(src, "rows_read", 0)
-    carry, outputs, blocks = run_blocks(p, src, args, carry=carry)
+    with r.lock(sid):  # its partitions share buffers: one pass at a time (a worker may run several tasks)
+        carry, outputs, blocks = run_blocks(p, src, args, carry=carry)
     stats = {"blocks": blocks, "seconds": time.perf_counter() - t0,
              "read_seconds": getattr(src, "read_seconds", 0.0) - read0,
              "rows_read": getattr(src, "rows_read", 0) - rows0,
@@ -315,7 +319,6 @@ class DaskExecutor(Executor):
                 if resend or key not in sent:
                     out[key] = a
         sent.update(out)
-        self.bytes_out += sum(a.nbytes for a in out.values())
         return out
 
     def _submit(self, worker, info, part, pass_msg, pass_arrays, kept, out_id, carry=None, resend=False):
@@ -339,7 +342,8 @@ class DaskExecutor(Executor):
             carry_msg, _ = remote.dumps(carry, resident=False)  # partial sums travel whole
             self.bytes_out += len(carry_msg)
         inline = self._inline(worker, *stashes, resend=resend)
-        self.bytes_out += len(pass_msg) + (len(spec_msg) if spec_msg is not None else 0)
+        inline = remote.dumps(inline, resident=False)[0] if inline else None  # our pickle: aligned arrays
+        self.bytes_out += len(pass_msg) + (len(spec_msg) if spec_msg is not None else 0) + len(inline or b"")
         built.add(key)
         self.tasks += 1
         return self._call(self.client.submit, _task, self.session, worker, info.sid, part, spec_msg, info.bounds,
@@ -532,12 +536,11 @@ def start_cluster(workers=None, scheduler=None, memory_limit=None):
             except TimeoutError:
                 client.close()
                 raise ClusterLost(f"no worker joined the dask cluster at {scheduler} within {WORKER_WAIT} s; start "
-                                  f"workers (dask worker {scheduler} --nthreads 1)") from None
+                                  f"its workers (dask's 'dask worker' command, one thread each)") from None
         return client, None
     n = int(workers)
     threads = max(1, (os.cpu_count() or 1) // n)
-    env = {k: str(threads) for k in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-                                     "MKL_NUM_THREADS")}
+    env = {k: str(threads) for k in ("NUMBA_NUM_THREADS",)}
     # idle OpenMP threads sleep rather than spin: workers share the machine's cores (measured with
     # one worker on 2 cores: a Hessian pass over 262k rows 0.13-0.14 s spinning, 0.09-0.11 s passive)
     env["OMP_WAIT_POLICY"] = "PASSIVE"

@@ -19,22 +19,21 @@ T rows that starts at floor(r / T) T, at position r mod T, the tile's other posi
 rows or other rows of the same tile (a row of a product is computed from that row alone, the
 other rows only share the call). T (:func:`tile_rows`: :data:`ROW_TILE`, fewer only for products
 so wide that a tile would pass :data:`TILE_BYTES`) depends on the product's fixed width alone,
-never on block sizes or budgets; tiles live in 64-byte aligned buffers, and the BLAS thread count
-is pinned for them (:func:`fixed_blas_threads`). Padding a call's row count to a multiple of 16
+never on block sizes or budgets; tiles live in 64-byte aligned buffers, and each tile's products
+run on one BLAS thread, tiles side by side (:func:`parallel_tiles`): the bits never depend on the
+thread count either, so a dask worker computes this process's values. Padding a call's row count to a multiple of 16
 was not enough: OpenBLAS picks its code path (small-matrix kernels, edge kernels, K blocking)
 by the call's shape, and 0.3.31 (SkylakeX kernels) gave a row of the Nystroem projection other
 bits in a 16-row call than in a 704-row one. A block whose edges fall inside tiles computes those
 (at most two) partial tiles in full: one row costs a tile.
 """
 
-import contextlib
 import math
 import numbers
 
 import numba
 import numpy as np
 from numba import prange
-from threadpoolctl import ThreadpoolController
 
 from streamrank.errors import ParameterError
 
@@ -62,13 +61,6 @@ ROW_TILE = 512
 TILE_BYTES = 32 << 20
 ROW_ALIGN = 16
 
-# The BLAS thread count of the tile products: OpenBLAS splits a product differently with another
-# thread count (256 x 2000 x 125 gives other bits with 1 thread than with 2), and
-# _blas.one_thread() lowers the count process-wide around code that may map rows (the linear
-# objective's preconditioner pass). The same shape with the same count makes the same split, so
-# tiles run with the count the process had when this module was imported.
-_BLAS_THREADS = [(lc, lc.get_num_threads())
-                 for lc in ThreadpoolController().select(user_api="blas").lib_controllers]
 
 
 def tile_rows(width):
@@ -115,35 +107,41 @@ def fill_tile(tile, rows, p):
     tile[p + r:] = 0.0
 
 
-def tiles(A, row0, T):
-    """(tile, s, e, p) for the rows of A (absolute index of A[0]: ``row0``): ``tile`` is a
-    64-byte aligned float64 (T, width) buffer holding A[s:e] at positions p:p + e - s and zeros
-    elsewhere, refilled for each tile; the loop body runs with the BLAS thread counts pinned
-    (:func:`fixed_blas_threads`). The one tile loop of every product on data rows."""
-    At = aligned_empty((T, A.shape[1]))
-    with fixed_blas_threads():
-        for s, e, p in row_tiles(A.shape[0], row0, T):
+def tile_threads():
+    """Threads that compute tiles side by side: numba's count (all cores; on a dask worker, its
+    share of them)."""
+    import numba
+    return numba.get_num_threads()
+
+
+def parallel_tiles(A, row0, T, body, scratch):
+    """``body(tile, s, e, p, buffers)`` for every tile of A's rows (absolute index of A[0]:
+    ``row0``; ``tile`` a 64-byte aligned float64 (T, width) buffer holding A[s:e] at positions
+    p:p + e - s and zeros elsewhere; ``buffers`` = ``scratch()``, one set per thread). The one tile
+    loop of every product on data rows.
+
+    Tiles run side by side on :func:`tile_threads` threads, each product on ONE BLAS thread: a
+    tile's bits then depend on its rows alone, never on how many threads the process has (OpenBLAS
+    splits a product's inner dimension across its threads: 256 x 2000 x 125 gives other bits with 1
+    thread than with 2, so a dask worker with fewer threads would not give this process's model).
+    ``body`` writes only its own rows of the output."""
+    from streamrank._native.blas import one_thread
+    spans = list(row_tiles(A.shape[0], row0, T))
+    k = min(len(spans), tile_threads())
+
+    def run(part):
+        At, bufs = aligned_empty((T, A.shape[1])), scratch()
+        for s, e, p in part:
             fill_tile(At, A[s:e], p)
-            yield At, s, e, p
+            body(At, s, e, p, bufs)
 
-
-@contextlib.contextmanager
-def fixed_blas_threads():
-    """Inside it, the BLAS libraries run the thread counts they had at import (see _BLAS_THREADS).
-    Changes nothing (no process-wide write) unless a limit is in force; a limit set by another
-    thread while a tile runs is not guarded against (streamrank sets its own on the thread that
-    maps, never beside a thread computing tiles)."""
-    changed = []
-    for lc, n in _BLAS_THREADS:
-        now = lc.get_num_threads()
-        if now != n:
-            lc.set_num_threads(n)
-            changed.append((lc, now))
-    try:
-        yield
-    finally:
-        for lc, now in changed:
-            lc.set_num_threads(now)
+    with one_thread():
+        if k <= 1:
+            run(spans)
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(max_workers=k, thread_name_prefix="streamrank-tiles") as pool:
+                list(pool.map(run, [spans[i::k] for i in range(k)]))  # numpy's BLAS calls release the GIL
 
 
 def default_gamma(n_features):
@@ -280,10 +278,11 @@ class PreparedKernel:
             raise ValueError(f"out has shape {out.shape}, expected {(n, self.n_cols)}")
         if n == 0:
             return out
-        Kt = aligned_empty((self.tile_rows, self.n_cols))
-        for At, s, e, p in tiles(A, row0, self.tile_rows):
-            self.into(At, Kt)
-            out[s:e] = Kt[p:p + e - s]
+        def tile(At, s, e, p, bufs):
+            self.into(At, bufs[0])
+            out[s:e] = bufs[0][p:p + e - s]
+
+        parallel_tiles(A, row0, self.tile_rows, tile, lambda: [aligned_empty((self.tile_rows, self.n_cols))])
         return out
 
 

@@ -34,7 +34,7 @@ import numpy as np
 
 from streamrank.errors import InputError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
-from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, tiles,
+from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, parallel_tiles, tile_threads,
                       tile_rows)
 
 MAP_KINDS = ("identity", "nystroem", "rff")
@@ -196,11 +196,11 @@ class FeatureMap:
 
     def work_bytes(self, n_rows=None):
         """Peak bytes of float64 temporaries of one transform call (output not included): one
-        tile, whatever the number of rows (none for no rows)."""
+        tile per tile thread, whatever the number of rows (none for no rows)."""
         self._check_fitted()
         if n_rows == 0:
             return 0
-        return 8 * self.chunk_rows() * (self.n_features_ + sum(self._widths()))
+        return 8 * self.chunk_rows() * (self.n_features_ + sum(self._widths())) * tile_threads()
 
     def transform(self, X, dtype=np.float32, out=None, row0=0):
         """phi(X) as ``dtype`` ``(len(X), n_components_)`` (into ``out`` when given); ``row0`` is
@@ -215,9 +215,9 @@ class FeatureMap:
         if n == 0:
             return out
         T = self.chunk_rows()
-        bufs = [aligned_empty((T, w)) for w in self._widths()]
-        for Xt, s, e, p in tiles(X, row0, T):
-            self._map_tile(Xt, bufs, p, out[s:e])
+        widths = self._widths()
+        parallel_tiles(X, row0, T, lambda Xt, s, e, p, bufs: self._map_tile(Xt, bufs, p, out[s:e]),
+                       lambda: [aligned_empty((T, w)) for w in widths])
         return out
 
     def chunked_scores(self, Xn, w, row0, dtype, chunk_bytes, read_only=False):

@@ -76,6 +76,9 @@ def stream_of(dataset, **kwargs):
     return dataset.stream(**kwargs)
 
 
+stream_of.accepts_buffer_pool = True  # streamrank.execution.remote.BufferPool
+
+
 class QueryStream:
     """Iterate over a dataset in query-aligned blocks.
 
@@ -103,7 +106,7 @@ class QueryStream:
     """
 
     def __init__(self, dataset, *, block_bytes=None, memory_budget=None, queries=None, prefetch=True,
-                 reuse_buffers=True, row_bytes=None, partition_rows=None):
+                 reuse_buffers=True, row_bytes=None, partition_rows=None, buffer_pool=None):
         self.dataset = dataset
         if block_bytes is None:
             budget = parse_size(memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET)
@@ -122,6 +125,7 @@ class QueryStream:
         self.block_partition = block_partitions(self.bounds, parts)
         self.prefetch = prefetch
         self.reuse_buffers = reuse_buffers
+        self.buffer_pool = buffer_pool
         self._buffers = None
         rows = qp[self.bounds[1:]] - qp[self.bounds[:-1]]
         self.max_block_rows = int(rows.max()) if rows.size else 0
@@ -155,7 +159,10 @@ class QueryStream:
     def __iter__(self):
         n = len(self)
         n_buf = 2 if self.prefetch and n > 1 else 1
-        if self.reuse_buffers and (self._buffers is None or len(self._buffers) != n_buf):
+        if self.reuse_buffers and self.buffer_pool is not None:
+            d, pool, rows = self.dataset.n_features, self.buffer_pool, self.max_block_rows
+            self._buffers = [(pool.array(("X", i), (rows, d)), pool.array(("y", i), (rows,))) for i in range(n_buf)]
+        elif self.reuse_buffers and (self._buffers is None or len(self._buffers) != n_buf):
             d = self.dataset.n_features
             self._buffers = [(np.empty((self.max_block_rows, d), np.float32), np.empty(self.max_block_rows, np.float32))
                              for _ in range(n_buf)]

@@ -31,7 +31,8 @@ class MappedSource(BlockSource):
     """Iterate over SourceBlocks of mapped rows (BlockSource with a feature map)."""
 
     def __init__(self, dataset, fmap, normalizer, *, block_bytes, memory_bytes, queries=None, levels=None,
-                 cache_dir=None, mode="auto", fingerprint=None, cache_size=None, partition_rows=None):
+                 cache_dir=None, mode="auto", fingerprint=None, cache_size=None, partition_rows=None,
+                 buffer_pool=None):
         self.spec = (MappedSource, dict(dataset=dataset, fmap=fmap, normalizer=normalizer, block_bytes=block_bytes,
                                         memory_bytes=memory_bytes, queries=queries, levels=levels,
                                         cache_dir=cache_dir, mode=mode, fingerprint=fingerprint or dataset.fingerprint,
@@ -51,7 +52,7 @@ class MappedSource(BlockSource):
                         need / 1e6, memory_bytes / 1e6)
         self.memory_bytes = need if self.in_memory else 0
         self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), row_bytes=row_bytes,
-                                     partition_rows=partition_rows)
+                                     partition_rows=partition_rows, buffer_pool=buffer_pool)
         self.levels = np.asarray(levels, np.float64)
         self.passes = 0
         self.rows_read = 0
@@ -70,7 +71,9 @@ class MappedSource(BlockSource):
                    "normalize_arrays": array_digest(*[a for a in (self.normalizer.mean_, self.normalizer.scale_)
                                                       if a is not None])}
             self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32, size_cap=cache_size)
-        self._buf = np.empty((self.stream.max_block_rows, self.m), np.float32) if not self.in_memory else None
+        self._pool = buffer_pool
+        self._buf = (None if self.in_memory else np.empty((self.stream.max_block_rows, self.m), np.float32)
+                     if buffer_pool is None else buffer_pool.array(("mapped", 0), (self.stream.max_block_rows, self.m)))
         self._buf2 = None  # the second buffer of cache reads, made on the first cached pass
         self._map_seconds = 0.0
         self._map_rows = 0
@@ -117,7 +120,7 @@ class MappedSource(BlockSource):
         """A pass over the feature cache: block k + 1 is read (and its crc32 checked) by a
         thread into the other of two buffers while block k is used, as QueryStream does for rows."""
         if self._buf2 is None:
-            self._buf2 = np.empty_like(self._buf)
+            self._buf2 = np.empty_like(self._buf) if self._pool is None else self._pool.array(("mapped", 1), self._buf.shape)
         bufs = (self._buf, self._buf2)
         n = self._disk.n_blocks
 

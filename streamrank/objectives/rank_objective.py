@@ -27,6 +27,7 @@ import numpy as np
 from streamrank._native import fused as fz
 from streamrank._native import linalg as la
 from streamrank._native import pairkernels as pk
+from streamrank._native.blas import add_atb
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.normalize import Normalizer
 
@@ -58,9 +59,10 @@ class BlockSource:
     """
 
     read_seconds = 0.0  # time inside the stream; subclasses that map rows do not count it
+    accepts_buffer_pool = True  # its partitions on a worker share block buffers (execution.remote)
 
     def __init__(self, dataset, normalizer=None, *, block_bytes, memory_bytes, queries=None, levels=None,
-                 partition_rows=None):
+                 partition_rows=None, buffer_pool=None):
         # how a worker makes its part of this source (streamrank.execution.dask_executor)
         self.spec = (BlockSource, dict(dataset=dataset, normalizer=normalizer, block_bytes=block_bytes,
                                        memory_bytes=memory_bytes, queries=queries, levels=levels,
@@ -74,7 +76,7 @@ class BlockSource:
         self.in_memory = need <= memory_bytes
         # kept blocks get arrays of their own, read once; streamed ones reuse two buffers
         self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), reuse_buffers=not self.in_memory,
-                                     partition_rows=partition_rows)
+                                     partition_rows=partition_rows, buffer_pool=buffer_pool)
         self.levels = np.asarray(levels, np.float64)
         self.passes = 0
         self.rows_read = 0
@@ -435,7 +437,7 @@ class _Hessian(Pass):
             q_end = min(max(q + 1, int(np.searchsorted(qp, qp[q] + cap, side="right")) - 1), nq)
             r0, r1 = int(qp[q]), int(qp[q_end])
             Phi, LPhi = _l_phi(b, st, r0, r1, (q, q_end), self.cost, self.mu)
-            carry["H"] += Phi.T @ LPhi
+            add_atb(carry["H"], Phi, LPhi)  # the same bits on any number of threads
             carry["rows"] += r1 - r0
             q = q_end
 
@@ -480,7 +482,7 @@ class _PreconditionerSample(Pass):
             c["filled"] = f + r1 - r0
             q = e
             if b.q0 + q == g_stop:  # group complete: one product
-                c["M"] += c["phi"][:c["filled"]].T @ c["lphi"][:c["filled"]]
+                add_atb(c["M"], c["phi"][:c["filled"]], c["lphi"][:c["filled"]])  # bits for any thread count
                 c["g"], c["filled"] = c["g"] + 1, 0
         c["past"] = b.q1 >= self.q_end
         if c["past"]:  # the group buffers are done with (and a carry sent back holds only M)

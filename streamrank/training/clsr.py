@@ -38,6 +38,7 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
 from streamrank.cache.kernel_cache import read_rows
+from streamrank._native.blas import add_atb
 from streamrank.errors import FormatError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.basis_map import KernelBasisMap, draw_basis, kernel_name
@@ -110,8 +111,8 @@ class _Sums:
             q = e
             if q == g_end:  # the group is complete: one product
                 B, yb = self.buf[:self.filled], self.ybuf[:self.filled]
-                self.G += B.T @ B
-                self.b += B.T @ yb
+                add_atb(self.G, B, B)  # the same bits on any number of threads (a worker's or this process's)
+                add_atb(self.b[:, None], B, yb[:, None])
                 self.c += float(yb @ yb)
                 sz = np.diff(self.qp[self.groups[self.g]:g_end + 1]).astype(np.float64)
                 self.S += float(np.sum(sz ** 2))

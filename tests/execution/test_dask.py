@@ -190,3 +190,14 @@ def test_gas_equals_the_local_scores(data, dask_ex):
     np.testing.assert_array_equal(got.importance, ref.importance)
     np.testing.assert_array_equal(got.similarity, ref.similarity)
     assert "_GasPass" in {name for name, *_ in dask_ex.pass_log}
+
+
+def test_a_wide_map_equals_the_local_model(data, dask_ex):
+    """m above the preconditioner's one-thread width: its BLAS products run on the threads a process
+    has (2 here, 1 on each worker) and still give the local bits."""
+    from streamrank.objectives.linear_precond import AUTO_WIDTH
+    tr, va = data
+    kw = settings(va, method="nystroem", components=AUTO_WIDTH + 44, gamma=0.05, C=(1.0,))
+    ref, _ = train_linear(tr, executor=LocalExecutor(partition_rows=ROWS), **kw)
+    model, _ = train_linear(tr, executor=dask_ex, **kw)
+    assert_same_model(model, ref)

@@ -374,9 +374,9 @@ def test_rows_are_independent_by_construction_whatever_the_blas(monkeypatch):
 def test_transform_memory_is_bounded():
     X = np.random.default_rng(13).standard_normal((50, 4))
     ny = Nystroem(gamma=0.3, n_components=50).fit(X)
-    assert ny.work_bytes() <= kn.TILE_BYTES
+    assert ny.work_bytes() <= kn.TILE_BYTES * kn.tile_threads()
     # one tile whatever the rows: input, K(X, L), one output block
-    assert ny.work_bytes(10) == ny.work_bytes(10 ** 6) == 8 * kn.ROW_TILE * (4 + 50 + ny.n_components_)
+    assert ny.work_bytes(10) == ny.work_bytes(10 ** 6) == 8 * kn.ROW_TILE * (4 + 50 + ny.n_components_) * kn.tile_threads()
     assert ny.work_bytes(0) == 0 and IdentityMap().fit(X).work_bytes() == 0
     # very wide products get fewer rows per tile (a multiple of ROW_ALIGN), never more bytes
     assert kn.tile_rows(10) == kn.ROW_TILE
