@@ -14,7 +14,8 @@ each in a fresh process, configurations interleaved ``--repeats`` times (a 2-cor
 noisy: compare within a run). Per run: the training's wall time (the cluster's start apart), its
 passes and seconds a pass, the seconds a pass per million rows, bytes shipped a pass (both ways,
 the exact message sizes; the solver's passes: loss + gradient and Hessian products), the peak RSS
-of the driver and of each worker (VmHWM), and whether the model equals the local one bit for bit.
+of the driver and of each worker (VmHWM; a worker's resident size at the end beside it), and whether
+the model equals the local one bit for bit.
 A pass's time is the median Hessian-vector product (one read of every row; the first passes also
 decide where rows live and load compiled kernels). The scaling line gives local / dask 2 and
 dask 1 / dask 2 per pass. Everything printed comes from
@@ -77,9 +78,13 @@ if cfg["workers"]:
     d = ex.describe()
     out["bytes_all"] = d["bytes_shipped"]
     out["all_passes"] = d["passes"]
-    def hwm(dask_worker=None):
-        return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) * 1024
-    out["worker_rss_mb"] = sorted(v / 1e6 for v in client.run(hwm).values())
+    def mem(dask_worker=None):  # (peak, now) resident bytes of a worker process
+        st = {{l.split(":")[0]: int(l.split()[1]) * 1024 for l in open("/proc/self/status")
+               if l.startswith(("VmHWM", "VmRSS"))}}
+        return st["VmHWM"], st["VmRSS"]
+    got = sorted(client.run(mem).values())
+    out["worker_rss_mb"] = [p / 1e6 for p, _ in got]
+    out["worker_end_mb"] = [n / 1e6 for _, n in got]
     ex.close(); client.close(); cluster.close()
 print(json.dumps(out))
 """
@@ -129,6 +134,7 @@ def main():
             "per_mrow": per_pass / (rows / 1e6), "bytes": r0.get("bytes_per_pass"), "partitions": r0.get("partitions"),
             "driver_rss": statistics.median(r["peak_rss_mb"] for r in rs),
             "workers_rss": " / ".join(f"{v:.0f}" for v in r0.get("worker_rss_mb", [])) or None,
+            "workers_end": " / ".join(f"{v:.0f}" for v in r0.get("worker_end_mb", [])) or None,
             "same": "yes" if same else "NO"})
     print()
     table(rows_out, [("config", "executor", None), ("start", "cluster start s", "{:.1f}"),
@@ -136,6 +142,7 @@ def main():
                      ("per_pass", "s / Hessian pass", "{:.3f}"), ("per_mrow", "s / pass / M rows", "{:.3f}"),
                      ("partitions", "partitions", None), ("bytes", "bytes / solver pass", "{:,.0f}"),
                      ("driver_rss", "driver peak MB", "{:.0f}"), ("workers_rss", "worker peak MB", None),
+                     ("workers_end", "worker MB at end", None),
                      ("same", "model = local", None)])
     p = {r["config"]: r["per_pass"] for r in rows_out}
     print(f"\nscaling per pass: local / dask 2 = {p['local'] / p['dask 2']:.2f}, dask 1 / dask 2 = "
