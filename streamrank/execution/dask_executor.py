@@ -85,8 +85,8 @@ def _build(r, sid, part, spec_msg, bounds):
         raise remote.Missing("source", [(sid, part)])
     factory, kwargs = remote.loads(spec_msg, r.arrays)
     kwargs = dict(kwargs, queries=(int(bounds[part]), int(bounds[part + 1])))
-    if getattr(factory, "accepts_buffer_pool", False):  # one set of block buffers for its partitions here
-        kwargs["buffer_pool"] = r.pools.setdefault(sid, remote.BufferPool())
+    if getattr(factory, "accepts_buffer_pool", False):  # one set of block buffers for every partition here
+        kwargs["buffer_pool"] = r.pool
     if "memory_bytes" in kwargs:
         # this worker's share for the source's rows: what its earlier partitions left
         kwargs["memory_bytes"] = max(0, int(kwargs["memory_bytes"]) - r.data_bytes.get(sid, 0))
@@ -132,7 +132,7 @@ def _pass_task(session, home, sid, part, spec_msg, bounds, pass_msg, kept, out_i
     t0 = time.perf_counter()
     read0 = getattr(src, "read_seconds", 0.0)
     rows0 = getattr(src, "rows_read", 0)
-    with r.lock(sid):  # its partitions share buffers: one pass at a time (a worker may run several tasks)
+    with r.lock:  # partitions here share block buffers: one at a time (a worker may run several tasks)
         carry, outputs, blocks = run_blocks(p, src, args, carry=carry)
     stats = {"blocks": blocks, "seconds": time.perf_counter() - t0,
              "read_seconds": getattr(src, "read_seconds", 0.0) - read0,

@@ -157,11 +157,24 @@ class QueryStream:
         return Block(X, y, qp[q0:q1 + 1] - start, start, stop, q0, q1)
 
     def __iter__(self):
+        if not (self.reuse_buffers and self.buffer_pool is not None):
+            yield from self._pass()
+            return
+        # pooled buffers are this pass's only: a stream left between passes holds none of them (a
+        # pool grown for a larger block frees the smaller array once no stream holds it)
+        n, d, pool, rows = len(self), self.dataset.n_features, self.buffer_pool, self.max_block_rows
+        self._buffers = [(pool.array(("X", i), (rows, d)), pool.array(("y", i), (rows,)))
+                         for i in range(2 if self.prefetch and n > 1 else 1)]
+        try:
+            yield from self._pass()
+        finally:
+            self._buffers = None
+
+    def _pass(self):
         n = len(self)
         n_buf = 2 if self.prefetch and n > 1 else 1
         if self.reuse_buffers and self.buffer_pool is not None:
-            d, pool, rows = self.dataset.n_features, self.buffer_pool, self.max_block_rows
-            self._buffers = [(pool.array(("X", i), (rows, d)), pool.array(("y", i), (rows,))) for i in range(n_buf)]
+            pass
         elif self.reuse_buffers and (self._buffers is None or len(self._buffers) != n_buf):
             d = self.dataset.n_features
             self._buffers = [(np.empty((self.max_block_rows, d), np.float32), np.empty(self.max_block_rows, np.float32))
