@@ -8,11 +8,10 @@ import time
 
 import numpy as np
 import pytest
+from small_data import small_pair
 
-import streamrank
 from streamrank.execution.dask_executor import DaskExecutor, start_cluster
 from streamrank.execution.executor import LocalExecutor
-from streamrank.io.synthetic import write_hdf5
 from streamrank.training.linear import train_linear
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*larger than the block budget")
@@ -22,10 +21,8 @@ ROWS = 300  # rows of a partition: the 1,500-row training set makes 5 or 6, spre
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("dask")
-    for part in ("train", "valid"):
-        write_hdf5(d / f"{part}.h5", "small", seed=3, part=part, scale=0.5)
-    with streamrank.open_dataset(d / "train.h5") as tr, streamrank.open_dataset(d / "valid.h5") as va:
+    tr, va = small_pair(tmp_path_factory, "dask", 0.5)
+    with tr, va:
         yield tr, va
 
 

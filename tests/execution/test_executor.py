@@ -5,14 +5,13 @@ several partitions (``partitioned_executor``) proves each merge against the loca
 
 import numpy as np
 import pytest
+from small_data import small_pair
 
-import streamrank
 from partitioned_executor import PartitionedExecutor
 from streamrank._native import pairkernels as pk
 from streamrank.cache.kernel_cache import KernelCache, read_rows
 from streamrank.execution.executor import LOCAL, Executor, LocalExecutor, Pass, executor_or_local
 from streamrank.features.normalize import Normalizer
-from streamrank.io.synthetic import write_hdf5
 from streamrank.objectives.kernel_objective import KernelObjective
 from streamrank.objectives.rank_objective import BlockSource, RankObjective
 from streamrank.training.exact import train_exact
@@ -86,10 +85,8 @@ def test_executor_argument_is_checked():
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    d = tmp_path_factory.mktemp("executor")
-    for part in ("train", "valid"):
-        write_hdf5(d / f"{part}.h5", "small", seed=3, part=part, scale=0.15)
-    with streamrank.open_dataset(d / "train.h5") as tr, streamrank.open_dataset(d / "valid.h5") as va:
+    tr, va = small_pair(tmp_path_factory, "executor", 0.15)
+    with tr, va:
         yield tr, va
 
 
