@@ -59,14 +59,14 @@ class _TranslatingFormatter(logging.Formatter):
         return translate(super().format(record))
 
 
-def _positive_int(name):
+def _positive_int(name, example):
     def parse(text):
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
         if v <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0; got {v}. Pass {name} 46")
+            raise argparse.ArgumentTypeError(f"{name} must be > 0; got {v}. Pass {name} {example}")
         return v
     return parse
 
@@ -226,7 +226,7 @@ def _executor(args):
     log = logging.getLogger("streamrank.cli")
     try:
         client, cluster = start_cluster(workers=workers, scheduler=scheduler)
-    except OSError as e:
+    except (OSError, ValueError) as e:
         raise ParameterError(f"cannot reach the dask scheduler at {scheduler} ({e}). Check the address "
                              f"(tcp://HOST:PORT) or start a local cluster with --workers N") from None
     n = len(client.nthreads())
@@ -380,13 +380,13 @@ def _os_error(exc):
 def _add_cluster(p):
     """--workers / --scheduler / --partition-rows: where the passes over the data run."""
     from streamrank.execution.partitions import PARTITION_ROWS
-    p.add_argument("--workers", type=_positive_int("--workers"), metavar="N",
+    p.add_argument("--workers", type=_positive_int("--workers", 2), metavar="N",
                    help="run every pass on a local dask cluster of N single-threaded worker processes "
                         "(default: in this process)")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="run every pass on the running dask cluster at this address; its workers read the data "
                         "by its path (a shared file system)")
-    p.add_argument("--partition-rows", type=_positive_int("--partition-rows"), default=PARTITION_ROWS, metavar="R",
+    p.add_argument("--partition-rows", type=_positive_int("--partition-rows", PARTITION_ROWS), default=PARTITION_ROWS, metavar="R",
                    help=f"rows of one partition, the unit of work a worker keeps (default {PARTITION_ROWS}); the "
                         f"model depends on it, not on the number of workers")
 
@@ -408,7 +408,7 @@ def build_parser():
     c.add_argument("--query-file", action="append", metavar="F",
                    help="group sizes (one per line) for an input without qid:; give once per input")
     c.add_argument("--zero-based", action="store_true", help="feature indices start at 0 (default 1)")
-    c.add_argument("--n-features", type=_positive_int("--n-features"), metavar="D",
+    c.add_argument("--n-features", type=_positive_int("--n-features", 46), metavar="D",
                    help="fix the number of features (train, vali and test must agree)")
     c.add_argument("--compression", choices=["gzip", "lzf", "none"], default=None,
                    help="HDF5 compression of the rows (default: none; docs/benchmarks.md, \"Storage defaults\")")
@@ -514,7 +514,7 @@ def build_parser():
 
     g = sub.add_parser("select-features", help="rank features by GAS (paper 003): importance, minus redundancy")
     g.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
-    g.add_argument("-k", type=_positive_int("-k"), metavar="K", help="features to select (default: rank all)")
+    g.add_argument("-k", type=_positive_int("-k", 10), metavar="K", help="features to select (default: rank all)")
     g.add_argument("--importance", default="map", metavar="map|ndcg@K|pairwise",
                    help="GAS-E: MAP or NDCG@K of ordering each query by the feature alone (letor4); GAS-L: "
                         "pairwise, the inverse of the pairwise error rate (default map)")

@@ -258,7 +258,7 @@ class Dataset:
     def __reduce__(self):
         # another process (a dask worker) opens the same file by its path: a shared or replicated
         # file system is the deployment assumption, checked by the content fingerprint
-        return (reopen, (str(self.path), self.fingerprint, self.name))
+        return (reopen, (str(self.path.resolve()), self.fingerprint, self.name))  # not relative to this cwd
 
     def __enter__(self):
         return self

@@ -81,3 +81,24 @@ def test_a_lost_scheduler_ends_clearly_and_the_checkpoint_resumes_locally(data, 
     r = cli("train", *common[:-2], "-o", tmp_path / "ref.h5", "--quiet")
     assert r.returncode == 0, r.stderr
     np.testing.assert_array_equal(load(tmp_path / "m.h5").w, load(tmp_path / "ref.h5").w)
+
+
+def test_a_malformed_scheduler_address_is_a_clear_error(data, tmp_path):
+    r = cli("train", data / "train.h5", "-o", tmp_path / "m.h5", "--scheduler", "notanaddress")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "cannot reach the dask scheduler at notanaddress" in r.stderr and "tcp://HOST:PORT" in r.stderr
+    r = cli("train", data / "train.h5", "-o", tmp_path / "m.h5", "--workers", 0)
+    assert r.returncode == 2 and "Pass --workers 2" in r.stderr
+
+
+def test_a_dataset_travels_by_its_absolute_path(data, tmp_path, monkeypatch):
+    """Workers started elsewhere (another working directory) open the file the driver named
+    relatively."""
+    import pickle
+    import streamrank
+    monkeypatch.chdir(data)
+    with streamrank.open_dataset("train.h5") as ds:
+        msg = pickle.dumps(ds)
+    monkeypatch.chdir(tmp_path)
+    again = pickle.loads(msg)
+    assert again.path == (data / "train.h5").resolve() and again.n_rows > 0
