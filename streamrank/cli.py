@@ -211,9 +211,7 @@ def _executor(args):
     workers, scheduler = getattr(args, "workers", None), getattr(args, "scheduler", None)
     if workers is None and scheduler is None:
         from streamrank.execution.executor import LocalExecutor
-        from streamrank.execution.partitions import PARTITION_ROWS
-        rows = getattr(args, "partition_rows", PARTITION_ROWS)
-        yield None if rows == PARTITION_ROWS else LocalExecutor(partition_rows=rows)
+        yield LocalExecutor(partition_rows=getattr(args, "partition_rows", None))
         return
     from streamrank.errors import ParameterError
     from streamrank.execution.dask_executor import DaskExecutor, start_cluster

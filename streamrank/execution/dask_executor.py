@@ -159,10 +159,6 @@ def _forget(session, dask_worker=None):
         _RUNS.pop(session, None)
 
 
-def _pid(dask_worker=None):
-    return os.getpid()
-
-
 # -- on the client -------------------------------------------------------------------------------
 
 
@@ -170,15 +166,15 @@ class _Outputs:
     """Kept outputs of one pass, held by the workers (per partition), with their lineage: the
     pass message and the kept outputs it read, to remake them on a new worker."""
 
-    def __init__(self, executor, hid, sid, pass_msg, pass_arrays, kept):
-        self.hid, self.sid, self.pass_msg, self.pass_arrays, self.kept = hid, sid, pass_msg, pass_arrays, kept
+    def __init__(self, executor, hid, pass_msg, pass_arrays, kept):
+        self.hid, self.pass_msg, self.pass_arrays, self.kept = hid, pass_msg, pass_arrays, kept
         weakref.finalize(self, executor._release_handle, hid)
 
 
 class _SourceInfo:
-    def __init__(self, sid, spec_msg, spec_arrays, bounds, block_part, n_blocks):
+    def __init__(self, sid, spec_msg, spec_arrays, bounds, block_part):
         self.sid, self.spec_msg, self.spec_arrays = sid, spec_msg, spec_arrays
-        self.bounds, self.block_part, self.n_blocks = bounds, block_part, n_blocks
+        self.bounds, self.block_part = bounds, block_part
 
 
 class DaskExecutor(Executor):
@@ -279,8 +275,7 @@ class DaskExecutor(Executor):
                             f"and partitions for the workers to make their parts of it")
         sid = next(self._ids)
         msg, arrays = remote.dumps(spec)
-        bp = block_partition(source)
-        info = _SourceInfo(sid, msg, arrays, np.asarray(bounds), np.asarray(bp), len(bp))
+        info = _SourceInfo(sid, msg, arrays, np.asarray(bounds), np.asarray(block_partition(source)))
         self._sources[source] = info
         weakref.finalize(source, self._release_source, sid)
         return info
@@ -391,7 +386,7 @@ class DaskExecutor(Executor):
                               time.perf_counter() - t0))
         self._account(p, source, stats)
         kept_any = out_id is not None and any(s.get("kept") for s in stats)
-        outputs = _Outputs(self, out_id, info.sid, pass_msg, pass_arrays, kept) if kept_any else None
+        outputs = _Outputs(self, out_id, pass_msg, pass_arrays, kept) if kept_any else None
         if p.returns:
             flat = [o for part_outs in outs for o in part_outs]
             if collect is not None:
@@ -430,7 +425,7 @@ class DaskExecutor(Executor):
             carry, o, s = res[part]
             outs.append(o or [])
             stats.append(s)
-            p.partition_done(carry, int(info.bounds[part + 1]))
+            p.reached(carry, int(info.bounds[part + 1]))
         return (p.start() if carry is None else carry), outs, stats
 
     def _gather(self, info, parts, submit, kept):
@@ -510,10 +505,9 @@ class DaskExecutor(Executor):
         if hasattr(source, "read_seconds"):
             source.read_seconds += sum(s["read_seconds"] for s in stats)
         if stats and p.reads == "rows":
-            for name in ("in_memory",):
-                vals = [s[name] for s in stats if s[name] is not None]
-                if vals and hasattr(source, name):
-                    setattr(source, name, all(vals))
+            vals = [s["in_memory"] for s in stats if s["in_memory"] is not None]
+            if vals and hasattr(source, "in_memory"):
+                source.in_memory = all(vals)
             mem = [s["memory_bytes"] for s in stats if s["memory_bytes"] is not None]
             if mem and hasattr(source, "memory_bytes"):
                 source.memory_bytes = sum(mem)
@@ -522,10 +516,10 @@ class DaskExecutor(Executor):
                     setattr(source, name, stats[0][name])
 
 
-def start_cluster(workers=None, scheduler=None, memory_limit=None):
+def start_cluster(workers=None, scheduler=None):
     """A ``distributed.Client``: joined to ``scheduler`` (an address), or of a new ``LocalCluster``
-    of ``workers`` single-threaded worker processes (each with ``cores // workers`` numba / BLAS
-    threads). Returns (client, cluster or None)."""
+    of ``workers`` single-threaded worker processes (each with ``cores // workers`` numba threads;
+    dask gives each one BLAS thread). Returns (client, cluster or None)."""
     from distributed import Client, LocalCluster
     if scheduler is not None:
         client = Client(scheduler, timeout=SCHEDULER_TIMEOUT)
@@ -547,5 +541,5 @@ def start_cluster(workers=None, scheduler=None, memory_limit=None):
     import importlib.util
     dashboard = ":0" if importlib.util.find_spec("bokeh") else None  # the dashboard needs bokeh
     cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=dashboard, memory_limit=memory_limit or 0, env=env)
+                           dashboard_address=dashboard, memory_limit=0, env=env)  # memory: --memory-budget
     return Client(cluster, timeout=SCHEDULER_TIMEOUT), cluster

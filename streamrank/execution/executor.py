@@ -47,12 +47,13 @@ class Pass:
     reads = "rows"
     returns = False
     # attributes that stay with the caller when the pass runs elsewhere (callbacks that write the
-    # caller's files); such a pass is told of each finished partition by ``partition_done``
+    # caller's files); the caller then hears of the pass's progress through ``reached``
     local_only = ()
 
-    def partition_done(self, carry, q_stop):
-        """Hook (caller side, distributed runs of a ``one_partition`` pass): the carry after the
-        partition that ends before query ``q_stop``."""
+    def reached(self, carry, q_stop):
+        """Hook, on the caller's side: ``carry`` holds every row before query ``q_stop`` (a pass
+        that cannot be split: called by its own ``step`` after each block here, by a distributed
+        executor after each partition)."""
 
     def start(self):
         return None

@@ -173,9 +173,7 @@ class QueryStream:
     def _pass(self):
         n = len(self)
         n_buf = 2 if self.prefetch and n > 1 else 1
-        if self.reuse_buffers and self.buffer_pool is not None:
-            pass
-        elif self.reuse_buffers and (self._buffers is None or len(self._buffers) != n_buf):
+        if self.reuse_buffers and self.buffer_pool is None and (self._buffers is None or len(self._buffers) != n_buf):
             d = self.dataset.n_features
             self._buffers = [(np.empty((self.max_block_rows, d), np.float32), np.empty(self.max_block_rows, np.float32))
                              for _ in range(n_buf)]

@@ -72,8 +72,9 @@ class MappedSource(BlockSource):
                                                       if a is not None])}
             self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32, size_cap=cache_size)
         self._pool = buffer_pool
-        self._buf = (None if self.in_memory else np.empty((self.stream.max_block_rows, self.m), np.float32)
-                     if buffer_pool is None else buffer_pool.array(("mapped", 0), (self.stream.max_block_rows, self.m)))
+        # a pooled buffer is taken afresh each pass (_items): the pool may have grown for another partition
+        self._buf = (None if self.in_memory or buffer_pool is not None
+                     else np.empty((self.stream.max_block_rows, self.m), np.float32))
         self._buf2 = None  # the second buffer of cache reads, made on the first cached pass
         self._map_seconds = 0.0
         self._map_rows = 0
@@ -142,6 +143,8 @@ class MappedSource(BlockSource):
             pool.shutdown(wait=True, cancel_futures=True)
 
     def _items(self, first):
+        if self._pool is not None and not self.in_memory:
+            self._buf, self._buf2 = self._pool.array(("mapped", 0), (self.stream.max_block_rows, self.m)), None
         decided = not first or self.in_memory
         if decided and self.mode == "cache":
             yield from self._cached_items()

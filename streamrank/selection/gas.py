@@ -253,7 +253,7 @@ class _GasPass(Pass):
             c["count"] += ok
             c["queries"] += 1
             c["rows"] += b - a
-        self.partition_done(c, block.q_stop)
+        self.reached(c, block.q_stop)
         now = time.perf_counter()
         if now - self.shown >= PROGRESS_SECONDS:  # long passes say how far they are
             self.shown = now
@@ -261,7 +261,7 @@ class _GasPass(Pass):
                      c["queries"] / max(now - self.t0, 1e-9))
 
 
-    def partition_done(self, c, q_stop):
+    def reached(self, c, q_stop):
         if self.commit is not None:
             self.commit(c, q_stop)
 
