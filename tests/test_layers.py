@@ -3,7 +3,7 @@ other in a cycle. The order is the data flow of DESIGN.md: passes are run by an 
 (execution), rows are read (io), mapped (features),
 kept between passes (cache), measured (evaluation), turned into an objective (objectives) that a solver minimises
 (solvers); models and checkpoints are files (state); features are chosen (selection, which
-checkpoints its pass); training runs the path; the faces (CLI,
+checkpoints its pass); training runs the path; workflows (grid, cross-validation, report) run many trainings; the faces (CLI,
 estimator, demo) sit on top."""
 
 import ast
@@ -27,6 +27,7 @@ LAYERS = [
     {"state"},
     {"selection"},
     {"training"},
+    {"workflow"},
     {"estimator", "cli", "demo", "__init__", "__main__"},
 ]
 

@@ -25,6 +25,10 @@ log = logging.getLogger("streamrank.training.path")
 # more iterations simply continue)
 RESUMABLE_CHANGES = ("memory_budget", "block_bytes", "max_iter")
 
+# one row per solver iteration in a candidate's "trace" (the convergence plots': objective and
+# gradient norm against time and passes, and the validation score when there are validation data)
+TRACE_COLUMNS = ("iteration", "seconds", "passes", "objective", "grad_norm", "valid")
+
 # Paper 001's two-stage choice of C (``C="two-stage"``): the decades, then these multiples of the
 # best of them (on the validation data)
 TWO_STAGE_DECADES = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
@@ -124,8 +128,8 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
             return first
         return first + list(refine(cands[:len(first)], first, valid_key))
 
-    candidates, path_w, start_index, state, passes0 = resume_point(checkpoint if resume else None, config,
-                                                                   fingerprint, all_points)
+    candidates, path_w, start_index, state, passes0, trace = resume_point(checkpoint if resume else None, config,
+                                                                          fingerprint, all_points)
     points = all_points(candidates)
     n_ck = [0]
     resource, resource_gi, total = None, None, passes0
@@ -153,18 +157,22 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
         def passes(resource=resource, total=total):
             return total + resource.passes
 
+        def validate(st, Ck=Ck, gi=gi):
+            score = method.score(st.w, gi)
+            log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score)
+            return score
+
         on_iteration = iteration_callback(
             checkpoint=checkpoint, config=config, fingerprint=fingerprint, settings=settings, index=k,
-            candidates=candidates, path_w=path_w, counter=n_ck, passes=passes,
-            validate=None if valid_key is None else (lambda st, Ck=Ck, gi=gi: log.info(
-                "    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric,
-                method.score(st.w, gi))))
+            candidates=candidates, path_w=path_w, counter=n_ck, passes=passes, trace=trace,
+            validate=None if valid_key is None else validate)
         st = solve(obj, w, eps=tol, max_iter=max_iter, state=state, callback=on_iteration,
                    describe=lambda: f"passes {passes()}", **kw)
         state = None
         finish_point(st, C=Ck, gamma=method.gamma(gi), passes=passes(), candidates=candidates, path_w=path_w,
                      valid=None if valid_key is None else (valid_key, method.score(st.w, gi)),
-                     extra=method.point_info(gi, Ck))
+                     extra=dict(method.point_info(gi, Ck), trace=list(trace)))
+        trace = []
         points = all_points(candidates)
         k += 1
     if resource is not None:
@@ -208,7 +216,8 @@ def checkpoint_scalars(st, **extra):
 
 
 def resume_point(checkpoint, config, fingerprint, points):
-    """(candidates, path_w, path index, TronState or None, passes so far) from the checkpoint in
+    """(candidates, path_w, path index, TronState or None, passes so far, the point's trace so far)
+    from the checkpoint in
     directory ``checkpoint`` (None: start afresh); ``points`` are the path's (gamma index, C), or
     ``points(candidates)`` gives them once the finished candidates are known (a second stage)."""
     if checkpoint:
@@ -227,22 +236,27 @@ def resume_point(checkpoint, config, fingerprint, points):
                 raise FormatError(f"{ck['path']}: the checkpoint is inconsistent: {why}; it was changed after it was "
                                   f"written. Start again with resume=False (or remove {checkpoint})")
             log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[k][1], state.iteration)
-            return sc["candidates"], path_w, k, state, int(sc["passes"])
+            return sc["candidates"], path_w, k, state, int(sc["passes"]), list(sc.get("trace", []))
         log.info("no checkpoint in %s: starting from scratch", checkpoint)
-    return [], [], 0, None, 0
+    return [], [], 0, None, 0, []
 
 
 def iteration_callback(*, checkpoint, config, fingerprint, settings, index, candidates, path_w, counter, passes,
-                       validate=None):
-    """TRON's callback for point ``index`` of a path: ``validate(state)`` (a log line), then a
-    checkpoint (numbered by ``counter``) holding the solver state, the finished candidates and
-    the solutions ``path_w`` of the earlier points."""
+                       validate=None, trace=None):
+    """TRON's callback for point ``index`` of a path: ``validate(state)`` (logs and returns the
+    validation score), a row of ``trace`` (:data:`TRACE_COLUMNS`), then a checkpoint (numbered by
+    ``counter``) holding the solver state, the trace, the finished candidates and the solutions
+    ``path_w`` of the earlier points."""
+    trace = [] if trace is None else trace
+
     def on_iteration(st):
-        if validate is not None:
-            validate(st)
+        score = validate(st) if validate is not None else None
+        trace.append([int(st.iteration), float(st.seconds), int(passes()), float(st.f), float(st.gnorm),
+                      None if score is None else float(score)])
         if checkpoint:
             counter[0] += 1
-            scal = checkpoint_scalars(st, C_index=index, candidates=candidates, passes=passes(), settings=settings)
+            scal = checkpoint_scalars(st, C_index=index, candidates=candidates, passes=passes(), settings=settings,
+                                      trace=trace)
             write_checkpoint(checkpoint, config=config, fingerprint=fingerprint, scalars=scal, w=st.w, g=st.g,
                              extra={f"w{i}": v for i, v in enumerate(path_w)}, number=counter[0])
     return on_iteration

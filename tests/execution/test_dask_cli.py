@@ -18,7 +18,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:.*larger than the block budget")
 
 
 def cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "streamrank.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "streamrank", *map(str, args)], capture_output=True, text=True,
                           **kw)
 
 
@@ -60,7 +60,7 @@ def test_a_lost_scheduler_ends_clearly_and_the_checkpoint_resumes_locally(data, 
         ck = tmp_path / "ck"
         common = [data / "train.h5", "--valid", data / "valid.h5", "--C", "0.01,0.1,1", "--tol", "1e-8",
                   "--partition-rows", 1000, "--checkpoint", ck]
-        run = subprocess.Popen([sys.executable, "-m", "streamrank.cli", "train", *map(str, common), "-o",
+        run = subprocess.Popen([sys.executable, "-m", "streamrank", "train", *map(str, common), "-o",
                                 tmp_path / "m.h5", "--scheduler", address], stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
         while not (ck / "checkpoint.h5").exists() and run.poll() is None and time.monotonic() < deadline + 60:

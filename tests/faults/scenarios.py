@@ -49,6 +49,11 @@ SCENARIOS = [
              again=["train", "{w}/train.h5", "-o", "{w}/m.h5", "--method", "exact", "--gamma", "0.05", *COMMON,
                     "--resume"],
              points=[("cg-step", 9), ("checkpoint-write", 4)]),
+    # a grid: finished configurations kept, the one it stopped in resumed at its last iteration
+    Scenario("grid", ["grid", "{w}/train.h5", "--valid", "{w}/valid.h5", "-o", "{w}/run", "--method",
+                      "primal,nystroem", "--components", "32", "--C", "0.25,1", "--tol", "1e-6", "--quiet"],
+             ["run/model.h5", "run/candidates.csv"],
+             points=[("checkpoint-write", 5), ("model-write", 2), ("cg-step", 30)]),
     Scenario("predict", ["predict", "{w}/model.h5", "{w}/valid.h5", "-o", "{w}/s.txt"], ["s.txt"],
              points=[("scores-write", 1)]),
 ]

@@ -243,7 +243,7 @@ def run_cli(args, abort=None):
     env = {k: v for k, v in os.environ.items() if k != ABORT_ENV}
     if abort:
         env[ABORT_ENV] = abort
-    return subprocess.run([sys.executable, "-m", "streamrank.cli", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "streamrank", *args], env=env, capture_output=True, text=True,
                           timeout=300)
 
 

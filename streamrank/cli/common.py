@@ -1,0 +1,187 @@
+"""What every command shares: library messages in the CLI's terms, logging, option parsers, output
+checks and the executor of --workers / --scheduler."""
+
+import argparse
+import contextlib
+import logging
+import re
+import sys
+from pathlib import Path
+
+from streamrank.errors import StreamrankError
+
+# library parameter -> command-line flag: library messages name parameters (``C=0.5``,
+# ``resume=False``); what the CLI prints names its flags (``--C 0.5``, ``without --resume``)
+FLAGS = {"C": "--C", "tol": "--tol", "max_iter": "--max-iter", "method": "--method", "precondition": "--precondition",
+         "gamma": "--gamma", "solver": "--solver", "kernel": "--kernel", "degree": "--degree", "coef0": "--coef0",
+         "normalize": "--normalize", "n_components": "--components", "rank": "--rank", "seed": "--seed",
+         "n_features": "--n-features", "memory_budget": "--memory-budget", "cache_dir": "--cache-dir",
+         "cache_size": "--cache-size", "query_files": "--query-file", "zero_based": "--zero-based",
+         "checkpoint": "--checkpoint", "resume": "--resume", "valid": "--valid", "select_metric": "--select-metric",
+         "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
+         "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta", "abs_gtol": "--abs-gtol",
+         "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components",
+         "features": "--features", "importance": "--importance", "tradeoff": "--tradeoff",
+         "workers": "--workers", "scheduler": "--scheduler", "partition_rows": "--partition-rows"}
+_PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
+# only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
+# as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
+_FIX = re.compile(rf"(\b[Uu]se |\bor |\band |\()({_PARAM})=(\S*?)(?=[\s;,)]|$)|\bwith ({_PARAM})=(True|False)\b")
+
+
+def translate(message):
+    """A library message in the CLI's terms where it says what to set: ``use C=0.5`` -> ``pass --C
+    0.5``, ``with resume=False`` -> ``without --resume``, ``use zero_based=True`` -> ``pass
+    --zero-based``, ``(valid=DATA)`` -> ``(--valid DATA)``."""
+    def fix(m):
+        if m.group(4):  # "with name=True|False"
+            return ("with " if m.group(5) == "True" else "without ") + FLAGS[m.group(4)]
+        lead, flag, value = m.group(1), FLAGS[m.group(2)], m.group(3)
+        word = {"Use ": "Pass ", "use ": "pass "}.get(lead, lead)
+        if value == "False":
+            return word + "no " + flag
+        if value == "True":
+            return word + flag
+        return f"{word}{flag} {value}"
+    return _FIX.sub(fix, message)
+
+
+class _TranslatingFormatter(logging.Formatter):
+    """Formats library log messages in the CLI's terms (the record itself, which other handlers
+    may also see, is left as the library wrote it)."""
+
+    def format(self, record):
+        return translate(super().format(record))
+
+
+def _positive_int(name, example):
+    def parse(text):
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
+        if v <= 0:
+            raise argparse.ArgumentTypeError(f"{name} must be > 0; got {v}. Pass {name} {example}")
+        return v
+    return parse
+
+
+def _check_outputs(*items):
+    """Every (path, what, special_ok) the command will write, tried before the work starts."""
+    from streamrank.io.atomic import check_writable
+    for path, what, special_ok in items:
+        if path is not None:
+            check_writable(path, what, special_ok=special_ok)
+
+
+def _check_checkpoint_dir(directory):
+    from streamrank.errors import InputError
+    from streamrank.state.checkpoint import CURRENT
+    if directory is None:
+        return
+    d = Path(directory)
+    if d.exists() and not d.is_dir():
+        raise InputError(f"{d}: --checkpoint must name a directory; it is a file")
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"{d}: the checkpoint directory cannot be created ({e.strerror})") from None
+    _check_outputs((d / CURRENT, "checkpoint", False))
+
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """Library warnings as one log line in the CLI's terms (no source location, no class name)."""
+    logging.getLogger("streamrank").warning("warning: %s", message)
+
+
+def _setup_logging(quiet, progress=True):
+    """Library log lines (and warnings) on stderr in the CLI's terms: INFO and up for commands that
+    report progress (``progress``), warnings only otherwise or with --quiet."""
+    import warnings
+    warnings.showwarning = _show_warning
+    logger = logging.getLogger("streamrank")
+    logger.handlers[:] = []
+    h = logging.StreamHandler(sys.stderr)
+    h.setFormatter(_TranslatingFormatter("%(message)s"))
+    logger.addHandler(h)
+    logger.setLevel(logging.WARNING if quiet or not progress else logging.INFO)
+
+
+def _values(name, words=(), integer=False):
+    """A parser of values in the grammar of :mod:`streamrank.workflow.values` (0.1,1,10 or 2^-5:2^5[:2]),
+    or one of ``words``."""
+    def parse(text):
+        if text.strip().lower() in words:
+            return text.strip().lower()
+        from streamrank.workflow.values import parse_values
+        try:
+            return parse_values(text, {f: p for p, f in FLAGS.items()}.get(name, name), integer=integer)
+        except StreamrankError as e:
+            alt = "".join(f" or {w!r}" for w in words)
+            raise argparse.ArgumentTypeError(f"{translate(str(e))}{alt and ' (or' + alt[3:] + ')'}") from None
+    return parse
+
+
+@contextlib.contextmanager
+def _executor(args):
+    """The executor of --workers N / --scheduler ADDR (None: passes run in this process)."""
+    workers, scheduler = getattr(args, "workers", None), getattr(args, "scheduler", None)
+    if workers is None and scheduler is None:
+        from streamrank.execution.executor import LocalExecutor
+        yield LocalExecutor(partition_rows=getattr(args, "partition_rows", None))
+        return
+    from streamrank.errors import ParameterError
+    from streamrank.execution.dask_executor import DaskExecutor, start_cluster
+    if workers is not None and scheduler is not None:
+        raise ParameterError("--workers starts a local cluster, --scheduler joins a running one; pass one of them")
+    import importlib
+    importlib.import_module("distributed")  # it configures its loggers on import; then they are quietened
+    for name in [n for n in logging.root.manager.loggerDict if n.split(".")[0] == "distributed"] + ["distributed"]:
+        logging.getLogger(name).setLevel(logging.CRITICAL)  # the cluster's own chatter: errors are ours to say
+    log = logging.getLogger("streamrank.cli")
+    try:
+        client, cluster = start_cluster(workers=workers, scheduler=scheduler)
+    except (OSError, ValueError) as e:
+        raise ParameterError(f"cannot reach the dask scheduler at {scheduler} ({e}). Check the address "
+                             f"(tcp://HOST:PORT) or start a local cluster with --workers N") from None
+    n = len(client.nthreads())
+    board = "dashboard" in client.scheduler_info().get("services", {})
+    log.info("dask: %d worker%s at %s%s", n, "" if n == 1 else "s", client.scheduler.address,
+             f", dashboard {client.dashboard_link}" if board else "")
+    ex = DaskExecutor(client, partition_rows=args.partition_rows)
+    try:
+        yield ex
+    finally:
+        ex.close()
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+
+def _os_error(exc):
+    """An OSError (HDF5's too, which carry the errno in their text) as one line with its cause."""
+    from streamrank.io.atomic import why
+    where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+    return f"{where}{why(exc)}"
+
+
+def _add_cluster(p):
+    """--workers / --scheduler / --partition-rows: where the passes over the data run."""
+    from streamrank.execution.partitions import PARTITION_ROWS
+    p.add_argument("--workers", type=_positive_int("--workers", 2), metavar="N",
+                   help="run every pass on a local dask cluster of N single-threaded worker processes "
+                        "(default: in this process)")
+    p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                   help="run every pass on the running dask cluster at this address; its workers read the data "
+                        "by its path (a shared file system)")
+    p.add_argument("--partition-rows", type=_positive_int("--partition-rows", PARTITION_ROWS), default=PARTITION_ROWS, metavar="R",
+                   help=f"rows of one partition, the unit of work a worker keeps (default {PARTITION_ROWS}); the "
+                        f"model depends on it, not on the number of workers")
+
+
+def _add_query_file(p):
+    """--query-file of the commands that take text DATA."""
+    p.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
+                   "(default: DATA.query beside it, if present)")

@@ -1,0 +1,95 @@
+"""The data commands: convert, info, eval, demo."""
+
+import json
+
+from streamrank.cli.common import _add_query_file, _check_outputs, _positive_int
+
+
+def _cmd_convert(args):
+    from streamrank.io.convert import convert
+    _check_outputs((args.output, "output", False))
+    stats = convert(args.inputs, args.output, query_files=args.query_file, zero_based=args.zero_based,
+                    n_features=args.n_features, compression=args.compression,
+                    keep_comments=not args.no_comments, memory_budget=args.memory_budget, quiet=args.quiet,
+                    commit_seconds=args.commit_every)
+    if args.json:
+        print(json.dumps(stats))
+    elif not args.quiet:
+        print(f"wrote {stats['output']}: {stats['rows']:,} rows, {stats['queries']:,} queries, "
+              f"{stats['features']} features in {stats['seconds']:.2f} s "
+              f"({stats['text_mb_per_s']:.1f} MB/s of text, {stats['rows_per_s']:,.0f} rows/s"
+              f"{'; queries regrouped' if stats['regrouped'] else ''}"
+              f"{'; continued after ' + format(stats['resumed_rows'], ',') + ' rows' if stats['resumed_rows'] else ''})")
+    return 0
+
+
+
+def _cmd_info(args):
+    from streamrank.io.dataset import open_dataset
+    from streamrank.io.info import dataset_info, format_info
+    with open_dataset(args.data) as ds:
+        info = dataset_info(ds)
+    print(json.dumps(info) if args.json else format_info(info))
+    return 0
+
+
+def _cmd_eval(args):
+    from streamrank.evaluation.score_files import evaluate_file
+    report = evaluate_file(args.data, args.scores, convention=args.convention, cache_dir=args.cache_dir,
+                           query_file=args.query_file, memory_budget=args.memory_budget)
+    if args.json:
+        print(json.dumps(report.to_dict(per_query=args.per_query)))
+    else:
+        print(report.format(per_query=args.per_query))
+    return 0
+
+
+def _cmd_demo(args):
+    from streamrank.demo import run_demo
+    return run_demo(workdir=args.dir, quiet=args.quiet)
+
+
+
+def register(sub):
+    """The data commands' parsers."""
+    c = sub.add_parser("convert", help="LETOR/SVMlight text (.txt .gz .bz2) to an HDF5 dataset")
+    c.add_argument("inputs", nargs="+", metavar="IN", help="text files, concatenated in order")
+    c.add_argument("-o", "--output", required=True, metavar="OUT.h5")
+    c.add_argument("--query-file", action="append", metavar="F",
+                   help="group sizes (one per line) for an input without qid:; give once per input")
+    c.add_argument("--zero-based", action="store_true", help="feature indices start at 0 (default 1)")
+    c.add_argument("--n-features", type=_positive_int("--n-features", 46), metavar="D",
+                   help="fix the number of features (train, vali and test must agree)")
+    c.add_argument("--compression", choices=["gzip", "lzf", "none"], default=None,
+                   help="HDF5 compression of the rows (default: none; docs/benchmarks.md, \"Storage defaults\")")
+    c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
+    c.add_argument("--memory-budget", default="2GB", metavar="SIZE")
+    c.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",
+                   help="commit the rows written so far this often (default 60); a conversion killed or "
+                        "interrupted continues from its last commit when the same command runs again")
+    c.add_argument("--json", action="store_true", help="print the summary as one JSON line")
+    c.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    c.set_defaults(func=_cmd_convert)
+
+    i = sub.add_parser("info", help="rows, queries, labels, pairs of a dataset")
+    i.add_argument("data", metavar="DATA.h5")
+    i.add_argument("--json", action="store_true")
+    i.set_defaults(func=_cmd_info)
+
+    e = sub.add_parser("eval", help="NDCG, MAP, P@k and pairwise accuracy of a score file")
+    e.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
+    e.add_argument("scores", metavar="SCORES.txt", help="one score per line, in the input's row order")
+    _add_query_file(e)
+    e.add_argument("--convention", choices=["letor4", "standard"], default="letor4")
+    e.add_argument("--per-query", action="store_true", help="print every query's values")
+    e.add_argument("--cache-dir", default=None, help="where text DATA is converted (default ~/.cache/streamrank)")
+    e.add_argument("--memory-budget", default="2GB", metavar="SIZE",
+                   help="text DATA is converted within it; eval keeps about 48 bytes per row and says so when "
+                        "that does not fit")
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=_cmd_eval)
+
+    d = sub.add_parser("demo", help="generate a small LETOR-like dataset and run the pipeline on it")
+    d.add_argument("--dir", default=None, help="keep the files here (default: a temporary directory)")
+    d.add_argument("--quiet", action="store_true")
+    d.set_defaults(func=_cmd_demo)

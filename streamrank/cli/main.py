@@ -1,0 +1,48 @@
+"""The ``streamrank`` command line (interface contract in DESIGN.md): the parser of every
+command and the one place errors become messages and exit codes."""
+
+import argparse
+import shlex
+import sys
+
+from streamrank._version import __version__
+from streamrank.cli import data_commands, search_commands, train_commands
+from streamrank.cli.common import _os_error, _setup_logging, translate
+from streamrank.errors import StreamrankError
+
+
+def build_parser():
+    p = argparse.ArgumentParser(prog="streamrank", description="Pairwise ranking SVMs on data larger than memory.")
+    p.add_argument("--version", action="version", version=f"streamrank {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in (data_commands, train_commands, search_commands):
+        module.register(sub)
+    return p
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help, --version, or a usage error argparse has printed
+        return e.code
+    args.command_line = "streamrank " + " ".join(shlex.quote(a) for a in argv)
+    if getattr(args, "compression", "unset") is None:
+        from streamrank.io.hdf5_format import DEFAULT_COMPRESSION
+        args.compression = DEFAULT_COMPRESSION
+    try:
+        _setup_logging(getattr(args, "quiet", False), progress=args.command in ("train", "select-features", "grid", "cv"))
+        return args.func(args)
+    except (StreamrankError, FileNotFoundError) as exc:
+        print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the system refused a read or write: one line, what and why
+        print(f"streamrank {args.command}: error: {_os_error(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"streamrank {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Workflows over many trainings: grids, LETOR cross-validation, plots and the run report."""

@@ -1,0 +1,228 @@
+"""``streamrank grid``: a search over methods and their hyper-parameters, chosen on validation data.
+
+The grid is the product of the *outer* axes (method, loss, components, eta), each combination a
+*configuration*, and inside each configuration the training path of :mod:`streamrank.training.path`
+over (gamma x C), or CLSRRank's (gamma x lambda): one map (one feature or kernel cache) per gamma
+shared by all its C values, C in increasing order with warm starts. An axis that does not apply
+to a method (components for primal, C for clsr, eta for the squared hinge) collapses to one value
+for it; an axis given that applies to none of the chosen methods is refused.
+
+A run directory holds one folder per configuration (its path checkpoint, its chosen model and a
+``result.json`` written last), so a killed grid rerun with the same command keeps the finished
+configurations and resumes the one it stopped in at its last solver iteration, ending with the
+candidates and model of an uninterrupted run. The best configuration (first of equals, in grid
+order) by the validation metric gives ``model.h5``; ``grid.json`` records every candidate.
+"""
+
+import inspect
+import itertools
+import logging
+import shutil
+import time
+from pathlib import Path
+
+from streamrank.errors import ParameterError
+from streamrank.io.atomic import written
+from streamrank.workflow.rundir import open_run, read_json, write_json
+from streamrank.workflow.tables import csv_text
+
+log = logging.getLogger("streamrank.workflow.grid")
+
+GRID_FORMAT = "streamrank-grid"
+GRID_VERSION = 1
+METHODS = ("primal", "nystroem", "rff", "exact", "clsr")
+KERNEL_METHODS = ("nystroem", "rff", "exact", "clsr")
+# outer axes (one training per combination) and inner ones (the training's own path)
+OUTER = ("method", "loss", "components", "eta")
+INNER = ("C", "gamma", "lam")
+# which axes apply to which methods
+APPLIES = {"C": ("primal", "nystroem", "rff", "exact"), "gamma": KERNEL_METHODS, "lam": ("clsr",),
+           "components": ("nystroem", "rff", "clsr"), "loss": ("primal", "nystroem", "rff", "exact"),
+           "eta": ("primal", "nystroem", "rff", "exact")}
+
+# The default grids (docs/methods.md, "Default grids"): those behind the README's MQ2008 table
+# (tools/bench_kernel_approx.py --mq2008-table, tools/bench_papers.py --clsr), chosen wide enough
+# that no MQ2008 fold chose an edge of them.
+DEFAULT_GRIDS = {
+    "primal": {"C": [2.0 ** k for k in range(-16, 5, 2)]},
+    "nystroem": {"components": [500, 2000], "gamma": [2.0 ** k for k in range(-9, -2, 2)],
+                 "C": [2.0 ** k for k in range(-12, 3, 2)]},
+    "rff": {"components": [500, 2000], "gamma": [2.0 ** k for k in range(-9, -2, 2)],
+            "C": [2.0 ** k for k in range(-12, 3, 2)]},
+    "exact": {"gamma": [2.0 ** k for k in range(-9, -4, 2)], "C": [2.0 ** k for k in range(-8, 3, 2)]},
+    "clsr": {"components": [2000], "gamma": [2.0 ** k for k in range(-7, 0, 2)],
+             "lam": [10.0 ** k for k in range(-12, -2)]},
+}
+
+
+def configurations(axes):
+    """The configurations of ``axes`` (name -> list or None), in grid order: dicts of method, loss,
+    components, eta and the inner lists C, gamma, lam (None where an axis does not apply), each
+    with a ``label`` naming its folder. Unset axes take the method's default grid."""
+    methods = list(axes.get("method") or ["primal"])
+    for m in methods:
+        if m not in METHODS:
+            raise ParameterError(f"method must be among {', '.join(METHODS)}; got {m!r}. Use method=primal")
+    for name, applies in APPLIES.items():
+        if axes.get(name) is not None and not any(m in applies for m in methods):
+            raise ParameterError(f"{name} applies to method {' or '.join(applies)}, not to "
+                                 f"{', '.join(methods)}; drop {name} or use method={applies[0]}")
+    if axes.get("eta") is not None and "smooth_hinge" not in (axes.get("loss") or []):
+        raise ParameterError("eta is the smooth hinge's band; use loss=smooth_hinge")
+    out = []
+    for m in methods:
+        default = DEFAULT_GRIDS[m]
+
+        def values(name, fallback):
+            if m not in APPLIES[name]:
+                return [None]
+            v = axes.get(name)
+            return list(v) if v is not None else list(default.get(name, fallback))
+
+        for loss, comp in itertools.product(values("loss", ["squared_hinge"]), values("components", [None])):
+            etas = values("eta", [None]) if loss == "smooth_hinge" else [None]
+            for eta in etas:
+                cfg = {"method": m, "loss": loss, "components": comp, "eta": eta,
+                       "C": values("C", [1.0])[:] if m in APPLIES["C"] else None,
+                       "gamma": values("gamma", [None]) if m in APPLIES["gamma"] else None,
+                       "lam": values("lam", [1e-3]) if m == "clsr" else None}
+                if cfg["gamma"] == [None]:
+                    cfg["gamma"] = None
+                cfg["label"] = _label(cfg, len(out))
+                out.append(cfg)
+    return out
+
+
+def _label(cfg, k):
+    parts = [f"{k:02d}", cfg["method"]]
+    if cfg["components"] is not None:
+        parts.append(f"m{cfg['components']}")
+    if cfg["loss"] not in (None, "squared_hinge"):
+        parts.append(cfg["loss"])
+    if cfg["eta"] is not None:
+        parts.append(f"eta{cfg['eta']}")
+    return "-".join(str(p) for p in parts)
+
+
+def train_configuration(ds, valid, cfg, settings, *, select_metric, checkpoint=None, resume=False, executor=None):
+    """(model, summary) of one configuration: the method's trainer over its inner path."""
+    from streamrank.training.clsr import train_clsr
+    from streamrank.training.exact import train_exact
+    from streamrank.training.linear import train_linear
+    m = cfg["method"]
+    kw = dict(settings, valid=valid, select_metric=select_metric, checkpoint=checkpoint, resume=resume,
+              executor=executor, method=m, loss=cfg["loss"], eta=cfg["eta"], gamma=cfg["gamma"])
+    if cfg["components"] is not None:
+        kw["components"] = cfg["components"]
+    if m == "clsr":
+        trainer, kw["lam"] = train_clsr, cfg["lam"]
+    else:
+        trainer, kw["C"] = (train_exact if m == "exact" else train_linear), cfg["C"]
+    accepted = inspect.signature(trainer).parameters
+    return trainer(ds, **{k: v for k, v in kw.items() if k in accepted})
+
+
+def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", executor=None, command=None,
+             neutral=("memory_budget", "cache_dir", "cache_size", "map_cache"), on_config=None):
+    """Run the grid of ``axes`` on open datasets ``ds`` (training) and ``valid`` into ``run_dir``;
+    return the grid record (also written to ``run_dir/grid.json``; the chosen model is
+    ``run_dir/model.h5``). ``settings``: the trainers' other keyword arguments (tol, normalize,
+    kernel, memory_budget, ...), the same for every configuration. A rerun with the same
+    arguments (those in ``neutral``, which change no result, may differ) continues a killed run. ``on_config(k, n, cfg)`` is told as each configuration starts."""
+    if valid is None:
+        raise ParameterError("a grid chooses on validation data; use valid=DATA")
+    t0 = time.perf_counter()
+    run_dir = Path(run_dir)
+    configs = configurations(axes)
+    record_settings = {"axes": {k: v for k, v in axes.items() if v is not None},
+                       "settings": {k: v for k, v in settings.items() if k not in neutral},
+                       "select_metric": select_metric, "train": ds.fingerprint, "valid": valid.fingerprint}
+    continued = open_run(run_dir, "grid", record_settings)
+    if continued:
+        log.info("grid: continuing the run in %s", run_dir)
+    results = []
+    for k, cfg in enumerate(configs):
+        folder = run_dir / "runs" / cfg["label"]
+        done = read_json(folder / "result.json", kind=GRID_FORMAT + "-result")
+        if on_config is not None:
+            on_config(k, len(configs), cfg)
+        if done is not None and (folder / "model.h5").exists():
+            log.info("grid: %s finished earlier (kept)", cfg["label"])
+            results.append(done)
+            continue
+        log.info("grid: configuration %d of %d: %s", k + 1, len(configs), describe(cfg))
+        folder.mkdir(parents=True, exist_ok=True)
+        ck = folder / "checkpoint"
+        model, summary = train_configuration(ds, valid, cfg, settings, select_metric=select_metric,
+                                             checkpoint=ck, resume=ck.exists(), executor=executor)
+        model.save(folder / "model.h5")
+        res = {"format": GRID_FORMAT + "-result", "version": GRID_VERSION, "label": cfg["label"],
+               "config": {k_: v for k_, v in cfg.items() if k_ != "label"}, "summary": summary}
+        write_json(folder / "result.json", res)
+        shutil.rmtree(ck, ignore_errors=True)
+        results.append(read_json(folder / "result.json"))  # as a rerun would see it (JSON round trip)
+    best = choose(results, select_metric)
+    with written(run_dir / "model.h5") as tmp:
+        shutil.copyfile(run_dir / "runs" / results[best]["label"] / "model.h5", tmp)
+    record = {"format": GRID_FORMAT, "version": GRID_VERSION, "command": command, "select_metric": select_metric,
+              "settings": dict(record_settings, settings=settings), "data": {"train": _data_info(ds), "valid": _data_info(valid)},
+              "configs": results, "best": best, "chosen": chosen_point(results[best], select_metric),
+              "seconds": time.perf_counter() - t0, "continued": continued}
+    write_json(run_dir / "grid.json", record)
+    rows = candidates_table(record)
+    with written(run_dir / "candidates.csv") as tmp:
+        Path(tmp).write_text(csv_text(rows, [(k, k, None) for k in CANDIDATE_COLUMNS if any(k in r for r in rows)]))
+    return read_json(run_dir / "grid.json")
+
+
+def choose(results, select_metric):
+    """The index of the best configuration: its chosen candidate's validation score, the first of equals."""
+    key = "valid_" + select_metric
+    scores = [chosen_point(r, select_metric).get(key, float("-inf")) for r in results]
+    return max(range(len(results)), key=lambda i: scores[i])
+
+
+def chosen_point(result, select_metric):
+    """The candidate a configuration's training chose (its hyper-parameters and validation score)."""
+    s = result["summary"]
+    key = "lambda" if result["config"]["method"] == "clsr" else "C"
+    for c in s["candidates"]:
+        if c.get(key) == s.get(key) and c.get("gamma") == s.get("gamma"):
+            return dict(c, method=result["config"]["method"], components=result["config"]["components"],
+                        loss=result["config"]["loss"], label=result["label"])
+    raise AssertionError(f"{result['label']}: the chosen point is not among its candidates")
+
+
+def describe(cfg):
+    """A configuration in a few words, e.g. "nystroem m=500, 4 gamma x 8 C"."""
+    bits = [cfg["method"]]
+    if cfg["components"] is not None:
+        bits[0] += f" m={cfg['components']}"
+    if cfg["loss"] not in (None, "squared_hinge"):
+        bits.append(cfg["loss"] + ("" if cfg["eta"] is None else f" eta={cfg['eta']}"))
+    sizes = [f"{len(cfg[a])} {'lambda' if a == 'lam' else a}" for a in ("gamma", "C", "lam") if cfg[a] is not None]
+    return ", ".join(bits) + (", " + " x ".join(sizes) if sizes else "")
+
+
+def _data_info(ds):
+    return {"name": str(getattr(ds, "name", "")), "fingerprint": ds.fingerprint, "rows": int(ds.n_rows),
+            "queries": int(ds.n_queries), "features": int(ds.n_features)}
+
+
+# candidates.csv: every candidate's settings and results, and nothing that depends on the clock or on
+# interruptions (seconds; passes, which count the work a resumed run redid): a rerun of a killed grid
+# writes the same file byte for byte
+CANDIDATE_COLUMNS = ("config", "method", "loss", "components", "eta", "gamma", "C", "lambda", "valid_meanndcg",
+                     "valid_ndcg@10", "valid_map", "valid_avgndcg", "valid_avgprec", "objective", "grad_norm",
+                     "iterations", "cg_steps", "message")
+
+
+def candidates_table(record):
+    """Every candidate of a grid record as flat rows (configuration, hyper-parameters, results)."""
+    rows = []
+    for r in record["configs"]:
+        cfg = r["config"]
+        for c in r["summary"]["candidates"]:
+            rows.append({"config": r["label"], "method": cfg["method"], "loss": cfg["loss"],
+                         "components": cfg["components"], **{k: v for k, v in c.items() if k != "trace"}})
+    return rows

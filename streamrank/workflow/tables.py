@@ -1,0 +1,74 @@
+"""Tables of a run for people (aligned text), for documents (markdown) and for programs (CSV)."""
+
+import csv
+import io
+
+
+def cell(v, fmt=None):
+    """One value as text: floats in ``fmt`` (default: 4 significant digits, powers of two kept
+    exact, e.g. 0.03125), None as "-"."""
+    if v is None:
+        return "-"
+    if fmt is not None:
+        return fmt.format(v)
+    if isinstance(v, float):
+        return _number(v)
+    return str(v)
+
+
+def _number(v):
+    import math
+    if v > 0 and math.log2(v).is_integer() and abs(math.log2(v)) >= 3:
+        return f"2^{int(math.log2(v))}"
+    return f"{v:.4g}"
+
+
+def text_table(rows, columns):
+    """``rows`` (dicts) under ``columns`` [(key, title, fmt or None)] as aligned lines."""
+    body = [[cell(r.get(k), f) for k, _, f in columns] for r in rows]
+    heads = [t for _, t, _ in columns]
+    widths = [max([len(h)] + [len(b[i]) for b in body]) for i, h in enumerate(heads)]
+    lines = ["  ".join(h.rjust(w) for h, w in zip(heads, widths))]
+    lines += ["  ".join(c.rjust(w) for c, w in zip(b, widths)) for b in body]
+    return lines
+
+
+def markdown_table(rows, columns):
+    """The same table in markdown."""
+    lines = ["| " + " | ".join(t for _, t, _ in columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(cell(r.get(k), f) for k, _, f in columns) + " |" for r in rows]
+    return lines
+
+
+def csv_text(rows, columns):
+    """The same table as CSV with full precision (keys as headers; floats as repr)."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow([k for k, _, _ in columns])
+    for r in rows:
+        w.writerow(["" if r.get(k) is None else repr(r[k]) if isinstance(r.get(k), float) else r[k]
+                    for k, _, _ in columns])
+    return out.getvalue()
+
+
+def grid_columns(select_metric):
+    return [("label", "configuration", None), ("gamma", "gamma", None), ("C", "C", None),
+            ("lambda", "lambda", None), ("valid_" + select_metric, f"valid {select_metric}", "{:.4f}"),
+            ("objective", "objective", "{:.6e}"), ("iterations", "iterations", None), ("passes", "passes", None)]
+
+
+def grid_lines(record, run_dir):
+    """What ``streamrank grid`` prints: each configuration's chosen point, and the grid's choice."""
+    from streamrank.workflow.grid import chosen_point
+    metric = record["select_metric"]
+    rows = []
+    for r in record["configs"]:
+        p = chosen_point(r, metric)
+        rows.append(dict(p, iterations=r["summary"].get("iterations"), passes=r["summary"].get("passes")))
+    cols = [c for c in grid_columns(metric) if any(row.get(c[0]) is not None for row in rows)]
+    best = record["chosen"]
+    hp = ", ".join(f"{k}={cell(best[k])}" for k in ("components", "gamma", "C", "lambda") if best.get(k) is not None)
+    n = sum(len(r["summary"]["candidates"]) for r in record["configs"])
+    return (text_table(rows, cols) +
+            [f"chosen: {best['label']} ({hp}), valid {metric} {best['valid_' + metric]:.4f}, of {n} candidates in "
+             f"{record['seconds']:.1f} s; model {run_dir}/model.h5, every candidate in {run_dir}/grid.json"])
