@@ -36,6 +36,10 @@ def main(argv=None):
     except (StreamrankError, FileNotFoundError) as exc:
         print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader of standard output went away (| head): stop quietly, as cat does
+        import os
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except OSError as exc:  # the system refused a read or write: one line, what and why
         print(f"streamrank {args.command}: error: {_os_error(exc)}", file=sys.stderr)
         return 2

@@ -3,7 +3,7 @@ protocol over folds)."""
 
 import json
 
-from streamrank.cli.common import _add_cluster, _add_query_file, _executor, _setup_logging
+from streamrank.cli.common import _add_cluster, _add_query_file, _executor, _setup_logging, _values
 from streamrank.cli.train_commands import add_model_options
 
 # what every configuration shares (the trainers' keyword arguments) and the flags they come from
@@ -45,6 +45,36 @@ def _cmd_grid(args):
     return 0
 
 
+def _cmd_cv(args):
+    from streamrank.workflow.cv import run_cv, table_lines
+    _setup_logging(args.quiet or args.json)
+    with _executor(args) as executor:
+        record = run_cv(args.folds_dir, args.output, methods=args.method, axes=grid_axes(args),
+                        settings=grid_settings(args), select_metric=args.select_metric, folds=args.folds,
+                        executor=executor, cache_dir=args.cache_dir, neutral=NEUTRAL, command=args.command_line)
+    if args.json:
+        print(json.dumps(record["table"]))
+    elif not args.quiet:
+        print("\n".join(table_lines(record)))
+        print(f"letor4 test metrics, chosen on vali by {args.select_metric}; {record['seconds']:.1f} s. Written: "
+              f"{args.output}/cv.md, cv.csv, cv.json (every fold's grid in {args.output}/FoldK/METHOD)")
+    return 0
+
+
+def _cmd_report(args):
+    from streamrank.cli.common import _check_outputs
+    from streamrank.workflow.report import write_report
+    if args.output == "-":
+        args.quiet = True
+    else:
+        _check_outputs((args.output, "report", True))
+    n = write_report(args.run_dir, args.output, plots=not args.no_plots, png_dir=args.png_dir)
+    if not args.quiet:
+        print(f"wrote {args.output}: the run's settings, data, tables and {n} plot(s), self-contained"
+              + (f"; the plots also as PNG files in {args.png_dir}" if args.png_dir else ""))
+    return 0
+
+
 def register(sub):
     """The search commands' parsers."""
     g = sub.add_parser("grid", help="train over a grid of methods and hyper-parameters; choose on --valid")
@@ -59,3 +89,25 @@ def register(sub):
     g.add_argument("--json", action="store_true", help="print the chosen point as one JSON line")
     g.add_argument("--quiet", action="store_true", help="no progress, no log lines, no summary")
     g.set_defaults(func=_cmd_grid)
+
+    c = sub.add_parser("cv", help="the LETOR protocol: per fold a grid on train chosen on vali, evaluated on test")
+    c.add_argument("folds_dir", metavar="FOLDS_DIR", help="folder with Fold1..FoldK, each with train, vali and test "
+                   "(LETOR text, .gz, or HDF5)")
+    c.add_argument("-o", "--output", required=True, metavar="RUN_DIR",
+                   help="the run directory: cv.md, cv.csv, cv.json and each fold's grid; the same command "
+                        "continues a killed run")
+    c.add_argument("--folds", type=_values("--folds", integer=True), metavar="K[,K...]",
+                   help="only these folds (default: every FoldK found)")
+    add_model_options(c, many=True)
+    _add_cluster(c)
+    c.add_argument("--json", action="store_true", help="print the table as one JSON line")
+    c.add_argument("--quiet", action="store_true", help="no progress, no log lines, no table")
+    c.set_defaults(func=_cmd_cv)
+
+    r = sub.add_parser("report", help="one self-contained HTML page of a grid or cv run: settings, data, tables, plots")
+    r.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by streamrank grid or cv")
+    r.add_argument("-o", "--output", required=True, metavar="REPORT.html", help="the page (- : standard output)")
+    r.add_argument("--png-dir", metavar="DIR", help="also write each plot as a PNG file here (default: none)")
+    r.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
+    r.add_argument("--quiet", action="store_true", help="no summary line")
+    r.set_defaults(func=_cmd_report)

@@ -2,6 +2,7 @@
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from streamrank._version import __version__
@@ -163,9 +164,14 @@ def _cmd_predict(args):
     from streamrank.io.atomic import ensure_space, temp_name, written
     from streamrank.state.model import load
     model = load(args.model)
-    _check_outputs((args.output, "score file", True))
+    if args.output != "-":
+        _check_outputs((args.output, "score file", True))
     with open_data(args.data, args.cache_dir, query_file=args.query_file) as ds, _executor(args) as executor:
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget, executor=executor)
+    if args.output == "-":  # scores to standard output, as a pipe's first stage
+        np.savetxt(sys.stdout, scores, fmt="%.17g")
+        sys.stdout.flush()
+        return 0
     if not Path(args.output).exists() or Path(args.output).is_file():
         ensure_space(temp_name(args.output), SCORE_LINE_BYTES * scores.size, shown=args.output)
     with written(args.output, special_ok=True) as tmp:
@@ -219,7 +225,8 @@ def register(sub):
     pr = sub.add_parser("predict", help="score data with a model, one score per line in input order")
     pr.add_argument("model", metavar="MODEL.h5")
     pr.add_argument("data", metavar="DATA")
-    pr.add_argument("-o", "--output", required=True, metavar="SCORES.txt")
+    pr.add_argument("-o", "--output", required=True, metavar="SCORES.txt",
+                    help="one score per line, %%.17g (- : standard output)")
     _add_query_file(pr)
     pr.add_argument("--memory-budget", default="2GB", metavar="SIZE")
     pr.add_argument("--cache-dir", metavar="DIR")

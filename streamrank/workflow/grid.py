@@ -17,6 +17,7 @@ order) by the validation metric gives ``model.h5``; ``grid.json`` records every 
 import inspect
 import itertools
 import logging
+import math
 import shutil
 import time
 from pathlib import Path
@@ -164,15 +165,37 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
     best = choose(results, select_metric)
     with written(run_dir / "model.h5") as tmp:
         shutil.copyfile(run_dir / "runs" / results[best]["label"] / "model.h5", tmp)
+    from streamrank.state.model import load
+    rep = evaluate_model(load(run_dir / "model.h5"), valid, settings.get("memory_budget", "2GB"))
     record = {"format": GRID_FORMAT, "version": GRID_VERSION, "command": command, "select_metric": select_metric,
               "settings": dict(record_settings, settings=settings), "data": {"train": _data_info(ds), "valid": _data_info(valid)},
               "configs": results, "best": best, "chosen": chosen_point(results[best], select_metric),
-              "seconds": time.perf_counter() - t0, "continued": continued}
+              "valid_per_query": per_query(rep), "seconds": time.perf_counter() - t0, "continued": continued}
     write_json(run_dir / "grid.json", record)
     rows = candidates_table(record)
     with written(run_dir / "candidates.csv") as tmp:
         Path(tmp).write_text(csv_text(rows, [(k, k, None) for k in CANDIDATE_COLUMNS if any(k in r for r in rows)]))
     return read_json(run_dir / "grid.json")
+
+
+def evaluate_model(model, ds, memory_budget="2GB"):
+    """The letor4 report of ``model`` on open dataset ``ds`` (scores in the input's row order)."""
+    from streamrank.evaluation.metrics import evaluate
+    from streamrank.training.problem import read_labels
+    scores = model.predict_dataset(ds, memory_budget=memory_budget)
+    return evaluate(read_labels(ds), scores[ds.row], ds.query_ptr, convention="letor4", qid=ds.qid)
+
+
+def per_query(rep):
+    """Per-query NDCG@10 and AP of a report, in display order (None where a query is skipped)."""
+    def num(v):
+        return None if not math.isfinite(v) else float(v)
+
+    def qid(q):
+        return q.decode() if isinstance(q, bytes) else q.item() if hasattr(q, "item") else q
+    k10 = list(rep.ks).index(10)
+    return {"qid": [qid(q) for q in rep.qid[rep.order]], "ndcg@10": [num(v) for v in rep.ndcg[rep.order, k10]],
+            "map": [num(v) for v in rep.average_precision[rep.order]]}
 
 
 def choose(results, select_metric):

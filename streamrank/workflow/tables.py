@@ -9,7 +9,7 @@ def cell(v, fmt=None):
     exact, e.g. 0.03125), None as "-"."""
     if v is None:
         return "-"
-    if fmt is not None:
+    if fmt is not None and not isinstance(v, str):
         return fmt.format(v)
     if isinstance(v, float):
         return _number(v)

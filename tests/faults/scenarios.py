@@ -21,6 +21,10 @@ def make_inputs(d):
     (d / "in.txt").write_text("\n".join(lines) + "\n")
     for part in ("train", "valid"):
         write_hdf5(d / f"{part}.h5", "small", seed=0, part=part, scale=0.3)
+    for k in (1, 2):   # LETOR's fold layout for cv
+        (d / "folds" / f"Fold{k}").mkdir(parents=True, exist_ok=True)
+        for part, name in (("train", "train"), ("valid", "vali"), ("test", "test")):
+            write_hdf5(d / "folds" / f"Fold{k}" / f"{name}.h5", "small", seed=k, part=part, scale=0.1)
     from streamrank.cli import main
     assert main(["train", str(d / "train.h5"), "-o", str(d / "model.h5"), "--quiet"]) == 0
     return d
@@ -53,7 +57,11 @@ SCENARIOS = [
     Scenario("grid", ["grid", "{w}/train.h5", "--valid", "{w}/valid.h5", "-o", "{w}/run", "--method",
                       "primal,nystroem", "--components", "32", "--C", "0.25,1", "--tol", "1e-6", "--quiet"],
              ["run/model.h5", "run/candidates.csv"],
-             points=[("checkpoint-write", 5), ("model-write", 2), ("cg-step", 30)]),
+             points=[("checkpoint-write", 5), ("model-write", 2)]),
+    # cv: finished folds kept, the grid it stopped in continued
+    Scenario("cv", ["cv", "{w}/folds", "-o", "{w}/cvrun", "--method", "primal,nystroem", "--components", "16",
+                    "--gamma", "0.1", "--C", "0.25,1", "--tol", "1e-6", "--quiet"], ["cvrun/cv.csv"],
+             points=[("checkpoint-write", 9), ("model-write", 3)]),
     Scenario("predict", ["predict", "{w}/model.h5", "{w}/valid.h5", "-o", "{w}/s.txt"], ["s.txt"],
              points=[("scores-write", 1)]),
 ]

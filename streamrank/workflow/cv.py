@@ -1,0 +1,151 @@
+"""``streamrank cv``: the LETOR protocol over folds, as the papers' tables are made.
+
+For every fold (``Fold1`` .. ``FoldK``, each with train, vali and test as LETOR text or HDF5) and
+every method: a grid (:mod:`streamrank.workflow.grid`) on train, chosen on vali; the chosen model
+is not retrained; it is evaluated on test with LETOR 4.0's official conventions (``letor4``:
+NDCG@k with gain 2^y - 1 and the script's handling of queries without relevant documents, P@k and
+MAP with labels >= 1 relevant). The table has NDCG@1,3,5,10, P@1,3,5,10, MAP and MeanNDCG per fold,
+and their mean and standard deviation over folds (the sample standard deviation, ddof = 1).
+
+Each fold and method lives in ``RUN_DIR/FoldK/METHOD`` (a grid run directory, plus ``test.json``
+written last), so a killed cv rerun with the same command keeps what is finished and ends with the
+table of an uninterrupted run.
+"""
+
+import logging
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+
+from streamrank.errors import InputError
+from streamrank.io.atomic import written
+from streamrank.workflow.grid import APPLIES, configurations, evaluate_model, per_query, run_grid
+from streamrank.workflow.rundir import open_run, read_json, write_json
+from streamrank.workflow.tables import csv_text, markdown_table, text_table
+
+log = logging.getLogger("streamrank.workflow.cv")
+
+CV_FORMAT = "streamrank-cv"
+CV_VERSION = 1
+PARTS = ("train", "vali", "test")
+SUFFIXES = (".h5", ".hdf5", ".txt", ".txt.gz", ".txt.bz2", ".gz", ".bz2", "")
+# the papers' table: (key in Report.means, column title)
+METRICS = (("NDCG@1", "NDCG@1"), ("NDCG@3", "NDCG@3"), ("NDCG@5", "NDCG@5"), ("NDCG@10", "NDCG@10"),
+           ("P@1", "P@1"), ("P@3", "P@3"), ("P@5", "P@5"), ("P@10", "P@10"), ("MAP", "MAP"), ("MeanNDCG", "MeanNDCG"))
+
+
+def find_folds(folds_dir, folds=None):
+    """[(name, {"train": path, "vali": path, "test": path})] of ``folds_dir``'s Fold1..FoldK (only
+    ``folds``, numbers, when given), in fold order."""
+    d = Path(folds_dir)
+    if not d.is_dir():
+        raise InputError(f"{d}: not a directory; give the folder that holds Fold1, Fold2, ... (LETOR's layout)")
+    found = sorted((int(m.group(1)), p) for p in d.iterdir() if p.is_dir() and (m := re.fullmatch(r"Fold(\d+)", p.name)))
+    if not found:
+        raise InputError(f"{d}: holds no Fold1, Fold2, ... folders (LETOR's layout: FoldK/train.txt, vali.txt, test.txt)")
+    if folds is not None:
+        missing = sorted(set(folds) - {k for k, _ in found})
+        if missing:
+            raise InputError(f"{d}: has no Fold{missing[0]}; it has {', '.join(p.name for _, p in found)}")
+        found = [(k, p) for k, p in found if k in folds]
+    out = []
+    for _, p in found:
+        parts = {}
+        for part in PARTS:
+            cands = [p / (part + s) for s in SUFFIXES if (p / (part + s)).is_file()]
+            if not cands:
+                raise InputError(f"{p}: no {part} file ({part}.txt, {part}.txt.gz or {part}.h5)")
+            parts[part] = cands[0]
+        out.append((p.name, parts))
+    return out
+
+
+def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meanndcg", folds=None, executor=None,
+           cache_dir=None, neutral=(), command=None, open_data=None):
+    """Run the LETOR protocol (module docstring); return the cv record (also ``run_dir/cv.json``,
+    with ``cv.md`` and ``cv.csv`` beside it). ``axes``: grid axes given by the user (None: each
+    method's default grid); an axis applies to the methods it applies to. ``open_data(path)``
+    opens a fold's file (default: HDF5 or text converted into ``cache_dir``)."""
+    from streamrank.state.model import load
+    if open_data is None:
+        from streamrank.evaluation.score_files import open_data as _open
+        open_data = (lambda p: _open(p, cache_dir))  # noqa: E731
+    t0 = time.perf_counter()
+    run_dir = Path(run_dir)
+    configurations(dict(axes, method=list(methods)))  # refuses an axis that applies to none of the methods
+    fold_list = find_folds(folds_dir, folds)
+    record_settings = {"methods": list(methods), "axes": {k: v for k, v in axes.items() if v is not None},
+                       "settings": {k: v for k, v in settings.items() if k not in neutral},
+                       "select_metric": select_metric, "folds": [name for name, _ in fold_list]}
+    continued = open_run(run_dir, "cv", record_settings)
+    results = []
+    for name, paths in fold_list:
+        with open_data(paths["train"]) as ds, open_data(paths["vali"]) as vali, open_data(paths["test"]) as test:
+            for method in methods:
+                out = run_dir / name / method
+                done = read_json(out / "test.json", kind=CV_FORMAT + "-test")
+                if done is None:
+                    log.info("cv: %s, %s", name, method)
+                    m_axes = {k: v for k, v in axes.items() if k == "method" or k not in APPLIES or method in APPLIES[k]}
+                    m_axes["method"] = [method]
+                    grid = run_grid(ds, vali, out, axes=m_axes, settings=settings, select_metric=select_metric,
+                                    executor=executor, neutral=neutral, command=command)
+                    rep = evaluate_model(load(out / "model.h5"), test, settings.get("memory_budget", "2GB"))
+                    done = {"format": CV_FORMAT + "-test", "version": CV_VERSION, "fold": name, "method": method,
+                            "chosen": grid["chosen"], "grid_seconds": grid["seconds"],
+                            "test": {"name": str(paths["test"]), "fingerprint": test.fingerprint},
+                            "means": {k: float(rep.means[k]) for k, _ in METRICS},
+                            "per_query": per_query(rep)}
+                    write_json(out / "test.json", done)
+                    done = read_json(out / "test.json")
+                results.append(done)
+    record = {"format": CV_FORMAT, "version": CV_VERSION, "command": command, "folds_dir": str(folds_dir),
+              "settings": dict(record_settings, settings=settings), "results": results,
+              "table": table_rows(results, methods), "seconds": time.perf_counter() - t0, "continued": continued}
+    write_json(run_dir / "cv.json", record)
+    cols = table_columns()
+    with written(run_dir / "cv.md") as tmp:
+        Path(tmp).write_text("\n".join(markdown_table(record["table"], cols)) + "\n")
+    with written(run_dir / "cv.csv") as tmp:
+        Path(tmp).write_text(csv_text(record["table"], cols))
+    return read_json(run_dir / "cv.json")
+
+
+def table_rows(results, methods):
+    """The papers' table: per method, one row per fold, then the mean and the std over folds."""
+    rows = []
+    for method in methods:
+        mine = [r for r in results if r["method"] == method]
+        for r in mine:
+            c = r["chosen"]
+            rows.append({"method": method, "fold": r["fold"], **{k: r["means"][k] for k, _ in METRICS},
+                         "chosen": _chosen_text(c)})
+        vals = np.array([[r["means"][k] for k, _ in METRICS] for r in mine])
+        rows.append({"method": method, "fold": "mean", **dict(zip((k for k, _ in METRICS), vals.mean(0).tolist()))})
+        if len(mine) > 1:
+            rows.append({"method": method, "fold": "std",
+                         **dict(zip((k for k, _ in METRICS), vals.std(0, ddof=1).tolist()))})
+    return rows
+
+
+def _chosen_text(c):
+    from streamrank.workflow.tables import cell
+    bits = [f"{k}={cell(c[k])}" for k in ("components", "gamma", "C", "lambda", "eta") if c.get(k) is not None]
+    return " ".join(bits)
+
+
+def table_columns():
+    return [("method", "method", None), ("fold", "fold", None)] + \
+        [(k, t, "{:.4f}") for k, t in METRICS] + [("chosen", "chosen on vali", None)]
+
+
+def table_lines(record):
+    """The cv table as people read it: per method, its folds, their mean and std."""
+    lines = []
+    for method in record["settings"]["methods"]:
+        rows = [r for r in record["table"] if r["method"] == method]
+        lines.append(f"{method}:")
+        lines += ["  " + line for line in text_table(rows, table_columns()[1:])]
+    return lines
