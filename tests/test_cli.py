@@ -127,3 +127,63 @@ def test_text_without_qid_takes_a_query_file_or_its_sibling(tmp_path, capsys):
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["n_queries"] == 3
     assert main(["eval", str(data), str(tmp_path / "s.txt"), "--query-file", str(sizes), *cache]) == 0
+
+
+def test_every_option_explains_itself_and_its_default():
+    """Issue 16: every option of every command has help text, and each that takes a value says its default."""
+    import argparse
+    from streamrank.cli import build_parser
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    bad = []
+    for name, sp in sub.choices.items():
+        for a in sp._actions:
+            if isinstance(a, argparse._HelpAction):
+                continue
+            flag = a.option_strings[-1] if a.option_strings else a.dest
+            if not a.help:
+                bad.append(f"{name} {flag}: no help")
+            elif a.option_strings and not a.required and not isinstance(a, argparse._StoreTrueAction) \
+                    and "default" not in a.help:
+                bad.append(f"{name} {flag}: no default in {a.help!r}")
+    assert not bad, bad
+    assert set(sub.choices) >= {"convert", "info", "eval", "demo", "train", "grid", "cv", "report", "predict",
+                                "select-features"}
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--method", "rff", "--rank", "10"], "--rank applies to --method nystroem, not to rff"),
+    (["--method", "nystroem", "--degree", "2"], "--degree is the poly kernel's"),
+    (["--abs-gtol", "1e-4"], "--abs-gtol is a stopping test of --solver newton_yuan"),
+    (["--map-cache", "memory"], "--map-cache applies to --method nystroem or rff"),
+    (["--cache-size", "1GB"], "pass --cache-dir DIR too"),
+])
+def test_options_that_apply_to_none_of_the_methods_are_refused(tmp_path, capsys, argv, words):
+    src = tmp_path / "s.txt"
+    src.write_text("1 qid:1 1:1\n0 qid:1 1:2\n")
+    assert main(["train", str(src), "-o", str(tmp_path / "m.h5"), *argv]) == 2
+    assert words in capsys.readouterr().err
+
+
+def test_info_describes_a_model(tmp_path, capsys):
+    from streamrank.io.synthetic import write_hdf5
+    write_hdf5(tmp_path / "t.h5", "small", seed=1, scale=0.1)
+    assert main(["train", str(tmp_path / "t.h5"), "-o", str(tmp_path / "m.h5"), "--C", "0.5", "--quiet"]) == 0
+    assert main(["info", str(tmp_path / "m.h5")]) == 0
+    out = capsys.readouterr().out
+    assert "method: primal" in out and "chosen: C=0.5" in out and "largest |weight|" in out
+    assert main(["info", str(tmp_path / "m.h5"), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    from streamrank.state.model import load
+    m = load(tmp_path / "m.h5")
+    assert info["weights"]["weight"] == [float(v) for v in m.w] and info["weights"]["feature"][0] == 1
+    assert info["trained_on"]["fingerprint"] == m.fingerprint
+
+
+def test_predict_to_standard_output(tmp_path, capfd):
+    from streamrank.io.synthetic import write_hdf5
+    write_hdf5(tmp_path / "t.h5", "small", seed=1, scale=0.1)
+    assert main(["train", str(tmp_path / "t.h5"), "-o", str(tmp_path / "m.h5"), "--quiet"]) == 0
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "t.h5"), "-o", str(tmp_path / "s.txt")]) == 0
+    capfd.readouterr()
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "t.h5"), "-o", "-"]) == 0
+    assert capfd.readouterr().out == (tmp_path / "s.txt").read_text()

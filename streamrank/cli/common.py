@@ -175,7 +175,7 @@ def _add_cluster(p):
                         "(default: in this process)")
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="run every pass on the running dask cluster at this address; its workers read the data "
-                        "by its path (a shared file system)")
+                        "by its path (a shared file system; default: in this process)")
     p.add_argument("--partition-rows", type=_positive_int("--partition-rows", PARTITION_ROWS), default=PARTITION_ROWS, metavar="R",
                    help=f"rows of one partition, the unit of work a worker keeps (default {PARTITION_ROWS}); the "
                         f"model depends on it, not on the number of workers")

@@ -25,6 +25,11 @@ def _cmd_convert(args):
 
 
 def _cmd_info(args):
+    from streamrank.state.model_info import format_model_info, is_model_file, model_info
+    if is_model_file(args.data):
+        info = model_info(args.data)
+        print(json.dumps(info) if args.json else format_model_info(info))
+        return 0
     from streamrank.io.dataset import open_dataset
     from streamrank.io.info import dataset_info, format_info
     with open_dataset(args.data) as ds:
@@ -54,16 +59,16 @@ def register(sub):
     """The data commands' parsers."""
     c = sub.add_parser("convert", help="LETOR/SVMlight text (.txt .gz .bz2) to an HDF5 dataset")
     c.add_argument("inputs", nargs="+", metavar="IN", help="text files, concatenated in order")
-    c.add_argument("-o", "--output", required=True, metavar="OUT.h5")
+    c.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="the HDF5 dataset to write")
     c.add_argument("--query-file", action="append", metavar="F",
-                   help="group sizes (one per line) for an input without qid:; give once per input")
+                   help="group sizes (one per line) for an input without qid:; give once per input (default: IN.query beside each input, if present)")
     c.add_argument("--zero-based", action="store_true", help="feature indices start at 0 (default 1)")
     c.add_argument("--n-features", type=_positive_int("--n-features", 46), metavar="D",
-                   help="fix the number of features (train, vali and test must agree)")
+                   help="fix the number of features (train, vali and test must agree; default: the largest id seen)")
     c.add_argument("--compression", choices=["gzip", "lzf", "none"], default=None,
                    help="HDF5 compression of the rows (default: none; docs/benchmarks.md, \"Storage defaults\")")
     c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
-    c.add_argument("--memory-budget", default="2GB", metavar="SIZE")
+    c.add_argument("--memory-budget", default="2GB", metavar="SIZE", help="bound on the memory the conversion uses (default 2GB)")
     c.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",
                    help="commit the rows written so far this often (default 60); a conversion killed or "
                         "interrupted continues from its last commit when the same command runs again")
@@ -71,25 +76,27 @@ def register(sub):
     c.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
     c.set_defaults(func=_cmd_convert)
 
-    i = sub.add_parser("info", help="rows, queries, labels, pairs of a dataset")
-    i.add_argument("data", metavar="DATA.h5")
-    i.add_argument("--json", action="store_true")
+    i = sub.add_parser("info", help="a dataset's rows, queries, labels and pairs; or a model's method, settings, "
+                       "training and weights")
+    i.add_argument("data", metavar="DATA.h5|MODEL.h5", help="a dataset or a model file")
+    i.add_argument("--json", action="store_true", help="print the facts as one JSON line")
     i.set_defaults(func=_cmd_info)
 
     e = sub.add_parser("eval", help="NDCG, MAP, P@k and pairwise accuracy of a score file")
     e.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
     e.add_argument("scores", metavar="SCORES.txt", help="one score per line, in the input's row order")
     _add_query_file(e)
-    e.add_argument("--convention", choices=["letor4", "standard"], default="letor4")
+    e.add_argument("--convention", choices=["letor4", "standard"], default="letor4",
+                   help="letor4 (default): LETOR 4.0's Eval-Score-4.0.pl; standard: gain 2^y - 1, ideal DCG of each query")
     e.add_argument("--per-query", action="store_true", help="print every query's values")
     e.add_argument("--cache-dir", default=None, help="where text DATA is converted (default ~/.cache/streamrank)")
     e.add_argument("--memory-budget", default="2GB", metavar="SIZE",
-                   help="text DATA is converted within it; eval keeps about 48 bytes per row and says so when "
+                   help="(default 2GB) text DATA is converted within it; eval keeps about 48 bytes per row and says so when "
                         "that does not fit")
-    e.add_argument("--json", action="store_true")
+    e.add_argument("--json", action="store_true", help="print the metrics as one JSON line")
     e.set_defaults(func=_cmd_eval)
 
     d = sub.add_parser("demo", help="generate a small LETOR-like dataset and run the pipeline on it")
     d.add_argument("--dir", default=None, help="keep the files here (default: a temporary directory)")
-    d.add_argument("--quiet", action="store_true")
+    d.add_argument("--quiet", action="store_true", help="no progress, no summary")
     d.set_defaults(func=_cmd_demo)

@@ -4,7 +4,7 @@ protocol over folds)."""
 import json
 
 from streamrank.cli.common import _add_cluster, _add_query_file, _executor, _setup_logging, _values
-from streamrank.cli.train_commands import add_model_options
+from streamrank.cli.train_commands import add_model_options, refuse_inapplicable
 
 # what every configuration shares (the trainers' keyword arguments) and the flags they come from
 SHARED = ("normalize", "tol", "max_iter", "memory_budget", "pair_cost", "query_weight", "seed", "solver",
@@ -29,6 +29,7 @@ def grid_settings(args):
 
 def _cmd_grid(args):
     from streamrank.evaluation.score_files import open_data
+    refuse_inapplicable(args, args.method)
     from streamrank.workflow.grid import run_grid
     from streamrank.workflow.tables import grid_lines
     _setup_logging(args.quiet or args.json)
@@ -47,6 +48,7 @@ def _cmd_grid(args):
 
 def _cmd_cv(args):
     from streamrank.workflow.cv import run_cv, table_lines
+    refuse_inapplicable(args, args.method)
     _setup_logging(args.quiet or args.json)
     with _executor(args) as executor:
         record = run_cv(args.folds_dir, args.output, methods=args.method, axes=grid_axes(args),

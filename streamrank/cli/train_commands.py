@@ -79,6 +79,7 @@ def _cmd_train(args):
             raise ParameterError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --method clsr "
                                  f"(least squares over kernel coefficients: one pass and a direct solve, penalised by "
                                  f"--lambda); drop {', '.join(given)}")
+    refuse_inapplicable(args, [args.method])
     if args.C is None:
         args.C = [1.0]
     _check_outputs((args.output, "model file", False))
@@ -97,7 +98,8 @@ def _cmd_train(args):
               f"{summary['objective']:.6e}, {summary['passes']} pass(es), {summary['seconds']:.2f} s")
     elif not args.quiet:
         eta = f", eta={summary['eta']:.3g}" if "eta" in summary else ""
-        print(f"saved {args.output}: C={summary['C']:g}{eta}, objective {summary['objective']:.6e}, "
+        gamma = f", gamma={summary['gamma']:g}" if summary.get("gamma") is not None else ""
+        print(f"saved {args.output}: C={summary['C']:g}{gamma}{eta}, objective {summary['objective']:.6e}, "
               f"|g| {summary['grad_norm']:.3e}, {summary['iterations']} iterations, {summary['passes']} passes, "
               f"{summary['seconds']:.2f} s")
     if not args.quiet and "cluster" in summary:
@@ -107,6 +109,34 @@ def _cmd_train(args):
     if args.json:
         print(json.dumps(summary))
     return 0
+
+
+# options that only some methods (or settings) read: given to none of them, they are refused, not ignored
+ONLY_FOR = {"rank": ("--rank", ("nystroem",)), "map_cache": ("--map-cache", ("nystroem", "rff")),
+            "kernel": ("--kernel", ("nystroem", "rff", "exact", "clsr")),
+            "degree": ("--degree", ("nystroem", "exact", "clsr")), "coef0": ("--coef0", ("nystroem", "exact", "clsr"))}
+
+
+def refuse_inapplicable(args, methods):
+    """Refuse options that apply to none of ``methods`` or to none of the given settings."""
+    from streamrank.errors import ParameterError
+    for opt, (flag, applies) in ONLY_FOR.items():
+        default = "auto" if opt == "map_cache" else None
+        if getattr(args, opt, None) != default and not set(methods) & set(applies):
+            raise ParameterError(f"{flag} applies to --method {' or '.join(applies)}, not to {', '.join(methods)}; "
+                                 f"drop {flag}")
+    kernel = args.kernel or "rbf"
+    if args.degree is not None and kernel != "poly":
+        raise ParameterError(f"--degree is the poly kernel's; got --kernel {kernel}. Pass --kernel poly or drop --degree")
+    if args.coef0 is not None and kernel not in ("poly", "sigmoid"):
+        raise ParameterError(f"--coef0 is the poly and sigmoid kernels' offset; got --kernel {kernel}. Pass --kernel "
+                             f"poly or sigmoid, or drop --coef0")
+    for opt, flag in (("abs_gtol", "--abs-gtol"), ("abs_dtol", "--abs-dtol")):
+        if getattr(args, opt) is not None and args.solver != "newton_yuan":
+            raise ParameterError(f"{flag} is a stopping test of --solver newton_yuan; got --solver {args.solver}. "
+                                 f"Pass --solver newton_yuan or drop {flag}")
+    if getattr(args, "cache_size", None) is not None and not getattr(args, "cache_dir", None):
+        raise ParameterError("--cache-size caps the feature caches in --cache-dir; pass --cache-dir DIR too")
 
 
 def _train_method(args, ds, valid, executor):
@@ -187,7 +217,7 @@ def register(sub):
     """The model commands' parsers."""
     t = sub.add_parser("train", help="train a RankSVM model")
     t.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
-    t.add_argument("-o", "--output", required=True, metavar="MODEL.h5")
+    t.add_argument("-o", "--output", required=True, metavar="MODEL.h5", help="the model file to write")
     _add_query_file(t)
     t.add_argument("--valid", metavar="DATA", help="validation data: logged each iteration, chooses C (and gamma, "
                    "lambda) among several (default: none)")
@@ -210,28 +240,29 @@ def register(sub):
                         "costs; 0 ranks by importance alone (default 0.5)")
     g.add_argument("--signed", action="store_true", help="a feature may rank in either direction: keep the better")
     g.add_argument("-o", "--output", metavar="GAS.h5", help="write importance, similarity and the greedy order, "
-                   "for train --features GAS.h5:K")
+                   "for train --features GAS.h5:K (default: not written)")
     _add_query_file(g)
-    g.add_argument("--memory-budget", default="2GB", metavar="SIZE")
-    g.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted")
-    g.add_argument("--checkpoint", metavar="DIR", help="write the pass's sums here every --commit-every seconds")
+    g.add_argument("--memory-budget", default="2GB", metavar="SIZE", help="bound on the process's memory (default 2GB)")
+    g.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
+    g.add_argument("--checkpoint", metavar="DIR", help="write the pass's sums here every --commit-every seconds (default: none)")
     g.add_argument("--resume", action="store_true", help="continue the pass from the checkpoint in --checkpoint DIR")
-    g.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS")
+    g.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",
+                   help="how often the checkpoint is written (default 60)")
     _add_cluster(g)
-    g.add_argument("--json", action="store_true")
-    g.add_argument("--quiet", action="store_true")
+    g.add_argument("--json", action="store_true", help="print the selection as one JSON line")
+    g.add_argument("--quiet", action="store_true", help="no progress, no log lines")
     g.set_defaults(func=_cmd_select_features)
 
     pr = sub.add_parser("predict", help="score data with a model, one score per line in input order")
-    pr.add_argument("model", metavar="MODEL.h5")
-    pr.add_argument("data", metavar="DATA")
+    pr.add_argument("model", metavar="MODEL.h5", help="a model written by streamrank train, grid or cv")
+    pr.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
     pr.add_argument("-o", "--output", required=True, metavar="SCORES.txt",
                     help="one score per line, %%.17g (- : standard output)")
     _add_query_file(pr)
-    pr.add_argument("--memory-budget", default="2GB", metavar="SIZE")
-    pr.add_argument("--cache-dir", metavar="DIR")
+    pr.add_argument("--memory-budget", default="2GB", metavar="SIZE", help="bound on the process's memory (default 2GB)")
+    pr.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
     _add_cluster(pr)
-    pr.add_argument("--json", action="store_true")
+    pr.add_argument("--json", action="store_true", help="print the output path and row count as one JSON line")
     pr.set_defaults(func=_cmd_predict)
 
 
