@@ -95,6 +95,17 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
     logging.getLogger("streamrank").warning("warning: %s", message)
 
 
+class _BarAwareHandler(logging.StreamHandler):
+    """Log lines written above a live progress bar (tqdm.write), not through it."""
+
+    def emit(self, record):
+        try:
+            from tqdm import tqdm
+            tqdm.write(self.format(record), file=self.stream)
+        except Exception:  # noqa: BLE001 - logging must not raise
+            self.handleError(record)
+
+
 def _setup_logging(quiet, progress=True):
     """Library log lines (and warnings) on stderr in the CLI's terms: INFO and up for commands that
     report progress (``progress``), warnings only otherwise or with --quiet."""
@@ -102,7 +113,7 @@ def _setup_logging(quiet, progress=True):
     warnings.showwarning = _show_warning
     logger = logging.getLogger("streamrank")
     logger.handlers[:] = []
-    h = logging.StreamHandler(sys.stderr)
+    h = _BarAwareHandler(sys.stderr)
     h.setFormatter(_TranslatingFormatter("%(message)s"))
     logger.addHandler(h)
     logger.setLevel(logging.WARNING if quiet or not progress else logging.INFO)

@@ -9,6 +9,7 @@ from streamrank._version import __version__
 from streamrank.cli import data_commands, search_commands, train_commands
 from streamrank.cli.common import _os_error, _setup_logging, translate
 from streamrank.errors import StreamrankError
+from streamrank.execution.progress import progress
 
 
 def build_parser():
@@ -32,7 +33,8 @@ def main(argv=None):
         args.compression = DEFAULT_COMPRESSION
     try:
         _setup_logging(getattr(args, "quiet", False), progress=args.command in ("train", "select-features", "grid", "cv"))
-        return args.func(args)
+        with progress(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
+            return args.func(args)
     except (StreamrankError, FileNotFoundError) as exc:
         print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)
         return 2

@@ -86,11 +86,11 @@ def block_partition(source):
     return bp
 
 
-def run_blocks(p, source, kept=(), collect=None, carry=None):
+def run_blocks(p, source, kept=(), collect=None, carry=None, on_block=None):
     """One pass of ``p`` over ``source`` in this process: the carry of each partition (a run of
     blocks, :mod:`streamrank.execution.partitions`) starts afresh and is merged into the total in
-    partition order (``carry``: the one to continue, for a pass that cannot be split). Returns
-    ``(carry, outputs, blocks)``."""
+    partition order (``carry``: the one to continue, for a pass that cannot be split;
+    ``on_block(k)``: told after each block, for progress). Returns ``(carry, outputs, blocks)``."""
     parts = None if p.one_partition else block_partition(source)
     total, carry = None, (p.start() if carry is None else carry)
     outputs = None if collect is not None else []
@@ -110,6 +110,8 @@ def run_blocks(p, source, kept=(), collect=None, carry=None):
                 collect(k, out)
             else:
                 outputs.append(out)
+            if on_block is not None:
+                on_block(k)
             k += 1
     finally:
         close = getattr(it, "close", None)
@@ -145,7 +147,12 @@ class LocalExecutor(Executor):
         self.partition_rows = check_partition_rows(partition_rows)
 
     def run(self, p, source, *, kept=(), collect=None):
-        carry, outputs, k = run_blocks(p, source, kept, collect)
+        from streamrank.execution.progress import PassBar
+        bar = PassBar(p, source)
+        try:
+            carry, outputs, k = run_blocks(p, source, kept, collect, on_block=bar.step)
+        finally:
+            bar.close()
         self.record(p, source, k)
         return carry, outputs
 

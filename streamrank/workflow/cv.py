@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from streamrank.errors import InputError
+from streamrank.execution.progress import bar
 from streamrank.io.atomic import written
 from streamrank.workflow.grid import APPLIES, configurations, evaluate_model, per_query, run_grid
 from streamrank.workflow.rundir import open_run, read_json, write_json
@@ -81,6 +82,7 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
                        "select_metric": select_metric, "folds": [name for name, _ in fold_list]}
     continued = open_run(run_dir, "cv", record_settings)
     results = []
+    outer = bar(len(fold_list) * len(methods), "cv", "grid")
     for name, paths in fold_list:
         with open_data(paths["train"]) as ds, open_data(paths["vali"]) as vali, open_data(paths["test"]) as test:
             for method in methods:
@@ -101,6 +103,8 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
                     write_json(out / "test.json", done)
                     done = read_json(out / "test.json")
                 results.append(done)
+                outer.update()
+    outer.close()
     record = {"format": CV_FORMAT, "version": CV_VERSION, "command": command, "folds_dir": str(folds_dir),
               "settings": dict(record_settings, settings=settings), "results": results,
               "table": table_rows(results, methods), "seconds": time.perf_counter() - t0, "continued": continued}

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from streamrank.errors import ParameterError
+from streamrank.execution.progress import bar
 from streamrank.io.atomic import written
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import csv_text
@@ -142,7 +143,11 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
     if continued:
         log.info("grid: continuing the run in %s", run_dir)
     results = []
+    outer = bar(len(configs), "grid", "configuration")
     for k, cfg in enumerate(configs):
+        outer.set_postfix_str(cfg["label"], refresh=False)
+        if k:
+            outer.update()
         folder = run_dir / "runs" / cfg["label"]
         done = read_json(folder / "result.json", kind=GRID_FORMAT + "-result")
         if on_config is not None:
@@ -162,6 +167,8 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
         write_json(folder / "result.json", res)
         shutil.rmtree(ck, ignore_errors=True)
         results.append(read_json(folder / "result.json"))  # as a rerun would see it (JSON round trip)
+    outer.update()
+    outer.close()
     best = choose(results, select_metric)
     with written(run_dir / "model.h5") as tmp:
         shutil.copyfile(run_dir / "runs" / results[best]["label"] / "model.h5", tmp)

@@ -1,0 +1,74 @@
+"""Progress bars (tqdm, on standard error) for long work: a pass over the data that runs longer than
+:data:`PASS_BAR_DELAY` shows its rows, rows/s and the pass's ETA; grid and cv show their
+configurations. Off unless switched on (the CLI does, but for ``--quiet`` and ``--json``; the
+Python API with ``verbose=True``), so library calls and tests print nothing.
+"""
+
+import contextlib
+import sys
+
+import numpy as np
+
+# a pass's bar appears only once the pass has run this long (short passes, most of them, stay silent)
+PASS_BAR_DELAY = 2.0
+# at most this many redraws a second
+MIN_INTERVAL = 0.5
+
+_state = {"on": False}
+
+
+def enabled():
+    return _state["on"]
+
+
+@contextlib.contextmanager
+def progress(on=True):
+    """``with progress():`` bars are shown inside the block (``on=False``: hidden)."""
+    before = _state["on"]
+    _state["on"] = bool(on)
+    try:
+        yield
+    finally:
+        _state["on"] = before
+
+
+def bar(total, desc, unit, delay=0.0, leave=True):
+    """A tqdm bar (disabled while progress is off)."""
+    from tqdm import tqdm
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "rows", delay=delay, leave=leave,
+                disable=not _state["on"], file=sys.stderr, dynamic_ncols=True, mininterval=MIN_INTERVAL)
+
+
+def block_rows(source):
+    """Rows of each block of ``source`` when its plan says (a stream, or a source over one), else None."""
+    stream = source if hasattr(source, "bounds") else getattr(source, "stream", None)
+    bounds, dataset = getattr(stream, "bounds", None), getattr(stream, "dataset", None)
+    if bounds is None or dataset is None:
+        return None
+    qp = dataset.query_ptr
+    b = np.asarray(bounds)
+    return qp[b[1:]] - qp[b[:-1]]
+
+
+class PassBar:
+    """The bar of one pass: ``step(k)`` after block ``k``; rows when the source's plan gives them,
+    else blocks."""
+
+    def __init__(self, p, source):
+        self.rows = block_rows(source) if _state["on"] else None
+        name = type(p).__name__.strip("_").lower()
+        if not _state["on"]:
+            self.bar = None
+        elif self.rows is not None:
+            self.bar = bar(int(self.rows.sum()), f"pass {name}", "rows", PASS_BAR_DELAY, leave=False)
+        else:
+            n = getattr(source, "n_blocks", None)
+            self.bar = bar(n() if callable(n) else n, f"pass {name}", "blocks", PASS_BAR_DELAY, leave=False)
+
+    def step(self, k):
+        if self.bar is not None:
+            self.bar.update(int(self.rows[k]) if self.rows is not None and k < len(self.rows) else 1)
+
+    def close(self):
+        if self.bar is not None:
+            self.bar.close()
