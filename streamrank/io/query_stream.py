@@ -143,6 +143,13 @@ class QueryStream:
     def __len__(self):
         return len(self.bounds) - 1
 
+    def blocks_meta(self):
+        """(None, local query_ptr, q0, q1) of every block, reading no rows (passes over outputs
+        kept with the blocks: :attr:`streamrank.execution.executor.Pass.reads` ``"meta"``)."""
+        qp = self.dataset.query_ptr
+        return [(None, qp[q0:q1 + 1] - qp[q0], int(q0), int(q1))
+                for q0, q1 in zip(self.bounds[:-1].tolist(), self.bounds[1:].tolist())]
+
     @property
     def n_rows(self):
         qp = self.dataset.query_ptr

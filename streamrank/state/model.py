@@ -123,15 +123,31 @@ class LinearModel:
             out = np.empty(X.shape[0])
             _qprod.rows_dot(X, self.w, out)
             return out
-        Xn = self.normalizer.transform(X, query_ptr)
         if self.fmap is not None and hasattr(self.fmap, "scores"):  # scores in chunks itself (exact kernel)
-            return self.fmap.scores(Xn, self.w, row0=row0)
+            return self.fmap.scores(self.normalizer.transform(X, query_ptr), self.w, row0=row0)
+        return self.dot_features(self._features(X, query_ptr, row0))
+
+    def dot_features(self, F):
+        """Scores of rows ``F`` already normalised and mapped (:meth:`mapped_rows`): x.w in a fixed
+        order per row (a BLAS gemv sums a row differently by the call's row count)."""
+        out = np.empty(F.shape[0])
+        _qprod.rows_dot(F, self.w, out)
+        return out
+
+    def _features(self, X, query_ptr, row0):
+        Xn = self.normalizer.transform(X, query_ptr)
         if self.fmap is not None:  # the same float32 features as in training, products in float64
             Xn = self.fmap.transform(Xn, dtype=np.float32, row0=row0)
-        # x.w in a fixed order per row (a BLAS gemv sums a row differently by the call's row count)
-        out = np.empty(Xn.shape[0])
-        _qprod.rows_dot(Xn, self.w, out)
-        return out
+        return Xn
+
+    def mapped_rows(self, X, query_ptr=None, row0=0, extra="error"):
+        """The rows of X as the weights see them (normalised and mapped, float32 for a map), for
+        scoring the same rows with many weights (:meth:`dot_features` gives the bits of
+        :meth:`decision_function`); only for models with a feature map that maps rows on its own
+        (not the exact kernel's)."""
+        if self.fmap is None or hasattr(self.fmap, "scores") or self.input_features is not None:
+            raise ValueError("mapped_rows is for models with a row feature map and no input subset")
+        return self._features(self._pad(X, extra=extra), query_ptr, row0)
 
     def _scores_raw_rows(self, X=None):
         """Whether rows are scored as they are read (no normalisation, no map, C-ordered float32)."""

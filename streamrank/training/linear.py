@@ -25,7 +25,8 @@ from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
 from streamrank.training.problem import (attach_features, c_path, check_config, check_has_features, check_queries,
                                         check_valid_width, eta_for, gamma_path, grid_points, pair_cost_table,
-                                        pair_weight_sum, query_weights, read_labels, validation_score, with_features)
+                                        pair_weight_sum, query_weights, read_labels, validation_score, with_features,
+                                        MappedValidation, mapped_validation_bytes)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -135,7 +136,11 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     from streamrank.objectives.linear_precond import temp_bytes
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
     widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
-    block_bytes, tier = memplan.linear_plan(budget, n_train, temp_bytes(widest), block_bytes,
+    # a kernel map's C path scores the validation rows mapped once per gamma, when they fit their share
+    valid_map_bytes = mapped_validation_bytes(valid, widest) if method != "primal" else 0
+    if valid_map_bytes > memplan.VALID_MAP_SHARE * budget:
+        valid_map_bytes = 0
+    block_bytes, tier = memplan.linear_plan(budget, n_train, temp_bytes(widest) + valid_map_bytes, block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
                                             loss=cfg["loss"])
 
@@ -191,9 +196,17 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         fm = feature_map(gi)
         return ds.n_features if fm is None else int(fm.n_components_)
 
+    mapped_valid = {}
+
     def score_valid(w, gi):
         model = LinearModel(w, normalizer, n_features=ds.n_features, fmap=feature_map(gi))
-        return validation_score(model, valid, valid_y, select_metric, block_bytes=block_bytes, executor=executor)
+        if not valid_map_bytes:
+            return validation_score(model, valid, valid_y, select_metric, block_bytes=block_bytes, executor=executor)
+        if gi not in mapped_valid:  # one gamma's mapped validation rows at a time
+            mapped_valid.clear()
+            mapped_valid[gi] = MappedValidation(model, valid, valid_y, select_metric, block_bytes=block_bytes,
+                                                executor=executor)
+        return mapped_valid[gi].score(model)
 
     # -- the path of (gamma, C) points ----------------------------------------------------------------
     class Linear(Method):

@@ -35,6 +35,11 @@ def state_bytes_per_row(loss="squared_hinge"):
 MEMORY_TIER_SHARE = 0.5
 
 
+# share of the budget the mapped validation rows of a kernel map's C path may take (held once per
+# gamma and scored by every point's weights; beyond it they are mapped again at every score)
+VALID_MAP_SHARE = 0.1
+
+
 # share of the budget the dense Hessian of a Newton solver may take (its m x m matrices and the
 # float64 rows with their Hessian products while it is formed)
 DENSE_HESSIAN_SHARE = 0.25

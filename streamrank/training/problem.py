@@ -4,6 +4,7 @@ mu), label-pair costs (lambda), the validation metric's value, and the settings'
 import numpy as np
 
 from streamrank.errors import ParameterError
+from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.evaluation.metrics import evaluate
 from streamrank.io.info import preference_pairs_per_query
 
@@ -177,6 +178,64 @@ def validation_score(model, valid, valid_y, metric, *, block_bytes, executor=Non
     """``metric`` (one of SELECT_METRICS) of ``model`` on the validation dataset (one streamed pass)."""
     s = model.score_stream(valid, block_bytes=block_bytes, executor=executor, quiet_width=True)
     return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), metric)
+
+
+class _MapRows(Pass):
+    """Validation rows normalised and mapped once (kept with their blocks for later passes)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def step(self, carry, item):
+        block, a, b = item
+        return a, b, np.ascontiguousarray(self.model.mapped_rows(block.X, block.query_ptr, row0=a, extra="ignore"))
+
+    def merge(self, total, carry):
+        return None
+
+
+class _MappedScores(Pass):
+    """Scores of kept mapped rows by weights ``w``."""
+
+    returns = True
+    reads = "meta"
+
+    def __init__(self, model):
+        self.model = model
+
+    def step(self, carry, item, rows):
+        a, b, F = rows
+        return a, b, self.model.dot_features(F)
+
+    def merge(self, total, carry):
+        return None
+
+
+class MappedValidation:
+    """The validation score of many weight vectors over one feature map (a C path): the validation
+    rows are mapped once (one pass; their float32 mapped rows, ``bytes``, are held by the executor
+    with their blocks) and each score is then a product per block, the bits of
+    :func:`validation_score`."""
+
+    def __init__(self, model, valid, valid_y, metric, *, block_bytes, executor=None):
+        self.valid, self.valid_y, self.metric, self.executor = valid, valid_y, metric, executor_or_local(executor)
+        self.source = partitioned_stream(valid, executor, block_bytes=block_bytes)
+        _, self.kept = self.executor.run(_MapRows(model), self.source)
+        self.fmap, self.normalizer = model.fmap, model.normalizer
+
+    def score(self, model):
+        out = np.empty(self.valid.n_rows)
+
+        def collect(k, item):
+            a, b, s = item
+            out[a:b] = s
+        self.executor.run(_MappedScores(model), self.source, kept=[self.kept], collect=collect)
+        return metric_value(evaluate(self.valid_y, out, self.valid.query_ptr, qid=None), self.metric)
+
+
+def mapped_validation_bytes(valid, width):
+    """Bytes of a validation set's mapped rows (float32) for :class:`MappedValidation`."""
+    return 0 if valid is None else 4 * int(valid.n_rows) * int(width)
 
 
 def with_features(ds, valid, features):

@@ -189,6 +189,7 @@ def test_two_stage_choice_in_the_second_stage_is_the_model(small, monkeypatch, m
     import streamrank.training.linear as lin
     score = lambda model, *a, **k: float(np.linalg.norm(model.w))  # noqa: E731
     monkeypatch.setattr(lin, "validation_score", score)
+    monkeypatch.setattr(lin, "mapped_validation_bytes", lambda *a: 0)  # every score through validation_score
     monkeypatch.setattr(ex, "validation_score", score)
     with streamrank.open_dataset(small / "train.h5") as ds, streamrank.open_dataset(small / "valid.h5") as v:
         kw = dict(valid=v, C="two-stage", tol=1e-6, loss="smooth_hinge", gamma=0.05)

@@ -138,3 +138,23 @@ def test_cache_size_cap_below_a_block_falls_back_to_recompute(parts, tmp_path, c
     assert capped["map_storage"] == "recompute"
     a, b = streamrank.load(tmp_path / "capped.h5"), streamrank.load(tmp_path / "rec.h5")
     assert np.array_equal(a.coef_, b.coef_)
+
+
+@pytest.mark.parametrize("method", ["nystroem", "rff"])
+def test_validation_rows_mapped_once_score_the_same_bits(tmp_path_factory, monkeypatch, method):
+    """A kernel map's C path maps the validation rows once per gamma (MappedValidation) and scores
+    them with every iterate's weights: the same validation scores, choice and model, bit for bit, as
+    mapping them again for every score (validation_score through the model), for two gammas."""
+    import streamrank.training.linear as lin
+    from small_data import small_pair
+    ds, valid = small_pair(tmp_path_factory, "mapped-valid", 0.2)
+    with ds, valid:
+        kw = dict(valid=valid, method=method, components=30, gamma=[0.02, 0.1], C=[0.25, 2.0], normalize="zscore",
+                  tol=1e-4, block_bytes=20_000)
+        cached, s1 = lin.train_linear(ds, **kw)
+        monkeypatch.setattr(lin, "mapped_validation_bytes", lambda *a: 0)
+        plain, s2 = lin.train_linear(ds, **kw)
+    assert [c["valid_meanndcg"] for c in s1["candidates"]] == [c["valid_meanndcg"] for c in s2["candidates"]]
+    assert [[r[5] for r in c["trace"]] for c in s1["candidates"]] == [[r[5] for r in c["trace"]] for c in s2["candidates"]]
+    np.testing.assert_array_equal(cached.w, plain.w)
+    assert (s1["C"], s1["gamma"]) == (s2["C"], s2["gamma"])
