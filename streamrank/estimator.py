@@ -1,19 +1,186 @@
-"""``streamrank.RankSVM``: the scikit-learn style estimator over the streamed trainer."""
+"""``streamrank.RankSVM`` and ``streamrank.CLSRRank``: scikit-learn estimators over the streamed trainers.
 
+scikit-learn is optional (the ``sklearn`` extra); ``import streamrank`` never imports it.
+
+Why no ``sklearn.base.BaseEstimator`` base class
+    Importing ``sklearn.base`` after streamrank costs about 0.6 s, more than ``import
+    streamrank`` itself (about 0.5 s; ``python -X importtime -c "import streamrank; import
+    sklearn.base"`` on the project's 2-core machine). A base class taken from scikit-learn
+    whenever it is installed would double every import, the CLI's included; one taken only when
+    scikit-learn happens to be imported already would make the class depend on import order. So :class:`_Estimator`
+    implements scikit-learn's estimator protocol in plain Python: ``get_params`` / ``set_params``
+    from the ``__init__`` signature (nested ``name__param`` included), the repr of the parameters
+    that differ from their defaults, ``__sklearn_tags__`` and the metadata requests. Only the
+    methods that scikit-learn alone calls import it (``__sklearn_tags__``,
+    ``get_metadata_routing``, ``set_*_request``). ``clone``, ``GridSearchCV``, ``Pipeline`` and
+    ``sklearn.utils.estimator_checks`` take the estimators as they take a BaseEstimator
+    (tests/test_sklearn.py lists the checks that do not apply to a ranker, with their reasons).
+
+Query ids inside scikit-learn: metadata routing
+    ``fit``, ``predict`` and ``score`` take ``qid=`` (one query id per row, as XGBoost's XGBRanker
+    takes it; LightGBM's ranker takes group sizes). scikit-learn hands an estimator's ``score``
+    an array other than X and y only by metadata routing: without it, ``GridSearchCV.fit(X, y,
+    groups=qid, qid=qid)`` gives ``qid`` to ``fit`` but nothing to ``score``, and ``groups``
+    reaches the splitter only. Taking qid from ``groups`` is therefore no alternative (the
+    estimator never sees ``groups``; under routing it is the alias
+    ``set_fit_request(qid="groups").set_score_request(qid="groups")``, which users can set).
+    ``qid`` is requested by default for ``fit``, ``predict`` and ``score``, as GroupKFold requests
+    ``groups``: a ranker without its query ids ranks every row as one query, which is never what
+    routing the ids was for::
+
+        sklearn.set_config(enable_metadata_routing=True)
+        GridSearchCV(RankSVM(), {"C": [0.1, 1]}, cv=GroupKFold(3)).fit(X, y, qid=qid, groups=qid)
+
+Without qid
+    ``fit(X, y)`` ranks all rows as one query, with a warning (pass ``qid=np.zeros(n)`` to say
+    so); it is what scikit-learn's generic checks fit. ``score(X, y)`` ranks all rows as one query
+    too, with a warning when the model was fitted on several queries (the sign of a search
+    without metadata routing, where qid reached fit only).
+
+Arrays are stored and scored as float32, as the dataset format holds them (:mod:`streamrank.io`);
+scores are float64 (see :meth:`RankSVM.predict`).
+"""
+
+import contextlib
+import functools
+import inspect
+import numbers
+import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
 
 from streamrank.io.dataset import Dataset, open_dataset
 from streamrank.errors import ParameterError
+from streamrank.evaluation.metrics import evaluate
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.state.model import load as load_model
 from streamrank.training.linear import train_linear
 
+# scikit-learn's "keep the request as it is" (sklearn.utils.metadata_routing.UNCHANGED, compared by
+# value so that the signature needs no import)
+_UNCHANGED = "$UNCHANGED$"
 
-class RankSVM:
+
+class _Estimator:
+    """scikit-learn's estimator protocol without importing scikit-learn (module docstring)."""
+
+    # the metadata each method consumes; requested unless set otherwise (module docstring)
+    _METADATA = {"fit": ("qid",), "predict": ("qid",), "score": ("qid",)}
+
+    @classmethod
+    def _get_param_names(cls):
+        """The parameters: ``__init__``'s keyword-only arguments, sorted (as BaseEstimator)."""
+        return sorted(p.name for p in inspect.signature(cls.__init__).parameters.values()
+                      if p.kind == p.KEYWORD_ONLY)
+
+    def get_params(self, deep=True):
+        out = {}
+        for name in self._get_param_names():
+            value = getattr(self, name)
+            if deep and hasattr(value, "get_params") and not isinstance(value, type):
+                out.update((f"{name}__{k}", v) for k, v in value.get_params().items())
+            out[name] = value
+        return out
+
+    def set_params(self, **params):
+        names = self._get_param_names()
+        nested = {}
+        for key, value in params.items():
+            name, nest, sub = key.partition("__")
+            if name not in names:
+                raise ParameterError(f"{type(self).__name__} has no parameter {name!r}; "
+                                     f"its parameters are {', '.join(names)}")
+            if nest:
+                nested.setdefault(name, {})[sub] = value
+            else:
+                setattr(self, name, value)
+        for name, sub in nested.items():
+            getattr(self, name).set_params(**sub)
+        return self
+
+    def __repr__(self):
+        params = self.get_params(deep=False)
+        sklearn = sys.modules.get("sklearn")
+        if sklearn is None or sklearn.get_config().get("print_changed_only", True):
+            defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+            params = {k: v for k, v in params.items() if repr(v) != repr(defaults[k])}
+        return _call_repr(type(self).__name__, [f"{k}={v!r}" for k, v in params.items()])
+
+    def __sklearn_tags__(self):
+        from sklearn.utils import Tags, TargetTags
+        # "ranker" as XGBoost's rankers say it; scikit-learn has no ranker type, and a ranker is
+        # not a regressor (its score is NDCG, not R^2)
+        return Tags(estimator_type="ranker", target_tags=TargetTags(required=True))
+
+    def get_metadata_routing(self):
+        """scikit-learn's ``MetadataRequest``: ``qid`` for fit, predict and score (module docstring)."""
+        request = getattr(self, "_metadata_request", None)
+        if request is None:
+            from sklearn.utils.metadata_routing import MetadataRequest
+            request = MetadataRequest(owner=self)
+            for method, params in self._METADATA.items():
+                for param in params:
+                    getattr(request, method).add_request(param=param, alias=True)
+        return request
+
+    def set_fit_request(self, *, qid=_UNCHANGED):
+        """Whether scikit-learn's metadata routing passes ``qid`` to :meth:`fit` (True by default;
+        False, None, or an alias such as ``"groups"``), as BaseEstimator's ``set_fit_request``."""
+        return self._set_request("fit", qid=qid)
+
+    def set_predict_request(self, *, qid=_UNCHANGED):
+        """As :meth:`set_fit_request`, for :meth:`predict`."""
+        return self._set_request("predict", qid=qid)
+
+    def set_score_request(self, *, qid=_UNCHANGED):
+        """As :meth:`set_fit_request`, for :meth:`score`."""
+        return self._set_request("score", qid=qid)
+
+    def _set_request(self, method, **aliases):
+        try:
+            import sklearn
+        except ImportError:
+            raise ImportError(f"set_{method}_request is scikit-learn's metadata routing; install scikit-learn: "
+                              "pip install 'streamrank[sklearn]'") from None
+        if not sklearn.get_config().get("enable_metadata_routing", False):
+            raise RuntimeError("This method is only available when metadata routing is enabled. You can enable it "
+                               "using sklearn.set_config(enable_metadata_routing=True).")
+        request = self.get_metadata_routing()
+        for param, alias in aliases.items():
+            if not (isinstance(alias, str) and alias == _UNCHANGED):
+                getattr(request, method).add_request(param=param, alias=alias)
+        self._metadata_request = request
+        return self
+
+
+def _call_repr(name, items, width=79):
+    """``name(a, b, ...)`` wrapped at ``width``, continuation lines under the first item, as
+    scikit-learn prints an estimator."""
+    pad = " " * (len(name) + 1)
+    lines, line = [], name + "("
+    for k, item in enumerate(items):
+        end = "," if k + 1 < len(items) else ")"
+        if len(line) + len(item) + len(end) > width and line.strip() and not line.endswith("("):
+            lines.append(line.rstrip())
+            line = pad
+        line += item + end + " "
+    lines.append(line.rstrip() if items else line + ")")
+    return "\n".join(lines)
+
+
+class RankSVM(_Estimator):
     """Pairwise RankSVM with the squared hinge loss, trained by TRON over a block stream.
+
+    A scikit-learn estimator (without scikit-learn as a dependency; module docstring): ``fit(X, y,
+    qid=qid)``, ``predict(X, qid=qid)``, ``score(X, y, qid=qid)`` (mean NDCG@10 over queries),
+    ``get_params`` / ``set_params``, ``clone``; query ids reach it inside ``GridSearchCV`` or a
+    ``Pipeline`` by metadata routing::
+
+        sklearn.set_config(enable_metadata_routing=True)
+        GridSearchCV(RankSVM(), {"C": [0.1, 1]}, cv=GroupKFold(3)).fit(X, y, qid=qid, groups=qid)
 
     Parameters (keyword-only; stored as given, validated in :meth:`fit`)
     ----------
@@ -49,15 +216,30 @@ class RankSVM:
         The smooth hinge's band; None / "auto": paper 001's rule per C.
     features : None, "3,7,12", "@file", "gas.h5:20" or a list of 1-based ids
         Train on these input features only; the model applies the same subset when it scores.
-    random_state : int (recorded; the linear primal path draws no random numbers).
+    random_state : int >= 0, None, or a numpy RandomState / Generator
+        The seed of the feature maps' draws (the linear primal path draws none); None draws one
+        from numpy's global RandomState, an instance draws one from itself. The model records the
+        seed used (so ``resume`` needs an int).
+    verbose : bool
+        True: one log line per solver iteration and progress bars for long passes on standard
+        error, as the command line prints them; False (default): silent.
+
+    Attributes
+    ----------
+    model_ : the trained :class:`~streamrank.state.model.LinearModel`
+    coef_ : ndarray of float64, the weights (in the mapped space for a feature map)
+    n_features_in_ : int
+    C_, objective_ : the chosen C and its objective
+    training_ : dict, the training summary (every candidate's validation score)
     """
 
     def __init__(self, *, C=1.0, normalize="none", pair_cost=None, query_weight=None, tol=1e-3,
                  max_iter=1000, memory_budget="2GB", checkpoint=None, resume=False,
                  select_metric="meanndcg", random_state=0, block_bytes=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None,
-                 cache_dir=None, map_cache="auto", loss="squared_hinge", eta=None, features=None):
+                 cache_dir=None, map_cache="auto", loss="squared_hinge", eta=None, features=None, verbose=False):
         self.C = C
+        self.verbose = verbose
         self.features = features
         self.loss = loss
         self.eta = eta
@@ -83,86 +265,100 @@ class RankSVM:
         self.cache_dir = cache_dir
         self.map_cache = map_cache
 
-    def get_params(self, deep=True):
-        return {k: getattr(self, k) for k in ("C", "normalize", "pair_cost", "query_weight", "tol", "max_iter",
-                                              "memory_budget", "checkpoint", "resume", "select_metric",
-                                              "random_state", "block_bytes", "solver", "method", "kernel",
-                                              "gamma", "degree", "coef0", "n_components", "rank", "cache_dir",
-                                              "map_cache", "loss", "eta", "features")}
-
-    def set_params(self, **params):
-        for k, v in params.items():
-            if k not in self.get_params():
-                raise ParameterError(f"unknown parameter {k!r} for RankSVM")
-            setattr(self, k, v)
-        return self
-
     def fit(self, X, y=None, qid=None, *, valid=None, queries=None):
         """Train on a dataset (path or :class:`Dataset`) or on in-memory arrays ``X, y, qid``.
 
-        In-memory arrays are written to a temporary dataset first, so every fit reads through
-        the same query-aligned stream.
+        ``qid``: one query id per row (integers or strings; a query's rows need not be
+        adjacent); None ranks all rows as one query. In-memory arrays are written as float32 to a
+        temporary dataset first, so every fit reads through the same query-aligned stream.
+        ``valid``: a dataset or ``(X, y, qid)`` for choosing among several C (or gamma).
         """
-        tmp = None
-        try:
-            ds, tmp = _as_dataset(X, y, qid, "train")
-            vds, vtmp = (None, None) if valid is None else _as_dataset(*_valid_parts(valid), "valid")
-            try:
-                train = _train_exact if self.method == "exact" else train_linear
-                model, summary = train(
-                    ds, valid=vds, C=self.C, normalize=self.normalize, tol=self.tol, max_iter=self.max_iter,
-                    memory_budget=self.memory_budget, pair_cost=self.pair_cost, query_weight=self.query_weight,
-                    select_metric=self.select_metric, checkpoint=self.checkpoint, resume=self.resume,
-                    seed=self.random_state, block_bytes=self.block_bytes, queries=queries, solver=self.solver,
-                    method=self.method, kernel=self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
-                    components=self.n_components, rank=self.rank, cache_dir=self.cache_dir,
-                    map_cache=self.map_cache, loss=self.loss, eta=self.eta, features=self.features)
-            finally:
-                if vtmp is not None:
-                    vds.close()
-                    vtmp.cleanup()
-        finally:
-            if tmp is not None:
-                ds.close()
-                tmp.cleanup()
+        with _fit_data(X, y, qid, valid, type(self).__name__) as (ds, vds), _verbose(self.verbose):
+            train = _train_exact if self.method == "exact" else train_linear
+            model, summary = train(
+                ds, valid=vds, C=self.C, normalize=self.normalize, tol=self.tol, max_iter=self.max_iter,
+                memory_budget=self.memory_budget, pair_cost=self.pair_cost, query_weight=self.query_weight,
+                select_metric=self.select_metric, checkpoint=self.checkpoint, resume=self.resume,
+                seed=_seed(self.random_state), block_bytes=self.block_bytes, queries=queries, solver=self.solver,
+                method=self.method, kernel=self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
+                components=self.n_components, rank=self.rank, cache_dir=self.cache_dir,
+                map_cache=self.map_cache, loss=self.loss, eta=self.eta, features=self.features)
+            self._n_fit_queries = ds.n_queries if queries is None else queries[1] - queries[0]
+        self._set_fitted(model, summary)
+        return self
+
+    def _set_fitted(self, model, summary):
         self.model_ = model
         self.coef_ = model.w
         self.n_features_in_ = model.n_features
         self.training_ = summary
-        self.objective_ = summary["objective"]
-        self.C_ = summary["C"]
-        return self
+        self.objective_ = summary.get("objective")
+        self.C_ = summary.get("C")
 
     def predict(self, X, qid=None):
-        """Scores of the rows of ``X`` (array) or of a dataset (path/Dataset, input row order)."""
+        """Scores of the rows of ``X`` (array) or of a dataset (path/Dataset, input row order).
+
+        Array rows are read as float32, as :meth:`fit` stores them, so a row scores the same
+        whatever X's dtype and whether it comes in an array or a dataset; float32 X is not copied.
+        The scores are float64 for every input dtype: they are sums formed in float64, and
+        rounding them to float32 would tie scores that differ, which reorders a ranking (LETOR's
+        ties keep input order). ``qid`` is needed by ``normalize="query_minmax"`` only.
+        """
         model = self._model()
-        if isinstance(X, (str, Path, Dataset)):
-            ds = open_dataset(X) if not isinstance(X, Dataset) else X
-            return model.predict_dataset(ds, memory_budget=self.memory_budget)
-        query_ptr = None
-        if qid is not None:
-            qid = np.asarray(qid)
-            change = np.flatnonzero(qid[1:] != qid[:-1]) + 1
-            query_ptr = np.concatenate(([0], change, [len(qid)]))
-        return model.decision_function(np.asarray(X), query_ptr)
+        if _is_data(X):
+            with _dataset(X) as ds:
+                return model.predict_dataset(ds, memory_budget=self.memory_budget)
+        X = _rows(X)
+        if qid is None:
+            return model.decision_function(X)
+        order, query_ptr = _grouped(_qids(qid, X.shape[0]))
+        if order is None:
+            return model.decision_function(X, query_ptr)
+        out = np.empty(X.shape[0])
+        out[order] = model.decision_function(X[order], query_ptr)
+        return out
+
+    def score(self, X, y=None, qid=None):
+        """Mean NDCG@10 over the queries of ``X, y, qid`` (arrays) or of a dataset (path/Dataset).
+
+        The LETOR 4.0 convention (``letor4`` in :mod:`streamrank.evaluation.metrics`: gains 0/1/3
+        for labels 0/1/2, positions 1-2 undiscounted, ties in input order, NDCG@10 = 0 for a query
+        shorter than 10), the value ``select_metric="ndcg@10"`` chooses C by and ``streamrank
+        eval`` prints. A query without a relevant document (no label >= 1) scores 0 and stays in
+        the mean. Queries are averaged in order of first appearance, as a dataset holds them.
+        ``qid`` None: all rows are one query (warned when the model was fitted on several).
+        """
+        model = self._model()
+        if _is_data(X):
+            from streamrank.training.problem import read_labels
+            with _dataset(X) as ds:
+                # predict_dataset puts dataset row k's score at ds.row[k]: back to dataset order
+                s = model.predict_dataset(ds, memory_budget=self.memory_budget)[ds.row]
+                y, query_ptr = read_labels(ds), ds.query_ptr
+            return evaluate(y, s, query_ptr, ks=(10,)).means["NDCG@10"]
+        X = _rows(X)
+        y = _labels(y, X.shape[0], "score")
+        if qid is None and getattr(self, "_n_fit_queries", 1) > 1:
+            _warn_no_qid(f"{type(self).__name__}.score", X.shape[0],
+                         f", but the model was fitted on {self._n_fit_queries} queries")
+        order, query_ptr = _grouped(_qids(qid, X.shape[0]))
+        if order is not None:
+            X, y = X[order], y[order]
+        s = model.decision_function(X, query_ptr)
+        return evaluate(y, s, query_ptr, ks=(10,)).means["NDCG@10"]
 
     def save(self, path):
         return self._model().save(path)
 
     def _model(self):
         if not hasattr(self, "model_"):
-            raise ParameterError("this RankSVM is not fitted yet; call fit first")
+            raise _not_fitted(f"this {type(self).__name__} is not fitted yet; call fit first")
         return self.model_
 
     @classmethod
     def from_model(cls, model):
-        est = cls(**{k: v for k, v in _params_from_config(model.config).items()})
-        est.model_ = model
-        est.coef_ = model.w
-        est.n_features_in_ = model.n_features
-        est.training_ = model.training
-        est.objective_ = model.training.get("objective")
-        est.C_ = model.training.get("C")
+        est = cls(**_params_from_config(model.config))
+        est._set_fitted(model, model.training)
         return est
 
 
@@ -187,41 +383,210 @@ def _params_from_config(cfg):
     return out
 
 
-def _valid_parts(valid):
-    if isinstance(valid, (tuple, list)):
-        return valid
-    return valid, None, None
+def _not_fitted(message):
+    """A ParameterError, and scikit-learn's NotFittedError once scikit-learn is loaded (only then
+    can a caller name that class to catch it, so this is the same as always raising it)."""
+    exceptions = sys.modules.get("sklearn.exceptions")
+    if exceptions is None:
+        return ParameterError(message)
+    return _both_errors(exceptions.NotFittedError)(message)
 
 
-def _as_dataset(X, y, qid, name):
-    """(Dataset, TemporaryDirectory or None) for a path, a Dataset or arrays."""
+@functools.cache
+def _both_errors(not_fitted):
+    return type("NotFittedError", (ParameterError, not_fitted), {"__module__": __name__})
+
+
+def _seed(random_state):
+    """The int seed of ``random_state`` (scikit-learn's forms: int, None, RandomState, Generator)."""
+    top = np.iinfo(np.int32).max
+    if random_state is None:
+        return int(np.random.randint(top))  # numpy's global RandomState, as check_random_state(None)
+    if isinstance(random_state, np.random.RandomState):
+        return int(random_state.randint(top))
+    if isinstance(random_state, np.random.Generator):
+        return int(random_state.integers(top))
+    if isinstance(random_state, numbers.Integral) and not isinstance(random_state, bool) and random_state >= 0:
+        return int(random_state)
+    raise ParameterError(f"random_state must be an int >= 0, None, or a numpy RandomState or Generator; got "
+                         f"{random_state!r}. Use random_state=0")
+
+
+def _is_data(X):
+    return isinstance(X, (str, Path, Dataset))
+
+
+@contextlib.contextmanager
+def _dataset(X):
+    """The Dataset given, or the one at a path (closed on exit)."""
     if isinstance(X, Dataset):
-        return X, None
-    if isinstance(X, (str, Path)):
-        from streamrank.evaluation.score_files import open_data
-        return open_data(X), None
-    if y is None or qid is None:
-        raise ParameterError("fit(X, y, qid) needs labels y and query ids qid with an array X "
-                             "(or pass a dataset path)")
-    X = np.asarray(X, dtype=np.float32)
-    y = np.asarray(y, dtype=np.float32)
+        yield X
+    else:
+        with open_dataset(X) as ds:
+            yield ds
+
+
+def _rows(X):
+    """X as a C-ordered float32 (n, d) array with n, d >= 1 and finite values (no copy when it is one)."""
+    if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
+        raise ParameterError(f"X is a sparse {type(X).__name__}; streamrank reads dense rows: pass X.toarray(), or "
+                             "write the data to a dataset (streamrank convert) and pass its path")
+    X = np.asarray(X)
+    if X.dtype.kind == "c":
+        raise ParameterError(f"X has dtype {X.dtype}: Complex data not supported; pass real features")
+    if X.ndim != 2:
+        raise ParameterError(f"X must be a 2-D array (n_rows, n_features); got shape {X.shape}. "
+                             "Reshape your data: X.reshape(-1, 1) for a single feature, X.reshape(1, -1) for a "
+                             "single row")
+    if X.shape[0] == 0:
+        raise ParameterError(f"X has 0 rows (shape={X.shape}); pass at least one row")
+    if X.shape[1] == 0:
+        raise ParameterError(f"X has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required. "
+                             "Pass at least one feature column")
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    # the float64 sum of float32 values cannot overflow (n * 3.4e38 << 1.8e308), so it is finite
+    # exactly when every value is: one pass, no n x d mask unless there is something to report
+    if not np.isfinite(np.sum(X, dtype=np.float64)):
+        r, j = np.argwhere(~np.isfinite(X))[0]
+        raise ParameterError(f"X must be finite (no NaN or inf); row {r}, feature {j + 1} is {X[r, j]}. "
+                             "Drop or impute it")
+    return X
+
+
+def _labels(y, n, method):
+    """y as finite float32 labels, one per row."""
+    if y is None:
+        raise ParameterError(f"{method} requires y to be passed, but the target y is None: pass one relevance "
+                             "label per row of X (or a dataset path as X)")
+    y = np.asarray(y)
+    if y.dtype.kind == "c":
+        raise ParameterError(f"y has dtype {y.dtype}: Complex data not supported; pass real relevance labels")
+    if y.shape != (n,):
+        raise ParameterError(f"y should be a 1d array of one label per row of X ({n}); got shape {y.shape}")
+    y = y.astype(np.float32)
+    if not np.isfinite(y).all():
+        r = int(np.flatnonzero(~np.isfinite(y))[0])
+        raise ParameterError(f"y must be finite (no NaN or inf); row {r} is {y[r]}. Drop the row or give it a label")
+    return y
+
+
+@contextlib.contextmanager
+def _verbose(on):
+    """``verbose=True``: the training's log lines (one per solver iteration) and progress bars on
+    standard error, as the command line shows them; False: silent."""
+    if not on:
+        yield
+        return
+    import logging
+    from streamrank.execution.progress import progress
+    logger = logging.getLogger("streamrank")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        with progress(True):
+            yield
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+_ROUTING_FIX = ("Pass qid= (one query id per row); inside GridSearchCV, cross_validate or a Pipeline, enable metadata "
+                "routing (sklearn.set_config(enable_metadata_routing=True)) so that qid reaches fit and score")
+
+
+def _warn_no_qid(who, n, why="", fix=_ROUTING_FIX, stacklevel=3):
+    warnings.warn(f"{who} got no qid: its {n} rows are ranked as one query{why}. {fix}", UserWarning,
+                  stacklevel=stacklevel)
+
+
+def _qids(qid, n):
+    """One query id per row; None: every row in query 0."""
+    if qid is None:
+        return np.zeros(n, np.int64)
     qid = np.asarray(qid)
-    if X.ndim != 2 or y.shape != (X.shape[0],) or qid.shape != (X.shape[0],):
-        raise ParameterError(f"X must be (n, d) with y and qid of length n; got X {X.shape}, y {y.shape}, "
-                             f"qid {qid.shape}")
-    if not np.isfinite(X).all() or not np.isfinite(y).all():
-        raise ParameterError("X and y must be finite (no NaN or inf)")
-    tmp = tempfile.TemporaryDirectory(prefix="streamrank-fit-")
-    path = Path(tmp.name) / f"{name}.h5"
-    with DatasetWriter(path, n_features=X.shape[1]) as w:
-        w.append(X, y, qid if qid.dtype.kind in "iu" else qid.astype("S"))
-    return open_dataset(path), tmp
+    if qid.shape != (n,):
+        raise ParameterError(f"qid must give one query id per row of X ({n}); got shape {qid.shape}")
+    return qid
+
+
+def _grouped(qid):
+    """(order, query_ptr): rows grouped by query id as a dataset groups them (queries in order of
+    first appearance, rows in input order within each); order is None when they are already."""
+    _, first, inverse = np.unique(qid, return_index=True, return_inverse=True)
+    appearance = np.empty(first.size, np.int64)
+    appearance[np.argsort(first)] = np.arange(first.size)
+    key = appearance[inverse.ravel()]
+    query_ptr = np.concatenate(([0], np.cumsum(np.bincount(key, minlength=first.size))))
+    if (np.diff(key) >= 0).all():
+        return None, query_ptr
+    return np.argsort(key, kind="stable"), query_ptr
+
+
+class _fit_data:
+    """``with _fit_data(X, y, qid, valid, "RankSVM") as (ds, vds)``: the training and validation
+    datasets; those opened here (from paths, or arrays written to temporary datasets) are closed
+    and removed on exit."""
+
+    def __init__(self, X, y, qid, valid, who):
+        self.who = who
+        self.parts = [(X, y, qid)]
+        if valid is not None:
+            self.parts.append(tuple(valid) + (None,) * (3 - len(valid)) if isinstance(valid, (tuple, list))
+                              else (valid, None, None))
+        self.opened = []
+
+    def __enter__(self):
+        out = [None, None]
+        try:
+            for k, part in enumerate(self.parts):  # a loop, not a comprehension: the warnings' stack level
+                out[k] = self._open(*part, k)
+        except BaseException:
+            self.__exit__()
+            raise
+        return tuple(out)
+
+    def _open(self, X, y, qid, k):
+        if isinstance(X, Dataset):
+            return X
+        if isinstance(X, (str, Path)):
+            from streamrank.evaluation.score_files import open_data
+            ds = open_data(X)
+            self.opened.append((ds, None))
+            return ds
+        X = _rows(X)
+        y = _labels(y, X.shape[0], "fit")
+        if qid is None:
+            # the caller of fit, past _open, __enter__ and fit
+            if k:
+                _warn_no_qid(f"{self.who}.fit's valid=(X, y)", X.shape[0], fix="Pass valid=(X, y, qid)", stacklevel=5)
+            else:
+                _warn_no_qid(f"{self.who}.fit", X.shape[0], stacklevel=5)
+        qid = _qids(qid, X.shape[0])
+        tmp = tempfile.TemporaryDirectory(prefix="streamrank-fit-")
+        self.opened.append((None, tmp))
+        path = Path(tmp.name) / ("valid.h5" if k else "train.h5")
+        with DatasetWriter(path, n_features=X.shape[1]) as w:
+            w.append(X, y, qid if qid.dtype.kind in "iu" else qid.astype("S"))
+        ds = open_dataset(path)
+        self.opened[-1] = (ds, tmp)
+        return ds
+
+    def __exit__(self, *exc):
+        for ds, tmp in reversed(self.opened):
+            if ds is not None:
+                ds.close()
+            if tmp is not None:
+                tmp.cleanup()
+        self.opened = []
 
 
 class CLSRRank(RankSVM):
     """Coefficient-based least-squares ranking (paper 002), RankSVM's sibling: f(x) = sum_t alpha_t
     K(x, x_t) over basis rows, fitted by one streamed pass and a Cholesky solve
-    (:mod:`streamrank.training.clsr`).
+    (:mod:`streamrank.training.clsr`). A scikit-learn estimator as :class:`RankSVM` is.
 
     Parameters (keyword-only; stored as given, validated in :meth:`fit`)
     ----------
@@ -232,16 +597,22 @@ class CLSRRank(RankSVM):
         Need not be symmetric or PSD; a model with a callable kernel cannot be saved.
     gamma, degree, coef0 : kernel parameters (gamma: one or several; None = 1 / n_features).
     n_components : None or int
-        Basis rows drawn from the data (seeded); None: every training row (the paper's setting).
-    normalize, memory_budget, select_metric, random_state, block_bytes, features : as for RankSVM.
-    """
+        Basis rows drawn from the data (seeded by ``random_state``); None: every training row
+        (the paper's setting).
+    normalize, memory_budget, select_metric, random_state, block_bytes, features, verbose : as for RankSVM.
 
-    _PARAMS = ("lam", "kernel", "gamma", "degree", "coef0", "n_components", "normalize", "memory_budget",
-               "select_metric", "random_state", "block_bytes", "features")
+    Attributes
+    ----------
+    model_, n_features_in_, objective_, training_ : as for RankSVM
+    alpha_ : ndarray, the coefficients of the basis rows
+    basis_ : ndarray, the basis rows
+    lambda_ : the chosen lambda
+    """
 
     def __init__(self, *, lam=1e-3, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=None,
                  normalize="none", memory_budget="2GB", select_metric="meanndcg", random_state=0, block_bytes=None,
-                 features=None):
+                 features=None, verbose=False):
+        self.verbose = verbose
         self.lam = lam
         self.features = features
         self.kernel = kernel
@@ -255,41 +626,28 @@ class CLSRRank(RankSVM):
         self.random_state = random_state
         self.block_bytes = block_bytes
 
-    def get_params(self, deep=True):
-        return {k: getattr(self, k) for k in self._PARAMS}
-
-    def set_params(self, **params):
-        for k, v in params.items():
-            if k not in self._PARAMS:
-                raise ParameterError(f"unknown parameter {k!r} for CLSRRank")
-            setattr(self, k, v)
-        return self
-
     def fit(self, X, y=None, qid=None, *, valid=None, queries=None):
-        """Train on a dataset (path or :class:`Dataset`) or in-memory arrays ``X, y, qid``."""
+        """Train on a dataset (path or :class:`Dataset`) or in-memory arrays ``X, y, qid`` (as
+        :meth:`RankSVM.fit`)."""
         from streamrank.training.clsr import train_clsr
-        tmp = vtmp = vds = None
-        try:
-            ds, tmp = _as_dataset(X, y, qid, "train")
-            vds, vtmp = (None, None) if valid is None else _as_dataset(*_valid_parts(valid), "valid")
+        with _fit_data(X, y, qid, valid, type(self).__name__) as (ds, vds), _verbose(self.verbose):
             model, summary = train_clsr(ds, valid=vds, lam=self.lam, kernel=self.kernel, gamma=self.gamma,
                                         degree=self.degree, coef0=self.coef0, normalize=self.normalize,
                                         components=self.n_components, memory_budget=self.memory_budget,
-                                        select_metric=self.select_metric, seed=self.random_state,
+                                        select_metric=self.select_metric, seed=_seed(self.random_state),
                                         block_bytes=self.block_bytes, queries=queries, features=self.features)
-        finally:
-            for d_, t_ in ((vds, vtmp), (None if tmp is None else ds, tmp)):
-                if t_ is not None:
-                    d_.close()
-                    t_.cleanup()
+            self._n_fit_queries = ds.n_queries if queries is None else queries[1] - queries[0]
+        self._set_fitted(model, summary)
+        return self
+
+    def _set_fitted(self, model, summary):
         self.model_ = model
         self.alpha_ = model.w
         self.basis_ = model.fmap.basis_
         self.n_features_in_ = model.n_features
         self.training_ = summary
-        self.objective_ = summary["objective"]
-        self.lambda_ = summary["lambda"]
-        return self
+        self.objective_ = summary.get("objective")
+        self.lambda_ = summary.get("lambda")
 
     @classmethod
     def from_model(cls, model):
@@ -301,13 +659,7 @@ class CLSRRank(RankSVM):
                   coef0=cfg.get("coef0", 1.0), n_components=cfg.get("components"),
                   normalize=cfg.get("normalize", "none"), select_metric=cfg.get("select_metric", "meanndcg"),
                   random_state=cfg.get("seed", 0), features=cfg.get("features"))
-        est.model_ = model
-        est.alpha_ = model.w
-        est.basis_ = model.fmap.basis_
-        est.n_features_in_ = model.n_features
-        est.training_ = model.training
-        est.objective_ = model.training.get("objective")
-        est.lambda_ = model.training.get("lambda")
+        est._set_fitted(model, model.training)
         return est
 
 

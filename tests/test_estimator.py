@@ -1,6 +1,7 @@
 """Normalisation, the RankSVM estimator and the train -> predict -> eval command line."""
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -128,3 +129,126 @@ def test_normalised_training_reaches_the_dense_optimum_on_normalised_rows(normal
     dense = DenseRankSVM(Phi, y, qp, 1.0)
     assert est.objective_ == pytest.approx(dense.fun(dense.solve()), rel=1e-9)
     np.testing.assert_allclose(est.predict(X, qid), Phi @ est.coef_, rtol=1e-12)
+
+
+# -- the scikit-learn protocol, without scikit-learn ------------------------------------------------
+def test_import_does_not_load_scikit_learn():
+    import subprocess
+    import sys
+    code = "import sys, streamrank; print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("cls", [streamrank.RankSVM, streamrank.CLSRRank])
+def test_parameters_are_the_signature(cls):
+    import inspect
+    names = sorted(p.name for p in inspect.signature(cls.__init__).parameters.values() if p.name != "self")
+    est = cls()
+    assert list(est.get_params()) == names
+    assert all(v == inspect.signature(cls.__init__).parameters[k].default for k, v in est.get_params().items())
+    with pytest.raises(ParameterError, match=rf"{cls.__name__} has no parameter 'c'; its parameters are "):
+        est.set_params(c=1)
+
+
+def test_fit_without_qid_ranks_all_rows_as_one_query():
+    X, y, qid = arrays()
+    with pytest.warns(UserWarning, match=rf"RankSVM.fit got no qid: its {len(y)} rows are ranked as one query"):
+        a = streamrank.RankSVM(tol=1e-8).fit(X, y)
+    b = streamrank.RankSVM(tol=1e-8).fit(X, y, np.zeros(len(y), int))
+    assert np.array_equal(a.coef_, b.coef_)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: the model was fitted on one query
+        assert a.score(X, y) == b.score(X, y, qid=np.zeros(len(y), int))
+    c = streamrank.RankSVM().fit(X, y, qid)
+    with pytest.warns(UserWarning, match=r"RankSVM.score got no qid: .* the model was fitted on 25 queries"):
+        c.score(X, y)
+
+
+def test_score_is_the_mean_letor4_ndcg10_of_the_queries(tmp_path):
+    from streamrank.evaluation.metrics import evaluate
+    X, y, qid = arrays()
+    est = streamrank.RankSVM(normalize="query_minmax").fit(X, y, qid=qid)
+    qp = np.concatenate(([0], np.flatnonzero(qid[1:] != qid[:-1]) + 1, [len(qid)]))
+    want = evaluate(y, est.predict(X, qid), qp, convention="letor4").means["NDCG@10"]
+    assert est.score(X, y, qid=qid) == want and 0 < want < 1
+    # a query's rows need not be adjacent: grouped as a dataset groups them (input order within)
+    perm = np.random.default_rng(1).permutation(len(y))
+    assert est.score(X[perm], y[perm], qid[perm]) == pytest.approx(want, rel=1e-12)
+    np.testing.assert_array_equal(est.predict(X[perm], qid[perm]), est.predict(X, qid)[perm])
+    with DatasetWriter(tmp_path / "scattered.h5", n_features=X.shape[1]) as w:
+        w.append(X[perm], y[perm], qid[perm])
+    assert est.score(str(tmp_path / "scattered.h5")) == est.score(X[perm], y[perm], qid[perm])
+
+
+def test_predict_reads_rows_as_float32_and_scores_in_float64():
+    X, y, qid = arrays()
+    est = streamrank.RankSVM(C=0.5).fit(X, y, qid)
+    s32 = est.predict(X)
+    assert s32.dtype == np.float64
+    X64 = X.astype(np.float64) + 1e-9  # not a float32 value: read as the float32 that fit would store
+    s64 = est.predict(X64)
+    assert s64.dtype == np.float64 and np.array_equal(s64, est.predict(X64.astype(np.float32)))
+    assert np.array_equal(est.predict(X.tolist()), s32)
+
+
+@pytest.mark.parametrize("args,message", [
+    ((np.ones(5), np.ones(5)), r"X must be a 2-D array \(n_rows, n_features\); got shape \(5,\)\. Reshape your data"),
+    ((np.array([[1.0, np.nan]]), [1.0]), r"X must be finite \(no NaN or inf\); row 0, feature 2 is nan"),
+    ((np.ones((3, 2)), None), r"fit requires y to be passed, but the target y is None"),
+    ((np.ones((3, 2)), [1.0, np.inf, 0]), r"y must be finite \(no NaN or inf\); row 1 is inf"),
+    ((np.ones((3, 2)), [1.0, 0.0]), r"y should be a 1d array of one label per row of X \(3\); got shape \(2,\)"),
+    ((np.ones((3, 2)), [1.0, 0, 0], [1, 2]), r"qid must give one query id per row of X \(3\); got shape \(2,\)"),
+    ((np.ones((3, 0)), [1.0, 0, 0]), r"X has 0 feature\(s\) \(shape=\(3, 0\)\) while a minimum of 1 is required"),
+    ((np.ones((2, 2)) + 1j, [1.0, 0]), r"Complex data not supported"),
+])
+def test_array_inputs_are_checked_in_fit(args, message):
+    with pytest.raises(ParameterError, match=message):
+        streamrank.RankSVM().fit(*args)
+
+
+def test_sparse_rows_are_refused_with_the_fix():
+    import scipy.sparse
+    with pytest.raises(ParameterError, match=r"X is a sparse csr_matrix; streamrank reads dense rows: pass X.toarray"):
+        streamrank.RankSVM().fit(scipy.sparse.csr_matrix(np.eye(3)), [1.0, 0, 0], [1, 1, 1])
+
+
+@pytest.mark.parametrize("random_state", [None, 5, np.random.RandomState(2), np.random.default_rng(3)])
+def test_random_state_seeds_the_feature_map(random_state):
+    X, y, qid = arrays()
+    est = streamrank.RankSVM(method="nystroem", n_components=8, random_state=random_state).fit(X, y, qid)
+    seed = est.model_.config["seed"]
+    again = streamrank.RankSVM(method="nystroem", n_components=8, random_state=seed).fit(X, y, qid)
+    assert np.array_equal(est.coef_, again.coef_)  # the seed recorded is the one drawn from
+    assert est.random_state is random_state  # fit stores nothing in the parameters
+
+
+def test_random_state_must_be_a_seed():
+    X, y, qid = arrays()
+    with pytest.raises(ParameterError, match=r"random_state must be an int >= 0, None, or a numpy RandomState or "
+                                             r"Generator; got -1. Use random_state=0"):
+        streamrank.CLSRRank(random_state=-1).fit(X, y, qid)
+
+
+def test_everything_but_metadata_routing_works_without_scikit_learn(monkeypatch):
+    import sys
+    monkeypatch.setitem(sys.modules, "sklearn", None)  # import sklearn now raises ImportError
+    X, y, qid = arrays()
+    est = streamrank.CLSRRank(n_components=8, lam=0.01)
+    assert repr(est) == "CLSRRank(lam=0.01, n_components=8)"
+    with pytest.raises(ParameterError, match="this CLSRRank is not fitted yet; call fit first"):
+        est.predict(X)
+    assert 0 < est.set_params(lam=0.1).fit(X, y, qid=qid).score(X, y, qid=qid) < 1
+    with pytest.raises(ImportError, match=r"set_fit_request is scikit-learn's metadata routing; install scikit-learn: "
+                                          r"pip install 'streamrank\[sklearn\]'"):
+        est.set_fit_request(qid=True)
+
+
+def test_verbose_prints_the_iterations_and_silent_does_not(tmp_path, capsys):
+    from streamrank.io.synthetic import write_hdf5
+    write_hdf5(tmp_path / "t.h5", "small", seed=1, scale=0.1)
+    streamrank.RankSVM(C=0.5).fit(tmp_path / "t.h5")
+    assert capsys.readouterr().err == ""
+    streamrank.RankSVM(C=0.5, verbose=True).fit(tmp_path / "t.h5")
+    err = capsys.readouterr().err
+    assert "iter   1 f" in err and "C=0.5 done" in err

@@ -1,0 +1,210 @@
+"""RankSVM and CLSRRank as scikit-learn estimators: GridSearchCV with query ids routed to fit and
+score, the choice of C against train_linear's on the same validation data, scikit-learn's
+estimator checks, and the BaseEstimator behaviour (repr, get_params / set_params, clone)."""
+
+import warnings
+
+import numpy as np
+import pytest
+
+sklearn = pytest.importorskip("sklearn")
+
+from sklearn.base import BaseEstimator, clone  # noqa: E402
+from sklearn.model_selection import GridSearchCV, GroupKFold, PredefinedSplit  # noqa: E402
+from sklearn.utils.estimator_checks import parametrize_with_checks  # noqa: E402
+
+import streamrank  # noqa: E402
+from small_data import small_pair  # noqa: E402
+from streamrank.errors import ParameterError  # noqa: E402
+from streamrank.evaluation.metrics import evaluate  # noqa: E402
+from streamrank.io.synthetic import generate_batches  # noqa: E402
+from streamrank.training.linear import train_linear  # noqa: E402
+
+# the generic checks fit(X, y) without query ids, which the estimators warn about
+NO_QID = "ignore:.*got no qid:UserWarning"
+
+
+def letor_arrays(scale=0.2, seed=3, part="train"):
+    """X, y, qid of the generated ``small`` preset (20 features, grades 0-2, whole queries)."""
+    X, y, qid = (np.concatenate(c) for c in zip(*generate_batches("small", scale=scale, seed=seed, part=part)))
+    return X, y, qid
+
+
+def ndcg10(est, X, y, qid):
+    """Mean letor4 NDCG@10 of est's scores over the queries of X (whose rows are adjacent), by hand."""
+    query_ptr = np.concatenate(([0], np.flatnonzero(qid[1:] != qid[:-1]) + 1, [len(qid)]))
+    return evaluate(y, est.predict(X), query_ptr, convention="letor4", ks=(10,)).means["NDCG@10"]
+
+
+def routing():
+    return sklearn.config_context(enable_metadata_routing=True)
+
+
+# -- (a) GridSearchCV over folds of whole queries ---------------------------------------------------
+def test_grid_search_with_group_kfold_routes_qid_to_fit_and_score():
+    X, y, qid = letor_arrays()
+    Cs = [1e-4, 1e-2, 1.0]
+    cv = GroupKFold(n_splits=3)
+    with routing():
+        search = GridSearchCV(streamrank.RankSVM(), {"C": Cs}, cv=cv).fit(X, y, qid=qid, groups=qid)
+    res = search.cv_results_
+    assert search.best_params_["C"] in Cs and isinstance(search.best_estimator_, streamrank.RankSVM)
+    assert search.best_estimator_.C_ == search.best_params_["C"]
+    scores = np.array([res[f"split{k}_test_score"] for k in range(3)])  # (fold, C)
+    assert np.isfinite(scores).all() and (scores > 0).all() and (scores <= 1).all()
+    np.testing.assert_array_equal(res["mean_test_score"], scores.mean(axis=0))
+    # every fold's score is a fit on the fold's queries scored on the held-out ones by query:
+    # qid reached both fit and score (without it, one query would stand for all rows)
+    for k, (train, test) in enumerate(cv.split(X, y, qid)):
+        assert not set(qid[train]) & set(qid[test])
+        for j, C in enumerate(Cs):
+            est = streamrank.RankSVM(C=C).fit(X[train], y[train], qid=qid[train])
+            assert scores[k, j] == ndcg10(est, X[test], y[test], qid[test]) == est.score(X[test], y[test], qid[test])
+    assert len(set(scores.ravel())) > 1
+
+
+def test_without_metadata_routing_score_warns_that_it_got_no_qid():
+    """scikit-learn without routing gives fit params to fit only: score sees no qid and says so."""
+    X, y, qid = letor_arrays(scale=0.1)
+    search = GridSearchCV(streamrank.RankSVM(), {"C": [1.0]}, cv=GroupKFold(n_splits=2))
+    with pytest.warns(UserWarning, match=r"RankSVM.score got no qid: .* the model was fitted on \d+ queries"):
+        search.fit(X, y, groups=qid, qid=qid)
+
+
+def test_qid_can_come_from_groups_by_an_alias():
+    X, y, qid = letor_arrays(scale=0.1)
+    with routing():
+        est = streamrank.RankSVM().set_fit_request(qid="groups").set_score_request(qid="groups")
+        search = GridSearchCV(est, {"C": [1.0]}, cv=GroupKFold(n_splits=2)).fit(X, y, groups=qid)
+    train, test = next(GroupKFold(n_splits=2).split(X, y, qid))
+    est = streamrank.RankSVM().fit(X[train], y[train], qid[train])
+    assert search.cv_results_["split0_test_score"][0] == ndcg10(est, X[test], y[test], qid[test])
+
+
+# -- (b) the same C as train_linear on the same train / vali pair -----------------------------------
+TOL = 1e-9  # both sides solve each C to this tolerance: the path's warm starts and the search's cold fits agree
+
+
+def test_predefined_split_chooses_the_C_that_train_linear_chooses_by_ndcg10(tmp_path_factory):
+    ds, vds = small_pair(tmp_path_factory, "sklearn", 0.2)
+    Cs = [1e-4, 1e-3, 1e-2, 1e-1, 1.0]
+    _, summary = train_linear(ds, valid=vds, C=Cs, select_metric="ndcg@10", tol=TOL)
+    want = np.array([c["valid_ndcg@10"] for c in summary["candidates"]])
+
+    parts = [(*d.read(0, d.n_rows), d.qid.repeat(np.diff(d.query_ptr))) for d in (ds, vds)]
+    X, y, qid = (np.concatenate(c) for c in zip(*parts))
+    fold = np.repeat([-1, 0], [ds.n_rows, vds.n_rows])  # train rows never held out; vali is the one test fold
+    with routing():
+        search = GridSearchCV(streamrank.RankSVM(tol=TOL), {"C": Cs}, cv=PredefinedSplit(fold), refit=False)
+        search.fit(X, y, qid=qid)
+    got = search.cv_results_["split0_test_score"]
+
+    # the data decides: the scores differ and one C is best by a clear margin
+    top = np.sort(want)[::-1]
+    assert top[0] - top[1] > 1e-3 and len(set(want.round(6))) == len(Cs)
+    # the same NDCG@10 (letor4, queries in file order) for every C, not only the same winner
+    np.testing.assert_allclose(got, want, rtol=1e-9)
+    assert search.best_params_["C"] == summary["C"] == Cs[int(np.argmax(want))]
+
+
+# -- (c) scikit-learn's estimator checks ------------------------------------------------------------
+# Checks that do not apply to a ranker, each with its reason.
+EXPECTED_FAILED_CHECKS = {
+    "check_n_features_in_after_fitting":
+        "a row narrower than the model is read with its missing trailing features as 0 (SVMlight's rule, the "
+        "same for arrays and datasets: tests/state/test_model.py); a wider row is refused as the check asks",
+}
+
+with warnings.catch_warnings():  # collecting the checks warns that there is no BaseEstimator base class
+    warnings.filterwarnings("ignore", message="Estimator .* does not inherit from `sklearn.base.BaseEstimator`")
+    estimator_checks = parametrize_with_checks(
+        [streamrank.RankSVM(), streamrank.RankSVM(method="nystroem", n_components=8, normalize="zscore"),
+         streamrank.CLSRRank(n_components=8)],
+        expected_failed_checks=lambda est: EXPECTED_FAILED_CHECKS)
+
+
+@pytest.mark.filterwarnings(NO_QID)
+@pytest.mark.filterwarnings("ignore:Estimator .* does not inherit from `sklearn.base.BaseEstimator`")
+@estimator_checks
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+# -- (d) repr, get_params / set_params, clone -------------------------------------------------------
+def twin(cls):
+    """A BaseEstimator with ``cls``'s __init__: what scikit-learn's own machinery makes of the signature."""
+    return type(cls.__name__, (BaseEstimator,), {"__init__": cls.__init__})
+
+
+REPR_CASES = [
+    (streamrank.RankSVM, {}),
+    (streamrank.RankSVM, {"C": 0.1, "normalize": "zscore"}),
+    (streamrank.RankSVM, {"C": [0.01, 0.1, 1], "loss": "smooth_hinge", "pair_cost": "0-1:1,1-2:1.3,0-2:2",
+                          "query_weight": "log_ratio", "select_metric": "avgndcg", "random_state": 7}),
+    (streamrank.CLSRRank, {"lam": [1e-4, 1e-3], "kernel": "sigmoid", "gamma": 0.01, "n_components": 2000}),
+]
+
+
+@pytest.mark.parametrize("cls,params", REPR_CASES)
+def test_repr_and_params_as_base_estimator_gives_them(cls, params):
+    est, ref = cls(**params), twin(cls)(**params)
+    assert repr(est) == repr(ref)
+    with sklearn.config_context(print_changed_only=False):
+        assert repr(est) == repr(ref)
+    assert est.get_params() == ref.get_params()
+    assert list(est.get_params()) == list(ref.get_params())  # sorted, from the signature
+
+
+def test_repr_of_defaults_and_of_changed_parameters():
+    assert repr(streamrank.RankSVM()) == "RankSVM()"
+    assert repr(streamrank.RankSVM(normalize="zscore", C=0.1)) == "RankSVM(C=0.1, normalize='zscore')"
+    assert repr(streamrank.CLSRRank(lam=1e-4)) == "CLSRRank(lam=0.0001)"
+
+
+@pytest.mark.parametrize("cls", [streamrank.RankSVM, streamrank.CLSRRank])
+def test_set_params_round_trip_and_clone(cls):
+    est = cls(random_state=3, normalize="zscore")
+    params = est.get_params()
+    other = cls().set_params(**params)
+    assert other.get_params() == params and repr(other) == repr(est)
+    X, y, qid = letor_arrays(scale=0.1)
+    est.fit(X, y, qid)
+    copy = clone(est)
+    assert type(copy) is cls and copy is not est and copy.get_params() == params
+    assert not hasattr(copy, "model_") and not hasattr(copy, "n_features_in_")
+    with pytest.raises(ParameterError, match=rf"{cls.__name__} has no parameter 'Cee'; its parameters are .*"):
+        est.set_params(Cee=1)
+
+
+def test_nested_parameters_of_a_kernel_object():
+    """A callable kernel with parameters of its own (scikit-learn's kernels are K(A, B)) is searched
+    through name__param, as BaseEstimator does."""
+    from sklearn.gaussian_process.kernels import RBF
+    est = streamrank.CLSRRank(kernel=RBF(length_scale=2.0), n_components=20)
+    assert est.get_params()["kernel__length_scale"] == 2.0
+    est.set_params(kernel__length_scale=3.0, lam=1e-2)
+    assert est.kernel.length_scale == 3.0 and est.lam == 1e-2
+    X, y, qid = letor_arrays(scale=0.1)
+    with routing():
+        search = GridSearchCV(est, {"kernel__length_scale": [1.0, 10.0]}, cv=GroupKFold(n_splits=2))
+        search.fit(X, y, qid=qid, groups=qid)
+    assert search.best_params_["kernel__length_scale"] in (1.0, 10.0)
+
+
+def test_clone_keeps_metadata_requests():
+    with routing():
+        est = streamrank.RankSVM().set_fit_request(qid=False)
+        back = clone(est)
+        assert back.get_metadata_routing().fit.requests == {"qid": False}
+        assert back.get_metadata_routing().score.requests == {"qid": True}  # requested by default
+        with pytest.raises(TypeError):
+            est.set_fit_request(groups=True)
+    with pytest.raises(RuntimeError, match="enable_metadata_routing=True"):
+        streamrank.RankSVM().set_score_request(qid=True)
+
+
+def test_not_fitted_is_scikit_learns_error_and_streamranks():
+    from sklearn.exceptions import NotFittedError
+    with pytest.raises(NotFittedError) as err:
+        streamrank.RankSVM().predict(np.ones((2, 3)))
+    assert isinstance(err.value, ParameterError) and "not fitted yet; call fit first" in str(err.value)
