@@ -105,6 +105,12 @@ def test_predefined_split_chooses_the_C_that_train_linear_chooses_by_ndcg10(tmp_
     # the same NDCG@10 (letor4, queries in file order) for every C, not only the same winner
     np.testing.assert_allclose(got, want, rtol=1e-9)
     assert search.best_params_["C"] == summary["C"] == Cs[int(np.argmax(want))]
+    # and the same C as `streamrank grid --select-metric ndcg@10` on the same pair
+    from streamrank.cli import main
+    run = tmp_path_factory.mktemp("sklearn-grid") / "run"
+    assert main(["grid", ds.path, "--valid", vds.path, "-o", str(run), "--C", ",".join(map(repr, Cs)),
+                 "--tol", repr(TOL), "--select-metric", "ndcg@10", "--quiet"]) == 0
+    assert streamrank.load(run / "model.h5").C_ == search.best_params_["C"]
 
 
 # -- (c) scikit-learn's estimator checks ------------------------------------------------------------
