@@ -22,6 +22,8 @@ import numpy as np
 from streamrank.errors import ParameterError
 
 DPI = 110
+# entries of a legend at most (a long path's lines are coloured in order between them)
+MAX_LEGEND = 12
 METRIC_NAMES = {"meanndcg": "MeanNDCG", "ndcg@10": "NDCG@10", "map": "MAP", "avgndcg": "AvgNDCG",
                 "avgprec": "AvgPrec"}
 
@@ -63,7 +65,7 @@ def convergence(record):
     traced = [c for c in cands if c.get("trace")]
     if not traced:
         return None
-    fig = _figure(10, 7)
+    fig = _figure(11.5, 7)
     axes = fig.subplots(2, 2)
     colors = _colors(len(traced))
     offset = 0.0
@@ -90,9 +92,13 @@ def convergence(record):
     axes[1, 1].set(xlabel="passes over the training data", ylabel=f"validation {vname}", title=f"validation {vname}")
     for ax in axes.flat:
         ax.grid(True, alpha=0.3)
-    axes[1, 0].legend(fontsize=7, ncol=2, title=cfg["label"], title_fontsize=7)
-    if np.isfinite([row[5] for c in traced for row in c["trace"] if row[5] is not None]).any():
-        axes[1, 1].legend(fontsize=7, ncol=2)
+    # one legend beside the panels; a long path shows every k-th point's entry (the colours run in
+    # path order, so the rest lie between them)
+    handles, labels = axes[0, 1].get_legend_handles_labels()
+    pick = np.unique(np.linspace(0, len(handles) - 1, min(len(handles), MAX_LEGEND)).round().astype(int))
+    fig.legend([handles[i] for i in pick], [labels[i] for i in pick], loc="outside right upper", fontsize=7,
+               title="points (path order)" if len(pick) == len(handles) else f"{len(pick)} of {len(handles)} points",
+               title_fontsize=7)
     fig.suptitle(f"convergence of {cfg['label']}: one line per point of its path (warm-started)")
     return _png(fig)
 
