@@ -88,6 +88,10 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
             for method in methods:
                 out = run_dir / name / method
                 done = read_json(out / "test.json", kind=CV_FORMAT + "-test")
+                data = {part: d.fingerprint for part, d in (("train", ds), ("vali", vali), ("test", test))}
+                if done is not None and done.get("data") != data:
+                    raise InputError(f"{out}: was evaluated on other {name} data than {folds_dir} holds now (its "
+                                     f"files changed); give another run directory")
                 if done is None:
                     log.info("cv: %s, %s", name, method)
                     m_axes = {k: v for k, v in axes.items() if k == "method" or k not in APPLIES or method in APPLIES[k]}
@@ -97,7 +101,7 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
                     rep = evaluate_model(load(out / "model.h5"), test, settings.get("memory_budget", "2GB"))
                     done = {"format": CV_FORMAT + "-test", "version": CV_VERSION, "fold": name, "method": method,
                             "chosen": grid["chosen"], "grid_seconds": grid["seconds"],
-                            "test": {"name": str(paths["test"]), "fingerprint": test.fingerprint},
+                            "test": {"name": str(paths["test"]), "fingerprint": test.fingerprint}, "data": data,
                             "means": {k: float(rep.means[k]) for k, _ in METRICS},
                             "per_query": per_query(rep)}
                     write_json(out / "test.json", done)

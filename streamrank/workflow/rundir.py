@@ -23,8 +23,9 @@ def write_json(path, record):
         Path(tmp).write_text(json.dumps(_finite(record), indent=1, sort_keys=True) + "\n")
 
 
-def read_json(path, kind=None):
-    """The JSON record at ``path`` (None if there is none); ``kind``: its required ``format``."""
+def read_json(path, kind=None, version=1):
+    """The JSON record at ``path`` (None if there is none); ``kind``: its required ``format``, of at
+    most ``version`` (a newer record is refused: this streamrank cannot know what it means)."""
     path = Path(path)
     if not path.exists():
         return None
@@ -34,6 +35,9 @@ def read_json(path, kind=None):
         raise FormatError(f"{path}: not a JSON record of streamrank ({e}); remove it to recompute it") from None
     if kind is not None and (not isinstance(record, dict) or record.get("format") != kind):
         raise FormatError(f"{path}: not a {kind} record (format {record.get('format') if isinstance(record, dict) else None!r})")
+    if kind is not None and (not isinstance(record.get("version"), int) or record["version"] > version):
+        raise FormatError(f"{path}: a {kind} record of version {record.get('version')!r}; this streamrank reads "
+                          f"versions up to {version} (written by a newer streamrank?)")
     return record
 
 

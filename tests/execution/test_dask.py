@@ -198,3 +198,17 @@ def test_a_wide_map_equals_the_local_model(data, dask_ex):
     ref, _ = train_linear(tr, executor=LocalExecutor(partition_rows=ROWS), **kw)
     model, _ = train_linear(tr, executor=dask_ex, **kw)
     assert_same_model(model, ref)
+
+
+def test_a_grid_on_the_cluster_equals_the_local_grid(data, dask_ex, tmp_path):
+    """streamrank grid with the dask executor: the same candidates (every figure of candidates.csv)
+    and the same chosen model as the local executor with the same partitions."""
+    from streamrank.state.model import load
+    from streamrank.workflow.grid import run_grid
+    tr, va = data
+    axes = {"method": ["primal", "nystroem"], "components": [30], "gamma": [0.05], "C": [0.1, 1.0]}
+    sett = {"normalize": "zscore", "tol": 1e-6, "seed": 2}
+    run_grid(tr, va, tmp_path / "local", axes=axes, settings=sett, executor=LocalExecutor(partition_rows=ROWS))
+    run_grid(tr, va, tmp_path / "dask", axes=axes, settings=sett, executor=dask_ex)
+    assert (tmp_path / "dask" / "candidates.csv").read_bytes() == (tmp_path / "local" / "candidates.csv").read_bytes()
+    assert_same_model(load(tmp_path / "dask" / "model.h5"), load(tmp_path / "local" / "model.h5"))

@@ -91,3 +91,23 @@ def test_mq2008_fold1_linear_reproduces_the_benchmark_log(tmp_path):
 def _open(p, cache):
     from streamrank.evaluation.score_files import open_data
     return open_data(p, cache)
+
+
+def test_a_rerun_over_changed_fold_data_is_refused(folds, tmp_path):
+    import shutil
+    d = tmp_path / "folds"
+    shutil.copytree(folds, d)
+    run_cv(d, tmp_path / "cv", methods=["primal"], axes={"C": [1.0]}, settings=SETTINGS, folds=[1])
+    write_hdf5(d / "Fold1" / "test.h5", "small", seed=99, part="test", scale=0.2)
+    with pytest.raises(InputError, match="other Fold1 data"):
+        run_cv(d, tmp_path / "cv", methods=["primal"], axes={"C": [1.0]}, settings=SETTINGS, folds=[1])
+
+
+def test_a_record_of_a_newer_version_is_refused(folds, tmp_path):
+    from streamrank.errors import FormatError
+    from streamrank.workflow.report import write_report
+    run_cv(folds, tmp_path / "cv", methods=["primal"], axes={"C": [1.0]}, settings=SETTINGS, folds=[2])
+    rec = json.loads((tmp_path / "cv" / "cv.json").read_text())
+    (tmp_path / "cv" / "cv.json").write_text(json.dumps(dict(rec, version=2)))
+    with pytest.raises(FormatError, match="version 2; this streamrank reads versions up to 1"):
+        write_report(tmp_path / "cv", tmp_path / "r.html", plots=False)
