@@ -68,6 +68,20 @@ def _line_text(buf, ls, le, limit=200):
     return text if len(text) <= limit else text[:limit] + " ..."
 
 
+
+# 10^1 .. 10^18: an int64's decimal digits are 1 + the number of these it reaches
+_POW10 = 10 ** np.arange(1, 19, dtype=np.int64)
+
+
+def _canonical_ints(v, lengths):
+    """Whether every id's text is the integer's own decimal form (no sign, no leading zero):
+    only then are ids kept as integers. Otherwise they are kept as their text (``007``, ``+7``),
+    in every chunk alike: a chunk of integer ids must not turn ``007`` into ``7`` when a later
+    chunk's ``abc`` makes every id text (the query would split in two by the chunk size)."""
+    digits = 1 + np.searchsorted(_POW10, np.abs(v), side="right")
+    return bool(np.array_equal(lengths, digits + (v < 0)))
+
+
 class _WriterThread:
     """Appends parsed chunks to a DatasetWriter in a thread (HDF5 writes overlap parsing)."""
 
@@ -205,7 +219,7 @@ class _Parser:
         self.nnz += int(nnz.sum())
         self.rows += n
         if want_qid:
-            if qisint[data].all():
+            if qisint[data].all() and _canonical_ints(qid_int[data], qe[data] - qs[data]):
                 qid = qid_int[data]
             else:
                 width = int((qe[data] - qs[data]).max())

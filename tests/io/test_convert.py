@@ -279,3 +279,16 @@ def test_regroup_destinations_match_their_numpy_twin():
         dest = np.empty(int(run_len.sum()), np.uint32)
         _regroup_dest(run_start, run_query, run_len, query_ptr, dest)
         np.testing.assert_array_equal(dest, regroup_dest_twin(run_start, run_query, run_len, query_ptr))
+
+
+@pytest.mark.parametrize("chunk", [512, 4096, 1 << 20])
+def test_query_ids_do_not_depend_on_the_chunk_size(tmp_path, chunk):
+    """'007' is one query whether or not the chunk that holds it also holds a non-integer id: ids
+    are integers only when their text is the integer's own form (found by docs/formats.md's review)."""
+    lines = [f"{i % 3} qid:007 1:{i}" for i in range(300)] + [f"{i % 3} qid:abc 1:{i}" for i in range(300)]
+    lines += ["1 qid:007 1:5", "0 qid:12 1:1", "2 qid:+12 1:2"]
+    (tmp_path / "a.txt").write_text("\n".join(lines) + "\n")
+    convert([tmp_path / "a.txt"], tmp_path / "o.h5", quiet=True, text_chunk_bytes=chunk)
+    with streamrank.open_dataset(tmp_path / "o.h5") as ds:
+        assert list(ds.qid) == ["007", "abc", "12", "+12"]
+        assert np.diff(ds.query_ptr).tolist() == [301, 300, 1, 1]
