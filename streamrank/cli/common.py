@@ -196,3 +196,9 @@ def _add_query_file(p):
     """--query-file of the commands that take text DATA."""
     p.add_argument("--query-file", metavar="F", help="group sizes (one per line) of text DATA without qid: "
                    "(default: DATA.query beside it, if present)")
+
+
+def _add_json_quiet(p, json_help, quiet_help="no progress, no log lines, no summary"):
+    """--json (one JSON line for machines; no progress bars) and --quiet."""
+    p.add_argument("--json", action="store_true", help=json_help)
+    p.add_argument("--quiet", action="store_true", help=quiet_help)

@@ -3,7 +3,7 @@ protocol over folds)."""
 
 import json
 
-from streamrank.cli.common import _add_cluster, _add_query_file, _executor, _setup_logging, _values
+from streamrank.cli.common import _add_cluster, _add_json_quiet, _add_query_file, _executor, _setup_logging, _values
 from streamrank.cli.train_commands import add_model_options, refuse_inapplicable
 
 # what every configuration shares (the trainers' keyword arguments) and the flags they come from
@@ -88,8 +88,7 @@ def register(sub):
     _add_query_file(g)
     add_model_options(g, many=True)
     _add_cluster(g)
-    g.add_argument("--json", action="store_true", help="print the chosen point as one JSON line")
-    g.add_argument("--quiet", action="store_true", help="no progress, no log lines, no summary")
+    _add_json_quiet(g, "print the chosen point as one JSON line")
     g.set_defaults(func=_cmd_grid)
 
     c = sub.add_parser("cv", help="the LETOR protocol: per fold a grid on train chosen on vali, evaluated on test")
@@ -102,8 +101,7 @@ def register(sub):
                    help="only these folds (default: every FoldK found)")
     add_model_options(c, many=True)
     _add_cluster(c)
-    c.add_argument("--json", action="store_true", help="print the table as one JSON line")
-    c.add_argument("--quiet", action="store_true", help="no progress, no log lines, no table")
+    _add_json_quiet(c, "print the table as one JSON line", "no progress, no log lines, no table")
     c.set_defaults(func=_cmd_cv)
 
     r = sub.add_parser("report", help="one self-contained HTML page of a grid or cv run: settings, data, tables, plots")

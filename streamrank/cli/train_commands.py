@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from streamrank._version import __version__
-from streamrank.cli.common import (_add_cluster, _add_query_file, _check_checkpoint_dir, _check_outputs,
+from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _check_checkpoint_dir, _check_outputs,
                                    _executor, _values, _positive_int, _setup_logging)
 
 NOT_YET_METHODS = {}
@@ -225,8 +225,7 @@ def register(sub):
     t.add_argument("--checkpoint", metavar="DIR", help="write a checkpoint after every iteration (default: none)")
     t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     _add_cluster(t)
-    t.add_argument("--json", action="store_true", help="print a JSON summary as the last line")
-    t.add_argument("--quiet", action="store_true", help="no progress, no log lines, no summary")
+    _add_json_quiet(t, "print a JSON summary as the last line")
     t.set_defaults(func=_cmd_train)
 
     g = sub.add_parser("select-features", help="rank features by GAS (paper 003): importance, minus redundancy")
@@ -249,8 +248,7 @@ def register(sub):
     g.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",
                    help="how often the checkpoint is written (default 60)")
     _add_cluster(g)
-    g.add_argument("--json", action="store_true", help="print the selection as one JSON line")
-    g.add_argument("--quiet", action="store_true", help="no progress, no log lines")
+    _add_json_quiet(g, "print the selection as one JSON line", "no progress, no log lines")
     g.set_defaults(func=_cmd_select_features)
 
     pr = sub.add_parser("predict", help="score data with a model, one score per line in input order")
