@@ -101,7 +101,10 @@ class _BarAwareHandler(logging.StreamHandler):
     def emit(self, record):
         try:
             from tqdm import tqdm
+
+            from streamrank.execution.progress import shown
             tqdm.write(self.format(record), file=self.stream)
+            shown()
         except Exception:  # noqa: BLE001 - logging must not raise
             self.handleError(record)
 

@@ -6,6 +6,7 @@ Python API with ``verbose=True``), so library calls and tests print nothing.
 
 import contextlib
 import sys
+import time
 
 import numpy as np
 
@@ -14,7 +15,12 @@ PASS_BAR_DELAY = 2.0
 # at most this many redraws a second
 MIN_INTERVAL = 0.5
 
-_state = {"on": False}
+_state = {"on": False, "shown": 0.0, "passes": 0}
+
+
+def shown():
+    """Something was just shown to the user (a log line): the next bars wait PASS_BAR_DELAY again."""
+    _state["shown"] = time.monotonic()
 
 
 def enabled():
@@ -26,6 +32,7 @@ def progress(on=True):
     """``with progress():`` bars are shown inside the block (``on=False``: hidden)."""
     before = _state["on"]
     _state["on"] = bool(on)
+    shown()
     try:
         yield
     finally:
@@ -40,7 +47,11 @@ def bar(total, desc, unit, delay=0.0, leave=True):
 
 
 def block_rows(source):
-    """Rows of each block of ``source`` when its plan says (a stream, or a source over one), else None."""
+    """Rows of each block of ``source`` when its plan says (a stream, a source over one, a kernel
+    cache's own blocks), else None."""
+    layout, own = getattr(source, "layout", None), getattr(source, "own", None)
+    if layout is not None and own is not None:
+        return np.array([layout[k][1] - layout[k][0] for k in own], np.int64)
     stream = source if hasattr(source, "bounds") else getattr(source, "stream", None)
     bounds, dataset = getattr(stream, "bounds", None), getattr(stream, "dataset", None)
     if bounds is None or dataset is None:
@@ -57,13 +68,18 @@ class PassBar:
     def __init__(self, p, source):
         self.rows = block_rows(source) if _state["on"] else None
         name = type(p).__name__.strip("_").lower()
+        _state["passes"] += 1
+        # a bar appears once PASS_BAR_DELAY has gone by without output: within a long pass, or at
+        # once for the next of many short ones (an exact kernel's CG steps between log lines)
+        delay = max(0.0, PASS_BAR_DELAY - (time.monotonic() - _state["shown"]))
+        desc = f"pass {_state['passes']} {name}"
         if not _state["on"]:
             self.bar = None
         elif self.rows is not None:
-            self.bar = bar(int(self.rows.sum()), f"pass {name}", "rows", PASS_BAR_DELAY, leave=False)
+            self.bar = bar(int(self.rows.sum()), desc, "rows", delay, leave=False)
         else:
             n = getattr(source, "n_blocks", None)
-            self.bar = bar(n() if callable(n) else n, f"pass {name}", "blocks", PASS_BAR_DELAY, leave=False)
+            self.bar = bar(n() if callable(n) else n, desc, "blocks", delay, leave=False)
 
     def step(self, k):
         if self.bar is not None:
