@@ -32,6 +32,7 @@ per chosen feature): passes = d / rows, and each pass ranks every feature again.
 on 2 cores.
 """
 
+import hashlib
 import logging
 import tempfile
 import time
@@ -172,6 +173,16 @@ def gas_greedy(w, E, c, t):
     return np.array(order, np.int64), np.array(maxsim)
 
 
+# the work file of a similarity matrix summed in blocks of rows (its finished rows are checked
+# against the sha256 the checkpoint recorded for each block before a resume trusts them)
+SIMILARITY_FORMAT = "streamrank-gas-similarity"
+
+
+def rows_digest(rows):
+    """sha256 of a block of similarity rows (float64, C order)."""
+    return hashlib.sha256(np.ascontiguousarray(rows, np.float64).tobytes()).hexdigest()
+
+
 class StoredSimilarity:
     """The d x d similarity matrix in an HDF5 file (dataset ``similarity``, chunked by rows), for a
     d too large to keep it in memory: rows are read as the greedy selection asks for them."""
@@ -180,6 +191,7 @@ class StoredSimilarity:
         self.path = Path(path)
         if d is not None:  # a new store
             with h5py.File(self.path, "w") as f:
+                f.attrs["format"], f.attrs["version"] = SIMILARITY_FORMAT, 1
                 f.create_dataset("similarity", shape=(d, d), dtype="f8", chunks=(min(d, 64), d))
         self._f = h5py.File(self.path, mode)
         self._ds = self._f["similarity"]
@@ -318,7 +330,7 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
     # the rows a pass sums are not part of the settings: each pair's sum is the same whatever the
     # blocks of rows, so a resumed run keeps the blocks its checkpoint was written with
     config = {"gas": FORMAT_VERSION, "importance": str(importance), "signed": bool(signed), "queries": [q0, q1]}
-    carry, start_q, first_block, done, stored_at = None, q0, 0, None, None
+    carry, start_q, first_block, done, stored_at, digests = None, q0, 0, None, None, []
     if checkpoint is not None and resume:
         from streamrank.state.checkpoint import read_checkpoint
         ck = read_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint, warn=log.warning)
@@ -326,6 +338,7 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
             sc = ck["scalars"]
             first_block, start_q = int(sc["block"]), int(sc["next_query"])
             r, stored_at = int(sc["rows_per_pass"]), sc.get("similarity_file")
+            digests = list(sc.get("similarity_sha256", []))
             carry = {"imp": np.asarray(ck["w"], np.float64).reshape(2, d), "pairs": int(sc["pairs"]),
                      "tau": np.asarray(ck["extra"]["tau"], np.float64), "queries": int(sc["queries"]),
                      "count": np.asarray(ck["extra"]["count"], np.int64), "rows": int(sc["rows"])}
@@ -357,6 +370,11 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
                 raise FormatError(f"{path}: the similarity rows of the {first_block} finished blocks of the "
                                   f"checkpoint in {checkpoint} are gone; start again with resume=False")
         store = StoredSimilarity(path, None if first_block > 0 else d)
+        for k, want in enumerate(digests[:first_block]):  # the finished rows, as the checkpoint saw them
+            a, b = k * r, min(d, (k + 1) * r)
+            if rows_digest(store[a:b]) != want:
+                raise FormatError(f"{path}: the similarity rows {a}..{b - 1} differ from those the checkpoint in "
+                                  f"{checkpoint} recorded (damaged or changed since); start again with resume=False")
         if similarity_file is None and checkpoint is None:
             weakref.finalize(store, Path(path).unlink, missing_ok=True)
         log.info("GAS: %d features need %d passes of %d rows of the similarity matrix (kept in %s)", d, len(blocks),
@@ -378,6 +396,7 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
             write_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint,
                              scalars={"block": bi, "next_query": int(next_query), "pairs": int(c["pairs"]),
                                       "rows_per_pass": r, "similarity_file": None if store is None else str(store.path),
+                                      "similarity_sha256": digests[:bi],
                                       "queries": int(c["queries"]), "rows": int(c["rows"]),
                                       "first_done": None if done is None else {
                                           k: int(first[k]) for k in ("pairs", "queries", "rows")}},
@@ -402,6 +421,8 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
             E = rows
         else:
             store.write_rows(i0, rows)
+            del digests[bi:]
+            digests.append(rows_digest(rows))
             if bi + 1 < len(blocks):  # the next block starts from the top of the data
                 r1 = blocks[bi + 1][1] - blocks[bi + 1][0]
                 save({"imp": c["imp"], "pairs": 0, "queries": 0, "rows": 0, "tau": np.zeros((r1, d)),

@@ -337,3 +337,17 @@ def test_a_blocked_resume_without_its_rows_is_refused(tmp_path, monkeypatch):
         (tmp_path / "ck" / "similarity.h5").unlink()
         with pytest.raises(FormatError, match="finished blocks .* are gone"):
             gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", resume=True)
+
+
+def test_a_blocked_resume_over_damaged_rows_is_refused(tmp_path, monkeypatch):
+    """The finished blocks' similarity rows are checked against the sha256 the checkpoint recorded."""
+    import h5py
+    p = generated(tmp_path, n_queries=40)
+    with streamrank.open_dataset(p) as ds:
+        with killed_at_query(monkeypatch, 70), pytest.raises(KeyboardInterrupt):
+            gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", commit_seconds=0, rows_per_pass=2)
+        with h5py.File(tmp_path / "ck" / "similarity.h5", "r+") as f:
+            assert f.attrs["format"] == "streamrank-gas-similarity" and f.attrs["version"] == 1
+            f["similarity"][0, 1] += 1e-9
+        with pytest.raises(FormatError, match="rows 0..1 differ from those the checkpoint"):
+            gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", resume=True)
