@@ -5,11 +5,9 @@ import json
 import sys
 from pathlib import Path
 
-from streamrank._version import __version__
 from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _check_checkpoint_dir, _check_outputs,
                                    _executor, _values, _positive_int, _setup_logging)
 
-NOT_YET_METHODS = {}
 # the longest line of a score file: %.17g of a float64 (at most 24 characters) and its newline
 SCORE_LINE_BYTES = 25
 
@@ -53,9 +51,6 @@ def _cmd_select_features(args):
 def _cmd_train(args):
     from streamrank.errors import ParameterError
     from streamrank.evaluation.score_files import open_data
-    if args.method in NOT_YET_METHODS:
-        raise ParameterError(f"--method {args.method} ({NOT_YET_METHODS[args.method]}) is not available yet in "
-                             f"streamrank {__version__}; use --method primal, nystroem or rff")
     if args.method == "primal":
         for opt in ("kernel", "gamma", "degree", "coef0", "components", "rank"):
             if getattr(args, opt) is not None:

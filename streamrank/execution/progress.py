@@ -23,10 +23,6 @@ def shown():
     _state["shown"] = time.monotonic()
 
 
-def enabled():
-    return _state["on"]
-
-
 @contextlib.contextmanager
 def progress(on=True):
     """``with progress():`` bars are shown inside the block (``on=False``: hidden)."""
@@ -62,8 +58,7 @@ def block_rows(source):
 
 
 class PassBar:
-    """The bar of one pass: ``step(k)`` after block ``k``; rows when the source's plan gives them,
-    else blocks."""
+    """The bar of one pass: ``step(k)`` after block ``k``."""
 
     def __init__(self, p, source):
         self.rows = block_rows(source) if _state["on"] else None
@@ -75,11 +70,9 @@ class PassBar:
         desc = f"pass {_state['passes']} {name}"
         if not _state["on"]:
             self.bar = None
-        elif self.rows is not None:
-            self.bar = bar(int(self.rows.sum()), desc, "rows", delay, leave=False)
-        else:
-            n = getattr(source, "n_blocks", None)
-            self.bar = bar(n() if callable(n) else n, desc, "blocks", delay, leave=False)
+        else:  # rows when the source's plan gives them, else blocks (of an unknown total)
+            self.bar = bar(None if self.rows is None else int(self.rows.sum()), desc,
+                           "blocks" if self.rows is None else "rows", delay, leave=False)
 
     def step(self, k):
         if self.bar is not None:

@@ -244,3 +244,11 @@ def written(path, *, special_ok=False):
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+def write_atomically(path, data, *, special_ok=False):
+    """Write ``data`` (str as UTF-8, or bytes) to ``path`` as a whole: a temporary name, then a
+    rename (:func:`written`, ``special_ok`` as there), so a reader sees the old file or the new
+    one, never a part."""
+    with written(path, special_ok=special_ok) as tmp:
+        Path(tmp).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)

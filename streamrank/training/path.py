@@ -170,7 +170,8 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
                    describe=lambda: f"passes {passes()}", **kw)
         state = None
         finish_point(st, C=Ck, gamma=method.gamma(gi), passes=passes(), candidates=candidates, path_w=path_w,
-                     valid=None if valid_key is None else (valid_key, method.score(st.w, gi)),
+                     valid=None if valid_key is None else
+                     (valid_key, _last_score(trace, st, lambda: method.score(st.w, gi))),
                      extra=dict(method.point_info(gi, Ck), trace=list(trace)))
         trace = []
         points = all_points(candidates)
@@ -250,7 +251,7 @@ def iteration_callback(*, checkpoint, config, fingerprint, settings, index, cand
     trace = [] if trace is None else trace
 
     def on_iteration(st):
-        score = validate(st) if validate is not None else None
+        score = None if validate is None else _last_score(trace, st, lambda: validate(st))
         trace.append([int(st.iteration), float(st.seconds), int(passes()), float(st.f), float(st.gnorm),
                       None if score is None else float(score)])
         if checkpoint:
@@ -260,6 +261,15 @@ def iteration_callback(*, checkpoint, config, fingerprint, settings, index, cand
             write_checkpoint(checkpoint, config=config, fingerprint=fingerprint, scalars=scal, w=st.w, g=st.g,
                              extra={f"w{i}": v for i, v in enumerate(path_w)}, number=counter[0])
     return on_iteration
+
+
+def _last_score(trace, st, score):
+    """The validation score of ``st``'s w: the trace's when its last row is of the same iteration
+    (the solvers change w only with the iteration count: the last callback's row, or a rejected
+    step's, scored this very w), else ``score()``, a pass over the validation data."""
+    if trace and trace[-1][0] == st.iteration and trace[-1][5] is not None:
+        return trace[-1][5]
+    return score()
 
 
 def finish_point(st, *, C, gamma, passes, candidates, path_w, valid=None, extra=None):

@@ -213,15 +213,14 @@ class _MappedScores(Pass):
 
 class MappedValidation:
     """The validation score of many weight vectors over one feature map (a C path): the validation
-    rows are mapped once (one pass; their float32 mapped rows, ``bytes``, are held by the executor
-    with their blocks) and each score is then a product per block, the bits of
+    rows are mapped once (one pass; their float32 mapped rows, :func:`mapped_validation_bytes`, are
+    held by the executor with their blocks) and each score is then a product per block, the bits of
     :func:`validation_score`."""
 
     def __init__(self, model, valid, valid_y, metric, *, block_bytes, executor=None):
         self.valid, self.valid_y, self.metric, self.executor = valid, valid_y, metric, executor_or_local(executor)
         self.source = partitioned_stream(valid, executor, block_bytes=block_bytes)
         _, self.kept = self.executor.run(_MapRows(model), self.source)
-        self.fmap, self.normalizer = model.fmap, model.normalizer
 
     def score(self, model):
         out = np.empty(self.valid.n_rows)

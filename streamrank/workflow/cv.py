@@ -21,10 +21,10 @@ import numpy as np
 
 from streamrank.errors import InputError
 from streamrank.execution.progress import bar
-from streamrank.io.atomic import written
+from streamrank.io.atomic import write_atomically
 from streamrank.workflow.grid import APPLIES, configurations, evaluate_model, per_query, run_grid
 from streamrank.workflow.rundir import open_run, read_json, write_json
-from streamrank.workflow.tables import csv_text, markdown_table, text_table
+from streamrank.workflow.tables import csv_text, markdown_table, point_text, text_table
 
 log = logging.getLogger("streamrank.workflow.cv")
 
@@ -94,8 +94,9 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
                                      f"files changed); give another run directory")
                 if done is None:
                     log.info("cv: %s, %s", name, method)
-                    m_axes = {k: v for k, v in axes.items() if k == "method" or k not in APPLIES or method in APPLIES[k]}
-                    m_axes["method"] = [method]
+                    # the axes given that apply to this method
+                    m_axes = dict({k: v for k, v in axes.items() if k not in APPLIES or method in APPLIES[k]},
+                                  method=[method])
                     grid = run_grid(ds, vali, out, axes=m_axes, settings=settings, select_metric=select_metric,
                                     executor=executor, neutral=neutral, command=command)
                     rep = evaluate_model(load(out / "model.h5"), test, settings.get("memory_budget", "2GB"))
@@ -114,10 +115,8 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
               "table": table_rows(results, methods), "seconds": time.perf_counter() - t0, "continued": continued}
     write_json(run_dir / "cv.json", record)
     cols = table_columns()
-    with written(run_dir / "cv.md") as tmp:
-        Path(tmp).write_text("\n".join(markdown_table(record["table"], cols)) + "\n")
-    with written(run_dir / "cv.csv") as tmp:
-        Path(tmp).write_text(csv_text(record["table"], cols))
+    write_atomically(run_dir / "cv.md", "\n".join(markdown_table(record["table"], cols)) + "\n")
+    write_atomically(run_dir / "cv.csv", csv_text(record["table"], cols))
     return read_json(run_dir / "cv.json")
 
 
@@ -127,21 +126,14 @@ def table_rows(results, methods):
     for method in methods:
         mine = [r for r in results if r["method"] == method]
         for r in mine:
-            c = r["chosen"]
             rows.append({"method": method, "fold": r["fold"], **{k: r["means"][k] for k, _ in METRICS},
-                         "chosen": _chosen_text(c)})
+                         "chosen": point_text(r["chosen"])})
         vals = np.array([[r["means"][k] for k, _ in METRICS] for r in mine])
         rows.append({"method": method, "fold": "mean", **dict(zip((k for k, _ in METRICS), vals.mean(0).tolist()))})
         if len(mine) > 1:
             rows.append({"method": method, "fold": "std",
                          **dict(zip((k for k, _ in METRICS), vals.std(0, ddof=1).tolist()))})
     return rows
-
-
-def _chosen_text(c):
-    from streamrank.workflow.tables import cell
-    bits = [f"{k}={cell(c[k])}" for k in ("components", "gamma", "C", "lambda", "eta") if c.get(k) is not None]
-    return " ".join(bits)
 
 
 def table_columns():

@@ -17,14 +17,13 @@ order) by the validation metric gives ``model.h5``; ``grid.json`` records every 
 import inspect
 import itertools
 import logging
-import math
 import shutil
 import time
 from pathlib import Path
 
 from streamrank.errors import ParameterError
 from streamrank.execution.progress import bar
-from streamrank.io.atomic import written
+from streamrank.io.atomic import write_atomically, written
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import csv_text
 
@@ -34,9 +33,6 @@ GRID_FORMAT = "streamrank-grid"
 GRID_VERSION = 1
 METHODS = ("primal", "nystroem", "rff", "exact", "clsr")
 KERNEL_METHODS = ("nystroem", "rff", "exact", "clsr")
-# outer axes (one training per combination) and inner ones (the training's own path)
-OUTER = ("method", "loss", "components", "eta")
-INNER = ("C", "gamma", "lam")
 # which axes apply to which methods
 APPLIES = {"C": ("primal", "nystroem", "rff", "exact"), "gamma": KERNEL_METHODS, "lam": ("clsr",),
            "components": ("nystroem", "rff", "clsr"), "loss": ("primal", "nystroem", "rff", "exact"),
@@ -84,12 +80,10 @@ def configurations(axes):
         for loss, comp in itertools.product(values("loss", ["squared_hinge"]), values("components", [None])):
             etas = values("eta", [None]) if loss == "smooth_hinge" else [None]
             for eta in etas:
-                cfg = {"method": m, "loss": loss, "components": comp, "eta": eta,
-                       "C": values("C", [1.0])[:] if m in APPLIES["C"] else None,
-                       "gamma": values("gamma", [None]) if m in APPLIES["gamma"] else None,
-                       "lam": values("lam", [1e-3]) if m == "clsr" else None}
-                if cfg["gamma"] == [None]:
-                    cfg["gamma"] = None
+                cfg = {"method": m, "loss": loss, "components": comp, "eta": eta}
+                for name, fallback in (("C", [1.0]), ("gamma", [None]), ("lam", [1e-3])):  # the path's own axes
+                    v = values(name, fallback)
+                    cfg[name] = None if v == [None] else v
                 cfg["label"] = _label(cfg, len(out))
                 out.append(cfg)
     return out
@@ -125,12 +119,12 @@ def train_configuration(ds, valid, cfg, settings, *, select_metric, checkpoint=N
 
 
 def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", executor=None, command=None,
-             neutral=("memory_budget", "cache_dir", "cache_size", "map_cache"), on_config=None):
+             neutral=("memory_budget", "cache_dir", "cache_size", "map_cache")):
     """Run the grid of ``axes`` on open datasets ``ds`` (training) and ``valid`` into ``run_dir``;
     return the grid record (also written to ``run_dir/grid.json``; the chosen model is
     ``run_dir/model.h5``). ``settings``: the trainers' other keyword arguments (tol, normalize,
     kernel, memory_budget, ...), the same for every configuration. A rerun with the same
-    arguments (those in ``neutral``, which change no result, may differ) continues a killed run. ``on_config(k, n, cfg)`` is told as each configuration starts."""
+    arguments (those in ``neutral``, which change no result, may differ) continues a killed run."""
     if valid is None:
         raise ParameterError("a grid chooses on validation data; use valid=DATA")
     t0 = time.perf_counter()
@@ -150,8 +144,6 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
             outer.update()
         folder = run_dir / "runs" / cfg["label"]
         done = read_json(folder / "result.json", kind=GRID_FORMAT + "-result")
-        if on_config is not None:
-            on_config(k, len(configs), cfg)
         if done is not None and (folder / "model.h5").exists():
             log.info("grid: %s finished earlier (kept)", cfg["label"])
             results.append(done)
@@ -170,18 +162,19 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
     outer.update()
     outer.close()
     best = choose(results, select_metric)
-    with written(run_dir / "model.h5") as tmp:
-        shutil.copyfile(run_dir / "runs" / results[best]["label"] / "model.h5", tmp)
     from streamrank.state.model import load
-    rep = evaluate_model(load(run_dir / "model.h5"), valid, settings.get("memory_budget", "2GB"))
+    chosen_model = run_dir / "runs" / results[best]["label"] / "model.h5"
+    with written(run_dir / "model.h5") as tmp:  # copied in pieces: an exact kernel's model holds its rows
+        shutil.copyfile(chosen_model, tmp)
+    rep = evaluate_model(load(chosen_model), valid, settings.get("memory_budget", "2GB"))
     record = {"format": GRID_FORMAT, "version": GRID_VERSION, "command": command, "select_metric": select_metric,
               "settings": dict(record_settings, settings=settings), "data": {"train": _data_info(ds), "valid": _data_info(valid)},
               "configs": results, "best": best, "chosen": chosen_point(results[best], select_metric),
               "valid_per_query": per_query(rep), "seconds": time.perf_counter() - t0, "continued": continued}
     write_json(run_dir / "grid.json", record)
     rows = candidates_table(record)
-    with written(run_dir / "candidates.csv") as tmp:
-        Path(tmp).write_text(csv_text(rows, [(k, k, None) for k in CANDIDATE_COLUMNS if any(k in r for r in rows)]))
+    write_atomically(run_dir / "candidates.csv",
+                     csv_text(rows, [(k, k, None) for k in CANDIDATE_COLUMNS if any(k in r for r in rows)]))
     return read_json(run_dir / "grid.json")
 
 
@@ -194,15 +187,9 @@ def evaluate_model(model, ds, memory_budget="2GB"):
 
 
 def per_query(rep):
-    """Per-query NDCG@10 and AP of a report, in display order (None where a query is skipped)."""
-    def num(v):
-        return None if not math.isfinite(v) else float(v)
-
-    def qid(q):
-        return q.decode() if isinstance(q, bytes) else q.item() if hasattr(q, "item") else q
-    k10 = list(rep.ks).index(10)
-    return {"qid": [qid(q) for q in rep.qid[rep.order]], "ndcg@10": [num(v) for v in rep.ndcg[rep.order, k10]],
-            "map": [num(v) for v in rep.average_precision[rep.order]]}
+    """Per-query NDCG@10 and AP of a report, in its display order (None where a query is skipped)."""
+    rows = rep.to_dict(per_query=True)["per_query"]
+    return {"qid": [r["qid"] for r in rows], "ndcg@10": [r["NDCG@10"] for r in rows], "map": [r["AP"] for r in rows]}
 
 
 def choose(results, select_metric):

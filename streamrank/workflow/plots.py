@@ -15,11 +15,11 @@ GUI backend is involved.
 """
 
 import io
-import math
 
 import numpy as np
 
 from streamrank.errors import ParameterError
+from streamrank.workflow.tables import number
 
 DPI = 110
 # entries of a legend at most (a long path's lines are coloured in order between them)
@@ -41,13 +41,6 @@ def _png(fig):
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()
-
-
-def _pow2(v):
-    if v is None:
-        return "-"
-    k = math.log2(v) if v > 0 else 0.5
-    return f"2^{int(k)}" if float(k).is_integer() else f"{v:.3g}"
 
 
 def _chosen_config(record):
@@ -74,8 +67,8 @@ def convergence(record):
         tr = np.array([[np.nan if v is None else v for v in row] for row in c["trace"]], float)
         sec, passes, f, g, val = offset + tr[:, 1], tr[:, 2], tr[:, 3], tr[:, 4], tr[:, 5]
         offset = sec[-1]
-        label = (f"C={_pow2(c['C'])}" if c.get("C") is not None else f"lambda={c.get('lambda'):g}") + \
-            (f", gamma={_pow2(c['gamma'])}" if c.get("gamma") is not None else "")
+        label = (f"C={number(c['C'], min_exp=0)}" if c.get("C") is not None else f"lambda={c.get('lambda'):g}") + \
+            (f", gamma={number(c['gamma'], min_exp=0)}" if c.get("gamma") is not None else "")
         # the gap to the point's own final objective; the final iterate itself (gap 0) is left out
         gap = (f - f[-1]) / max(abs(f[-1]), np.finfo(float).tiny)
         keep = gap > 0
@@ -126,8 +119,9 @@ def heatmap(record):
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     for ax, (label, key, cs, gammas, grid) in zip(axes, panels):
         im = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis")
-        ax.set_xticks(range(len(cs)), [_pow2(c) if key == "C" else f"{c:.0e}" for c in cs], rotation=45, fontsize=7)
-        ax.set_yticks(range(len(gammas)), [_pow2(g) for g in gammas], fontsize=7)
+        ax.set_xticks(range(len(cs)), [number(c, min_exp=0) if key == "C" else f"{c:.0e}" for c in cs], rotation=45,
+                      fontsize=7)
+        ax.set_yticks(range(len(gammas)), [number(g, min_exp=0) for g in gammas], fontsize=7)
         ax.set(xlabel=f"{key} (loss weight)" if key == "C" else "lambda (penalty)", ylabel="gamma (kernel width)",
                title=label)
         best = np.unravel_index(np.nanargmax(grid), grid.shape)

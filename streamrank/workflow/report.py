@@ -13,7 +13,7 @@ from pathlib import Path
 
 from streamrank._version import __version__
 from streamrank.errors import InputError
-from streamrank.io.atomic import written
+from streamrank.io.atomic import write_atomically
 from streamrank.workflow.rundir import read_json
 
 STYLE = """
@@ -58,8 +58,7 @@ def write_report(run_dir, output, *, plots=True, png_dir=None):
     if png_dir is not None:
         Path(png_dir).mkdir(parents=True, exist_ok=True)
         for name, png, _ in figures:
-            with written(Path(png_dir) / f"{name}.png") as tmp:
-                Path(tmp).write_bytes(png)
+            write_atomically(Path(png_dir) / f"{name}.png", png)
     body = (_grid_body(rec) if kind == "grid" else _cv_body(rec)) + _figures(figures)
     page = (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<title>streamrank {kind} report: {html.escape(run_dir.name)}</title><style>{STYLE}</style></head>"
@@ -70,8 +69,7 @@ def write_report(run_dir, output, *, plots=True, png_dir=None):
         sys.stdout.write(page)
         sys.stdout.flush()
     else:
-        with written(output, special_ok=True) as tmp:
-            Path(tmp).write_text(page, encoding="utf-8")
+        write_atomically(output, page, special_ok=True)
     return len(figures)
 
 
@@ -109,12 +107,10 @@ def _data(items):
 
 def _grid_body(rec):
     from streamrank.workflow.grid import CANDIDATE_COLUMNS, candidates_table, chosen_point
-    from streamrank.workflow.tables import grid_columns
+    from streamrank.workflow.tables import grid_columns, point_text
     metric = rec["select_metric"]
     c = rec["chosen"]
-    hp = ", ".join(f"{k} = {c[k]:g}" if isinstance(c[k], float) else f"{k} = {c[k]}"
-                   for k in ("method", "components", "gamma", "C", "lambda", "eta") if c.get(k) is not None)
-    out = [f"<p>Chosen: <b>{html.escape(c['label'])}</b> ({html.escape(hp)}), validation {metric} "
+    out = [f"<p>Chosen: <b>{html.escape(c['label'])}</b> ({html.escape(point_text(c))}), validation {metric} "
            f"<b>{c['valid_' + metric]:.4f}</b>, in {rec['seconds']:.1f} s. Model: <code>model.h5</code>.</p>"]
     out.append(_settings(rec))
     out.append(_data(rec["data"].items()))

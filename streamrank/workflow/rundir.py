@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 
 from streamrank.errors import FormatError, InputError
-from streamrank.io.atomic import written
+from streamrank.io.atomic import write_atomically
 
 RUN_FORMAT = "streamrank-run"
 RUN_VERSION = 1
@@ -19,8 +19,7 @@ SETTINGS = "settings.json"
 
 def write_json(path, record):
     """``record`` as JSON at ``path``, atomically (a temporary name, fsync, rename)."""
-    with written(path) as tmp:
-        Path(tmp).write_text(json.dumps(_finite(record), indent=1, sort_keys=True) + "\n")
+    write_atomically(path, json.dumps(_finite(record), indent=1, sort_keys=True) + "\n")
 
 
 def read_json(path, kind=None, version=1):

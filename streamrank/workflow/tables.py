@@ -2,25 +2,33 @@
 
 import csv
 import io
+import math
 
 
 def cell(v, fmt=None):
-    """One value as text: floats in ``fmt`` (default: 4 significant digits, powers of two kept
-    exact, e.g. 0.03125), None as "-"."""
+    """One value as text: floats in ``fmt`` (default: :func:`number`), None as "-"."""
     if v is None:
         return "-"
     if fmt is not None and not isinstance(v, str):
         return fmt.format(v)
     if isinstance(v, float):
-        return _number(v)
+        return number(v)
     return str(v)
 
 
-def _number(v):
-    import math
-    if v > 0 and math.log2(v).is_integer() and abs(math.log2(v)) >= 3:
-        return f"2^{int(math.log2(v))}"
+def number(v, min_exp=3):
+    """A float in 4 significant digits, or as 2^k when it is a power of two with |k| >= ``min_exp``
+    (grids are written in powers of two: 2^-5 reads better than 0.03125)."""
+    k = math.log2(v) if v > 0 else 0.5
+    if k.is_integer() and abs(k) >= min_exp:
+        return f"2^{int(k)}"
     return f"{v:.4g}"
+
+
+def point_text(point, sep=", "):
+    """A candidate's hyper-parameters, e.g. "components=500, gamma=2^-7, C=4"."""
+    return sep.join(f"{k}={cell(point[k])}" for k in ("components", "gamma", "C", "lambda", "eta")
+                    if point.get(k) is not None)
 
 
 def text_table(rows, columns):
@@ -67,8 +75,7 @@ def grid_lines(record, run_dir):
         rows.append(dict(p, iterations=r["summary"].get("iterations"), passes=r["summary"].get("passes")))
     cols = [c for c in grid_columns(metric) if any(row.get(c[0]) is not None for row in rows)]
     best = record["chosen"]
-    hp = ", ".join(f"{k}={cell(best[k])}" for k in ("components", "gamma", "C", "lambda") if best.get(k) is not None)
     n = sum(len(r["summary"]["candidates"]) for r in record["configs"])
     return (text_table(rows, cols) +
-            [f"chosen: {best['label']} ({hp}), valid {metric} {best['valid_' + metric]:.4f}, of {n} candidates in "
+            [f"chosen: {best['label']} ({point_text(best)}), valid {metric} {best['valid_' + metric]:.4f}, of {n} candidates in "
              f"{record['seconds']:.1f} s; model {run_dir}/model.h5, every candidate in {run_dir}/grid.json"])
