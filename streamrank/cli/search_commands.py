@@ -4,7 +4,7 @@ protocol over folds)."""
 import json
 
 from streamrank.cli.common import _add_cluster, _add_json_quiet, _add_query_file, _executor, _setup_logging, _values
-from streamrank.cli.train_commands import add_model_options, refuse_inapplicable
+from streamrank.cli.train_commands import add_model_options, kernel_settings, refuse_inapplicable
 
 # what every configuration shares (the trainers' keyword arguments) and the flags they come from
 SHARED = ("normalize", "tol", "max_iter", "memory_budget", "pair_cost", "query_weight", "seed", "solver",
@@ -20,11 +20,7 @@ def grid_axes(args):
 
 
 def grid_settings(args):
-    s = {k: getattr(args, k) for k in SHARED}
-    s["kernel"] = s["kernel"] or "rbf"
-    s["degree"] = 3 if s["degree"] is None else s["degree"]
-    s["coef0"] = 1.0 if s["coef0"] is None else s["coef0"]
-    return s
+    return dict({k: getattr(args, k) for k in SHARED}, **kernel_settings(args))
 
 
 def _cmd_grid(args):

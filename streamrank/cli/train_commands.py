@@ -134,15 +134,20 @@ def refuse_inapplicable(args, methods):
         raise ParameterError("--cache-size caps the feature caches in --cache-dir; pass --cache-dir DIR too")
 
 
+def kernel_settings(args):
+    """--kernel, --degree, --coef0 with their defaults (rbf, 3, 1)."""
+    return {"kernel": args.kernel or "rbf", "degree": 3 if args.degree is None else args.degree,
+            "coef0": 1.0 if args.coef0 is None else args.coef0}
+
+
 def _train_method(args, ds, valid, executor):
     from streamrank.training.linear import train_linear
     if args.method == "exact":
         return _train_exact(args, ds, valid, executor)
     if args.method == "clsr":
         from streamrank.training.clsr import train_clsr
-        return train_clsr(ds, valid=valid, lam=args.lam or [1e-3], kernel=args.kernel or "rbf",
-                                    gamma=args.gamma, degree=3 if args.degree is None else args.degree,
-                                    coef0=1.0 if args.coef0 is None else args.coef0, normalize=args.normalize,
+        return train_clsr(ds, valid=valid, lam=args.lam or [1e-3], **kernel_settings(args),
+                                    gamma=args.gamma, normalize=args.normalize,
                                     components=args.components, memory_budget=args.memory_budget,
                                     select_metric=args.select_metric, seed=args.seed, features=args.features,
                                     checkpoint=args.checkpoint, resume=args.resume, executor=executor)
@@ -151,9 +156,7 @@ def _train_method(args, ds, valid, executor):
                                       pair_cost=args.pair_cost, query_weight=args.query_weight,
                                       select_metric=args.select_metric, checkpoint=args.checkpoint,
                                       resume=args.resume, seed=args.seed, solver=args.solver, method=args.method,
-                                      kernel=args.kernel or "rbf", gamma=args.gamma,
-                                      degree=3 if args.degree is None else args.degree,
-                                      coef0=1.0 if args.coef0 is None else args.coef0,
+                                      **kernel_settings(args), gamma=args.gamma,
                                       components=1000 if args.components is None else args.components,
                                       rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
                                       cache_size=args.cache_size, precondition=args.precondition,
@@ -172,9 +175,8 @@ def _train_exact(args, ds, valid, executor):
     if args.solver not in ("tron", "newton_yuan"):
         raise ParameterError(f"--method exact is solved by TRON or Newton-Yuan; got --solver {args.solver}. "
                              f"Pass --solver tron")
-    return train_exact(ds, valid=valid, C=args.C, kernel=args.kernel or "rbf", gamma=args.gamma,
-                       degree=3 if args.degree is None else args.degree,
-                       coef0=1.0 if args.coef0 is None else args.coef0, normalize=args.normalize, tol=args.tol,
+    return train_exact(ds, valid=valid, C=args.C, **kernel_settings(args), gamma=args.gamma,
+                       normalize=args.normalize, tol=args.tol,
                        max_iter=args.max_iter, memory_budget=args.memory_budget, pair_cost=args.pair_cost,
                        query_weight=args.query_weight, select_metric=args.select_metric,
                        checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,

@@ -20,9 +20,9 @@ _POW = re.compile(rf"^({_NUM})\^([+-]?\d+)$")
 _RANGE = re.compile(rf"^({_NUM})\^([+-]?\d+):({_NUM})\^([+-]?\d+)(?::(\d+))?$")
 
 
-def parse_values(text, name, *, integer=False, positive=True):
-    """The values of ``text`` (see the module docstring); ``name`` is the parameter the errors name.
-    ``integer``: whole numbers only (e.g. components); ``positive``: every value > 0."""
+def parse_values(text, name, *, integer=False):
+    """The values of ``text`` (see the module docstring), each > 0; ``name`` is the parameter the
+    errors name. ``integer``: whole numbers only (e.g. components)."""
     out = []
     for item in str(text).replace(" ", "").split(","):
         if not item:
@@ -34,7 +34,7 @@ def parse_values(text, name, *, integer=False, positive=True):
                     raise ParameterError(f"{name} must be whole numbers; got {v:g} (from {item!r}). "
                                          f"Use {name}={int(v) or 1}")
                 v = int(v)
-            if positive and not v > 0:
+            if not v > 0:
                 raise ParameterError(f"{name} must be > 0; got {v:g} (from {item!r}). Use {name}={abs(v) or 1:g}")
             if v not in out:
                 out.append(v)
