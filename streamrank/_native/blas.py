@@ -8,6 +8,8 @@ gain little from a second thread on an idle machine either, so they run on one; 
 (mapped features, the exact path's k x l x k products) keep every thread.
 """
 
+import numpy as np
+
 _controller = None
 
 
@@ -28,27 +30,37 @@ def one_thread():
 ATB_COLUMNS = 256
 
 
-def add_atb(M, A, B):
+def add_atb(M, A, B, columns=ATB_COLUMNS):
     """M += A^T B (float64), the same bits for any number of threads (see ATB_COLUMNS); up to
-    ATB_COLUMNS columns one product on one thread."""
-    n = B.shape[1]
+    ``columns`` columns one product on one thread."""
+    def block(j0, j1):
+        M[:, j0:j1] += A.T @ B[:, j0:j1]
+    _by_columns(B.shape[1], columns, block)
+    return M
+
+
+def matmul_fixed(A, B, columns=ATB_COLUMNS):
+    """A @ B (float64) with the same bits for any number of threads: column blocks of B of
+    ``columns`` columns, each one product on one BLAS thread, the blocks on parallel threads."""
+    out = np.empty((A.shape[0], B.shape[1]))
+
+    def block(j0, j1):
+        out[:, j0:j1] = A @ B[:, j0:j1]
+    _by_columns(B.shape[1], columns, block)
+    return out
+
+
+def _by_columns(n, columns, block):
+    """``block(j0, j1)`` over column blocks of width ``columns`` of n columns, each on one BLAS
+    thread, in parallel threads (numpy releases the GIL) up to numba's thread count."""
     with one_thread():
-        if n <= ATB_COLUMNS:
-            M += A.T @ B
-            return M
-        blocks = [(j, min(j + ATB_COLUMNS, n)) for j in range(0, n, ATB_COLUMNS)]
-
-        def block(jj):
-            j0, j1 = jj
-            M[:, j0:j1] += A.T @ B[:, j0:j1]  # numpy releases the GIL: blocks run in parallel
-
+        blocks = [(j, min(j + columns, n)) for j in range(0, n, columns)]
         import numba
         threads = min(len(blocks), numba.get_num_threads())
         if threads <= 1:
             for jj in blocks:
-                block(jj)
-        else:
-            from concurrent.futures import ThreadPoolExecutor
-            with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="streamrank-atb") as pool:
-                list(pool.map(block, blocks))
-    return M
+                block(*jj)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="streamrank-atb") as pool:
+            list(pool.map(lambda jj: block(*jj), blocks))

@@ -28,15 +28,10 @@ SAMPLE_BYTES = 64 << 20
 # group's part in a block, all float64) stay near 4 x 8 x GROUP_ROWS x m bytes
 GROUP_ROWS = 2048
 GROUP_BYTES = 8 << 20
-# widest Phi preconditioned: M is d x d float64 and each CG step solves with its Cholesky factor
-MAX_WIDTH = 4096
-# --precondition auto: always on up to this width (LETOR features: 46 to 220: M costs about a
-# pass and saves most CG steps); wider (mapped features) only when building M, 2 n_S m^2 + m^3/3
-# flops at BLAS-3 speed, costs at most PASS_FLOP_RATIO times a pass's 4 n m flops, which run
-# at memory speed, an order of magnitude slower per flop (measured: tools/bench_linear.py
-# --precond; Nystroem m = 1,024 on 2.27M rows is on, m = 2,000 on MQ2008's 9,630 rows off)
+# widest Phi preconditioned by this M: at most LETOR's 46 to 220 features, where building M
+# costs about a pass and saves most CG steps; wider (mapped features) sketch_precond's
+# Nystrom preconditioner costs less (measured: tools/bench_linear.py --precond, tools/bench_grid.py)
 AUTO_WIDTH = 256
-PASS_FLOP_RATIO = 10
 
 
 class DensePreconditioner:
@@ -81,18 +76,6 @@ def query_groups(query_ptr, rows, per_group):
     return np.asarray(bounds, np.int64)
 
 
-def worth_it(n_rows, m):
-    """--precondition auto: a rule of shapes only, so the model does not depend on timings."""
-    if m <= AUTO_WIDTH:
-        return True
-    if m > MAX_WIDTH:
-        return False
-    n_s = min(sample_rows(m), n_rows)
-    return 2.0 * n_s * m * m + m ** 3 / 3.0 <= PASS_FLOP_RATIO * 4.0 * n_rows * m
-
-
 def temp_bytes(m):
     """Peak bytes of M's temporaries for an m-wide Phi (M, its factor, the group buffers)."""
-    if m > MAX_WIDTH:
-        return 0
     return 2 * 8 * m * m + 4 * 8 * group_rows(m) * m

@@ -173,8 +173,10 @@ class RankObjective:
         Query weights, indexed by the dataset's query number.
     """
 
-    def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True, executor=None):
+    def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True, executor=None, sketch=None):
         self.source = source
+        # wide maps' preconditioner: a SharedSketch (one per map, for every C of a path)
+        self.sketch = sketch
         self.executor = executor_or_local(executor)
         # the accepted scores, for Newton's line search (prepare_line / line): 8 bytes a row,
         # twice while a trial point is evaluated; TRON does not need them
@@ -246,21 +248,27 @@ class RankObjective:
         return H
 
     def preconditioner(self, sample_rows=None):
-        """TRON's preconditioner at the accepted point: :mod:`streamrank.objectives.linear_precond` (a partial
-        pass over the blocks that hold the sampled queries).
+        """TRON's preconditioner at the accepted point.
 
-        M sums Phi_G^T (L Phi_G) over groups G of whole sampled queries fixed by the query index
-        alone (``precondition.query_groups``), each one BLAS product on rows gathered into a
-        group buffer (a group may span two blocks): the same products for any block layout, so
-        the same bits, in memory bounded by the group size rather than the sample's.
+        Up to ``linear_precond.AUTO_WIDTH`` columns, :mod:`streamrank.objectives.linear_precond`
+        (a partial pass over the blocks that hold the sampled queries): M sums Phi_G^T (L Phi_G)
+        over groups G of whole sampled queries fixed by the query index alone
+        (``precondition.query_groups``), each one BLAS product on rows gathered into a group
+        buffer (a group may span two blocks): the same products for any block layout, so the
+        same bits, in memory bounded by the group size rather than the sample's.
+
+        Wider (feature maps): :mod:`streamrank.objectives.sketch_precond`, the Nystrom
+        preconditioner of one sketch of G(0), built by the first call (one pass) and shared
+        through ``sketch`` by every C of a path.
         """
         from streamrank.objectives import linear_precond as pc
         from streamrank._native.blas import one_thread
         m = self.n_features
-        if m > pc.MAX_WIDTH:
-            return None
-        if m > pc.AUTO_WIDTH:  # wide maps: products big enough to use every BLAS thread
-            return self._build_preconditioner(sample_rows)
+        if m > pc.AUTO_WIDTH:
+            if self.sketch is None:
+                from streamrank.objectives.sketch_precond import SharedSketch
+                self.sketch = SharedSketch(seed=0)
+            return self.sketch.get(self).preconditioner(self.C)
         with one_thread():
             return self._build_preconditioner(sample_rows)
 

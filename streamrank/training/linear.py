@@ -93,10 +93,10 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     pass (``auto`` decides from the budget and measured rates; the values are the same).
     ``cache_size``: cap on the bytes of all feature caches in ``cache_dir`` (least recently used
     blocks are evicted; None: no cap).
-    ``precondition``: TRON's CG with the sampled-Hessian preconditioner of
-    :mod:`streamrank.objectives.linear_precond` (``on``), without (``off``), or ``auto``: by
-    ``precondition.worth_it`` (linear RankSVM always; feature maps when building the
-    preconditioner costs little against a pass).
+    ``precondition``: TRON's CG with a preconditioner (``auto``, the same as ``on``) or without
+    (``off``): the sampled Hessian of :mod:`streamrank.objectives.linear_precond` up to its
+    ``AUTO_WIDTH`` columns (linear RankSVM), wider the Nystrom sketch of
+    :mod:`streamrank.objectives.sketch_precond` (feature maps; one per map, seeded by ``seed``).
     ``executor``: what runs the passes over the data (:mod:`streamrank.execution.executor`; None:
     in this process).
     """
@@ -133,14 +133,16 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     check_has_features(ds)
     check_valid_width(ds, valid)
     points = grid_points(Cs, gammas, valid)
-    from streamrank.objectives.linear_precond import temp_bytes
+    from streamrank.objectives import linear_precond, sketch_precond
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
     widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
     # a kernel map's C path scores the validation rows mapped once per gamma, when they fit their share
     valid_map_bytes = mapped_validation_bytes(valid, widest) if method != "primal" else 0
     if valid_map_bytes > memplan.VALID_MAP_SHARE * budget:
         valid_map_bytes = 0
-    block_bytes, tier = memplan.linear_plan(budget, n_train, temp_bytes(widest) + valid_map_bytes, block_bytes,
+    precond_bytes = (linear_precond.temp_bytes(widest) if widest <= linear_precond.AUTO_WIDTH
+                     else sketch_precond.temp_bytes(widest))
+    block_bytes, tier = memplan.linear_plan(budget, n_train, precond_bytes + valid_map_bytes, block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
                                             loss=cfg["loss"])
 
@@ -212,9 +214,12 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     class Linear(Method):
         def __init__(self):
             self.solver, self.read_seconds, self.last, self.last_gi = solver, 0.0, None, None
+            self.sketch = None  # the wide preconditioner's sketch of the open map, for all its C
 
         def open(self, gi):
+            from streamrank.objectives.sketch_precond import SharedSketch
             self.last, self.last_gi = make_source(gi), gi
+            self.sketch = SharedSketch(seed)
             return self.last
 
         def close(self, source):
@@ -235,7 +240,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                 cfg["solver_chosen"] = self.solver
                 log.info("solver auto: %s (%s)", self.solver, why)
             obj = RankObjective(source, m, C=Ck, cost=ck, mu=mu, keep_scores=self.solver == "newton_cholesky",
-                                executor=executor)
+                                executor=executor, sketch=self.sketch)
             log.info("C=%g: %s%s eps=%g on %d rows, %d queries, %d features (%s)", Ck, self.solver,
                      f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", tol, source.n_rows,
                      q1 - q0, m, f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
@@ -243,8 +248,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                           f"{len(source.stream)} blocks")
             kw = {}
             if self.solver in ("tron", "newton_yuan"):
-                from streamrank.objectives.linear_precond import worth_it
-                kw["precondition"] = precondition == "on" or (precondition == "auto" and worth_it(source.n_rows, m))
+                kw["precondition"] = precondition != "off"
             if self.solver == "newton_yuan":
                 kw.update(dense_max=memplan.dense_hessian_max(budget), gtol_abs=abs_gtol, dtol_abs=abs_dtol)
             return obj, SOLVER_FUNCTIONS[self.solver], kw

@@ -291,6 +291,14 @@ def test_preconditioned_run_killed_and_resumed_gives_the_uninterrupted_model(dat
     killed_after_two_iterations_and_resumed(data, tmp_path, ["--precondition", "on", "--tol", "1e-9"])
 
 
+def test_a_wide_maps_sketch_preconditioned_path_killed_and_resumed_gives_the_uninterrupted_model(data, tmp_path):
+    """Nystroem wider than the dense preconditioner: the sketch of G(0) is rebuilt by the resumed
+    process from the data and the seed alone, so the steps and the model are the same."""
+    killed_after_two_iterations_and_resumed(data, tmp_path, ["--method", "nystroem", "--components", "300",
+                                                             "--gamma", "0.05", "--precondition", "on",
+                                                             "--tol", "1e-7"])
+
+
 # -- refusals -------------------------------------------------------------------------------------
 def copy_ck(ref, tmp_path):
     d = tmp_path / "ck"
