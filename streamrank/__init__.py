@@ -1,10 +1,34 @@
-"""streamrank: pairwise ranking SVMs on learning-to-rank data larger than memory."""
+"""streamrank: pairwise ranking SVMs on learning-to-rank data larger than memory.
+
+The public names load on first use (PEP 562), so ``import streamrank`` and ``streamrank --help``
+import numpy alone, not numba, scipy or h5py (issue 17: a command line that starts in a quarter
+of a second).
+"""
 
 from streamrank._native import memory as _memory
 from streamrank._version import __version__
-from streamrank.io.dataset import Dataset, open_dataset
-from streamrank.estimator import CLSRRank, RankSVM, load
 
 _memory.configure()
 
+# public name -> the module that defines it
+_LAZY = {"Dataset": "streamrank.io.dataset", "open_dataset": "streamrank.io.dataset",
+         "RankSVM": "streamrank.estimator", "CLSRRank": "streamrank.estimator", "load": "streamrank.estimator"}
+
 __all__ = ["__version__", "Dataset", "open_dataset", "RankSVM", "CLSRRank", "load"]
+
+
+def __getattr__(name):
+    import importlib
+    module = _LAZY.get(name)
+    if module is None:  # a subpackage or module not imported yet (streamrank.errors, streamrank.io, ...)
+        import importlib.util
+        if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is None:
+            raise AttributeError(f"module 'streamrank' has no attribute {name!r}")
+        return importlib.import_module(f"{__name__}.{name}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))

@@ -331,10 +331,10 @@ def add_model_options(t, *, many):
                         "(paper 001: Newton steps, Yuan's step length every third), or auto (tron or "
                         "newton_cholesky from measured pass and Hessian costs, so it may differ between runs)")
     t.add_argument("--precondition", choices=["auto", "on", "off"], default="auto",
-                   help="TRON's CG preconditioned by the Hessian of a sample of queries: fewer CG steps and "
-                        "passes; auto (default) = on for linear features, and for feature maps when it is cheap "
-                        "against a pass; --method exact: a Nystroem approximation of the Hessian from about "
-                        "10 sqrt(rows) landmarks (on unless off)")
+                   help="TRON's CG preconditioned: fewer CG steps and passes. auto (default) = on: up to 256 "
+                        "features the Hessian of a sample of queries; wider maps a rank-192 Nystrom sketch of the "
+                        "Hessian at w = 0 (one pass per map, seeded by --seed); --method exact: a Nystroem "
+                        "approximation of the Hessian from about 10 sqrt(rows) landmarks")
     t.add_argument("--features", metavar="IDS|@FILE|GAS.h5:K",
                    help="train on these features only (ids as in the data, 1-based: 3,7,12; a file of ids; or the "
                         "first K of streamrank select-features' GAS file); predict applies the same subset "
