@@ -10,16 +10,48 @@ gain little from a second thread on an idle machine either, so they run on one; 
 
 import numpy as np
 
+import sys
+import threading
+from contextlib import contextmanager
+
+# the process-wide one-thread limit: taken by the outermost one_thread() of any thread and given
+# back by the last one out (threadpoolctl's limits are process-wide; two threads each saving and
+# restoring them could leave BLAS on one thread for good, a race that changed later products' bits)
+_lock = threading.Lock()
+_depth = 0
+_limiter = None
 _controller = None
+_controller_saw_scipy = False
 
 
-def one_thread():
-    """Context manager: BLAS libraries on one thread inside it (threadpoolctl)."""
-    global _controller
-    if _controller is None:
+def _get_controller():
+    """threadpoolctl's controller, made again when scipy (its own OpenBLAS) was imported since:
+    start-up imports scipy lazily, and a controller sees only the libraries loaded before it."""
+    global _controller, _controller_saw_scipy
+    has_scipy = "scipy.linalg" in sys.modules
+    if _controller is None or has_scipy != _controller_saw_scipy:
         from threadpoolctl import ThreadpoolController
-        _controller = ThreadpoolController()
-    return _controller.limit(limits=1, user_api="blas")
+        _controller, _controller_saw_scipy = ThreadpoolController(), has_scipy
+    return _controller
+
+
+@contextmanager
+def one_thread():
+    """Context manager: BLAS libraries on one thread inside it (threadpoolctl), safe to enter
+    from several threads at once and nested."""
+    global _depth, _limiter
+    with _lock:
+        if _depth == 0:
+            _limiter = _get_controller().limit(limits=1, user_api="blas")
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                _limiter.restore_original_limits()
+                _limiter = None
 
 
 # Columns of one block of a wide product A^T B (more columns than this), each block on one BLAS

@@ -540,6 +540,15 @@ def start_cluster(workers=None, scheduler=None):
     env["OMP_WAIT_POLICY"] = "PASSIVE"
     import importlib.util
     dashboard = ":0" if importlib.util.find_spec("bokeh") else None  # the dashboard needs bokeh
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=dashboard, memory_limit=0, env=env)  # memory: --memory-budget
+    # distributed's nannies write their pre-spawn environment (OPENBLAS_NUM_THREADS=1,
+    # OMP_NUM_THREADS=1, MKL_NUM_THREADS=1, PYTHONHASHSEED, ...) into this process's os.environ:
+    # put it back once the workers run, or every process started from here later (a resumed
+    # training, a test's subprocess) runs BLAS on one thread and fits another Nystroem map
+    saved = dict(os.environ)
+    try:
+        cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=dashboard, memory_limit=0, env=env)  # memory: --memory-budget
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
     return Client(cluster, timeout=SCHEDULER_TIMEOUT), cluster

@@ -28,10 +28,18 @@ def data(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster():
+    before = dict(os.environ)
     client, cl = start_cluster(workers=2)
+    # distributed's nannies poison the starting process's environment (OPENBLAS_NUM_THREADS=1 ...)
+    # for their workers' sake; start_cluster gives it back
+    assert dict(os.environ) == before
     yield client
     client.close()
     cl.close()
+    # a worker restarted by its nanny (the killed-worker test) writes them again: later tests'
+    # subprocesses must not inherit them
+    os.environ.clear()
+    os.environ.update(before)
 
 
 @pytest.fixture
