@@ -94,7 +94,9 @@ def _cmd_train(args):
     elif not args.quiet:
         eta = f", eta={summary['eta']:.3g}" if "eta" in summary else ""
         gamma = f", gamma={summary['gamma']:g}" if summary.get("gamma") is not None else ""
-        print(f"saved {args.output}: C={summary['C']:g}{gamma}{eta}, objective {summary['objective']:.6e}, "
+        gap = summary.get("gap")
+        gap = "" if gap is None else f" (gap {'<=' if summary.get('gap_kind') == 'bound' else '~'} {gap:.1e})"
+        print(f"saved {args.output}: C={summary['C']:g}{gamma}{eta}, objective {summary['objective']:.6e}{gap}, "
               f"|g| {summary['grad_norm']:.3e}, {summary['iterations']} iterations, {summary['passes']} passes, "
               f"{summary['seconds']:.2f} s")
     if not args.quiet and "cluster" in summary:

@@ -97,6 +97,10 @@ class KernelObjective(RankObjective):
         Query weights of the queries of Q.
     """
 
+    # f(beta) is not strongly convex in beta (Q is often singular): a small ||g|| does not bound
+    # the gap; TRON estimates it with its preconditioner instead (solvers.tron.relative_gap)
+    strong_convexity = None
+
     def __init__(self, qcache, rank, *, C, cost, mu, sub_bytes=SUB_BYTES, jitter=None, executor=None):
         super().__init__(qcache, qcache.l, C=C, cost=cost, mu=mu, executor=executor)
         self.rank = np.ascontiguousarray(rank, np.int32)
@@ -239,6 +243,8 @@ class LinearKernelObjective(RankObjective):
     so the float32 rounding and the jitter of the general kernel path do not arise, and the
     optimum is the linear model's. One product counts as one pass.
     """
+
+    strong_convexity = None  # as KernelObjective
 
     def __init__(self, Xn, rank, query_ptr, *, C, cost, mu):
         self.Xn = np.ascontiguousarray(Xn, np.float64)

@@ -173,6 +173,9 @@ class RankObjective:
         Query weights, indexed by the dataset's query number.
     """
 
+    # f - 1/2 ||w||^2 is convex: f(w) - f* <= ||g||^2 / 2 (solvers.tron.relative_gap)
+    strong_convexity = 1.0
+
     def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True, executor=None, sketch=None):
         self.source = source
         # wide maps' preconditioner: a SharedSketch (one per map, for every C of a path)

@@ -19,7 +19,7 @@ import time
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from streamrank.solvers.tron import start_state
+from streamrank.solvers.tron import start_state, relative_gap
 
 log = logging.getLogger("streamrank.solvers.newton")
 
@@ -95,5 +95,6 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
             callback(state)
     if not state.message:
         state.message = f"reached max_iter={max_iter}"
+    state.gap, state.gap_kind = relative_gap(obj, state.g, state.f)
     state.seconds = time.perf_counter() - t0
     return state

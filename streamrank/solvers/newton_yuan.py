@@ -38,7 +38,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from streamrank.faultpoints import faultpoint
-from streamrank.solvers.tron import start_state
+from streamrank.solvers.tron import start_state, relative_gap
 
 log = logging.getLogger("streamrank.solvers.newton_yuan")
 
@@ -176,5 +176,6 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
         log.warning("Newton-Yuan stopped: %s", state.message)
     if not state.message:
         state.message = f"reached max_iter={max_iter}"
+    state.gap, state.gap_kind = relative_gap(obj, state.g, state.f)
     state.seconds = time.perf_counter() - t0
     return state

@@ -60,6 +60,8 @@ class TronState:
     converged: bool = False
     message: str = ""
     history: list = field(default_factory=list)
+    gap: float = None           # relative objective gap (f - f*) / f at w: see relative_gap
+    gap_kind: str = ""          # "bound" or "estimate"
 
     @property
     def gnorm(self):
@@ -129,6 +131,32 @@ def _trpcg(hessp, g, delta, stats, P):
         d += z
         ztr = znew
     return s, r, steps, False
+
+
+def relative_gap(obj, g, f, P=None):
+    """(value, kind) of the relative objective gap (f(w) - f*) / f(w) at a point with gradient g.
+
+    - ``bound``: an objective that declares ``strong_convexity`` mu (f - mu/2 ||w||^2 convex;
+      mu = 1 for RankSVM's 1/2 ||w||^2 + C loss) has f(w) - f* <= ||g||^2 / (2 mu): a rigorous
+      upper bound, whatever the stopping rule did.
+    - ``estimate``: otherwise, with a preconditioner M ~ H, the Newton decrement
+      1/2 g^T M^-1 g, which is f(w) - f* for a quadratic with Hessian M: an estimate only as good
+      as M is (exact kernel RankSVM, whose f is not strongly convex in beta: there a small
+      ||g|| does not mean a small gap).
+    - (None, "") without either.
+    """
+    if not f:
+        return None, ""
+    mu = getattr(obj, "strong_convexity", None)
+    if mu:
+        return 0.5 * float(g @ g) / (mu * abs(f)), "bound"
+    if P is not None:
+        return 0.5 * float(g @ P.solve(g)) / abs(f), "estimate"
+    return None, ""
+
+
+def _gap_text(gap, kind):
+    return "" if gap is None else f"gap {'<=' if kind == 'bound' else '~'} {gap:.1e} "
 
 
 def start_state(obj, w0, state, *, delta_from_gradient):
@@ -238,8 +266,11 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
             stale = P is not None  # rebuilt at the new point when another CG follows
         state.seconds = time.perf_counter() - t0
         gnorm = state.gnorm
-        log.info("iter %3d f %.6e |g| %.3e CG %3d radius %.3e %s%s %.1fs", state.iteration, state.f, gnorm,
-                 steps, state.delta, "" if accepted else "(rejected) ", extra(), state.seconds)
+        # the log's gap: the last preconditioner's (built at this or the previous point)
+        gap, kind = relative_gap(obj, state.g, state.f, P)
+        log.info("iter %3d f %.6e |g| %.3e %sCG %3d radius %.3e %s%s %.1fs", state.iteration, state.f, gnorm,
+                 _gap_text(gap, kind), steps, state.delta, "" if accepted else "(rejected) ", extra(),
+                 state.seconds)
         state.history.append((state.iteration, state.f, gnorm, steps, bool(accepted)))
         if accepted and gnorm <= eps * state.gnorm0:
             state.converged, state.message = True, "converged"
@@ -256,5 +287,9 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
             break
     if not state.message:
         state.message = f"reached max_iter={max_iter}"
+    # the returned point's gap: with a preconditioner made at that point, so a resumed run that
+    # stops at the same w reports the same value
+    fresh = (obj.preconditioner() if precondition and not getattr(obj, "strong_convexity", None) else None)
+    state.gap, state.gap_kind = relative_gap(obj, state.g, state.f, fresh)
     state.seconds = time.perf_counter() - t0
     return state

@@ -92,7 +92,8 @@ class PathResult:
     def summary(self):
         """The summary entries every method reports: the chosen point's, and the path's totals."""
         chosen = self.candidates[self.best]
-        return {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"],
+        return {"objective": chosen["objective"], "grad_norm": chosen["grad_norm"], "gap": chosen.get("gap"),
+                "gap_kind": chosen.get("gap_kind", ""),
                 "iterations": sum(c["iterations"] for c in self.candidates), "passes": self.passes,
                 "C": chosen["C"], "gamma": chosen["gamma"], "candidates": self.candidates,
                 **({"eta": chosen["eta"]} if "eta" in chosen else {})}
@@ -275,8 +276,9 @@ def _last_score(trace, st, score):
 def finish_point(st, *, C, gamma, passes, candidates, path_w, valid=None, extra=None):
     """Record a solved path point: its candidate entry (with ``valid`` = (key, score) and the
     method's ``extra`` entries) and w."""
-    cand = {"C": C, "gamma": gamma, "objective": st.f, "grad_norm": st.gnorm, "iterations": st.iteration,
-            "cg_steps": st.n_cg, "passes": passes, "seconds": st.seconds, "message": st.message, **(extra or {})}
+    cand = {"C": C, "gamma": gamma, "objective": st.f, "grad_norm": st.gnorm, "gap": st.gap, "gap_kind": st.gap_kind,
+            "iterations": st.iteration, "cg_steps": st.n_cg, "passes": passes, "seconds": st.seconds,
+            "message": st.message, **(extra or {})}
     if valid is not None:
         cand[valid[0]] = valid[1]
     candidates.append(cand)

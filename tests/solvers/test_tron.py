@@ -123,3 +123,36 @@ def test_one_log_line_per_iteration(caplog):
     assert len(lines) == st.n_steps
     assert all(re.match(r"iter +\d+ f [-+0-9.e]+ \|g\| [0-9.e+-]+ CG +\d+ radius [0-9.e+-]+ .*passes 7", s)
                for s in lines), lines[:2]
+
+
+@pytest.mark.parametrize("C", [1e-2, 1.0, 1e2])
+def test_the_gap_bound_of_a_strongly_convex_objective_holds_at_every_stop(C):
+    """f(w) - f* <= ||g||^2 / 2 for 1/2 ||w||^2 + C loss: the reported relative gap bounds the
+    true one (against L-BFGS's optimum), at a loose and at a tight tolerance."""
+    X = hinge_problem(seed=4, scale_spread=3.0)
+    _, f_ref = lbfgs_optimum(SquaredHinge(X, C), X.shape[1])
+    for eps in (1e-1, 1e-3):
+        obj = SquaredHinge(X, C)
+        obj.strong_convexity = 1.0
+        st = tron(obj, np.zeros(X.shape[1]), eps=eps)
+        assert st.gap_kind == "bound"
+        assert (st.f - f_ref) / st.f <= st.gap * (1 + 1e-9) + 1e-15
+        assert st.gap == pytest.approx(0.5 * st.gnorm ** 2 / st.f, rel=1e-12)
+
+
+def test_the_gap_estimate_with_the_exact_hessian_is_the_gap_of_a_quadratic():
+    """Without strong convexity declared, 1/2 g^T M^-1 g with M the preconditioner: M = A on a
+    quadratic gives f(w) - f* itself; no preconditioner, no gap."""
+    A = spd(25, 1e4, seed=5)
+    b = np.random.default_rng(6).standard_normal(25)
+    f_star = -0.5 * b @ np.linalg.solve(A, b)
+    obj = Quadratic(A, b)
+    obj.preconditioner = lambda: _Jacobi(np.diag(A).copy())  # a poor M: the estimate is M's
+    st = tron(obj, np.zeros(25), eps=1e-2, precondition=True, max_iter=2)
+    exact = Quadratic(A, b)
+    exact.preconditioner = lambda: type("M", (), {"solve": staticmethod(lambda r: np.linalg.solve(A, r)),
+                                                   "mdot": staticmethod(lambda u, v: float(u @ A @ v))})()
+    st2 = tron(exact, st.w, eps=1e-12, precondition=True, max_iter=0)  # evaluates at st.w and stops
+    assert st2.gap_kind == "estimate"
+    assert st2.gap == pytest.approx((st2.f - f_star) / abs(st2.f), rel=1e-8)
+    assert tron(Quadratic(A, b), np.zeros(25), eps=1e-2).gap is None
