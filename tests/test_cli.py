@@ -156,12 +156,34 @@ def test_every_option_explains_itself_and_its_default():
     (["--abs-gtol", "1e-4"], "--abs-gtol is a stopping test of --solver newton_yuan"),
     (["--map-cache", "memory"], "--map-cache applies to --method nystroem or rff"),
     (["--cache-size", "1GB"], "pass --cache-dir DIR too"),
+    (["--method", "clsr", "--gap-tol", "1e-6"], "--gap-tol applies to --method primal or nystroem or rff or exact"),
+    (["--gap-tol", "2"], "gap_tol must be in (0, 1)"),
 ])
 def test_options_that_apply_to_none_of_the_methods_are_refused(tmp_path, capsys, argv, words):
     src = tmp_path / "s.txt"
     src.write_text("1 qid:1 1:1\n0 qid:1 1:2\n")
     assert main(["train", str(src), "-o", str(tmp_path / "m.h5"), *argv]) == 2
     assert words in capsys.readouterr().err
+
+
+def test_train_reports_the_gap_and_stops_at_a_gap_target(tmp_path, capsys):
+    """--json carries the relative gap (a bound for a linear model: ||g||^2 / 2f, from its own
+    objective and gradient norm); --gap-tol G stops where the bound is at most G, which a
+    tighter solve confirms."""
+    from streamrank.io.synthetic import write_hdf5
+    write_hdf5(tmp_path / "t.h5", "small", seed=1, scale=0.1)
+    runs = {}
+    for name, extra in (("tol", []), ("gap", ["--gap-tol", "1e-7"]), ("tight", ["--tol", "1e-12"])):
+        assert main(["train", str(tmp_path / "t.h5"), "-o", str(tmp_path / f"{name}.h5"), "--C", "0.5", "--json",
+                     "--quiet", *extra]) == 0
+        runs[name] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    for r in runs.values():
+        assert r["gap_kind"] == "bound"
+        assert r["gap"] == pytest.approx(r["grad_norm"] ** 2 / (2 * r["objective"]), rel=1e-12)
+    assert runs["gap"]["gap"] <= 1e-7
+    f_star = runs["tight"]["objective"]
+    for name in ("tol", "gap"):
+        assert (runs[name]["objective"] - f_star) / runs[name]["objective"] <= runs[name]["gap"] * (1 + 1e-9) + 1e-15
 
 
 def test_info_describes_a_model(tmp_path, capsys):

@@ -109,7 +109,7 @@ def _cmd_train(args):
 
 
 # options that only some methods (or settings) read: given to none of them, they are refused, not ignored
-ONLY_FOR = {"rank": ("--rank", ("nystroem",)), "map_cache": ("--map-cache", ("nystroem", "rff")),
+ONLY_FOR = {"rank": ("--rank", ("nystroem",)), "gap_tol": ("--gap-tol", ("primal", "nystroem", "rff", "exact")), "map_cache": ("--map-cache", ("nystroem", "rff")),
             "kernel": ("--kernel", ("nystroem", "rff", "exact", "clsr")),
             "degree": ("--degree", ("nystroem", "exact", "clsr")), "coef0": ("--coef0", ("nystroem", "exact", "clsr"))}
 
@@ -154,7 +154,8 @@ def _train_method(args, ds, valid, executor):
                                     select_metric=args.select_metric, seed=args.seed, features=args.features,
                                     checkpoint=args.checkpoint, resume=args.resume, executor=executor)
     return train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
-                                      max_iter=args.max_iter, memory_budget=args.memory_budget,
+                                      max_iter=args.max_iter, gap_tol=args.gap_tol,
+                                      memory_budget=args.memory_budget,
                                       pair_cost=args.pair_cost, query_weight=args.query_weight,
                                       select_metric=args.select_metric, checkpoint=args.checkpoint,
                                       resume=args.resume, seed=args.seed, solver=args.solver, method=args.method,
@@ -179,7 +180,8 @@ def _train_exact(args, ds, valid, executor):
                              f"Pass --solver tron")
     return train_exact(ds, valid=valid, C=args.C, **kernel_settings(args), gamma=args.gamma,
                        normalize=args.normalize, tol=args.tol,
-                       max_iter=args.max_iter, memory_budget=args.memory_budget, pair_cost=args.pair_cost,
+                       max_iter=args.max_iter, gap_tol=args.gap_tol, memory_budget=args.memory_budget,
+                       pair_cost=args.pair_cost,
                        query_weight=args.query_weight, select_metric=args.select_metric,
                        checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,
                        precondition=args.precondition, loss=args.loss, eta=args.eta, solver=args.solver,
@@ -361,6 +363,12 @@ def add_model_options(t, *, many):
                    help="paper 001's query weights mu_q: none (default) or log_ratio")
     t.add_argument("--tol", type=float, default=1e-3, metavar="EPS",
                    help="stop when ||g|| <= EPS ||g0|| (TRON's and LIBLINEAR's rule; default 1e-3)")
+    if not many:  # train only, for now: grid and cv stop by --tol
+        t.add_argument("--gap-tol", type=float, metavar="G",
+                       help="stop when the relative objective gap (f - f*)/f is at most G, in place of --tol's "
+                            "rule: a rigorous bound ||g||^2/2f for linear and mapped models, the preconditioner's "
+                            "estimate for --method exact (default: off; every log line and --json report the gap "
+                            "either way)")
     t.add_argument("--abs-gtol", type=float, metavar="EPS2", help="--solver newton_yuan also stops at ||g|| <= "
                    "EPS2 (paper 001's eps2, 1e-4 there; default: off)")
     t.add_argument("--abs-dtol", type=float, metavar="EPS3", help="--solver newton_yuan also stops when its "

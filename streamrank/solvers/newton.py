@@ -19,7 +19,7 @@ import time
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 
-from streamrank.solvers.tron import start_state, relative_gap
+from streamrank.solvers.tron import relative_gap, start_state, stop_met
 
 log = logging.getLogger("streamrank.solvers.newton")
 
@@ -57,11 +57,12 @@ def line_search(line, d0):
     return t, LINE_MAX_EVALS
 
 
-def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None):
-    """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState."""
+def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None, gap_tol=None):
+    """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState
+    (``gap_tol``: as :func:`streamrank.solvers.tron.tron`'s)."""
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
     extra = describe or (lambda: "")
-    if state.gnorm <= eps * state.gnorm0 or state.gnorm == 0:
+    if stop_met(obj, state, eps, gap_tol):
         state.converged, state.message = True, "converged"
     while not state.converged and not state.message and state.iteration < max_iter:
         H = obj.hessian()
@@ -89,7 +90,7 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
         log.info("iter %3d f %.6e |g| %.3e step %.3g line %d %s %.1fs", state.iteration, state.f, gnorm, t, evals,
                  extra(), state.seconds)
         state.history.append((state.iteration, state.f, gnorm, evals, True))
-        if gnorm <= eps * state.gnorm0:
+        if stop_met(obj, state, eps, gap_tol):
             state.converged, state.message = True, "converged"
         if callback is not None:
             callback(state)

@@ -38,7 +38,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from streamrank.faultpoints import faultpoint
-from streamrank.solvers.tron import start_state, relative_gap
+from streamrank.solvers.tron import relative_gap, start_state, stop_met
 
 log = logging.getLogger("streamrank.solvers.newton_yuan")
 
@@ -105,14 +105,15 @@ def _cholesky_direction(H, g):
 
 
 def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None,
-                precondition=False, gtol_abs=None, dtol_abs=None, dense_max=None):
+                precondition=False, gtol_abs=None, dtol_abs=None, dense_max=None, gap_tol=None):
     """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState.
 
     Parameters as :func:`streamrank.solvers.tron.tron`; ``precondition`` uses
     ``obj.preconditioner()`` in the CG directions (it is not built for Cholesky ones). ``gtol_abs``, ``dtol_abs``:
     paper 001's eps2 (stop at ||g|| <= eps2) and eps3 (stop at ||d|| <= eps3), off by default.
     ``dense_max``: the largest dimension whose Hessian is formed (default DENSE_MAX; the caller
-    lowers it when the m x m matrices would not fit its memory budget).
+    lowers it when the m x m matrices would not fit its memory budget). ``gap_tol``: as
+    :func:`streamrank.solvers.tron.tron`'s (with the bound or no preconditioner's estimate).
     """
     dense_max = DENSE_MAX if dense_max is None else min(int(dense_max), DENSE_MAX)
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
@@ -120,7 +121,7 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
 
     def done():
         g = state.gnorm
-        return g <= eps * state.gnorm0 or g == 0 or (gtol_abs is not None and g <= gtol_abs)
+        return stop_met(obj, state, eps, gap_tol) or (gtol_abs is not None and g <= gtol_abs)
 
     if done():
         state.converged, state.message = True, "converged"

@@ -155,6 +155,19 @@ def relative_gap(obj, g, f, P=None):
     return None, ""
 
 
+def stop_met(obj, state, eps, gap_tol, P=None):
+    """The stopping rule at ``state``: with ``gap_tol``, the relative gap (bound or estimate,
+    :func:`relative_gap`) at most ``gap_tol`` (the gradient rule is then not used: a gap target
+    may need a smaller ||g|| than eps gives, or allow a larger one); otherwise
+    ||g|| <= eps ``gnorm0``. A zero gradient always stops."""
+    if state.gnorm == 0:
+        return True
+    if gap_tol is None:
+        return state.gnorm <= eps * state.gnorm0
+    gap, _ = relative_gap(obj, state.g, state.f, P)
+    return gap is not None and gap <= gap_tol
+
+
 def _gap_text(gap, kind):
     return "" if gap is None else f"gap {'<=' if kind == 'bound' else '~'} {gap:.1e} "
 
@@ -193,7 +206,8 @@ def start_state(obj, w0, state, *, delta_from_gradient):
     return state, t0 - state.seconds
 
 
-def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None, precondition=False):
+def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None, precondition=False,
+         gap_tol=None):
     """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState.
 
     Parameters
@@ -213,13 +227,17 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
         u^T M v, rebuilt at every accepted point) in CG, with the trust region in the M-norm.
         The radius starts at ||g||_{M^-1}, the transformed gradient's norm; the stopping rule is
         unchanged (||g|| <= eps ``gnorm0``, plain norms).
+    gap_tol : float, optional
+        Stop once the relative objective gap (:func:`relative_gap`: a bound for strongly convex
+        objectives, else the preconditioner's estimate) is at most ``gap_tol``, in place of the
+        gradient rule (:func:`stop_met`).
     """
     state, t0 = start_state(obj, w0, state, delta_from_gradient=True)
     P = obj.preconditioner() if precondition else None
     if P is not None and state.iteration == 0 and state.n_steps == 0:
         state.delta = math.sqrt(float(state.g @ P.solve(state.g)))
     extra = describe or (lambda: "")
-    if state.gnorm <= eps * state.gnorm0 or state.gnorm == 0:
+    if stop_met(obj, state, eps, gap_tol, P):
         state.converged = True
         state.message = "converged"
     # a stop recorded in the state (converged, or no progress possible) is final; max_iter is
@@ -272,7 +290,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
                  _gap_text(gap, kind), steps, state.delta, "" if accepted else "(rejected) ", extra(),
                  state.seconds)
         state.history.append((state.iteration, state.f, gnorm, steps, bool(accepted)))
-        if accepted and gnorm <= eps * state.gnorm0:
+        if accepted and stop_met(obj, state, eps, gap_tol, P):
             state.converged, state.message = True, "converged"
         elif state.f < -1e32:
             state.message = "objective unbounded below"

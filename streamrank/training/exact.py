@@ -117,7 +117,7 @@ class _Gram:
 
 
 def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
-                tol=1e-3, max_iter=1000, memory_budget="2GB", pair_cost=None, query_weight=None,
+                tol=1e-3, max_iter=1000, gap_tol=None, memory_budget="2GB", pair_cost=None, query_weight=None,
                 select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
                 cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None,
                 loss="squared_hinge", eta=None, solver="tron", abs_gtol=None, abs_dtol=None, features=None):
@@ -134,7 +134,9 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     precondition CG with a Nystroem approximation of Q from ``landmarks`` rows (``"auto"``:
     10 sqrt(l) in thousands, 500 to 4,000; :mod:`streamrank.objectives.kernel_precond`), ``off`` runs
     plain CG (as ``landmarks=0``). ``executor``: what runs the passes
-    (:mod:`streamrank.execution.executor`; None: in this process).
+    (:mod:`streamrank.execution.executor`; None: in this process). ``gap_tol``: stop (in place of
+    ``tol``'s rule) once the estimated relative objective gap (the preconditioner's Newton decrement:
+    :func:`streamrank.solvers.tron.relative_gap`) is at most this.
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
@@ -156,6 +158,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         raise ParameterError(f"method=exact is solved by tron or newton_yuan; got solver={solver!r}. Use solver=tron")
     cfg = {"method": "exact", "solver": solver, "C_path": Cs, "kernel": kernel, "gamma_path": gammas,
            "degree": degree, "coef0": coef0, "normalize": normalize, "tol": float(tol), "max_iter": int(max_iter),
+           **({"gap_tol": float(gap_tol)} if gap_tol is not None else {}),  # absent: old checkpoints match
            "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),

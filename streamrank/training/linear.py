@@ -70,7 +70,7 @@ MAP_CACHE_MODES = ("auto", "memory", "cache", "recompute")
 PRECONDITION_MODES = ("auto", "on", "off")
 
 
-def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_iter=1000,
+def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_iter=1000, gap_tol=None,
                  memory_budget="2GB", pair_cost=None, query_weight=None, select_metric="meanndcg",
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
@@ -81,6 +81,9 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     ``loss``: ``squared_hinge`` (paper 004 eq. 3.13) or ``smooth_hinge`` (paper 001's cs-sRSVM,
     problem 4) with band half-width ``eta`` in (0, 1), or ``auto`` / None: paper 001's rule per C
     (:func:`~streamrank.training.problem.eta_for`); each candidate records its eta.
+    ``gap_tol``: stop a point once its relative objective gap (f - f*)/f is at most this, in
+    place of ``tol``'s rule (a rigorous bound here, ||g||^2 / 2f:
+    :func:`streamrank.solvers.tron.relative_gap`).
     ``abs_gtol``, ``abs_dtol``: paper 001's absolute stopping tests eps2 (||g|| <= eps2) and eps3
     (||d|| <= eps3) for ``solver="newton_yuan"``, beside ``tol``'s relative rule.
     ``method``: ``primal`` (linear), or ``nystroem`` / ``rff`` (paper 000: a feature map, then the
@@ -117,6 +120,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Use solver=tron")
     cfg = {"method": method, "solver": solver, "C_path": Cs, "normalize": normalize, "tol": float(tol),
+           **({"gap_tol": float(gap_tol)} if gap_tol is not None else {}),  # absent: old checkpoints match
            "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
            "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),

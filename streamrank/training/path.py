@@ -102,13 +102,13 @@ class PathResult:
 def run_settings(method, points, settings, *, validate, checkpoint, resume, fingerprint, refine=None):
     """:func:`run_path` with the tolerance, iteration cap and validation metric of a training
     run's ``settings`` (validated only when ``validate``, i.e. there are validation data)."""
-    return run_path(method, points, tol=settings["tol"], max_iter=settings["max_iter"],
+    return run_path(method, points, tol=settings["tol"], max_iter=settings["max_iter"], gap_tol=settings.get("gap_tol"),
                     select_metric=settings["select_metric"] if validate else None, checkpoint=checkpoint,
                     resume=resume, settings=settings, fingerprint=fingerprint, refine=refine)
 
 
 def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=None, resume=False, settings=None,
-             fingerprint=None, refine=None):
+             fingerprint=None, refine=None, gap_tol=None):
     """Solve every point of ``points`` with ``method``; return a :class:`PathResult`.
 
     ``select_metric``: the validation metric the candidates record as ``valid_<metric>`` and the
@@ -167,7 +167,7 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
             checkpoint=checkpoint, config=config, fingerprint=fingerprint, settings=settings, index=k,
             candidates=candidates, path_w=path_w, counter=n_ck, passes=passes, trace=trace,
             validate=None if valid_key is None else validate)
-        st = solve(obj, w, eps=tol, max_iter=max_iter, state=state, callback=on_iteration,
+        st = solve(obj, w, eps=tol, max_iter=max_iter, gap_tol=gap_tol, state=state, callback=on_iteration,
                    describe=lambda: f"passes {passes()}", **kw)
         state = None
         finish_point(st, C=Ck, gamma=method.gamma(gi), passes=passes(), candidates=candidates, path_w=path_w,

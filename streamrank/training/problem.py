@@ -299,6 +299,8 @@ def check_config(cfg):
                 raise ParameterError(f"C must be > 0; got {C}. Use C=0.5")
     if not cfg["tol"] > 0:
         raise ParameterError(f"tol must be > 0; got {cfg['tol']}. Use tol=1e-3")
+    if "gap_tol" in cfg and not 0 < cfg["gap_tol"] < 1:
+        raise ParameterError(f"gap_tol must be in (0, 1) (a relative objective gap); got {cfg['gap_tol']}. Use gap_tol=1e-6")
     if int(cfg["max_iter"]) < 1:
         raise ParameterError(f"max_iter must be >= 1; got {cfg['max_iter']}. Use max_iter=1000")
     if cfg["select_metric"] not in SELECT_METRICS:

@@ -156,3 +156,22 @@ def test_the_gap_estimate_with_the_exact_hessian_is_the_gap_of_a_quadratic():
     assert st2.gap_kind == "estimate"
     assert st2.gap == pytest.approx((st2.f - f_star) / abs(st2.f), rel=1e-8)
     assert tron(Quadratic(A, b), np.zeros(25), eps=1e-2).gap is None
+
+
+def test_a_gap_target_replaces_the_gradient_rule_and_holds():
+    """gap_tol: TRON stops once the bound is at most the target, so the true relative gap is too;
+    a loose --tol that stopped earlier no longer does, and a target met at once stops at once."""
+    X = hinge_problem(seed=7, scale_spread=3.0)
+    _, f_ref = lbfgs_optimum(SquaredHinge(X, 1.0), X.shape[1])
+
+    def run(**kw):
+        obj = SquaredHinge(X, 1.0)
+        obj.strong_convexity = 1.0
+        return tron(obj, np.zeros(X.shape[1]), **kw)
+    loose = run(eps=1e-1)
+    for target in (1e-5, 1e-8):
+        st = run(eps=1e-1, gap_tol=target)
+        assert st.converged and st.gap <= target
+        assert (st.f - f_ref) / st.f <= target + 1e-15
+        assert st.iteration >= loose.iteration
+    assert run(eps=1e-12, gap_tol=0.99).iteration < run(eps=1e-12).iteration
