@@ -600,10 +600,11 @@ print(json.dumps({"seconds": time.perf_counter() - t, "rows": X.shape[0], "bytes
 """
 
 SKLEARN_NYSTROEM = r"""
-import json, pickle, sys, time
+import json, sys, time
+import numpy as np
 from sklearn.datasets import dump_svmlight_file, load_svmlight_file
 from sklearn.kernel_approximation import Nystroem
-src, out, pkl = sys.argv[1], sys.argv[2], sys.argv[3]
+src, out, arrays = sys.argv[1], sys.argv[2], sys.argv[3]
 gamma, m, d = float(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 t = time.perf_counter()
 X, y, q = load_svmlight_file(src, query_id=True, n_features=d, zero_based=False)
@@ -612,8 +613,9 @@ nys = Nystroem(kernel="rbf", gamma=gamma, n_components=m, random_state=0).fit(X)
 Z = nys.transform(X)
 t_map = time.perf_counter() - t - t_load
 dump_svmlight_file(Z, y, out, zero_based=False, query_id=q)
-with open(pkl, "wb") as f:
-    pickle.dump(nys, f)
+# the fitted map as plain arrays (no pickle): transform(X) = K(X, components) normalization^T
+np.savez(arrays, components=np.asarray(nys.components_.toarray() if hasattr(nys.components_, "toarray")
+                                       else nys.components_, np.float64), normalization=nys.normalization_)
 t_write = time.perf_counter() - t - t_load - t_map
 print(json.dumps({"load_seconds": t_load, "map_seconds": t_map, "write_seconds": t_write,
                   "components": int(Z.shape[1])}))
@@ -658,6 +660,13 @@ def new_row(section, tool, note=""):
 
 def add_note(row, text):
     row["note"] = f"{row['note']}; {text}" if row.get("note") else text
+
+
+def mark_empty(rows):
+    """Rows without a time and without a note say "no result"."""
+    for r in rows:
+        if r.get("median") is None and not r.get("note"):
+            r["note"] = "no result"
 
 
 def run_extra_sections(args, only, work, logs, models, env, peers, data, fold, run_section, sr_train):
@@ -807,9 +816,7 @@ def run_extra_sections(args, only, work, logs, models, env, peers, data, fold, r
                 if lrss and by[key].get("rss"):
                     ratios.append(f"peak RSS {by[key]['tool']} / LIBLINEAR: {by[key]['rss']:,.0f} / {lrss:,.0f} MB = "
                                   f"{by[key]['rss'] / lrss:.2f}")
-        for r in brows:
-            if r.get("median") is None and not r.get("note"):
-                r["note"] = "no result"
+        mark_empty(brows)
 
         took = f"; took {big['obj_s']:.0f} s" if "obj_s" in big else ""
 
@@ -930,7 +937,7 @@ def run_extra_sections(args, only, work, logs, models, env, peers, data, fold, r
                       lambda r: [("train", sr_train(h5, models / f"nys.sr.r{r}.h5", nys), env)],
                       lambda r: models / f"nys.sr.r{r}.h5", "", "streamrank"),
                      (f"scikit-learn Nystroem({NYS_M}) + write SVMlight + LIBLINEAR -s 8", "sk_nys",
-                      (lambda r: [("map", [py, "-c", SKLEARN_NYSTROEM, text, svm, models / f"nys.sk.r{r}.pkl",
+                      (lambda r: [("map", [py, "-c", SKLEARN_NYSTROEM, text, svm, models / f"nys.sk.r{r}.npz",
                                            repr(GAMMA), str(NYS_M), str(N_FEATURES)], env),
                                   ("liblinear", [ll, "-s", "8", "-c", f"{C:g}", "-e", f"{EPS:g}", svm,
                                                  models / f"nys.ll.r{r}.model"], env)]) if ll else None,
@@ -938,7 +945,6 @@ def run_extra_sections(args, only, work, logs, models, env, peers, data, fold, r
             nrows = run_section("nystroem", tools)
             svm_mb = svm.stat().st_size / 1e6 if svm.exists() else None
             svm.unlink(missing_ok=True)
-            import pickle
             X, I, J = data["X"], data["I"], data["J"]
             Xt, yt, qt = read_letor(ttext)
             for row in nrows:
@@ -963,15 +969,15 @@ def run_extra_sections(args, only, work, logs, models, env, peers, data, fold, r
                             if j and "objective" in j:
                                 own.append(j["objective"])
                         else:
-                            m = Path(res["model"])  # nys.ll.rR.model -> its round's nys.sk.rR.pkl
-                            m = m.with_name(m.name.replace("nys.ll.", "nys.sk.").replace(".model", ".pkl"))
-                            with open(m, "rb") as f:
-                                sk = pickle.load(f)
-                            Z = sk.transform(X)
+                            m = Path(res["model"])  # nys.ll.rR.model -> its round's nys.sk.rR.npz
+                            m = m.with_name(m.name.replace("nys.ll.", "nys.sk.").replace(".model", ".npz"))
+                            with np.load(m, allow_pickle=False) as a:
+                                Lsk, Nsk = a["components"], a["normalization"]
+                            Z = rbf_matrix(X, Lsk, GAMMA) @ Nsk.T
                             w = read_liblinear_model(res["model"], Z.shape[1])[:Z.shape[1]]
                             objs.append(linear_objective(w, Z, I, J, C))
-                            nd.append(ndcg_at(sk.transform(Xt) @ w, yt, qt))
-                    except (OSError, ValueError, KeyError, IndexError, pickle.UnpicklingError) as exc:
+                            nd.append(ndcg_at((rbf_matrix(Xt, Lsk, GAMMA) @ Nsk.T) @ w, yt, qt))
+                    except (OSError, ValueError, KeyError, IndexError) as exc:
                         add_note(row, f"model unreadable: {exc}")
                 if row.get("ok") and row["kind"] == "sklearn":
                     row["map_s"] = statistics.median(r["steps"]["map"][0] for r in row["ok"])
@@ -987,8 +993,7 @@ def run_extra_sections(args, only, work, logs, models, env, peers, data, fold, r
                 if diff:
                     add_note(row, f"predict's test scores vs this bench's from the model file: max |diff| "
                                   f"{max(diff):.1e}")
-                if row.get("median") is None and not row.get("note"):
-                    row["note"] = "no result"
+                mark_empty([row])
 
         def print_nys():
             print()
@@ -1008,7 +1013,7 @@ def run_extra_sections(args, only, work, logs, models, env, peers, data, fold, r
                   f"8 -c {C:g} -e {EPS:g} on it ('LIBLINEAR s'); end to end = the sum; peak RSS the larger")
             print("nystroem objectives: 1/2||w||^2 + C sum over pairs max(0, 1 - w.(phi(x_i) - phi(x_j)))^2 in float64 "
                   "with each tool's own phi (streamrank: K(x, landmarks) projection from its model file; scikit-learn: "
-                  "its pickled Nystroem's transform): two different maps, so the figures are not comparable. Test "
+                  "its Nystroem's transform, from the fitted arrays): two different maps, so the figures are not comparable. Test "
                   "NDCG@10 on Fold1 test.txt: streamrank predict's scores, scikit-learn's transform times LIBLINEAR's "
                   "w; NDCG@10 as LETOR 4.0's Eval-Score-4.0.pl computes it (gain 2^rel - 1, positions 1-2 undiscounted "
                   "then 1/log2(i), ties in file order, 0 for a query with fewer than 10 documents or no relevant "
@@ -1075,8 +1080,7 @@ def run_extra_sections(args, only, work, logs, models, env, peers, data, fold, r
                         add_note(row, f"version {v}")
             if nd:
                 row["ndcg"] = statistics.median(nd)
-            if row.get("median") is None and not row.get("note"):
-                row["note"] = "no result"
+            mark_empty([row])
         n_test_q = int(np.unique(qt).size)
 
         def print_gbdt():
@@ -1359,9 +1363,7 @@ def main():
     if extra["status"]:
         status = extra["status"]
 
-    for r in rows:
-        if r.get("median") is None and not r.get("note"):
-            r["note"] = "no result"
+    mark_empty(rows)
 
     if rows:
         print()
