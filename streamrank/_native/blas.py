@@ -8,11 +8,11 @@ gain little from a second thread on an idle machine either, so they run on one; 
 (mapped features, the exact path's k x l x k products) keep every thread.
 """
 
-import numpy as np
-
 import sys
 import threading
 from contextlib import contextmanager
+
+import numpy as np
 
 # the process-wide one-thread limit: taken by the outermost one_thread() of any thread and given
 # back by the last one out (threadpoolctl's limits are process-wide; two threads each saving and

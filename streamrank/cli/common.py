@@ -12,7 +12,8 @@ from streamrank.errors import StreamrankError
 
 # library parameter -> command-line flag: library messages name parameters (``C=0.5``,
 # ``resume=False``); what the CLI prints names its flags (``--C 0.5``, ``without --resume``)
-FLAGS = {"C": "--C", "tol": "--tol", "gap_tol": "--gap-tol", "max_iter": "--max-iter", "method": "--method", "precondition": "--precondition",
+FLAGS = {"C": "--C", "tol": "--tol", "gap_tol": "--gap-tol", "max_iter": "--max-iter", "method": "--method",
+         "precondition": "--precondition",
          "gamma": "--gamma", "solver": "--solver", "kernel": "--kernel", "degree": "--degree", "coef0": "--coef0",
          "normalize": "--normalize", "n_components": "--components", "rank": "--rank", "seed": "--seed",
          "n_features": "--n-features", "memory_budget": "--memory-budget", "cache_dir": "--cache-dir",

@@ -109,7 +109,8 @@ def _cmd_train(args):
 
 
 # options that only some methods (or settings) read: given to none of them, they are refused, not ignored
-ONLY_FOR = {"rank": ("--rank", ("nystroem",)), "gap_tol": ("--gap-tol", ("primal", "nystroem", "rff", "exact")), "map_cache": ("--map-cache", ("nystroem", "rff")),
+ONLY_FOR = {"rank": ("--rank", ("nystroem",)), "map_cache": ("--map-cache", ("nystroem", "rff")),
+            "gap_tol": ("--gap-tol", ("primal", "nystroem", "rff", "exact")),
             "kernel": ("--kernel", ("nystroem", "rff", "exact", "clsr")),
             "degree": ("--degree", ("nystroem", "exact", "clsr")), "coef0": ("--coef0", ("nystroem", "exact", "clsr"))}
 

@@ -316,6 +316,13 @@ class RankObjective:
         return np.concatenate(out) if out else np.zeros(0)
 
 
+def preconditioner_bytes(m):
+    """Peak bytes of :meth:`RankObjective.preconditioner`'s temporaries for an m-wide Phi: the
+    dense sampled M up to ``linear_precond.AUTO_WIDTH`` columns, the Nystrom sketch wider."""
+    from streamrank.objectives import linear_precond, sketch_precond
+    return linear_precond.temp_bytes(m) if m <= linear_precond.AUTO_WIDTH else sketch_precond.temp_bytes(m)
+
+
 # -- the passes (streamrank.execution): what one block contributes, and how partitions add up -------
 
 

@@ -49,6 +49,8 @@ import scipy.linalg
 from streamrank._native import pairkernels as pk
 from streamrank._native.blas import add_atb, matmul_fixed, one_thread
 from streamrank.execution.executor import Pass
+from streamrank.objectives.linear_precond import group_rows  # rows of whole queries per group product
+from streamrank.objectives.rank_objective import _phi
 
 log = logging.getLogger("streamrank.objectives.sketch_precond")
 
@@ -62,17 +64,8 @@ SKETCH_COLUMNS = 48
 # rows of whole queries the sketch samples: 4 n_S m k flops (2.5e10 at m = 1000) bound its
 # cost on large data, and 2^15 rows of LETOR queries are enough to find G's top eigenvectors
 SKETCH_ROWS = 1 << 15
-# rows of whole queries per group product: the gathered float64 rows (2 x 8 x GROUP_ROWS x m
-# bytes while a group is concatenated) stay within about GROUP_BYTES
-GROUP_ROWS = 2048
-GROUP_BYTES = 16 << 20
 # independent stream of the run's seed for Omega (the map's landmarks use the seed itself)
 SEED_STREAM = 0x5E7C
-
-
-def group_rows(m):
-    """Rows per group product for an m-wide Phi (a function of m only)."""
-    return max(1, min(GROUP_ROWS, GROUP_BYTES // (16 * m)))
 
 
 def rank_for(m):
@@ -98,8 +91,8 @@ def sampled_queries(n_queries, n_rows):
 class HessianSketch:
     """U (m x k, orthonormal columns) and lam (k, decreasing): G ~ U diag(lam) U^T."""
 
-    def __init__(self, U, lam, seconds=0.0):
-        self.U, self.lam, self.seconds = U, lam, seconds
+    def __init__(self, U, lam):
+        self.U, self.lam = U, lam
 
     def preconditioner(self, C):
         return NystromPreconditioner(self.U, C * self.lam)
@@ -130,11 +123,10 @@ def nystrom(Y, Omega):
     """(U, lam) of the Nystrom approximation Y (Omega^T Y)^+ Y^T of the psd G with Y = G Omega
     (Frangella et al., Alg. 2.1: a shift nu keeps Omega^T Y_nu positive definite in floating
     point and is taken off the eigenvalues again)."""
-    m = Y.shape[0]
+    if not np.any(Y):  # no pairs sampled: no preconditioning
+        return Y[:, :0].copy(), np.zeros(0)
     with one_thread():
-        nu = np.sqrt(m) * np.spacing(np.linalg.norm(Y))
-        if not np.any(Y):
-            return Y[:, :0].copy(), np.zeros(0)
+        nu = np.sqrt(Y.shape[0]) * np.spacing(np.linalg.norm(Y))
         Yn = Y + nu * Omega
         core = Omega.T @ Yn
         core = 0.5 * (core + core.T)
@@ -163,11 +155,10 @@ def sketch_hessian(source, m, cost, mu, executor, *, seed):
     if n_s:
         Y *= source.n_rows / n_s
     U, lam = nystrom(Y, Omega)
-    seconds = time.perf_counter() - t
     log.info("preconditioner: Nystrom sketch of the Hessian, rank %d of %d, from %d of %d rows; eigenvalues %.3g "
              "to %.3g; %.2fs", lam.size, m, n_s, source.n_rows, lam[0] if lam.size else 0.0,
-             lam[-1] if lam.size else 0.0, seconds)
-    return HessianSketch(U, lam, seconds)
+             lam[-1] if lam.size else 0.0, time.perf_counter() - t)
+    return HessianSketch(U, lam)
 
 
 def _groups(query_ptr, partitions, n_rows, per_group):
@@ -206,7 +197,6 @@ class _SketchPass(Pass):
         return {"Y": np.zeros(self.Omega.shape), "parts": []}
 
     def step(self, c, b):
-        from streamrank.objectives.rank_objective import _phi
         gid = self.gid[b.q0 - self.q_first:b.q1 - self.q_first]
         q = 0
         nq = b.q1 - b.q0

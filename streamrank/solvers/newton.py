@@ -62,7 +62,7 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
     (``gap_tol``: as :func:`streamrank.solvers.tron.tron`'s)."""
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
     extra = describe or (lambda: "")
-    if stop_met(obj, state, eps, gap_tol):
+    if stop_met(state, eps, gap_tol, relative_gap(obj, state.g, state.f)[0]):
         state.converged, state.message = True, "converged"
     while not state.converged and not state.message and state.iteration < max_iter:
         H = obj.hessian()
@@ -90,7 +90,7 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
         log.info("iter %3d f %.6e |g| %.3e step %.3g line %d %s %.1fs", state.iteration, state.f, gnorm, t, evals,
                  extra(), state.seconds)
         state.history.append((state.iteration, state.f, gnorm, evals, True))
-        if stop_met(obj, state, eps, gap_tol):
+        if stop_met(state, eps, gap_tol, relative_gap(obj, state.g, state.f)[0]):
             state.converged, state.message = True, "converged"
         if callback is not None:
             callback(state)

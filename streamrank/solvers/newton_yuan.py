@@ -121,7 +121,8 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
 
     def done():
         g = state.gnorm
-        return stop_met(obj, state, eps, gap_tol) or (gtol_abs is not None and g <= gtol_abs)
+        return (stop_met(state, eps, gap_tol, relative_gap(obj, state.g, state.f)[0])
+                or (gtol_abs is not None and g <= gtol_abs))
 
     if done():
         state.converged, state.message = True, "converged"

@@ -155,8 +155,8 @@ def relative_gap(obj, g, f, P=None):
     return None, ""
 
 
-def stop_met(obj, state, eps, gap_tol, P=None):
-    """The stopping rule at ``state``: with ``gap_tol``, the relative gap (bound or estimate,
+def stop_met(state, eps, gap_tol, gap):
+    """The stopping rule at ``state``: with ``gap_tol``, its relative ``gap`` (bound or estimate,
     :func:`relative_gap`) at most ``gap_tol`` (the gradient rule is then not used: a gap target
     may need a smaller ||g|| than eps gives, or allow a larger one); otherwise
     ||g|| <= eps ``gnorm0``. A zero gradient always stops."""
@@ -164,7 +164,6 @@ def stop_met(obj, state, eps, gap_tol, P=None):
         return True
     if gap_tol is None:
         return state.gnorm <= eps * state.gnorm0
-    gap, _ = relative_gap(obj, state.g, state.f, P)
     return gap is not None and gap <= gap_tol
 
 
@@ -234,10 +233,11 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     """
     state, t0 = start_state(obj, w0, state, delta_from_gradient=True)
     P = obj.preconditioner() if precondition else None
+    p_at = state.iteration  # the accepted point P was made at
     if P is not None and state.iteration == 0 and state.n_steps == 0:
         state.delta = math.sqrt(float(state.g @ P.solve(state.g)))
     extra = describe or (lambda: "")
-    if stop_met(obj, state, eps, gap_tol, P):
+    if stop_met(state, eps, gap_tol, relative_gap(obj, state.g, state.f, P)[0]):
         state.converged = True
         state.message = "converged"
     # a stop recorded in the state (converged, or no progress possible) is final; max_iter is
@@ -245,7 +245,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     stale = False
     while not state.converged and not state.message and state.iteration < max_iter:
         if stale:
-            P, stale = obj.preconditioner(), False
+            P, stale, p_at = obj.preconditioner(), False, state.iteration
         if P is None:
             s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state)
         else:
@@ -290,7 +290,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
                  _gap_text(gap, kind), steps, state.delta, "" if accepted else "(rejected) ", extra(),
                  state.seconds)
         state.history.append((state.iteration, state.f, gnorm, steps, bool(accepted)))
-        if accepted and stop_met(obj, state, eps, gap_tol, P):
+        if accepted and stop_met(state, eps, gap_tol, gap):
             state.converged, state.message = True, "converged"
         elif state.f < -1e32:
             state.message = "objective unbounded below"
@@ -305,9 +305,10 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
             break
     if not state.message:
         state.message = f"reached max_iter={max_iter}"
-    # the returned point's gap: with a preconditioner made at that point, so a resumed run that
-    # stops at the same w reports the same value
-    fresh = (obj.preconditioner() if precondition and not getattr(obj, "strong_convexity", None) else None)
-    state.gap, state.gap_kind = relative_gap(obj, state.g, state.f, fresh)
+    # the returned point's gap: with a preconditioner made at that point (P itself when it was),
+    # so a resumed run that stops at the same w reports the same value
+    if P is not None and p_at != state.iteration and not getattr(obj, "strong_convexity", None):
+        P = obj.preconditioner()
+    state.gap, state.gap_kind = relative_gap(obj, state.g, state.f, P)
     state.seconds = time.perf_counter() - t0
     return state

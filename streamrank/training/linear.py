@@ -16,7 +16,7 @@ from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import executor_or_local, partitioned_stream
 from streamrank.features.normalize import Normalizer
-from streamrank.objectives.rank_objective import BlockSource, RankObjective
+from streamrank.objectives.rank_objective import BlockSource, RankObjective, preconditioner_bytes
 from streamrank.solvers.newton import newton_cholesky
 from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
@@ -137,16 +137,14 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     check_has_features(ds)
     check_valid_width(ds, valid)
     points = grid_points(Cs, gammas, valid)
-    from streamrank.objectives import linear_precond, sketch_precond
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
     widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
     # a kernel map's C path scores the validation rows mapped once per gamma, when they fit their share
     valid_map_bytes = mapped_validation_bytes(valid, widest) if method != "primal" else 0
     if valid_map_bytes > memplan.VALID_MAP_SHARE * budget:
         valid_map_bytes = 0
-    precond_bytes = (linear_precond.temp_bytes(widest) if widest <= linear_precond.AUTO_WIDTH
-                     else sketch_precond.temp_bytes(widest))
-    block_bytes, tier = memplan.linear_plan(budget, n_train, precond_bytes + valid_map_bytes, block_bytes,
+    block_bytes, tier = memplan.linear_plan(budget, n_train, preconditioner_bytes(widest) + valid_map_bytes,
+                                            block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
                                             loss=cfg["loss"])
 
