@@ -1,6 +1,7 @@
 """Fused per-query passes: scores, pair sweep and X^T product while the query's rows are in cache.
 
-For each query q of a block (``prange`` over queries) with rows X_q stored as float32:
+For each query q of a range q0:q1 of a block's queries (the caller runs ranges side by side,
+:mod:`streamrank._native.parallel`) with rows X_q stored as float32:
 
 - ``fused_loss_grad``: z_q = Phi_q w, the pair sweep (loss, dz_q, active set; paper 004
   (B.1)-(B.2)), and P[q] = Phi_q^T dz_q;
@@ -20,31 +21,30 @@ NumPy twin is ``tests/linalg_oracle.py`` via the unfused objective in the tests.
 
 import numba
 import numpy as np
-from numba import prange
 
 from streamrank._native.pairkernels import _query_hess, _query_loss_grad, _single_level
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _phi(X, i, k, shift, scale, affine, q):
+def _phi(X, i, k, shift, scale, scaled, r):
+    """Phi_ik: X_ik, or with ``scaled`` (a literal after inlining) (X_ik - shift_rk) scale_rk."""
     x = np.float64(X[i, k])
-    if affine == 0:
+    if not scaled:
         return x
-    r = np.int64(0) if affine == 1 else np.int64(q)  # prange indices are unsigned: unify as int64
     return (x - shift[r, k]) * scale[r, k]
 
 
 @numba.njit(cache=True, nogil=True)
 def _row_dot(X, i, w, shift, scale, affine, q):
-    if affine == 0:  # the mode is tested once per row, not in the inner loop
-        return _row_dot_mode(X, i, w, shift, scale, 0, q)
-    if affine == 1:
-        return _row_dot_mode(X, i, w, shift, scale, 1, q)
-    return _row_dot_mode(X, i, w, shift, scale, 2, q)
+    # the mode is tested once per row, not in the inner loop; two inlined copies (affine 1 reads
+    # row 0 of shift and scale, affine 2 row q), each of which LLVM optimises on its own
+    if affine == 0:
+        return _row_dot_mode(X, i, w, shift, scale, False, 0)
+    return _row_dot_mode(X, i, w, shift, scale, True, q if affine == 2 else 0)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _row_dot_mode(X, i, w, shift, scale, affine, q):
+def _row_dot_mode(X, i, w, shift, scale, scaled, r):
     d = X.shape[1]
     d4 = d - d % 4
     a0 = 0.0
@@ -52,12 +52,12 @@ def _row_dot_mode(X, i, w, shift, scale, affine, q):
     a2 = 0.0
     a3 = 0.0
     for k in range(0, d4, 4):
-        a0 += _phi(X, i, k, shift, scale, affine, q) * w[k]
-        a1 += _phi(X, i, k + 1, shift, scale, affine, q) * w[k + 1]
-        a2 += _phi(X, i, k + 2, shift, scale, affine, q) * w[k + 2]
-        a3 += _phi(X, i, k + 3, shift, scale, affine, q) * w[k + 3]
+        a0 += _phi(X, i, k, shift, scale, scaled, r) * w[k]
+        a1 += _phi(X, i, k + 1, shift, scale, scaled, r) * w[k + 1]
+        a2 += _phi(X, i, k + 2, shift, scale, scaled, r) * w[k + 2]
+        a3 += _phi(X, i, k + 3, shift, scale, scaled, r) * w[k + 3]
     for k in range(d4, d):
-        a0 += _phi(X, i, k, shift, scale, affine, q) * w[k]
+        a0 += _phi(X, i, k, shift, scale, scaled, r) * w[k]
     return (a0 + a1) + (a2 + a3)
 
 
@@ -67,31 +67,28 @@ def _query_rmatvec(X, s, e, v, shift, scale, affine, q, out):
     for k in range(X.shape[1]):
         out[k] = 0.0
     if affine == 0:
-        _rmatvec_mode(X, s, e, v, shift, scale, 0, q, out)
-    elif affine == 1:
-        _rmatvec_mode(X, s, e, v, shift, scale, 1, q, out)
+        _rmatvec_mode(X, s, e, v, shift, scale, False, 0, out)
     else:
-        _rmatvec_mode(X, s, e, v, shift, scale, 2, q, out)
+        _rmatvec_mode(X, s, e, v, shift, scale, True, q if affine == 2 else 0, out)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _rmatvec_mode(X, s, e, v, shift, scale, affine, q, out):
+def _rmatvec_mode(X, s, e, v, shift, scale, scaled, r, out):
     d = X.shape[1]
     for i in range(s, e):
         vi = v[i - s]
         if vi == 0.0:
             continue  # inactive documents add exact zeros; skipping them changes no value
         for k in range(d):
-            out[k] += _phi(X, i, k, shift, scale, affine, q) * vi
+            out[k] += _phi(X, i, k, shift, scale, scaled, r) * vi
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
+@numba.njit(cache=True, nogil=True)
+def fused_loss_grad(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                     order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout):
     """... and zout = Phi w (the scores, kept by the objective for line searches)."""
-    nq = qptr.shape[0] - 1
     band = eta > 0.0  # the smooth hinge's state arrays exist (else they are empty)
-    for q in prange(nq):
+    for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
         l = e - s
@@ -119,12 +116,11 @@ def fused_loss_grad(X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g
         _query_rmatvec(X, s, e, dz, shift, scale, affine, q, partials[q])
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def fused_hess(X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
+@numba.njit(cache=True, nogil=True)
+def fused_hess(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                order, cut_pref, cut_less, cut_band, zsort, partials):
-    nq = qptr.shape[0] - 1
     band = eta > 0.0
-    for q in prange(nq):
+    for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
         l = e - s
@@ -136,15 +132,15 @@ def fused_hess(X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, m
         u = np.empty((l, 1))
         for i in range(l):
             u[i, 0] = _row_dot(X, s + i, v, shift, scale, affine, q)
-        t = np.empty((l, 1))
+        t1 = np.empty(l)
+        t = t1.reshape((l, 1))
         _query_hess(u, rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], order[s:e], cut_pref[s:e],
                     cut_less[s:e], cut_band[bs:be], zsort[bs:be], t)
-        _query_rmatvec(X, s, e, t[:, 0], shift, scale, affine, q, partials[q])
+        _query_rmatvec(X, s, e, t1, shift, scale, affine, q, partials[q])
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def fused_scores(X, w, shift, scale, affine, qptr, out):
-    nq = qptr.shape[0] - 1
-    for q in prange(nq):
+@numba.njit(cache=True, nogil=True)
+def fused_scores(q0, q1, X, w, shift, scale, affine, qptr, out):
+    for q in range(q0, q1):
         for i in range(qptr[q], qptr[q + 1]):
             out[i] = _row_dot(X, i, w, shift, scale, affine, q)

@@ -54,8 +54,10 @@ scores.
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
+from streamrank._native import parallel
+from streamrank._native.linalg import sum_in_order as _sum_in_order
 from streamrank.errors import ParameterError
 
 MODE_LEVELS = 0
@@ -561,23 +563,18 @@ def _query_loss_grad(zq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, dzq, order,
     return muq * loss
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _loss_grad_kernel(z, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, eta, mu,
+@njit(cache=True, nogil=True)
+def _loss_grad_kernel(q0, q1, z, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, eta, mu,
                       dz, order, cut_pref, cut_less, cut_band, zsort, loss_q):
-    """All queries of a block in parallel; returns the total loss, summed in query order."""
-    nq = query_ptr.shape[0] - 1
+    """Queries q0:q1 of a block (the caller runs ranges side by side, ``_native.parallel``)."""
     band = eta > 0.0
-    for q in prange(nq):
+    for q in range(q0, q1):
         s = query_ptr[q]
         e = query_ptr[q + 1]
         bs, be = (s, e) if band else (0, 0)
         loss_q[q] = _query_loss_grad(z[s:e], y_rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q],
                                      dz[s:e], order[s:e], cut_pref[s:e], cut_less[s:e],
                                      cut_band[bs:be], zsort[bs:be])
-    total = 0.0
-    for q in range(nq):  # fixed order: the same bits for any number of threads
-        total += loss_q[q]
-    return total
 
 
 # --------------------------------------------------------------------------------------------
@@ -713,13 +710,12 @@ def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, order, cut_pref,
             tq[order[p], k] = ts[p, k] + tm[l - 1 - p, k]
 
 
-@njit(cache=True, nogil=True, parallel=True)
-def _hess_prod_kernel(u, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, eta, mu,
+@njit(cache=True, nogil=True)
+def _hess_prod_kernel(q0, q1, u, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, eta, mu,
                       order, cut_pref, cut_less, cut_band, zsort, out):
-    """All queries of a block in parallel; ``u`` and ``out`` are ``(n, m)``."""
-    nq = query_ptr.shape[0] - 1
+    """Queries q0:q1 of a block; ``u`` and ``out`` are ``(n, m)``."""
     band = eta > 0.0
-    for q in prange(nq):
+    for q in range(q0, q1):
         s = query_ptr[q]
         e = query_ptr[q + 1]
         bs, be = (s, e) if band else (0, 0)
@@ -904,8 +900,10 @@ def loss_grad(z, y_rank, query_ptr, lam, mu=1.0, *, state=None, out=None, loss_q
         loss_q = np.empty(query_ptr.size - 1)
     elif loss_q.shape != (query_ptr.size - 1,) or loss_q.dtype != np.float64:
         raise ParameterError("loss_q must be a float64 array with one entry per query")
-    total = _loss_grad_kernel(z, y_rank, query_ptr, cost.lam, cost.g, cost.c0, cost.lam_r,
-                              cost.g_r, cost.mode, cost.eta, mu, dz, *state.arrays, loss_q)
+    nq = query_ptr.size - 1
+    parallel.run(_loss_grad_kernel, nq, z, y_rank, query_ptr, cost.lam, cost.g, cost.c0, cost.lam_r,
+                 cost.g_r, cost.mode, cost.eta, mu, dz, *state.arrays, loss_q, weights=query_ptr)
+    total = _sum_in_order(0.0, loss_q)  # query order: the same bits for any number of threads
     state.query_ptr = query_ptr.copy()
     return float(total), dz, state
 
@@ -951,8 +949,9 @@ def hess_prod(u, y_rank, query_ptr, lam, mu, state, *, out=None):
         out = np.empty(u.shape)
     if out.shape != u.shape or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ParameterError("out must be a C-contiguous float64 array of u's shape")
-    _hess_prod_kernel(u2, y_rank, query_ptr, cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r,
-                      cost.mode, cost.eta, mu, *state.arrays, out.reshape(n, -1))
+    parallel.run(_hess_prod_kernel, query_ptr.size - 1, u2, y_rank, query_ptr, cost.lam, cost.g, cost.c0,
+                 cost.lam_r, cost.g_r, cost.mode, cost.eta, mu, *state.arrays, out.reshape(n, -1),
+                 weights=query_ptr)
     return out
 
 

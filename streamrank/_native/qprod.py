@@ -25,26 +25,38 @@ import numpy as np
 from numba import prange
 
 from streamrank._native import pairkernels as pk
+from streamrank._native import parallel
 # columns per thread task of add_cols: 2048 float64 accumulators (16 KB) stay in L1 while the
 # task's rows stream past
 COL_CHUNK = 2048
+
+
+@numba.njit(cache=True, nogil=True)
+def _row_dot8(q, v):
+    """sum_j float64(q[j]) * v[j] in the eight-lane order of the module docstring."""
+    m = q.shape[0]
+    m8 = m - m % 8
+    s = np.zeros(8)
+    for j in range(0, m8, 8):
+        for k in range(8):
+            s[k] += np.float64(q[j + k]) * v[j + k]
+    for j in range(m8, m):  # the tail continues lanes 0.. in column order
+        s[j - m8] += np.float64(q[j]) * v[j]
+    return ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
 
 
 @numba.njit(inline="always")
 def _rows_dot(Q, a, b, v, out):
     """out[i - a] = sum_j float64(Q[i, j]) * v[j] for rows a:b (inlined: its prange becomes the
     caller's parallel loop, one thread launch per call site and no nested parallel call)."""
-    m = Q.shape[1]
-    m8 = m - m % 8
     for i in prange(a, b):
-        q = Q[i]
-        s = np.zeros(8)
-        for j in range(0, m8, 8):
-            for k in range(8):
-                s[k] += np.float64(q[j + k]) * v[j + k]
-        for j in range(m8, m):  # the tail continues lanes 0.. in column order
-            s[j - m8] += np.float64(q[j]) * v[j]
-        out[i - a] = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+        out[i - a] = _row_dot8(Q[i], v)
+
+
+@numba.njit(cache=True, nogil=True)
+def _rows_dot_range(i0, i1, Q, v, out):
+    for i in range(i0, i1):
+        out[i] = _row_dot8(Q[i], v)
 
 
 @numba.njit(inline="always")
@@ -63,10 +75,10 @@ def _add_cols(Q, a, b, t, acc):
                 acc_c[j] += np.float64(q[j]) * ti
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
 def rows_dot(Q, v, out):
-    """out[i] = sum_j float64(Q[i, j]) * v[j] (eight-lane fixed order, see the module docstring)."""
-    _rows_dot(Q, 0, Q.shape[0], v, out)
+    """out[i] = sum_j float64(Q[i, j]) * v[j] (eight-lane fixed order, see the module docstring);
+    rows in chunks on :func:`streamrank._native.parallel.threads` threads."""
+    parallel.run(_rows_dot_range, Q.shape[0], Q, v, out, item_cost=max(1, Q.shape[1]))
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)

@@ -16,7 +16,6 @@ The plain-Python twin of these kernels is the reference parser in ``tests/letor_
 
 import numba
 import numpy as np
-from numba import prange
 
 # error codes, one per line (0 = fine); messages live in convert.py
 E_LABEL = 1
@@ -134,10 +133,10 @@ def _parse_uint(buf, s, e):
     return v
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def data_lines(buf, line_start, line_end, is_data):
-    """is_data[k] = line k has a non-blank character before any '#'."""
-    for k in prange(line_start.shape[0]):
+@numba.njit(cache=True, nogil=True)
+def data_lines(k0, k1, buf, line_start, line_end, is_data):
+    """is_data[k] = line k has a non-blank character before any '#', for lines k0:k1."""
+    for k in range(k0, k1):
         p = line_start[k]
         le = line_end[k]
         while p < le and _is_ws(buf[p]):
@@ -256,33 +255,29 @@ def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int
     maxcol[k] = mc
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def parse_lines(buf, line_start, line_end, row_of_line, base, width, fixed, want_qid, X, y,
+@numba.njit(cache=True, nogil=True)
+def parse_lines(k0, k1, buf, line_start, line_end, row_of_line, base, width, fixed, want_qid, X, y,
                 qid_int, qid_s, qid_e, qid_isint, com_s, com_e, err, err_s, err_e, slow, nnz, maxcol):
-    """Parse every data line of ``buf`` into row ``row_of_line[k]`` of X and y.
+    """Parse the data lines k0:k1 of ``buf`` into row ``row_of_line[k]`` of X and y (the caller
+    runs line ranges side by side, :mod:`streamrank._native.parallel`).
 
     Columns at or beyond ``width`` are not stored when ``fixed`` is False: ``maxcol`` tells the
-    caller to widen X and parse again. Lines run in contiguous segments, one duplicate-index
-    marker array per segment (marker[col] = line + 1 of the last line that set col).
+    caller to widen X and parse again. One duplicate-index marker array per call (marker[col] =
+    line + 1 of the last line that set col).
     """
-    n = line_start.shape[0]
-    n_seg = min(n, 64)
-    for sgi in prange(n_seg):
-        lo = n * sgi // n_seg
-        hi = n * (sgi + 1) // n_seg
-        marker = np.zeros(max(width, 1), np.int64)
-        for k in range(lo, hi):
-            row = row_of_line[k]
-            if row < 0:
-                continue
-            _parse_line(k, buf, line_start[k], line_end[k], row, base, width, fixed, want_qid, X, y,
-                        qid_int, qid_s, qid_e, qid_isint, com_s, com_e, err, err_s, err_e, slow,
-                        nnz, maxcol, marker)
+    marker = np.zeros(max(width, 1), np.int64)
+    for k in range(k0, k1):
+        row = row_of_line[k]
+        if row < 0:
+            continue
+        _parse_line(k, buf, line_start[k], line_end[k], row, base, width, fixed, want_qid, X, y,
+                    qid_int, qid_s, qid_e, qid_isint, com_s, com_e, err, err_s, err_e, slow,
+                    nnz, maxcol, marker)
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def gather_qid_bytes(buf, qs, qe, out):
-    """out[r, :] = the qid text of row r, zero padded (for non-integer query ids)."""
-    for r in prange(qs.shape[0]):
+@numba.njit(cache=True, nogil=True)
+def gather_qid_bytes(r0, r1, buf, qs, qe, out):
+    """out[r, :] = the qid text of row r, zero padded (for non-integer query ids), rows r0:r1."""
+    for r in range(r0, r1):
         for t in range(qe[r] - qs[r]):
             out[r, t] = buf[qs[r] + t]

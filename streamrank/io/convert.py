@@ -23,6 +23,7 @@ import numpy as np
 from tqdm import tqdm
 
 from streamrank.io import _textparse as tp
+from streamrank._native import parallel
 from streamrank._native.threads import background
 from streamrank.errors import InputError, ParameterError
 from streamrank._native.memory import trimmer
@@ -174,7 +175,7 @@ class _Parser:
         starts[1:] = ends[:-1] + 1
         n_lines = ends.shape[0]
         is_data = np.empty(n_lines, np.bool_)
-        tp.data_lines(buf, starts, ends, is_data)
+        parallel.run(tp.data_lines, n_lines, buf, starts, ends, is_data)
         row_of_line = np.cumsum(is_data) - 1
         row_of_line[~is_data] = -1
         n = int(row_of_line.max(initial=-1)) + 1
@@ -194,8 +195,8 @@ class _Parser:
             slow = np.zeros(n_lines, np.uint8)
             nnz = np.zeros(n_lines, np.int64)
             maxcol = np.full(n_lines, -1, np.int64)
-            tp.parse_lines(buf, starts, ends, row_of_line, self.base, self.width, self.fixed, want_qid,
-                           X, y, qid_int, qs, qe, qisint, cs, ce, err, es, ee, slow, nnz, maxcol)
+            parallel.run(tp.parse_lines, n_lines, buf, starts, ends, row_of_line, self.base, self.width,
+                         self.fixed, want_qid, X, y, qid_int, qs, qe, qisint, cs, ce, err, es, ee, slow, nnz, maxcol)
             mc = int(maxcol.max(initial=-1))
             if self.fixed or mc < self.width:
                 break
@@ -224,7 +225,7 @@ class _Parser:
             else:
                 width = int((qe[data] - qs[data]).max())
                 out = np.zeros((n, width), np.uint8)
-                tp.gather_qid_bytes(buf, qs[data], qe[data], out)
+                parallel.run(tp.gather_qid_bytes, n, buf, qs[data], qe[data], out)
                 qid = out.view(f"S{width}").ravel()
         else:
             qid = None

@@ -27,6 +27,7 @@ import numpy as np
 from streamrank._native import fused as fz
 from streamrank._native import linalg as la
 from streamrank._native import pairkernels as pk
+from streamrank._native import parallel as par
 from streamrank._native.blas import add_atb
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.normalize import Normalizer
@@ -342,8 +343,8 @@ class _LossGrad(Pass):
         st = pk.state_arrays(n, self.cost_args[6])
         loss_q, partials = np.empty(nq), np.empty((nq, self.m))
         z = np.empty(n)
-        fz.fused_loss_grad(b.X, self.w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
-                           self.mu[b.q0:b.q1], *st, loss_q, partials, z)
+        par.run(fz.fused_loss_grad, nq, b.X, self.w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
+                self.mu[b.q0:b.q1], *st, loss_q, partials, z, weights=b.qptr)
         carry["loss"] = la.sum_in_order(carry["loss"], loss_q)
         la.add_rows_in_order(carry["acc"], partials)
         return st, (z if self.keep_scores else None)
@@ -363,9 +364,10 @@ class _HessProd(Pass):
 
     def step(self, acc, b, out):
         st = out[0]
-        partials = np.empty((b.q1 - b.q0, self.m))
-        fz.fused_hess(b.X, self.s, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
-                      self.mu[b.q0:b.q1], *st, partials)
+        nq = b.q1 - b.q0
+        partials = np.empty((nq, self.m))
+        par.run(fz.fused_hess, nq, b.X, self.s, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
+                self.mu[b.q0:b.q1], *st, partials, weights=b.qptr)
         la.add_rows_in_order(acc, partials)
 
     def merge(self, total, acc):
@@ -381,7 +383,8 @@ class _Scores(Pass):
 
     def step(self, carry, b):
         z = np.empty(b.X.shape[0])
-        fz.fused_scores(b.X, self.w, b.shift, b.scale, b.affine, b.qptr, z)
+        par.run(fz.fused_scores, b.q1 - b.q0, b.X, self.w, b.shift, b.scale, b.affine, b.qptr, z,
+                weights=b.qptr)
         return z
 
     def merge(self, total, carry):

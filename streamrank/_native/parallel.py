@@ -1,0 +1,133 @@
+"""Serial nogil kernels run over contiguous ranges of items by a pool of Python threads.
+
+The per-query passes (the fused RankSVM kernels, the pair sweeps, the text parser, row dot
+products) are written as plain serial numba functions of an item range ``(i0, i1)``; :func:`run`
+cuts ``0..n`` into contiguous chunks and calls the kernel on them from several threads at once.
+The kernels are compiled with ``nogil=True``, so the threads run in parallel.
+
+Why not numba's ``prange``: a ``parallel=True`` kernel is compiled through numba's parfor
+pipeline, which costs far more than the loop itself. On a cold cache the demo compiled its
+kernels in 31.2 s with ``prange`` and in 17.8 s with the same loops serial (numba 0.6x's compile
+events, tools' note in docs/benchmarks.md); every fresh install and every CI run pays that once.
+A serial kernel also does not load numba's threading layer.
+
+Each item (a query, a line segment, a row) writes only its own outputs, and no sum runs across
+items inside a kernel, so neither the chunking nor the thread count changes a value.
+"""
+
+import os
+import threading
+from contextlib import contextmanager
+
+import numpy as np
+
+# chunks per thread: queries differ in cost by more than their row counts say (pairs grow
+# faster than rows), so a few chunks per thread let a free thread take the next one
+CHUNKS_PER_THREAD = 4
+# below this much work (rows, or the weight the caller gives) one call in the calling thread
+# costs less than handing chunks to the pool (about 20 us per chunk)
+SERIAL_WORK = 4096
+
+_local = threading.local()
+_pool_lock = threading.Lock()
+_pool = None
+_pool_pid = None
+
+
+def default_threads():
+    """Threads of the pool: numba's configured maximum (``NUMBA_NUM_THREADS``, all cores unless
+    set; a dask worker sets it to its share)."""
+    from numba import config
+    return max(1, int(config.NUMBA_NUM_THREADS))
+
+
+def threads():
+    """The thread count in force in this thread: numba's (``numba.set_num_threads`` and
+    :func:`limit` lower it per thread), so one setting governs these passes and ``prange``'s."""
+    import numba
+    return numba.get_num_threads()
+
+
+@contextmanager
+def limit(n):
+    """Run the passes started in this thread with at most ``n`` threads."""
+    import numba
+    before = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(int(n), default_threads())))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(before)
+
+
+def _executor():
+    global _pool, _pool_pid
+    from concurrent.futures import ThreadPoolExecutor
+    with _pool_lock:
+        if _pool is None or _pool_pid != os.getpid():  # a forked child has none of the threads
+            _pool = ThreadPoolExecutor(max_workers=max(1, default_threads() - 1),
+                                       thread_name_prefix="streamrank-pass",
+                                       initializer=_mark_worker)
+            _pool_pid = os.getpid()
+        return _pool
+
+
+def _mark_worker():
+    _local.worker = True
+
+
+def bounds(n, parts, weights=None):
+    """Cut points 0 = b_0 <= ... <= b_parts = n of ``parts`` contiguous chunks of ``0..n`` of about
+    equal weight; ``weights`` is the cumulative weight at each item edge (length n + 1, such as a
+    block's query offsets), equal item counts without it."""
+    if weights is None:
+        return np.linspace(0, n, parts + 1).round().astype(np.int64)
+    weights = np.asarray(weights)
+    targets = weights[0] + (weights[n] - weights[0]) * np.arange(parts + 1) / parts
+    b = np.searchsorted(weights, targets, side="left").astype(np.int64)
+    b[0], b[-1] = 0, n
+    return np.maximum.accumulate(np.minimum(b, n))
+
+
+def run(kernel, n, *args, weights=None, item_cost=1):
+    """``kernel(i0, i1, *args)`` for contiguous chunks ``i0:i1`` covering ``0..n``, on up to
+    :func:`threads` threads; returns when all are done (the first error is raised). ``weights``
+    as in :func:`bounds`; ``item_cost`` the work per unit of weight (a row's columns, say)."""
+    work = (n if weights is None else int(weights[n] - weights[0])) * item_cost
+    t = threads()
+    if n <= 1 or work < SERIAL_WORK or getattr(_local, "worker", False) or t <= 1:
+        kernel(0, n, *args)  # small, one thread, or already inside a pass's worker: no hand-off
+        return
+    parts = min(n, t * CHUNKS_PER_THREAD)
+    b = bounds(n, parts, weights)
+    chunks = [(int(b[k]), int(b[k + 1])) for k in range(parts) if b[k + 1] > b[k]]
+    pool = _executor()
+    # the pool has default_threads() - 1 threads and the caller works too; a lower limit in force
+    # is kept by queueing at most t - 1 chunk runners at a time
+    lock = threading.Lock()
+    todo = iter(chunks)
+
+    def drain():
+        while True:
+            with lock:
+                c = next(todo, None)
+            if c is None:
+                return
+            kernel(c[0], c[1], *args)
+
+    futures = [pool.submit(drain) for _ in range(min(t, len(chunks)) - 1)]
+    error = None
+    try:
+        drain()
+    except BaseException as exc:  # noqa: B036 - re-raised after the others stop
+        error = exc
+        with lock:
+            for _ in todo:  # the other runners find nothing left
+                pass
+    for f in futures:
+        try:
+            f.result()
+        except BaseException as exc:
+            error = error or exc
+    if error is not None:
+        raise error
