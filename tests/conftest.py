@@ -1,4 +1,5 @@
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -8,6 +9,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from locations import MQ2008  # noqa: E402  (../shared beside the repository; tests skip without it)
+
+# the commands the tests run are short: a first-use compile helper started by each would be
+# stopped before it finishes and compete for the cores (tests/native/test_warmup.py runs it)
+os.environ.setdefault("STREAMRANK_NO_WARMUP", "1")
 
 
 @pytest.fixture(autouse=True)

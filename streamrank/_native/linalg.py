@@ -26,3 +26,10 @@ def sum_in_order(acc, values):
     for q in range(values.shape[0]):
         acc += values[q]
     return acc
+
+
+@numba.njit(cache=True, nogil=True)
+def runtime_probe(x):
+    """x + 1: the smallest compiled call, which maps numba's runtime and LLVM's code (the
+    memory plans measure the resident set after it; ``io.budget.load_kernel_runtime``)."""
+    return x + 1

@@ -12,6 +12,10 @@ from streamrank.errors import StreamrankError
 from streamrank.execution.progress import progress
 
 
+# the first-use kernel list (streamrank/_native/warm_manifest.py) each command starts with
+_WARM_LISTS = {"demo": "demo", "convert": "convert", "train": "train", "grid": "train", "cv": "train"}
+
+
 def build_parser():
     p = argparse.ArgumentParser(prog="streamrank", description="Pairwise ranking SVMs on data larger than memory.")
     p.add_argument("--version", action="version", version=f"streamrank {__version__}")
@@ -31,6 +35,9 @@ def main(argv=None):
     if getattr(args, "compression", "unset") is None:
         from streamrank.io.hdf5_format import DEFAULT_COMPRESSION
         args.compression = DEFAULT_COMPRESSION
+    # on a cold numba cache a second process compiles half of the command's kernels meanwhile
+    from streamrank._native import warmup
+    warmup.start(_WARM_LISTS.get(args.command))
     try:
         _setup_logging(getattr(args, "quiet", False), progress=args.command in ("train", "select-features", "grid", "cv"))
         with progress(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
@@ -48,6 +55,8 @@ def main(argv=None):
     except KeyboardInterrupt:
         print(f"streamrank {args.command}: interrupted", file=sys.stderr)
         return 130
+    finally:
+        warmup.stop()
 
 
 if __name__ == "__main__":  # pragma: no cover

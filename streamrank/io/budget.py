@@ -33,10 +33,11 @@ STREAM_SLACK = 16 << 20
 
 def load_kernel_runtime():
     """Call one small compiled kernel, so that numba's runtime is resident: the first call of any
-    kernel maps LLVM's code and the threading layer (45 MB measured on Linux x86-64), which a
-    plan measured before it would leave out. Later calls cost nothing."""
-    from streamrank._native.qprod import rows_dot
-    rows_dot(np.zeros((1, 1), np.float32), np.zeros(1), np.empty(1))
+    kernel maps LLVM's code (about 45 MB measured on Linux x86-64 with the threading layer),
+    which a plan measured before it would leave out. Later calls cost nothing; the kernel is the
+    smallest there is, so a first run does not compile a large one before it is needed."""
+    from streamrank._native.linalg import runtime_probe
+    runtime_probe(0)
 
 
 def resident_bytes(kernels=True):

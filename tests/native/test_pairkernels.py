@@ -318,3 +318,13 @@ def test_bad_input_is_refused():
         pk.hess_prod(np.zeros(4), y_rank, [0, 1, 4], lam, 1.0, st)
     with pytest.raises(ParameterError, match="state"):
         pk.hess_prod(np.zeros(4), y_rank, [0, 2, 4], lam, 1.0, pk.PairState.empty(4))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 15, 16, 17, 33, 1000, 4099])
+def test_argsort_decreasing_is_numpys_stable_order(n):
+    rng = np.random.default_rng(n)
+    for z in (rng.normal(size=n), rng.integers(0, 4, n).astype(float), np.zeros(n), -np.arange(n, dtype=float),
+              np.arange(n, dtype=float)):
+        want = np.argsort(-z, kind="stable")
+        np.testing.assert_array_equal(pk._argsort_decreasing(z), want)
+        np.testing.assert_array_equal(pk._argsort_decreasing.py_func(z), want)

@@ -1,0 +1,254 @@
+"""First use: a second process compiles a command's kernels from the back while it runs.
+
+numba compiles a kernel on its first call and keeps the machine code in its on-disk cache
+(``cache=True``), so the first run after an install pays for all of a command's kernels, one after
+the other: numba's compiler holds one lock per process. When a command starts on a cold cache,
+:func:`start` launches ``python -m streamrank._native.warmup COMMAND``, which compiles
+the command's kernels (``warm_manifest.KERNELS``, recorded from real runs by
+``tools/kernel_manifest.py``: callees before callers, each with its compile seconds and callees)
+from the back, one small kernel at a time (:func:`helper_order`), into the same cache, while the
+command compiles from the front. Whenever the command reaches a kernel, callee or caller, numba
+looks in the cache first and loads what the helper has finished; the command stops the helper
+when it ends. On two cores the first run compiles in about half the time. Nothing else changes: the machine code is the same whoever
+compiles it, and a command whose list the helper has compiled once starts no helper
+(:func:`stamp_path`).
+
+Two processes never compile one function at the same time: each takes the function's lock
+before compiling it and looks in the cache again once it holds it (:func:`install_compile_locks`),
+so the command waits for a kernel the helper is compiling instead of compiling it too.
+
+``STREAMRANK_NO_WARMUP=1`` turns the helper off.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import threading
+
+ENV_OFF = "STREAMRANK_NO_WARMUP"
+
+# what each list was recorded from: a command's first run on small generated data (``{work}``
+# holds t.h5 / v.h5 and their text, made by PREPARE in another process and cache)
+SCENARIOS = {
+    "demo": "from streamrank.demo import run_demo; run_demo(quiet=True)",
+    "convert": "from streamrank.cli.main import main; main(['convert', '{work}/t.txt', '-o', '{work}/c.h5', '--quiet'])",
+    "train": ("from streamrank.cli.main import main; main(['train', '{work}/t.h5', '--valid', '{work}/v.h5', "
+              "'--C', '0.5,1', '-o', '{work}/m.h5', '--quiet'])"),
+}
+PREPARE = """
+from streamrank.io.synthetic import write_text
+from streamrank.io.convert import convert
+for part, name in (("train", "t"), ("valid", "v")):
+    write_text("{work}/" + name + ".txt", preset="small", seed=0, part=part)
+    convert(["{work}/" + name + ".txt"], "{work}/" + name + ".h5", quiet=True)
+"""
+
+# a process waits at most this long for the other's compile of a function, then compiles it
+LOCK_WAIT = 120.0
+
+_helper = None
+_held = {}  # lock path -> [open file, depth]
+_ARRAY = re.compile(r"^(readonly )?array\((\w+), (\d)d, ([CFA])\)$")
+
+
+def encode(argtypes):
+    """numba argument types -> strings (arrays and plain scalars only)."""
+    out = []
+    for t in argtypes:
+        s = str(t)
+        if not _ARRAY.match(s) and s not in ("int64", "int32", "float64", "float32", "bool", "uint8"):
+            raise ValueError(f"argument type {s!r} has no encoding")
+        out.append(s)
+    return out
+
+
+def decode(strings):
+    """Strings from :func:`encode` -> a tuple of numba types."""
+    from numba.core import types
+    out = []
+    for s in strings:
+        m = _ARRAY.match(s)
+        if m:
+            out.append(types.Array(getattr(types, m[2]), int(m[3]), m[4], readonly=bool(m[1])))
+        else:
+            out.append(types.boolean if s == "bool" else getattr(types, s))
+    return tuple(out)
+
+
+def _kernel(module, qualname):
+    import importlib
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def stamp_path(command):
+    """The file the helper leaves when it has compiled ``command``'s whole list (beside numba's
+    cache: ``NUMBA_CACHE_DIR``, else this package's ``__pycache__``), named after the list's
+    contents: a command whose stamp exists starts no helper, and the check imports nothing."""
+    import hashlib
+    from streamrank._native import warm_manifest
+    with open(warm_manifest.__file__, "rb") as f:
+        digest = hashlib.sha256(f.read() + sys.version.encode()).hexdigest()[:16]
+    where = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(os.path.dirname(__file__), "__pycache__")
+    return os.path.join(where, f"streamrank-warm-{command}-{digest}")
+
+
+def _acquire(path):
+    """Hold the exclusive lock ``path`` (re-entrant in this process); waits at most
+    ``LOCK_WAIT`` seconds for the other process, then goes on without it."""
+    import fcntl
+    import time
+    held = _held.get(path)
+    if held is not None:
+        held[1] += 1
+        return
+    try:
+        f = open(path, "ab")
+    except OSError:
+        _held[path] = [None, 1]
+        return
+    deadline = time.monotonic() + LOCK_WAIT
+    while True:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.005)
+    _held[path] = [f, 1]
+
+
+def _release(path):
+    held = _held.get(path)
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] == 0:
+        del _held[path]
+        if held[0] is not None:
+            held[0].close()  # closing the file releases the lock
+
+
+def release_all():
+    for path in list(_held):
+        _held[path][1] = 1
+        _release(path)
+
+
+def install_compile_locks():
+    """One compiler per function at a time across processes (POSIX ``flock``): on a cache miss
+    a process takes the function's lock before it compiles, and looks in the cache once more
+    when it has it; the lock goes when the result is saved. So the command never compiles what
+    the helper is compiling at that moment: it waits for it and loads it. This also makes
+    numba's index updates safe: numba saves an index by reading it, taking the first free
+    data-file name and writing it back, and two processes saving different signatures of one
+    function at once would lose one entry or give two keys one file."""
+    from numba.core import caching
+    cls = caching.Cache
+    if getattr(cls.load_overload, "_streamrank_locked", False):
+        return
+    load, save = cls.load_overload, cls.save_overload
+
+    def load_overload(self, sig, target_context):
+        cres = load(self, sig, target_context)
+        if cres is not None or not self._enabled:
+            return cres
+        self._impl.locator.ensure_cache_path()
+        path = self._cache_file._index_path + ".compiling"
+        _acquire(path)
+        cres = load(self, sig, target_context)  # the other process may have just saved it
+        if cres is not None:
+            _release(path)
+        return cres
+
+    def save_overload(self, sig, data):
+        try:
+            return save(self, sig, data)
+        finally:
+            _release(self._cache_file._index_path + ".compiling")
+
+    load_overload._streamrank_locked = True
+    cls.load_overload, cls.save_overload = load_overload, save_overload
+
+
+def start(command):
+    """Start the helper for ``command`` unless its list was compiled before; never raises."""
+    global _helper
+    if command is None or os.environ.get(ENV_OFF) or os.name != "posix" or _helper is not None:
+        return
+    try:
+        if (os.cpu_count() or 1) < 2 or os.environ.get("NUMBA_DISABLE_JIT", "0") != "0" \
+                or os.path.exists(stamp_path(command)):
+            return
+        # started first thing, before this process imports numba: the helper's imports overlap ours
+        env = dict(os.environ, **{ENV_OFF: "1"})
+        _helper = subprocess.Popen([sys.executable, "-m", "streamrank._native.warmup", command], env=env,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        install_compile_locks()
+    except Exception:  # only a speed-up: a failure to start it changes nothing else
+        stop()
+
+
+def stop():
+    """Tell the helper to stop after the kernel it is compiling (its cache files are written
+    whole or not at all); returns at once."""
+    global _helper
+    h, _helper = _helper, None
+    if h is not None and h.poll() is None:
+        h.terminate()
+        threading.Thread(target=h.wait, daemon=True).start()  # reap it without waiting here
+
+
+def helper_order(entries):
+    """The order the helper compiles ``entries`` in (each ``(module, qualname, sig, seconds,
+    callees, end)``, callees given by their positions): always the entry the command needs
+    latest among those whose callees the helper has done. Going backwards one small kernel at a
+    time, it meets the command, which works forwards, at a small kernel rather than in the
+    middle of a large one."""
+    done, order, left = set(), [], list(range(len(entries)))
+    while left:
+        i = max(k for k in left if all(j in done for j in entries[k][4]))
+        left.remove(i)
+        done.add(i)
+        order.append(entries[i])
+    return order
+
+
+def main(argv=None):
+    import signal
+    from streamrank._native.warm_manifest import KERNELS
+    argv = sys.argv[1:] if argv is None else argv
+    install_compile_locks()
+    stopping = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    failed = False
+    # STREAMRANK_WARMUP_LOG=FILE: one line per kernel started, for measuring the overlap
+    log = open(os.environ["STREAMRANK_WARMUP_LOG"], "a") if os.environ.get("STREAMRANK_WARMUP_LOG") else None
+    for module, qualname, sig, *_ in helper_order(KERNELS.get(argv[0], [])):
+        if log:
+            import time
+            print(f"{time.time():.3f} start {qualname}", file=log, flush=True)
+        if stopping:
+            return 0
+        try:
+            _kernel(module, qualname).compile(decode(sig))
+        except Exception as exc:  # a stale entry: the command compiles that kernel itself
+            failed = True
+            print(f"warmup: {module}.{qualname}{tuple(sig)}: {exc}", file=sys.stderr)
+        finally:
+            release_all()
+    if not failed:  # the whole list is cached: later runs start no helper
+        try:
+            with open(stamp_path(argv[0]), "w"):
+                pass
+        except OSError:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

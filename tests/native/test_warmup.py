@@ -1,0 +1,144 @@
+"""The first-use helper (``_native.warmup``): its kernel lists are current, its types decode, and
+the compile locks keep every signature two processes save."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from streamrank._native import warmup
+from streamrank._native.warm_manifest import KERNELS
+
+
+def test_types_round_trip():
+    from numba.core import types
+    sig = (types.int64, types.float64, types.boolean, types.Array(types.float32, 2, "C"),
+           types.Array(types.int32, 1, "A", readonly=True), types.uint8)
+    assert warmup.decode(warmup.encode(sig)) == sig
+    with pytest.raises(ValueError):
+        warmup.encode((types.UniTuple(types.int64, 2),))
+
+
+def test_every_entry_names_a_cached_kernel_and_decodes():
+    for command, entries in KERNELS.items():
+        assert entries, command
+        for i, (module, qualname, sig, seconds, callees, end) in enumerate(entries):
+            k = warmup._kernel(module, qualname)
+            assert k._cache.__class__.__name__ == "FunctionCache", (module, qualname)  # cache=True
+            warmup.decode(sig)
+            assert seconds >= 0 and end >= seconds and all(j < i for j in callees)
+
+
+def test_helper_order_goes_backwards_callees_first():
+    # post-order: a, b -> P; c -> Q; R calls P (compiled before it, under P)
+    names = [("a", ()), ("b", ()), ("P", (0, 1)), ("c", ()), ("Q", (3,)), ("R", (2,))]
+    entries = [("m", n, (), 1.0, calls, float(i + 1)) for i, (n, calls) in enumerate(names)]
+    assert [e[1] for e in warmup.helper_order(entries)] == ["c", "Q", "b", "a", "P", "R"]
+    assert warmup.helper_order([]) == []
+
+
+RUN = """
+import json, sys
+from numba.core import event
+with event.install_recorder("numba:compile") as rec:
+    exec({code!r})
+names = sorted({{ev.data["dispatcher"].py_func.__qualname__ for _, ev in rec.buffer
+                 if ev.data["dispatcher"].py_func.__module__.startswith("streamrank.")}})
+print("COMPILED" + json.dumps(names))
+"""
+
+
+def _python(code, cache, work, **extra):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), STREAMRANK_NO_WARMUP="1", **extra)
+    p = subprocess.run([sys.executable, "-c", code.replace("{work}", str(work))], env=env, cwd=str(work),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+@pytest.mark.parametrize("command", ["train", "convert"])
+def test_lists_cover_what_the_command_compiles(tmp_path, command):
+    """After the helper has compiled a whole list into an empty cache, the command it was recorded
+    from compiles nothing of streamrank's: the list is current (else: python tools/kernel_manifest.py)."""
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    _python(warmup.PREPARE, tmp_path / "prepare-cache", work)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache))
+    subprocess.run([sys.executable, "-m", "streamrank._native.warmup", command], env=env, check=True,
+                   timeout=900)
+    out = _python(RUN.format(code=warmup.SCENARIOS[command].replace("{work}", str(work))), cache, work)
+    compiled = out.split("COMPILED", 1)[1].strip()
+    assert compiled == "[]", f"{command} compiled {compiled} itself: rerun python tools/kernel_manifest.py"
+
+
+def test_compile_locks_keep_every_signature(tmp_path):
+    """Two processes save different signatures of one function at the same moment, many times:
+    with the lock, every signature is in the index and loads its own code."""
+    mod = tmp_path / "lockmod.py"
+    mod.write_text(textwrap.dedent("""
+        import numba
+        @numba.njit(cache=True)
+        def f(x):
+            return x + 1
+    """))
+    code = textwrap.dedent("""
+        import sys, time
+        sys.path.insert(0, {path!r})
+        from streamrank._native import warmup
+        warmup.install_compile_locks()
+        from numba.core import types
+        import lockmod
+        t = {which}
+        lockmod.f.compile((types.{ty},))
+    """)
+    cache = tmp_path / "cache"
+    for round_ in range(3):
+        for d in (cache,):
+            if d.exists():
+                for p in d.rglob("*"):
+                    if p.is_file():
+                        p.unlink()
+        procs = [subprocess.Popen([sys.executable, "-c", code.format(path=str(tmp_path), which=i, ty=ty)],
+                                  env=dict(os.environ, NUMBA_CACHE_DIR=str(cache)))
+                 for i, ty in enumerate(["int64", "float64", "int32", "float32"])]
+        assert all(p.wait(timeout=300) == 0 for p in procs)
+        check = textwrap.dedent("""
+            import sys
+            sys.path.insert(0, {path!r})
+            import numpy as np, lockmod
+            assert lockmod.f(np.int64(1)) == 2 and lockmod.f(1.5) == 2.5
+            assert lockmod.f(np.int32(1)) == 2 and lockmod.f(np.float32(0.5)) == 1.5
+            print(len(lockmod.f.stats.cache_hits))
+        """).format(path=str(tmp_path))
+        out = subprocess.run([sys.executable, "-c", check], env=dict(os.environ, NUMBA_CACHE_DIR=str(cache)),
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "4", f"round {round_}: only {out.stdout.strip()} of 4 signatures were cached"
+
+
+def test_start_does_nothing_when_turned_off(monkeypatch):
+    monkeypatch.setenv(warmup.ENV_OFF, "1")
+    warmup.start("train")
+    assert warmup._helper is None
+    warmup.stop()
+
+
+def test_start_runs_the_helper_once_then_a_stamp_keeps_it_off(tmp_path):
+    code = textwrap.dedent("""
+        import os
+        from streamrank._native import warmup
+        warmup.start("convert")
+        h = warmup._helper
+        assert h is not None, "no helper on a cold cache"
+        assert h.wait(600) == 0
+        assert os.path.exists(warmup.stamp_path("convert"))
+        warmup._helper = None
+        warmup.start("convert")
+        assert warmup._helper is None, "a helper although the list was compiled"
+    """)
+    env = {k: v for k, v in os.environ.items() if k != warmup.ENV_OFF}
+    env["NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
