@@ -20,6 +20,13 @@ rounds: tool A, tool B, ..., then again; a peer not found is a row saying "not a
 
 * startup: ``python -c pass`` (the interpreter), ``python -c "import numpy, numba"`` (the import
   floor), ``python -c "import streamrank"``, ``python -m streamrank --help``.
+* firstuse: a new venv (``python -m venv``, then ``pip install`` of this checkout, timed once; kept
+  in --workdir and reused), then in every round, each run with an empty numba cache of its own
+  (``NUMBA_CACHE_DIR``): ``streamrank demo`` and ``streamrank train fold1.h5 --C 1`` (MQ2008 Fold1,
+  converted beforehand), as a user's first run after installing (numba compiles every kernel the
+  command needs; the first-use helper, ``streamrank/_native/warmup.py``, compiles half of them in
+  a second process), the same with the helper off (``STREAMRANK_NO_WARMUP=1``), and a second run
+  on the now warm cache.
 * linear (MQ2008 Fold1 train, C = 1, eps = 1e-3): ``streamrank train fold1.h5`` (converted once
   beforehand), streamrank from the text file (``convert`` then ``train``, two processes: seconds
   summed, peak RSS the larger), the LIBLINEAR ranksvm extension (``train -s 8``) on the text file,
@@ -97,8 +104,8 @@ DEFAULT_PEERS = {"liblinear": PEERS / "liblinear-ranksvm" / "train",
                  "libsvm_ranksvm": PEERS / "libsvm-ranksvm" / "svm-train",
                  "svmrank": PEERS / "svm_rank" / "svm_rank_learn"}
 PEER_NAMES = {"liblinear": "LIBLINEAR ranksvm", "libsvm_ranksvm": "libsvm-ranksvm", "svmrank": "SVMrank"}
-SECTIONS = ("startup", "linear", "exact", "big", "convert", "nystroem", "gbdt")
-DEFAULT_ONLY = ("startup", "linear", "exact")  # the others on request: --only big,convert,nystroem,gbdt
+SECTIONS = ("startup", "firstuse", "linear", "exact", "big", "convert", "nystroem", "gbdt")
+DEFAULT_ONLY = ("startup", "firstuse", "linear", "exact")  # the others on request: --only big,convert,...
 BIG_PRESET, BIG_D = "mslr30k", 136  # streamrank.io.synthetic's MSLR-WEB30K-like preset
 BIG_SCALE = 0.4405  # 1,000,065 rows, 8,334 queries, ~1.7 GB of text
 NYS_M = 2000  # Nystroem landmarks
@@ -1189,14 +1196,14 @@ def main():
     # ---------------------------------------------------------------- MQ2008
     data = None
     fold = Path(args.data) / "Fold1"
-    if "linear" in only or "exact" in only or "nystroem" in only:
+    if "linear" in only or "exact" in only or "nystroem" in only or "firstuse" in only:
         src = find_text(fold, "train") if fold.is_dir() else None
         if src is None:
             msg = (f"MQ2008 not found: no {fold}/train.txt or train.txt.gz (LETOR 4.0 text); pass --data DIR, "
                    f"the folder holding Fold1..Fold5")
             print(msg)
             status = 2
-            for sec in ("linear", "exact", "nystroem"):
+            for sec in ("linear", "exact", "nystroem", "firstuse"):
                 if sec in only:
                     rows.append({"section": sec, "tool": "(all)", "note": "skipped: MQ2008 not found"})
         else:
@@ -1241,6 +1248,44 @@ def main():
             row["ok"] = summarise(row, res[label])
             out.append(row)
         return out
+
+    # ---------------------------------------------------------------- first use after pip install
+    if "firstuse" in only:
+        venv = work / "firstuse-venv"
+        vpy = venv / "bin" / "python"
+        if not (venv / "bin" / "streamrank").exists():
+            shutil.rmtree(venv, ignore_errors=True)
+            mk = run_timed([py, "-m", "venv", venv], logs / "firstuse.venv", env=env, timeout=args.timeout)
+            inst = mk if mk["error"] else run_timed([vpy, "-m", "pip", "install", "--quiet", REPO],
+                                                    logs / "firstuse.pip", env=env, timeout=args.timeout)
+            row = {"section": "firstuse", "tool": "python -m venv + pip install . (once)"}
+            summarise(row, [dict(inst, wall_s=(mk["wall_s"] or 0) + (inst["wall_s"] or 0))])
+            rows.append(row)
+        if not (venv / "bin" / "streamrank").exists():
+            rows.append({"section": "firstuse", "tool": "(all)", "note": "skipped: the venv's install failed"})
+        else:
+            runs = [("streamrank demo", "demo", [vpy, "-m", "streamrank", "demo"])]
+            if data:
+                runs.append(("streamrank train fold1.h5 --C 1", "train",
+                             [vpy, "-m", "streamrank", "train", data["h5"], "--C", f"{C:g}", "-o",
+                              models / "firstuse.h5", "--quiet"]))
+            kinds = [("first run", {}), ("first run, helper off", {"STREAMRANK_NO_WARMUP": "1"}), ("warm", None)]
+            res = {(key, kind): [] for _, key, _ in runs for kind, _ in kinds}
+            for r in range(args.repeats):
+                for _, key, cmd in runs:
+                    for i, (kind, extra) in enumerate(kinds):
+                        # an empty cache for a first run; the warm run uses the one the first filled
+                        cache = work / f"firstuse-cache-{key}-{i if extra is not None else 0}"
+                        if extra is not None:
+                            shutil.rmtree(cache, ignore_errors=True)
+                        run_env = dict(env, NUMBA_CACHE_DIR=str(cache), **(extra or {}))
+                        res[(key, kind)].append(run_timed(cmd, logs / f"firstuse.{key}.{len(res[(key, kind)])}",
+                                                          env=run_env, timeout=args.timeout))
+            for what, key, _ in runs:
+                for kind, _ in kinds:
+                    row = {"section": "firstuse", "tool": f"{what} ({kind})"}
+                    summarise(row, res[(key, kind)])
+                    rows.append(row)
 
     # ---------------------------------------------------------------- linear
     if "linear" in only and data:

@@ -175,6 +175,14 @@ def install_compile_locks():
     cls.load_overload, cls.save_overload = load_overload, save_overload
 
 
+def helper_command(command):
+    """``(argv, cwd)`` of the helper: run from the folder that holds this very ``streamrank``
+    package, so that it compiles the same source files (numba's cache is per source file) even
+    when the current folder holds another copy, such as a checkout."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return [sys.executable, "-m", "streamrank._native.warmup", command], root
+
+
 def start(command):
     """Start the helper for ``command`` unless its list was compiled before; never raises."""
     global _helper
@@ -185,9 +193,9 @@ def start(command):
                 or os.path.exists(stamp_path(command)):
             return
         # started first thing, before this process imports numba: the helper's imports overlap ours
-        env = dict(os.environ, **{ENV_OFF: "1"})
-        _helper = subprocess.Popen([sys.executable, "-m", "streamrank._native.warmup", command], env=env,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        argv, cwd = helper_command(command)
+        _helper = subprocess.Popen(argv, cwd=cwd, env=dict(os.environ, **{ENV_OFF: "1"}), stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         install_compile_locks()
     except Exception:  # only a speed-up: a failure to start it changes nothing else
         stop()

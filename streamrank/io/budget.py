@@ -11,7 +11,6 @@ the data), only the number of reads.
 import logging
 import os
 
-import numpy as np
 
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 from streamrank.units import format_size
