@@ -28,22 +28,6 @@ import threading
 
 ENV_OFF = "STREAMRANK_NO_WARMUP"
 
-# what each list was recorded from: a command's first run on small generated data (``{work}``
-# holds t.h5 / v.h5 and their text, made by PREPARE in another process and cache)
-SCENARIOS = {
-    "demo": "from streamrank.demo import run_demo; run_demo(quiet=True)",
-    "convert": "from streamrank.cli.main import main; main(['convert', '{work}/t.txt', '-o', '{work}/c.h5', '--quiet'])",
-    "train": ("from streamrank.cli.main import main; main(['train', '{work}/t.h5', '--valid', '{work}/v.h5', "
-              "'--C', '0.5,1', '-o', '{work}/m.h5', '--quiet'])"),
-}
-PREPARE = """
-from streamrank.io.synthetic import write_text
-from streamrank.io.convert import convert
-for part, name in (("train", "t"), ("valid", "v")):
-    write_text("{work}/" + name + ".txt", preset="small", seed=0, part=part)
-    convert(["{work}/" + name + ".txt"], "{work}/" + name + ".h5", quiet=True)
-"""
-
 # a process waits at most this long for the other's compile of a function, then compiles it
 LOCK_WAIT = 120.0
 

@@ -11,6 +11,13 @@ import pytest
 from streamrank._native import warmup
 from streamrank._native.warm_manifest import KERNELS
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+try:
+    import kernel_manifest  # the scenarios the lists were recorded from
+finally:
+    sys.path.remove(os.path.join(ROOT, "tools"))
+
 
 def test_types_round_trip():
     from numba.core import types
@@ -72,10 +79,10 @@ def test_lists_cover_what_the_command_compiles(tmp_path, command):
     from compiles nothing of streamrank's: the list is current (else: python tools/kernel_manifest.py)."""
     work, cache = tmp_path / "work", tmp_path / "cache"
     work.mkdir()
-    _python(warmup.PREPARE, tmp_path / "prepare-cache", work)
+    _python(kernel_manifest.PREPARE, tmp_path / "prepare-cache", work)
     argv, cwd = warmup.helper_command(command)
     subprocess.run(argv, cwd=cwd, env=_env(NUMBA_CACHE_DIR=str(cache)), check=True, timeout=900)
-    out = _python(RUN.format(code=warmup.SCENARIOS[command].replace("{work}", str(work))), cache, work)
+    out = _python(RUN.format(code=kernel_manifest.SCENARIOS[command].replace("{work}", str(work))), cache, work)
     compiled = out.split("COMPILED", 1)[1].strip()
     assert compiled == "[]", f"{command} compiled {compiled} itself: rerun python tools/kernel_manifest.py"
 
