@@ -1302,8 +1302,8 @@ def main():
                         if extra is not None:
                             shutil.rmtree(cache, ignore_errors=True)
                         run_env = dict(env, NUMBA_CACHE_DIR=str(cache), **(extra or {}))
-                        res[(key, kind)].append(run_timed(cmd, logs / f"firstuse.{key}.{len(res[(key, kind)])}",
-                                                          env=run_env, timeout=args.timeout))
+                        res[(key, kind)].append(run_timed(cmd, logs / f"firstuse.{key}.k{i}.r{r}", env=run_env,
+                                                          timeout=args.timeout))
             for what, key, _ in runs:
                 for kind, _ in kinds:
                     row = {"section": "firstuse", "tool": f"{what} ({kind})"}
