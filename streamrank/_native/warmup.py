@@ -69,14 +69,23 @@ def _kernel(module, qualname):
 
 
 def stamp_path(command):
-    """The file the helper leaves when it has compiled ``command``'s whole list (beside numba's
-    cache: ``NUMBA_CACHE_DIR``, else this package's ``__pycache__``), named after the list's
-    contents: a command whose stamp exists starts no helper, and the check imports nothing."""
+    """The file the helper leaves when it has compiled ``command``'s whole list, named after the
+    list's contents, Python's and streamrank's versions: a command whose stamp exists starts no
+    helper, and the check imports nothing heavy. It lies beside numba's cache (``NUMBA_CACHE_DIR``, else this package's
+    ``__pycache__``), or in ``$XDG_CACHE_HOME/streamrank`` where the package is read-only (numba
+    then caches in the user's folder too)."""
     import hashlib
     from streamrank._native import warm_manifest
+    from streamrank._version import __version__
     with open(warm_manifest.__file__, "rb") as f:
-        digest = hashlib.sha256(f.read() + sys.version.encode()).hexdigest()[:16]
-    where = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(os.path.dirname(__file__), "__pycache__")
+        digest = hashlib.sha256(f.read() + sys.version.encode() + __version__.encode()).hexdigest()[:16]
+    where = os.environ.get("NUMBA_CACHE_DIR")
+    if not where:
+        here = os.path.dirname(os.path.abspath(__file__))
+        where = os.path.join(here, "__pycache__")
+        if not os.access(where if os.path.isdir(where) else here, os.W_OK):
+            home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+            where = os.path.join(home, "streamrank")
     return os.path.join(where, f"streamrank-warm-{command}-{digest}")
 
 
@@ -235,7 +244,9 @@ def main(argv=None):
             release_all()
     if not failed:  # the whole list is cached: later runs start no helper
         try:
-            with open(stamp_path(argv[0]), "w"):
+            path = stamp_path(argv[0])
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with open(path, "w"):
                 pass
         except OSError:
             pass
