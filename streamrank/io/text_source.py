@@ -104,7 +104,9 @@ class TextChunks:
                     cut = pending.rfind(b"\n", 0, self.chunk_bytes) + 1 or pending.find(b"\n", self.chunk_bytes) + 1
                     if cut == 0:
                         break
-                    chunk = bytes(pending[:cut])
+                    view = memoryview(pending)
+                    chunk = bytes(view[:cut])  # one copy (pending[:cut] would copy twice)
+                    view.release()
                     del pending[:cut]
                     self.text_bytes += len(chunk)
                     yield np.frombuffer(chunk, np.uint8), line
