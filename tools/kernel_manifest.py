@@ -27,6 +27,7 @@ MANIFEST = ROOT / "streamrank" / "_native" / "warm_manifest.py"
 RECORD = """
 import json, time
 from numba.core import event
+from streamrank._native import warmup
 t_start = time.time()
 with event.install_recorder("numba:compile") as rec:
     exec({code!r})
