@@ -52,16 +52,6 @@ def _parse_number(buf, s, e):
     status: _OK (value exact as float(token)), _SLOW (valid decimal, needs Python's float),
     _NAN (not a number), _INF_NAN (nan/inf spelled out).
     """
-    st, v, i = _scan_number(buf, s, e)
-    if (st == _OK or st == _SLOW) and i != e:
-        return _NAN, 0.0
-    return st, v
-
-
-@numba.njit(cache=True, nogil=True)
-def _scan_number(buf, s, e):
-    """The longest decimal number at buf[s:] before e: (status, value, end); as
-    :func:`_parse_number` when the number is all of buf[s:e] (end == e)."""
     i = s
     neg = False
     c = buf[i]
@@ -69,10 +59,10 @@ def _scan_number(buf, s, e):
         neg = c == 45
         i += 1
         if i == e:
-            return _NAN, 0.0, i
+            return _NAN, 0.0
         c = buf[i]
     if c == 110 or c == 78 or c == 105 or c == 73:  # n N i I: nan, inf, infinity
-        return _INF_NAN, 0.0, i
+        return _INF_NAN, 0.0
     m = 0
     nd = 0
     e10 = 0
@@ -103,28 +93,30 @@ def _scan_number(buf, s, e):
                 dropped = dropped or d != 0
             i += 1
     if not any_digit:
-        return _NAN, 0.0, i
+        return _NAN, 0.0
     if i < e and (buf[i] == 101 or buf[i] == 69):  # 'e' 'E'
         i += 1
         eneg = False
         if i < e and (buf[i] == 43 or buf[i] == 45):
             eneg = buf[i] == 45
             i += 1
-        if i == e or not 48 <= buf[i] <= 57:  # an exponent needs a digit ("1e" is no number)
-            return _NAN, 0.0, i
+        if i == e:
+            return _NAN, 0.0
         ex = 0
         while i < e and 48 <= buf[i] <= 57:
             if ex < 100000:
                 ex = ex * 10 + (buf[i] - 48)
             i += 1
         e10 += -ex if eneg else ex
+    if i != e:
+        return _NAN, 0.0
     if m == 0:
-        return _OK, -0.0 if neg else 0.0, i
+        return _OK, -0.0 if neg else 0.0
     if dropped or m > _MAX_EXACT_MANTISSA or e10 > 22 or e10 < -22:
-        return _SLOW, 0.0, i
+        return _SLOW, 0.0
     # Clinger's fast path: one correctly rounded IEEE operation on two exact doubles
     v = float(m) * _POW10[e10] if e10 >= 0 else float(m) / _POW10[-e10]
-    return _OK, -v if neg else v, i
+    return _OK, -v if neg else v
 
 
 @numba.njit(cache=True, nogil=True)
@@ -157,39 +149,38 @@ def _starts_with_qid(buf, p, q):
     return q - p >= 4 and buf[p] == 113 and buf[p + 1] == 105 and buf[p + 2] == 100 and buf[p + 3] == 58
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
-def _ends_token(buf, i, le):
-    """True when position i ends a token: the line's end, white space or a comment's '#'."""
-    return i >= le or _is_ws(buf[i]) or buf[i] == 35
-
-
 @numba.njit(cache=True, nogil=True)
 def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int, qid_s, qid_e,
                 qid_isint, com_s, com_e, err, err_s, err_e, slow, nnz, maxcol, marker):
-    # One pass over the line: tokens end at white space or at the first '#', which starts the
-    # comment. A well-formed label or ``index:value`` token is read as it is scanned (the fast
-    # path); any other token is measured first and checked piece by piece (the checked path),
-    # which gives every error its code and span.
+    # the comment: everything after the first '#', without surrounding white space
     h = le
+    for t in range(ls, le):
+        if buf[t] == 35:
+            h = t
+            break
+    if h < le:
+        a, b = h + 1, le
+        while a < b and _is_ws(buf[a]):
+            a += 1
+        while b > a and _is_ws(buf[b - 1]):
+            b -= 1
+        com_s[k], com_e[k] = a, b
+    else:
+        com_s[k], com_e[k] = le, le
     p = ls
     t = 0
     cnt = 0
     mc = -1
     while True:
-        while p < le and _is_ws(buf[p]):
+        while p < h and _is_ws(buf[p]):
             p += 1
-        if p >= le:
+        if p >= h:
             break
-        if buf[p] == 35:
-            h = p
-            break
+        q = p
+        while q < h and not _is_ws(buf[q]):
+            q += 1
         if t == 0:
-            st, v, q = _scan_number(buf, p, le)
-            if not ((st == _OK or st == _SLOW) and _ends_token(buf, q, le)):
-                q = p
-                while not _ends_token(buf, q, le):
-                    q += 1
-                st, v = _parse_number(buf, p, q)
+            st, v = _parse_number(buf, p, q)
             if st == _NAN or st == _INF_NAN:
                 err[k], err_s[k], err_e[k] = (E_LABEL if st == _NAN else E_NAN_INF), p, q
                 return
@@ -198,9 +189,6 @@ def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int
                 v = np.nan
             y[row] = v
         elif t == 1 and want_qid:
-            q = p
-            while not _ends_token(buf, q, le):
-                q += 1
             if not _starts_with_qid(buf, p, q):
                 err[k], err_s[k], err_e[k] = E_MISSING_QID, p, q
                 return
@@ -216,33 +204,19 @@ def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int
             else:
                 qid_isint[k] = 0
         else:
-            # fast path: at most _MAX_DIGITS digits, ':', a number, the token's end
+            if t == 1 and _starts_with_qid(buf, p, q):
+                err[k], err_s[k], err_e[k] = E_QID_WITH_QUERY_FILE, p, q
+                return
             c = p
-            idx = 0
-            while c < le and c - p <= _MAX_DIGITS and 48 <= buf[c] <= 57:
-                idx = idx * 10 + (buf[c] - 48)
+            while c < q and buf[c] != 58:
                 c += 1
-            fast = False
-            if c > p and c - p <= _MAX_DIGITS and c + 1 < le and buf[c] == 58:
-                st, v, q = _scan_number(buf, c + 1, le)
-                fast = (st == _OK or st == _SLOW) and q > c + 1 and _ends_token(buf, q, le)
-            if not fast:  # the checked path
-                q = p
-                while not _ends_token(buf, q, le):
-                    q += 1
-                if t == 1 and _starts_with_qid(buf, p, q):
-                    err[k], err_s[k], err_e[k] = E_QID_WITH_QUERY_FILE, p, q
-                    return
-                c = p
-                while c < q and buf[c] != 58:
-                    c += 1
-                if c == q:
-                    err[k], err_s[k], err_e[k] = E_TOKEN, p, q
-                    return
-                idx = _parse_uint(buf, p, c)
-                if idx < 0:
-                    err[k], err_s[k], err_e[k] = E_INDEX, p, q
-                    return
+            if c == q:
+                err[k], err_s[k], err_e[k] = E_TOKEN, p, q
+                return
+            idx = _parse_uint(buf, p, c)
+            if idx < 0:
+                err[k], err_s[k], err_e[k] = E_INDEX, p, q
+                return
             col = idx - base
             if col < 0:
                 err[k], err_s[k], err_e[k] = E_INDEX_ZERO, p, q
@@ -250,17 +224,16 @@ def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int
             if fixed and col >= width:
                 err[k], err_s[k], err_e[k] = E_BEYOND, p, q
                 return
-            if not fast:
-                if c + 1 == q:
-                    err[k], err_s[k], err_e[k] = E_VALUE, p, q
-                    return
-                st, v = _parse_number(buf, c + 1, q)
-                if st == _NAN:
-                    err[k], err_s[k], err_e[k] = E_VALUE, p, q
-                    return
-                if st == _INF_NAN:
-                    err[k], err_s[k], err_e[k] = E_NAN_INF, p, q
-                    return
+            if c + 1 == q:
+                err[k], err_s[k], err_e[k] = E_VALUE, p, q
+                return
+            st, v = _parse_number(buf, c + 1, q)
+            if st == _NAN:
+                err[k], err_s[k], err_e[k] = E_VALUE, p, q
+                return
+            if st == _INF_NAN:
+                err[k], err_s[k], err_e[k] = E_NAN_INF, p, q
+                return
             if col < width:
                 if marker[col] == k + 1:
                     err[k], err_s[k], err_e[k] = E_DUPLICATE, p, q
@@ -275,16 +248,6 @@ def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int
             cnt += 1
         t += 1
         p = q
-    # the comment: everything after the first '#', without surrounding white space
-    if h < le:
-        a, b = h + 1, le
-        while a < b and _is_ws(buf[a]):
-            a += 1
-        while b > a and _is_ws(buf[b - 1]):
-            b -= 1
-        com_s[k], com_e[k] = a, b
-    else:
-        com_s[k], com_e[k] = le, le
     if want_qid and t < 2:
         err[k], err_s[k], err_e[k] = E_MISSING_QID, ls, h
         return
