@@ -6,10 +6,10 @@ cuts ``0..n`` into contiguous chunks and calls the kernel on them from several t
 The kernels are compiled with ``nogil=True``, so the threads run in parallel.
 
 Why not numba's ``prange``: a ``parallel=True`` kernel is compiled through numba's parfor
-pipeline, which costs far more than the loop itself. On a cold cache the demo compiled its
-kernels in 31.2 s with ``prange`` and in 17.8 s with the same loops serial (numba 0.6x's compile
-events, tools' note in docs/benchmarks.md); every fresh install and every CI run pays that once.
-A serial kernel also does not load numba's threading layer.
+pipeline, which costs far more than the loop itself: on a cold cache the demo compiled its
+kernels in 31.2 s with ``prange`` and in 16.8 s with the same loops serial (numba's compile
+events, as ``tools/kernel_manifest.py --times`` prints them; docs/benchmarks.md), a cost every
+fresh install and every CI run pays once.
 
 Each item (a query, a line segment, a row) writes only its own outputs, and no sum runs across
 items inside a kernel, so neither the chunking nor the thread count changes a value.
@@ -84,9 +84,9 @@ def bounds(n, parts, weights=None):
         return np.linspace(0, n, parts + 1).round().astype(np.int64)
     weights = np.asarray(weights)
     targets = weights[0] + (weights[n] - weights[0]) * np.arange(parts + 1) / parts
-    b = np.searchsorted(weights, targets, side="left").astype(np.int64)
+    b = np.searchsorted(weights, targets, side="left")  # rising targets <= weights[n]: in 0..n, rising
     b[0], b[-1] = 0, n
-    return np.maximum.accumulate(np.minimum(b, n))
+    return b
 
 
 def run(kernel, n, *args, weights=None, item_cost=1):

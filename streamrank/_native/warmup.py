@@ -25,6 +25,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 
 ENV_OFF = "STREAMRANK_NO_WARMUP"
 
@@ -231,7 +232,6 @@ def main(argv=None):
     log = open(os.environ["STREAMRANK_WARMUP_LOG"], "a") if os.environ.get("STREAMRANK_WARMUP_LOG") else None
     for module, qualname, sig, *_ in helper_order(KERNELS.get(argv[0], [])):
         if log:
-            import time
             print(f"{time.time():.3f} start {qualname}", file=log, flush=True)
         if stopping:
             return 0

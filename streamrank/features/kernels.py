@@ -108,10 +108,10 @@ def fill_tile(tile, rows, p):
 
 
 def tile_threads():
-    """Threads that compute tiles side by side: numba's count (all cores; on a dask worker, its
-    share of them)."""
-    import numba
-    return numba.get_num_threads()
+    """Threads that compute tiles side by side: the passes' count (all cores; on a dask worker,
+    its share of them)."""
+    from streamrank._native import parallel
+    return parallel.threads()
 
 
 def parallel_tiles(A, row0, T, body, scratch):

@@ -28,10 +28,10 @@ Q is often singular, so beta is not unique: compare objectives, Q beta or predic
 
 import time
 
-import numba
 import numpy as np
 
 from streamrank._native import linalg as la
+from streamrank._native import parallel
 from streamrank._native import pairkernels as pk
 from streamrank._native import qprod as qp
 from streamrank.execution.executor import Pass
@@ -55,7 +55,7 @@ class _ThreadChooser:
     """Pick the thread count of the next pass from the measured times of earlier ones."""
 
     def __init__(self):
-        top = numba.get_num_threads()
+        top = parallel.threads()
         self.options = [1, top] if top > 1 else [1]
         self.seconds = {}
         self.best = self.options[0]
@@ -118,13 +118,12 @@ class KernelObjective(RankObjective):
     def _run(self, p, kept=()):
         """One pass of ``p`` over the blocks of Q through the executor, with the thread count
         :class:`_ThreadChooser` picks for the pass."""
-        k_threads, before = self._threads.pick(), numba.get_num_threads()
-        numba.set_num_threads(k_threads)
+        k_threads = self._threads.pick()
         t = time.perf_counter()
         try:
-            return self.executor.run(p, self.source, kept=kept)
+            with parallel.limit(k_threads):
+                return self.executor.run(p, self.source, kept=kept)
         finally:
-            numba.set_num_threads(before)
             self._threads.record(k_threads, time.perf_counter() - t)
 
     def fun(self, beta):

@@ -43,10 +43,10 @@ fixed-order float64 kernels on one thread (half the bytes of float64, no thread 
 stall, and the same bits for any block layout of Q).
 """
 
-import numba
 import numpy as np
 import scipy.linalg
 
+from streamrank._native import parallel
 from streamrank._native import qprod as _qprod
 from streamrank._native.blas import one_thread
 from streamrank.features.kernels import PreparedKernel
@@ -291,32 +291,22 @@ class _DiagLowRank:
 
     def solve(self, r):
         """M^-1 r = x - D^-1 U R_A B^-1 R_A^T U^T x, x = D^-1 r."""
-        before = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            with one_thread():
-                x = r / self.D
-                t = self._ut(x)
-                if self._ra is not None:
-                    t = self._ra.T @ t
-                t = scipy.linalg.cho_solve(self._chol, t)
-                if self._ra is not None:
-                    t = self._ra @ t
-                Ut = np.empty(self.U.shape[0])
-                _qprod.rows_dot(self.U, t, Ut)
-        finally:
-            numba.set_num_threads(before)
+        with parallel.limit(1), one_thread():
+            x = r / self.D
+            t = self._ut(x)
+            if self._ra is not None:
+                t = self._ra.T @ t
+            t = scipy.linalg.cho_solve(self._chol, t)
+            if self._ra is not None:
+                t = self._ra @ t
+            Ut = np.empty(self.U.shape[0])
+            _qprod.rows_dot(self.U, t, Ut)
         return x - Ut / self.D
 
     def mdot(self, u, v):
         """u^T M v = (U^T u)^T A (U^T v) + u.D v."""
-        before = numba.get_num_threads()
-        numba.set_num_threads(1)
-        try:
-            with one_thread():
-                x = self._ut(u)
-                y = x if v is u else self._ut(v)
-                xay = float(x @ (y if self.A is None else self.A @ y))
-        finally:
-            numba.set_num_threads(before)
+        with parallel.limit(1), one_thread():
+            x = self._ut(u)
+            y = x if v is u else self._ut(v)
+            xay = float(x @ (y if self.A is None else self.A @ y))
         return xay + float(u @ (self.D * v))
