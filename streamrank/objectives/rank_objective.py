@@ -28,6 +28,7 @@ from streamrank._native import fused as fz
 from streamrank._native import linalg as la
 from streamrank._native import pairkernels as pk
 from streamrank._native import parallel as par
+from streamrank._native.memory import trimmer
 from streamrank._native.blas import add_atb
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.normalize import Normalizer
@@ -35,6 +36,8 @@ from streamrank.features.normalize import Normalizer
 # Rows of Phi materialised at a time (float64, with L Phi beside them) when forming the dense
 # Hessian: bounds that temporary memory to about 2 x 8 x HESSIAN_ROWS x m bytes.
 HESSIAN_ROWS = 1 << 15
+
+_trim = trimmer()
 
 
 @dataclass
@@ -127,6 +130,9 @@ class BlockSource:
         """Hook: decisions that need the first pass's measurements."""
 
     def __iter__(self):
+        # the last pass's freed buffers (active sets, partials) back to the system before this one
+        # allocates: glibc keeps them in its heaps otherwise (_native.memory.trimmer)
+        _trim()
         self.passes += 1
         self.rows_read += self.n_rows
         yield from self._blocks(first=self.passes == 1)
@@ -191,6 +197,7 @@ class RankObjective:
         self.mu = np.asarray(mu, np.float64)
         self._states = None      # the accepted point's pass outputs, per block (active sets, scores)
         self._trial = None       # (w, f, grad, outputs, loss) of the last fun() call
+        self._accepted = None    # the point of the last grad() call, whose outputs _states are
         self._line = None        # (w, s, outputs u per block) of prepare_line
         self.loss = None
 
@@ -204,9 +211,11 @@ class RankObjective:
 
     def fun(self, w):
         w = np.ascontiguousarray(w, np.float64)
-        # the last trial's active sets go before this pass makes new ones: two sets alive (the
-        # accepted point's and this one's), as the memory plan counts, not three
+        # one set of active sets alive, as the memory plan counts: the last trial's and the
+        # accepted point's go before this pass makes new ones (hessp after a rejected trial makes
+        # the accepted point's again: _accepted_states)
         self._trial = None
+        self._states = None
         carry, kept = self.executor.run(_LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores),
                                         self.source)
         loss, acc = carry["loss"], carry["acc"]
@@ -215,17 +224,30 @@ class RankObjective:
         return f
 
     def grad(self, w):
-        tw, f, g, kept, loss = self._trial
-        if not np.array_equal(tw, w):
+        if self._trial is None or not np.array_equal(self._trial[0], w):
             raise RuntimeError("grad(w) must follow fun(w) at the same point (solver contract)")
+        tw, f, g, kept, loss = self._trial
         self._states = kept
+        self._accepted = tw
         self.loss = loss
         return g.copy()
+
+    def _accepted_states(self):
+        """The accepted point's pass outputs (active sets, scores). A fun() at a trial point drops
+        them, so that one set is alive at a time; after a rejected trial one pass at the accepted
+        point makes them again, the same bits (a pass depends on the data and w alone)."""
+        if self._states is None:
+            if self._accepted is None:
+                raise RuntimeError("hessp needs fun(w) and grad(w) at a point first (solver contract)")
+            self._trial = None  # the rejected trial's sets go first
+            _, self._states = self.executor.run(_LossGrad(self._accepted, self.n_features, self._cost_args(),
+                                                          self.mu, self.keep_scores), self.source)
+        return self._states
 
     def hessp(self, s):
         s = np.ascontiguousarray(s, np.float64)
         acc, _ = self.executor.run(_HessProd(s, self.n_features, self._cost_args(), self.mu), self.source,
-                                   kept=(self._states,))
+                                   kept=(self._accepted_states(),))
         return s + self.C * acc
 
     # -- Newton-Cholesky support: the dense Hessian and a line search on scores in memory ----------
@@ -244,7 +266,7 @@ class RankObjective:
         # narrow products: one BLAS thread (streamrank._native.blas; the preconditioner's reason)
         with one_thread() if self.n_features <= AUTO_WIDTH else nullcontext():
             carry, _ = self.executor.run(_Hessian(self.n_features, self.cost, self.mu, max_rows), self.source,
-                                         kept=(self._states,))
+                                         kept=(self._accepted_states(),))
         H = carry["H"]
         self.hessian_rows = carry["rows"]
         H *= self.C
@@ -288,7 +310,7 @@ class RankObjective:
         groups = pc.query_groups(qptr[q_first:q_part + 1] - base, sample_rows, pc.group_rows(m))  # local bounds
         n_s = int(qptr[q_first + int(groups[-1])]) - base
         carry, _ = self.executor.run(_PreconditionerSample(m, self.cost, self.mu, q_first, groups, qptr),
-                                     self.source, kept=(self._states,))
+                                     self.source, kept=(self._accepted_states(),))
         M = carry["M"]
         M *= self.C * (self.source.n_rows / n_s)
         M[np.diag_indices_from(M)] += 1.0
@@ -306,7 +328,7 @@ class RankObjective:
         w, s, us = self._line
         if not self.keep_scores:
             raise RuntimeError("line() needs the accepted scores: make the objective with keep_scores=True")
-        c, _ = self.executor.run(_Line(t, self.cost, self.mu), self.source, kept=(self._states, us))
+        c, _ = self.executor.run(_Line(t, self.cost, self.mu), self.source, kept=(self._accepted_states(), us))
         loss, d1, d2 = c["loss"], c["d1"], c["d2"]
         wt = w + t * s
         return (0.5 * float(wt @ wt) + self.C * loss, float(wt @ s) + self.C * d1, float(s @ s) + self.C * d2)
@@ -339,15 +361,17 @@ class _LossGrad(Pass):
         return {"acc": np.zeros(self.m), "loss": 0.0}
 
     def step(self, carry, b):
-        n, nq = b.X.shape[0], b.q1 - b.q0
+        n = b.X.shape[0]
         st = pk.state_arrays(n, self.cost_args[6])
-        loss_q, partials = np.empty(nq), np.empty((nq, self.m))
-        z = np.empty(n)
-        par.run(fz.fused_loss_grad, nq, b.X, self.w, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
-                self.mu[b.q0:b.q1], *st, loss_q, partials, z, weights=b.qptr)
-        carry["loss"] = la.sum_in_order(carry["loss"], loss_q)
-        la.add_rows_in_order(carry["acc"], partials)
-        return st, (z if self.keep_scores else None)
+        z = np.empty(n) if self.keep_scores else None
+        for g in _query_groups(b, self.m):
+            zg = z[g.r0:g.r1] if z is not None else g.z  # kept for line searches, or scratch
+            par.run(fz.fused_loss_grad, g.nq, g.X, self.w, g.shift, g.scale, b.affine, g.qptr, g.rank,
+                    *self.cost_args, self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.loss, g.partials, zg,
+                    weights=g.qptr)
+            carry["loss"] = la.sum_in_order(carry["loss"], g.loss)
+            la.add_rows_in_order(carry["acc"], g.partials)
+        return st, z
 
     def merge(self, total, carry):
         return {"acc": total["acc"] + carry["acc"], "loss": total["loss"] + carry["loss"]}
@@ -364,14 +388,56 @@ class _HessProd(Pass):
 
     def step(self, acc, b, out):
         st = out[0]
-        nq = b.q1 - b.q0
-        partials = np.empty((nq, self.m))
-        par.run(fz.fused_hess, nq, b.X, self.s, b.shift, b.scale, b.affine, b.qptr, b.rank, *self.cost_args,
-                self.mu[b.q0:b.q1], *st, partials, weights=b.qptr)
-        la.add_rows_in_order(acc, partials)
+        for g in _query_groups(b, self.m):
+            par.run(fz.fused_hess, g.nq, g.X, self.s, g.shift, g.scale, b.affine, g.qptr, g.rank, *self.cost_args,
+                    self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.partials, weights=g.qptr)
+            la.add_rows_in_order(acc, g.partials)
 
     def merge(self, total, acc):
         return total + acc
+
+
+# Rows of whole queries per kernel call of a fun or hessp pass: the call's temporaries (per-query
+# gradient partials, 8 m bytes a query, and the scores, 8 bytes a row) are bounded by the group,
+# not by the block. The per-query values and their order of addition are the same either way.
+GROUP_ROWS = 1 << 16
+
+
+class _Group:
+    """Queries qa:qb of block b (whole, at most GROUP_ROWS rows or one query) as views for a
+    kernel call: rows r0:r1, local query offsets, and reused buffers for the call's outputs."""
+
+    def __init__(self, b, qa, qb, buf):
+        self.qa, self.qb, self.nq = qa, qb, qb - qa
+        self.r0, self.r1 = int(b.qptr[qa]), int(b.qptr[qb])
+        self.qptr = b.qptr[qa:qb + 1] - self.r0
+        self.X, self.rank = b.X[self.r0:self.r1], b.rank[self.r0:self.r1]
+        per_query = b.affine == 2  # query_minmax: a (shift, scale) row per query
+        self.shift = b.shift[qa:qb] if per_query else b.shift
+        self.scale = b.scale[qa:qb] if per_query else b.scale
+        self.loss = buf["loss"][:self.nq]
+        self.partials = buf["partials"][:self.nq]
+        self.z = buf["z"][:self.r1 - self.r0]
+
+    def state(self, st):
+        """The group's rows of the state arrays (the band's are empty for the squared hinge)."""
+        return tuple(a[self.r0:self.r1] if a.shape[0] else a for a in st)
+
+
+def _query_groups(b, m):
+    """The groups of block b in query order, sharing one set of buffers."""
+    qp = b.qptr
+    nq = b.q1 - b.q0
+    bounds = [0]
+    while bounds[-1] < nq:
+        q = bounds[-1]
+        e = int(np.searchsorted(qp, qp[q] + GROUP_ROWS, side="right")) - 1
+        bounds.append(min(nq, max(q + 1, e)))
+    most_q = max((bounds[k + 1] - bounds[k] for k in range(len(bounds) - 1)), default=0)
+    most_r = max((int(qp[bounds[k + 1]] - qp[bounds[k]]) for k in range(len(bounds) - 1)), default=0)
+    buf = {"loss": np.empty(most_q), "partials": np.empty((most_q, m)), "z": np.empty(most_r)}
+    for k in range(len(bounds) - 1):
+        yield _Group(b, bounds[k], bounds[k + 1], buf)
 
 
 class _Scores(Pass):
@@ -417,23 +483,28 @@ class _Line(Pass):
         return {k: total[k] + c[k] for k in total}
 
 
-def _phi(b, r0, r1, q):
-    """Rows r0:r1 (local to block b, whole queries q[0]:q[1]) of Phi as float64."""
-    X = b.X[r0:r1].astype(np.float64)
-    if b.affine == 0:
-        return X
+def _phi(b, r0, r1, q, out=None):
+    """Rows r0:r1 (local to block b, whole queries q[0]:q[1]) of Phi as float64 (in ``out``)."""
+    X = b.X[r0:r1]
+    Phi = np.empty(X.shape) if out is None else out
+    Phi[...] = X  # float32 -> float64 is exact
     if b.affine == 1:
-        return (X - b.shift[0]) * b.scale[0]
-    sizes = np.diff(b.qptr[q[0]:q[1] + 1])
-    return (X - np.repeat(b.shift[q[0]:q[1]], sizes, axis=0)) * np.repeat(b.scale[q[0]:q[1]], sizes, axis=0)
+        Phi -= b.shift[0]
+        Phi *= b.scale[0]
+    elif b.affine == 2:
+        sizes = np.diff(b.qptr[q[0]:q[1] + 1])
+        Phi -= np.repeat(b.shift[q[0]:q[1]], sizes, axis=0)
+        Phi *= np.repeat(b.scale[q[0]:q[1]], sizes, axis=0)
+    return Phi
 
 
-def _l_phi(b, st, r0, r1, q, cost, mu):
-    """(Phi, L Phi) of rows r0:r1 (whole queries q[0]:q[1] of block b) at the kept active sets."""
-    Phi = _phi(b, r0, r1, q)
+def _l_phi(b, st, r0, r1, q, cost, mu, phi=None, lphi=None):
+    """(Phi, L Phi) of rows r0:r1 (whole queries q[0]:q[1] of block b) at the kept active sets,
+    in the buffers ``phi`` and ``lphi`` when given (rows r1 - r0, C-contiguous)."""
+    Phi = _phi(b, r0, r1, q, phi)
     local = b.qptr[q[0]:q[1] + 1] - r0
     state = pk.PairState.of(st, r0, r1, query_ptr=local)
-    return Phi, pk.hess_prod(Phi, b.rank[r0:r1], local, cost, mu[b.q0 + q[0]:b.q0 + q[1]], state)
+    return Phi, pk.hess_prod(Phi, b.rank[r0:r1], local, cost, mu[b.q0 + q[0]:b.q0 + q[1]], state, out=lphi)
 
 
 class _Hessian(Pass):
@@ -499,7 +570,7 @@ class _PreconditionerSample(Pass):
             e = min(g_stop, b.q1) - b.q0
             r0, r1 = int(b.qptr[q]), int(b.qptr[e])
             f = c["filled"]
-            c["phi"][f:f + r1 - r0], c["lphi"][f:f + r1 - r0] = _l_phi(b, st, r0, r1, (q, e), self.cost, self.mu)
+            _l_phi(b, st, r0, r1, (q, e), self.cost, self.mu, c["phi"][f:f + r1 - r0], c["lphi"][f:f + r1 - r0])
             c["filled"] = f + r1 - r0
             q = e
             if b.q0 + q == g_stop:  # group complete: one product

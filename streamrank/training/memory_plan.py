@@ -3,8 +3,8 @@ mapped run's peak RSS inside it and its in-memory tier, and the exact path's blo
 in-memory tier of Q and the preconditioner's share.
 
 The budget (``--memory-budget``) bounds the whole process: the interpreter and its libraries
-(already resident when training starts), the per-row arrays the objective keeps (the active
-sets of the accepted and of a trial point, 3 int32 each, and the label ranks), the
+(already resident when training starts), the per-row arrays the objective keeps (one active
+set, 3 int32: the accepted point's or a trial point's, never both; and the label ranks), the
 preconditioner's temporaries, and the two block buffers of the prefetching stream. Blocks get
 what remains, at most ``BLOCK_SHARE_OF_BUDGET`` of the budget each; the block size never changes a
 model (every sum runs in an order fixed by the data), only the number of reads.
@@ -22,11 +22,11 @@ from streamrank.units import format_size
 
 log = logging.getLogger("streamrank.training.memory_plan")
 
-# per row: active sets of the accepted and the trial point (order, cut_pref, cut_less: int32
-# each) and the label rank (int32); the smooth hinge adds its band's cut (int32) and the sorted
-# scores (float64) to each active set
-STATE_BYTES_PER_ROW = 2 * 3 * 4 + 4
-SMOOTH_STATE_BYTES_PER_ROW = STATE_BYTES_PER_ROW + 2 * (4 + 8)
+# per row: one active set (order, cut_pref, cut_less: int32 each; the objective drops the accepted
+# point's before it makes a trial point's) and the label rank (int32); the smooth hinge adds its
+# band's cut (int32) and the sorted scores (float64) to the active set
+STATE_BYTES_PER_ROW = 3 * 4 + 4
+SMOOTH_STATE_BYTES_PER_ROW = STATE_BYTES_PER_ROW + 4 + 8
 
 
 def state_bytes_per_row(loss="squared_hinge"):
@@ -106,7 +106,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     precond = (4 * l * m + 24 * l + 40 * m * m + min(A_CHUNK_BYTES, 24 * l * m)) if m else 0
     resident = resident_bytes() if resident is None else resident
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
-    fixed += (state_bytes_per_row(loss) - STATE_BYTES_PER_ROW) * l  # the smooth hinge's band state
+    fixed += 2 * (state_bytes_per_row(loss) - STATE_BYTES_PER_ROW) * l  # the band state of two points
     q_bytes = 4 * l * l
     if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
         _log_exact(budget, resident, fixed, precond, qblock, q_bytes, q_bytes)

@@ -61,10 +61,49 @@ def test_rejected_trial_point_keeps_the_accepted_active_set(tmp_path):
     w, trial, s = np.full(ds.n_features, 0.1), np.full(ds.n_features, -3.0), np.arange(ds.n_features) / 3
     obj.fun(w)
     obj.grad(w)
+    before = obj.hessp(s)
     obj.fun(trial)  # rejected: grad(trial) is never called
-    np.testing.assert_allclose(obj.hessp(s), dense.hess(w) @ s, rtol=1e-12)
+    passes = obj.passes
+    after = obj.hessp(s)  # the accepted point's active sets, made again by one more pass
+    np.testing.assert_allclose(after, dense.hess(w) @ s, rtol=1e-12)
+    np.testing.assert_array_equal(after, before)
+    assert obj.passes == passes + 2
+    assert np.array_equal(obj.hessp(s), before) and obj.passes == passes + 3  # made once
     with pytest.raises(RuntimeError, match="must follow fun"):
         obj.grad(w)
+
+
+@pytest.mark.parametrize("normalize,eta", [("none", 0.0), ("query_minmax", 0.0), ("zscore", 0.3)])
+def test_query_groups_inside_a_block_change_no_bit(tmp_path, monkeypatch, normalize, eta):
+    """A block's fun and hessp run over groups of whole queries (GROUP_ROWS rows): groups of a
+    query or two give the very bits of one group a block, for every affine mode and the smooth
+    hinge's band state."""
+    from streamrank.features.normalize import Normalizer
+    from streamrank.objectives import rank_objective as ro
+    ds = random_dataset(tmp_path / "d.h5", n_queries=40)
+    rng = np.random.default_rng(3)
+    levels = np.unique(ds.y[:])
+
+    def run():
+        norm = Normalizer(normalize)
+        if normalize == "zscore":
+            norm.fit(ds.stream(block_bytes=10**9), ds.n_features)
+        src = BlockSource(ds, norm, block_bytes=10**9, memory_bytes=1 << 30, levels=levels)
+        obj = RankObjective(src, ds.n_features, C=0.8, cost=pk.pair_cost(np.ones((4, 4)), eta=eta),
+                            mu=np.ones(ds.n_queries), keep_scores=True)
+        out = []
+        for k in range(3):
+            w = rng.standard_normal(ds.n_features) * (k + 1)
+            out += [obj.fun(w), obj.grad(w), obj.hessp(rng.standard_normal(ds.n_features)),
+                    np.concatenate([o[1] for o in obj._states])]
+        return out
+
+    whole = run()
+    rng = np.random.default_rng(3)
+    monkeypatch.setattr(ro, "GROUP_ROWS", 20)  # a query or two per group
+    grouped = run()
+    for a, b in zip(whole, grouped):
+        np.testing.assert_array_equal(a, b)
 
 
 @pytest.fixture
