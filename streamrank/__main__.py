@@ -1,7 +1,5 @@
 """python -m streamrank: the command line."""
 
-import sys
+from streamrank.cli.main import run
 
-from streamrank.cli import main
-
-sys.exit(main())
+run()

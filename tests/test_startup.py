@@ -39,3 +39,48 @@ def test_the_public_names_load_on_first_use():
     assert {"RankSVM", "CLSRRank", "Dataset", "open_dataset", "load", "__version__"} <= set(dir(streamrank))
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         streamrank.nothing
+
+
+TRAIN_PROBE = """
+import sys
+from streamrank.cli import main
+assert main(["train", {data!r}, "--C", "1", "-o", {model!r}, "--quiet"]) == 0
+print("LOADED:" + ",".join(sorted(m for m in ("scipy.linalg", "numba.np.arraymath", "numba.np.linalg")
+                                  if m in sys.modules)))
+"""
+
+
+def test_a_linear_run_from_cached_kernels_imports_no_compiler_registry_nor_scipy_linalg(tmp_path):
+    """Cached kernels load without numba's registries (``_native.numba_cache``; numba's own load
+    imports them, and scipy.linalg with them) and TRON's preconditioner needs no scipy.linalg:
+    the second run, on a filled cache, imports neither. Its model is the first run's."""
+    import h5py
+    import numpy as np
+    from streamrank.io.synthetic import write_hdf5
+    data = tmp_path / "d.h5"
+    write_hdf5(data, "small", seed=4, part="train", scale=0.1)
+    env = dict(__import__("os").environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    out = []
+    for k in range(2):
+        code = TRAIN_PROBE.format(data=str(data), model=str(tmp_path / f"m{k}.h5"))
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+        assert p.returncode == 0, p.stderr
+        out.append(p.stdout.strip().splitlines()[-1].removeprefix("LOADED:"))
+    assert out[1] == ""  # (the first run compiled, which imports them)
+    with h5py.File(tmp_path / "m0.h5") as a, h5py.File(tmp_path / "m1.h5") as b:
+        np.testing.assert_array_equal(a["w"][()], b["w"][()])
+
+
+def test_the_program_exits_with_its_status_and_flushed_output(tmp_path):
+    """``streamrank`` ends without the interpreter's teardown (cli.main.run): what it printed to
+    a pipe arrives whole, and the status is main()'s."""
+    import json
+    from streamrank.io.synthetic import write_hdf5
+    data = tmp_path / "d.h5"
+    write_hdf5(data, "small", seed=1, part="train", scale=0.05)
+    p = subprocess.run([sys.executable, "-m", "streamrank", "info", str(data), "--json"], capture_output=True,
+                       text=True)
+    assert p.returncode == 0 and json.loads(p.stdout)["rows"] > 0, p.stderr
+    p = subprocess.run([sys.executable, "-m", "streamrank", "info", str(tmp_path / "none.h5")], capture_output=True,
+                       text=True)
+    assert p.returncode == 2 and "no such file" in p.stderr

@@ -87,8 +87,8 @@ def _by_columns(n, columns, block):
     thread, in parallel threads (numpy releases the GIL) up to numba's thread count."""
     with one_thread():
         blocks = [(j, min(j + columns, n)) for j in range(0, n, columns)]
-        import numba
-        threads = min(len(blocks), numba.get_num_threads())
+        from streamrank._native import parallel
+        threads = min(len(blocks), parallel.threads())
         if threads <= 1:
             for jj in blocks:
                 block(*jj)

@@ -15,6 +15,9 @@ import math
 import numba
 import numpy as np
 from numba import prange
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 _LN2 = math.log(2.0)
 

@@ -23,6 +23,9 @@ import numba
 import numpy as np
 
 from streamrank._native.pairkernels import _query_hess, _query_loss_grad, _single_level
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 
 @numba.njit(cache=True, nogil=True, inline="always")

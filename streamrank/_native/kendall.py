@@ -17,6 +17,9 @@ run in parallel, each writing its own cell, so the result does not depend on the
 import numba
 import numpy as np
 from numba import prange
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 
 @numba.njit(cache=True, nogil=True)

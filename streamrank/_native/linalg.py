@@ -10,6 +10,9 @@ reassociate the sums.
 """
 
 import numba
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 
 @numba.njit(cache=True, nogil=True)

@@ -59,6 +59,9 @@ from numba import njit
 from streamrank._native import parallel
 from streamrank._native.linalg import sum_in_order as _sum_in_order
 from streamrank.errors import ParameterError
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 MODE_LEVELS = 0
 MODE_CONSTANT = 1

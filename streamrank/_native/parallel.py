@@ -43,9 +43,14 @@ def default_threads():
 
 def threads():
     """The thread count in force in this thread: numba's (``numba.set_num_threads`` and
-    :func:`limit` lower it per thread), so one setting governs these passes and ``prange``'s."""
-    import numba
-    return numba.get_num_threads()
+    :func:`limit` lower it per thread), so one setting governs these passes and ``prange``'s.
+    Before numba's threading layer has started (``set_num_threads`` starts it) the count is
+    numba's configured one, read without starting the layer (17 ms that a run without
+    ``prange`` need not pay)."""
+    from numba.np.ufunc import parallel as numba_parallel
+    if not getattr(numba_parallel, "_is_initialized", True):
+        return default_threads()
+    return numba_parallel.get_num_threads()
 
 
 @contextmanager

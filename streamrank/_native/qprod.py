@@ -26,6 +26,9 @@ from numba import prange
 
 from streamrank._native import pairkernels as pk
 from streamrank._native import parallel
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 # columns per thread task of add_cols: 2048 float64 accumulators (16 KB) stay in L1 while the
 # task's rows stream past
 COL_CHUNK = 2048

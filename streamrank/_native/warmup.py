@@ -142,6 +142,8 @@ def install_compile_locks():
     data-file name and writing it back, and two processes saving different signatures of one
     function at once would lose one entry or give two keys one file."""
     from numba.core import caching
+    from streamrank._native import numba_cache
+    numba_cache.install()  # beneath the locks, whichever is imported first
     cls = caching.Cache
     if getattr(cls.load_overload, "_streamrank_locked", False):
         return

@@ -40,6 +40,9 @@ from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.cache.feature_cache import FeatureCache, array_digest
 from streamrank.features.kernels import PreparedKernel, check_psd_kernel
 from streamrank.io.query_stream import plan_blocks
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 log = logging.getLogger("streamrank.cache.kernel_cache")
 

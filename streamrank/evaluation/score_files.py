@@ -77,7 +77,6 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="
     The cached conversion is keyed by the text file's (and the query file's) absolute path, size
     and modification time, and reused while those stay the same.
     """
-    from streamrank.io.convert import convert
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -87,6 +86,7 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="
         if query_file is not None:
             raise InputError(f"{path} is a dataset file, which holds its queries; query_files applies to text")
         return open_dataset(path)
+    from streamrank.io.convert import convert  # text only: an HDF5 run imports no parser
     qf = query_file_of(path, query_file)
     stamp = ""
     for p in (path, qf) if qf is not None else (path,):

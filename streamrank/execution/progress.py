@@ -1,5 +1,6 @@
 """Progress bars (tqdm, on standard error) for long work: a pass over the data that runs longer than
-:data:`PASS_BAR_DELAY` shows its rows, rows/s and the pass's ETA; grid and cv show their
+:data:`PASS_BAR_DELAY` shows its rows, rows/s and the pass's ETA (on a terminal or in a notebook,
+where the bar is erased when the pass ends); grid and cv show their
 configurations. Off unless switched on (the CLI does, but for ``--quiet`` and ``--json``; the
 Python API with ``verbose=True``), so library calls and tests print nothing.
 """
@@ -42,6 +43,17 @@ def bar(total, desc, unit, delay=0.0, leave=True):
                 disable=not _state["on"], file=sys.stderr, dynamic_ncols=True, mininterval=MIN_INTERVAL)
 
 
+def _redraws_in_place():
+    """A pass's bar is erased when the pass ends (``leave=False``): only where standard error
+    redraws a line in place, a terminal or a notebook. Written to a file, every pass would leave
+    its first frame behind (an exact kernel's run: one line per CG step); the solver's log lines
+    say the same there."""
+    try:
+        return sys.stderr.isatty() or "ipykernel" in sys.modules
+    except (AttributeError, ValueError):
+        return False
+
+
 def block_rows(source):
     """Rows of each block of ``source`` when its plan says (a stream, a source over one, a kernel
     cache's own blocks), else None."""
@@ -68,7 +80,7 @@ class PassBar:
         # once for the next of many short ones (an exact kernel's CG steps between log lines)
         delay = max(0.0, PASS_BAR_DELAY - (time.monotonic() - _state["shown"]))
         desc = f"pass {_state['passes']} {name}"
-        if not _state["on"]:
+        if not _state["on"] or not _redraws_in_place():
             self.bar = None
         else:  # rows when the source's plan gives them, else blocks (of an unknown total)
             self.bar = bar(None if self.rows is None else int(self.rows.sum()), desc,

@@ -36,6 +36,9 @@ import numpy as np
 from numba import prange
 
 from streamrank.errors import ParameterError
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 KERNELS = ("rbf", "laplacian", "poly", "sigmoid", "linear")
 # Kernels whose Gram matrices are positive semi-definite for every valid parameter (poly only

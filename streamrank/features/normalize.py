@@ -9,6 +9,9 @@ import numpy as np
 
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import Pass, executor_or_local
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 KINDS = ("none", "zscore", "query_minmax")
 

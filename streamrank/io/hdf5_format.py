@@ -48,6 +48,9 @@ from streamrank.errors import InputError, StreamrankError
 from streamrank.faultpoints import faultpoint
 from streamrank.io.atomic import (atomic_replace, discard_h5, ensure_space, fsync_file, remove_stale_temps,
                                   storage_error, temp_name)
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 FORMAT_NAME = "streamrank-dataset"
 FORMAT_VERSION = 2

@@ -66,6 +66,9 @@ from streamrank._native.threads import background
 
 from streamrank.errors import ParameterError
 from streamrank.io.atomic import written
+from streamrank._native import numba_cache
+
+numba_cache.install()  # cached kernels load without numba's compiler registries
 
 __all__ = [
     "Preset", "PRESETS", "resolve", "query_sizes", "all_zero_queries", "generate_batches", "iter_blocks",

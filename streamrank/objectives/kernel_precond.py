@@ -44,7 +44,7 @@ stall, and the same bits for any block layout of Q).
 """
 
 import numpy as np
-import scipy.linalg
+from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
 from streamrank._native import parallel
 from streamrank._native import qprod as _qprod
@@ -135,7 +135,7 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
         P = cand[acc]
         G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - F[:, :j] @ F[P, :j].T  # residual columns
         L = np.linalg.cholesky(0.5 * (G[P] + G[P].T))
-        F[:, j:j + len(P)] = scipy.linalg.solve_triangular(L, G.T, lower=True).T
+        F[:, j:j + len(P)] = solve_triangular(L, G.T, lower=True).T
         S.extend(int(p) for p in P)
         d -= np.einsum("ij,ij->i", F[:, j:j + len(P)], F[:, j:j + len(P)])
         d[P] = 0.0
@@ -277,7 +277,7 @@ class _DiagLowRank:
             B = self._ra.T @ G @ self._ra
             B = 0.5 * (B + B.T)
         B[np.diag_indices_from(B)] += 1.0
-        self._chol = scipy.linalg.cho_factor(B, lower=True)
+        self._chol = cho_factor(B, lower=True)
 
     @property
     def nbytes(self):
@@ -296,7 +296,7 @@ class _DiagLowRank:
             t = self._ut(x)
             if self._ra is not None:
                 t = self._ra.T @ t
-            t = scipy.linalg.cho_solve(self._chol, t)
+            t = cho_solve(self._chol, t)
             if self._ra is not None:
                 t = self._ra @ t
             Ut = np.empty(self.U.shape[0])

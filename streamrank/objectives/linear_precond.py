@@ -15,7 +15,6 @@ blocks plus sample_rows x d^2 flops); worth it when d is small against n (linear
 """
 
 import numpy as np
-import scipy.linalg
 
 from streamrank._native.blas import one_thread
 
@@ -35,21 +34,27 @@ AUTO_WIDTH = 256
 
 
 class DensePreconditioner:
-    """``solve(r)`` = M^-1 r by Cholesky; ``mdot(u, v)`` = u^T M v."""
+    """``solve(r)`` = M^-1 r = L^-T (L^-1 r) with M = L L^T; ``mdot(u, v)`` = u^T M v.
+
+    L^-1 is formed once (m <= AUTO_WIDTH, a few milliseconds) so that each CG step costs two
+    m x m products and nothing here needs scipy.linalg, whose import takes longer than a whole
+    MQ2008 solve (issue 17). The applied operator L^-T L^-1 is symmetric positive definite by
+    construction, which is all preconditioned CG asks of it; its rounding (about cond(L) eps,
+    against eps for triangular solves) only perturbs the preconditioner, never the Hessian.
+    """
 
     def __init__(self, M):
         self.M = M
         with one_thread():
-            self._cho = scipy.linalg.cho_factor(M, lower=True, check_finite=False)
+            self._Linv = np.linalg.inv(np.linalg.cholesky(M))
 
     def solve(self, r):
         with one_thread():
-            return scipy.linalg.cho_solve(self._cho, r, check_finite=False)
+            return self._Linv.T @ (self._Linv @ r)
 
     def mdot(self, u, v):
         with one_thread():
             return float(u @ (self.M @ v))
-
 
 
 def sample_rows(m):

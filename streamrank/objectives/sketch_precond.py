@@ -44,7 +44,6 @@ import logging
 import time
 
 import numpy as np
-import scipy.linalg
 
 from streamrank._native import pairkernels as pk
 from streamrank._native.blas import add_atb, matmul_fixed, one_thread
@@ -135,6 +134,7 @@ def nystrom(Y, Omega):
         except np.linalg.LinAlgError:
             # G's sketch lost definiteness to rounding (G ~ 0): no preconditioning
             return Y[:, :0].copy(), np.zeros(0)
+        import scipy.linalg  # here, not at import: a linear run needs no scipy (issue 17)
         B = scipy.linalg.solve_triangular(Lc, Yn.T, lower=True, check_finite=False).T
         U, s, _ = np.linalg.svd(B, full_matrices=False)
         return U, np.maximum(0.0, s * s - nu)

@@ -17,7 +17,6 @@ import logging
 import time
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
 
 from streamrank.solvers.tron import relative_gap, start_state, stop_met
 
@@ -60,6 +59,7 @@ def line_search(line, d0):
 def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None, gap_tol=None):
     """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState
     (``gap_tol``: as :func:`streamrank.solvers.tron.tron`'s)."""
+    from scipy.linalg import cho_factor, cho_solve  # here: a TRON run never imports scipy.linalg (issue 17)
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
     extra = describe or (lambda: "")
     if stop_met(state, eps, gap_tol, relative_gap(obj, state.g, state.f)[0]):

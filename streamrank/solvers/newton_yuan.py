@@ -35,7 +35,6 @@ import math
 import time
 
 import numpy as np
-from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from streamrank.faultpoints import faultpoint
 from streamrank.solvers.tron import relative_gap, start_state, stop_met
@@ -96,6 +95,7 @@ def _dense_hessian(obj, dense_max):
 def _cholesky_direction(H, g):
     """-H^-1 g, or None when H is not positive definite in float64 (cannot happen for I + PSD).
     An m x m factor is small work: one BLAS thread (streamrank._native.blas)."""
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve  # here: TRON runs import no scipy
     from streamrank._native.blas import one_thread
     try:
         with one_thread():

@@ -17,7 +17,6 @@ from streamrank.errors import ParameterError
 from streamrank.features.kernels import tile_rows
 from streamrank.io.budget import BUFFERS, HEADROOM, block_bytes, resident_bytes
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
-from streamrank.objectives.kernel_precond import A_CHUNK_BYTES
 from streamrank.units import format_size
 
 log = logging.getLogger("streamrank.training.memory_plan")
@@ -97,6 +96,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
     the whole process: what is resident already (the interpreter, libraries) counts. Logs the
     shares it chose."""
+    from streamrank.objectives.kernel_precond import A_CHUNK_BYTES  # (it imports scipy.linalg)
     qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
     chunk = 8 * tile_rows(l + d) * (l + d)  # one tile of float64 rows and kernel values being computed
     m = min(landmarks, l)

@@ -82,3 +82,22 @@ def test_limit_is_per_thread_and_restored():
         t.join()
         assert seen == [parallel.default_threads()]
     assert parallel.threads() == before
+
+
+def test_threads_reads_numbas_count_without_starting_its_threading_layer():
+    """Before numba's threading layer starts, threads() is the configured count and does not start
+    it (17 ms a run without prange need not pay); after set_num_threads, numba's count rules."""
+    import subprocess
+    import sys
+    code = """
+import numba
+from numba.np.ufunc import parallel as numba_parallel
+from streamrank._native import parallel
+assert parallel.threads() == parallel.default_threads() == numba.config.NUMBA_NUM_THREADS
+assert not numba_parallel._is_initialized
+numba.set_num_threads(1)
+assert parallel.threads() == 1
+print("ok")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
