@@ -22,7 +22,6 @@ so the command waits for a kernel the helper is compiling instead of compiling i
 
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -190,6 +189,7 @@ def start(command):
             return
         # started first thing, before this process imports numba: the helper's imports overlap ours
         argv, cwd = helper_command(command)
+        import subprocess  # here: a run whose kernels are compiled never starts one
         _helper = subprocess.Popen(argv, cwd=cwd, env=dict(os.environ, **{ENV_OFF: "1"}), stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         install_compile_locks()

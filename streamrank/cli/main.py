@@ -91,8 +91,11 @@ def run():
 
 def _others_running():
     """True while a thread other than the main one and streamrank's idle pools runs (a dask
-    cluster's, a user's): those get the interpreter's normal shutdown."""
+    cluster's, a user's), or a profiler or tracer watches (``python -m cProfile`` writes its
+    output after the program returns): those get the interpreter's normal shutdown."""
     import threading
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return True
     ours = ("streamrank-pass", "streamrank-atb")
     return any(t is not threading.main_thread() and not t.daemon and not t.name.startswith(ours)
                for t in threading.enumerate())

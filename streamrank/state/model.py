@@ -20,7 +20,6 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from streamrank._native import qprod as _qprod
 from streamrank._version import __version__
 from streamrank.errors import FormatError, InputError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
@@ -121,7 +120,8 @@ class LinearModel:
             # x.w straight from the float32 rows: the float64 copy would hold the same values, and
             # rows_dot converts each entry exactly as it multiplies (same bits, a third of the memory)
             out = np.empty(X.shape[0])
-            _qprod.rows_dot(X, self.w, out)
+            from streamrank._native import qprod
+            qprod.rows_dot(X, self.w, out)
             return out
         if self.fmap is not None and hasattr(self.fmap, "scores"):  # scores in chunks itself (exact kernel)
             return self.fmap.scores(self.normalizer.transform(X, query_ptr), self.w, row0=row0)
@@ -131,7 +131,8 @@ class LinearModel:
         """Scores of rows ``F`` already normalised and mapped (:meth:`mapped_rows`): x.w in a fixed
         order per row (a BLAS gemv sums a row differently by the call's row count)."""
         out = np.empty(F.shape[0])
-        _qprod.rows_dot(F, self.w, out)
+        from streamrank._native import qprod
+        qprod.rows_dot(F, self.w, out)
         return out
 
     def _features(self, X, query_ptr, row0):

@@ -12,9 +12,7 @@ model (every sum runs in an order fixed by the data), only the number of reads.
 
 import logging
 
-from streamrank.cache.kernel_cache import READ_BUFFERS
 from streamrank.errors import ParameterError
-from streamrank.features.kernels import tile_rows
 from streamrank.io.budget import BUFFERS, HEADROOM, block_bytes, resident_bytes
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 from streamrank.units import format_size
@@ -96,7 +94,10 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
     the whole process: what is resident already (the interpreter, libraries) counts. Logs the
     shares it chose."""
-    from streamrank.objectives.kernel_precond import A_CHUNK_BYTES  # (it imports scipy.linalg)
+    # the exact path's modules, here: a linear run imports none of them (issue 17's start-up)
+    from streamrank.cache.kernel_cache import READ_BUFFERS
+    from streamrank.features.kernels import tile_rows
+    from streamrank.objectives.kernel_precond import A_CHUNK_BYTES
     qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
     chunk = 8 * tile_rows(l + d) * (l + d)  # one tile of float64 rows and kernel values being computed
     m = min(landmarks, l)
@@ -134,6 +135,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
 
 
 def _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes):
+    from streamrank.cache.kernel_cache import READ_BUFFERS
     log.info("memory plan (budget %s): resident %s; rows, solver vectors and preconditioner %s (preconditioner %s); "
              "%d blocks of Q of %s; Q in memory %s of %s", format_size(budget), format_size(resident),
              format_size(fixed), format_size(precond), READ_BUFFERS, format_size(qblock),
