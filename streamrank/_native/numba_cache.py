@@ -16,7 +16,11 @@ the registries when it first compiles. Each module that defines kernels imports 
 """
 
 from numba.core import caching
-from numba.core.runtime import rtsys
+
+try:
+    from numba.core.runtime import rtsys
+except ImportError:  # another numba layout: its own loads, unchanged
+    rtsys = None
 
 _PACKAGE = __name__.split(".")[0] + "."
 
@@ -28,16 +32,21 @@ def _ours(cache):
 def install():
     """Idempotent; composes with wrappers installed later (``warmup.install_compile_locks``)."""
     cls = caching.Cache
-    if getattr(cls.load_overload, "_streamrank_fast", False) or getattr(cls, "_streamrank_fast", False):
+    if getattr(cls, "_streamrank_fast", False):
         return
+    if rtsys is None or not all(hasattr(cls, a) for a in ("_load_overload", "_guard_against_spurious_io_errors")):
+        return  # a numba whose cache is built otherwise keeps its own loads
     numba_load = cls.load_overload
 
     def load_overload(self, sig, target_context):
         if not _ours(self):
             return numba_load(self, sig, target_context)
-        rtsys.initialize(target_context)  # the runtime's symbols, before the code is linked
-        with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
+        try:
+            rtsys.initialize(target_context)  # the runtime's symbols, before the code is linked
+            with self._guard_against_spurious_io_errors():
+                return self._load_overload(sig, target_context)
+        except Exception:  # noqa: BLE001 - anything this load lacks: numba's own, registries and all
+            return numba_load(self, sig, target_context)
 
     load_overload._streamrank_fast = True
     cls.load_overload = load_overload

@@ -156,3 +156,26 @@ def test_start_runs_the_helper_once_then_a_stamp_keeps_it_off(tmp_path):
     env["NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_a_failed_lean_load_falls_back_to_numbas_own_load():
+    """``_native.numba_cache``: should the lean load of a streamrank kernel fail (a numba whose
+    cached code needs more than the runtime), numba's own load runs instead and the kernel works."""
+    import subprocess
+    import sys
+    code = """
+import numpy as np
+import numba.core.caching as C
+from streamrank._native import linalg
+failed = []
+real = C.Cache._load_overload
+def first_fails(self, sig, ctx):
+    if not failed:
+        failed.append(1)
+        raise RuntimeError("the lean load lacks something")
+    return real(self, sig, ctx)
+C.Cache._load_overload = first_fails
+print(linalg.sum_in_order(1.0, np.array([2.0, 3.0])), len(failed))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert p.returncode == 0 and p.stdout.split() == ["6.0", "1"], p.stderr
