@@ -24,6 +24,7 @@ Bytes shipped are the exact sizes of the messages this module pickles (both ways
 per worker count once.
 """
 
+import functools
 import itertools
 import logging
 import os
@@ -148,6 +149,13 @@ def _pass_task(session, home, sid, part, spec_msg, bounds, pass_msg, kept, out_i
     return ("done", msg)
 
 
+@functools.lru_cache(maxsize=None)
+def _run_takes_on_error():
+    import inspect
+    from distributed import Client
+    return "on_error" in inspect.signature(Client.run).parameters
+
+
 def _drop(session, sources, handles, dask_worker=None):
     r = _RUNS.get(session)
     if r is not None:
@@ -232,7 +240,10 @@ class DaskExecutor(Executor):
             sources, handles = self._dead_sources, self._dead_handles
             self._dead_sources, self._dead_handles = [], []
         if sources or handles:
-            self._call(self.client.run, _drop, self.session, sources, handles)
+            # a worker that died holds nothing any more: its failure to drop is no failure (a
+            # lost scheduler still raises); "ignore" needs a Client.run that takes on_error
+            quiet = {"on_error": "ignore"} if _run_takes_on_error() else {}
+            self._call(self.client.run, _drop, self.session, sources, handles, **quiet)
             for sid in sources:
                 for key in [k for k in self._home if k[0] == sid]:
                     del self._home[key]

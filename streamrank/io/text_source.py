@@ -81,6 +81,9 @@ class TextChunks:
         self.text_bytes = 0
 
     def __iter__(self):
+        if self.kind == "plain":
+            yield from self._plain()
+            return
         h = hashlib.sha256()
         dec = _Decoder(self.kind)
         pending = bytearray()
@@ -124,4 +127,55 @@ class TextChunks:
             chunk = bytes(pending)
             self.text_bytes += len(chunk)
             yield np.frombuffer(chunk, np.uint8), line
+        self.sha256 = h.hexdigest()
+
+    def _plain(self):
+        """Plain text, read straight into each chunk's own buffer: one copy from the page cache
+        (the decompressing path above copies every byte three times: into the pending text, out
+        as the chunk, and by counting); only a partial last line moves to the next buffer. The
+        same chunks as that path: the longest run of whole lines of at most ``chunk_bytes``, or
+        one longer line alone."""
+        h = hashlib.sha256()
+        cap = max(1, self.chunk_bytes)
+        line = self.first_line
+        buf, filled = bytearray(cap), 0
+        with open(self.path, "rb") as f:
+            to_skip = self.skip  # resuming: read and hashed, not handed out (whole lines)
+            while to_skip:
+                n = f.readinto(memoryview(buf)[:min(cap, to_skip)])
+                if not n:
+                    break
+                h.update(memoryview(buf)[:n])
+                self.raw_bytes += n
+                self.text_bytes += n
+                to_skip -= n
+            while True:
+                if filled == len(buf):  # one line longer than a chunk: room for more of it
+                    buf.extend(bytes(len(buf)))
+                n = f.readinto(memoryview(buf)[filled:filled + min(RAW_READ_BYTES, len(buf) - filled)])
+                if not n:
+                    break
+                h.update(memoryview(buf)[filled:filled + n])
+                self.raw_bytes += n
+                filled += n
+                while filled >= cap:
+                    cut = buf.rfind(b"\n", 0, cap) + 1 or buf.find(b"\n", cap, filled) + 1
+                    if cut == 0:
+                        break
+                    tail = filled - cut
+                    nxt = bytearray(max(cap, tail))
+                    nxt[:tail] = memoryview(buf)[cut:filled]
+                    self.text_bytes += cut
+                    yield np.frombuffer(buf, np.uint8, count=cut), line
+                    line += buf.count(b"\n", 0, cut)
+                    buf, filled = nxt, tail
+        if filled:
+            if buf[filled - 1] != 10:
+                if filled == len(buf):
+                    buf.append(10)
+                else:
+                    buf[filled] = 10
+                filled += 1
+            self.text_bytes += filled
+            yield np.frombuffer(buf, np.uint8, count=filled), line
         self.sha256 = h.hexdigest()
