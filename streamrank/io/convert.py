@@ -168,8 +168,9 @@ class _Parser:
     def restore(self, st):
         self.width, self.nnz, self.rows = int(st["width"]), int(st["nnz"]), int(st["rows"])
 
-    def parse(self, path, buf, first_line, want_qid):
-        ends = np.flatnonzero(buf == 10)
+    def parse(self, path, buf, first_line, want_qid, ends=None):
+        if ends is None:  # (TextChunks(line_ends=True) finds them in its own thread)
+            ends = np.flatnonzero(buf == 10)
         starts = np.empty_like(ends)
         starts[0] = 0
         starts[1:] = ends[:-1] + 1
@@ -379,12 +380,12 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
                 here = i == pos["input"]
                 offset, line = (pos["text_offset"], pos["line"]) if here else (0, 0)
                 rows_in_file = pos["rows_in_file"] if here else 0
-                src = TextChunks(path, text_chunk_bytes, skip=offset, first_line=line)
+                src = TextChunks(path, text_chunk_bytes, skip=offset, first_line=line, line_ends=True)
                 if query_files is not None:
                     sizes = read_query_file(query_files[i])
                     cum = np.cumsum(sizes)
-                for buf, first_line in background(src, depth=2, name="streamrank-reader"):
-                    X, y, qid, comments = parser.parse(path, buf, first_line, query_files is None)
+                for buf, first_line, ends in background(src, depth=2, name="streamrank-reader"):
+                    X, y, qid, comments = parser.parse(path, buf, first_line, query_files is None, ends)
                     r = X.shape[0]
                     if query_files is not None:
                         pos_rows = rows_in_file + np.arange(r, dtype=np.int64)
@@ -398,13 +399,14 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
                     if r:
                         wt.put((X, y, qid, comments))
                     offset += buf.shape[0]
+                    src.recycle(buf)  # parsed: rows, ids and comments are copies
                     bar.update(src.raw_bytes - (bar.n - raw_done))
                     bar.set_postfix_str(f"{parser.rows / max(time.perf_counter() - t0, 1e-9):,.0f} rows/s",
                                         refresh=False)
                     if time.perf_counter() - last_commit >= commit_seconds:
                         wt.drain()
                         _commit(record, ident, writer, parser, {
-                            "input": i, "text_offset": offset, "line": first_line + int(np.count_nonzero(buf == 10)),
+                            "input": i, "text_offset": offset, "line": first_line + len(ends),
                             "rows_in_file": rows_in_file, "group_base": group_base, "text_bytes": text_bytes,
                             "raw_done": raw_done})
                         writer.keep_on_failure = True  # a failure from now on keeps the partial

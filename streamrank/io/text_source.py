@@ -6,6 +6,7 @@ bzip2 members concatenated in one file are read as one stream, like ``zcat`` doe
 """
 
 import bz2
+import collections
 import hashlib
 import zlib
 
@@ -62,14 +63,19 @@ class _Decoder:
 
 
 class TextChunks:
-    """Iterate over ``(buf, first_line)``: uint8 arrays of whole lines, each ending in b'\\n'.
+    """Iterate over ``(buf, first_line)``: uint8 arrays of whole lines, each ending in b'\\n'
+    (``(buf, first_line, ends)`` with ``line_ends``).
 
     ``first_line`` is the 0-based line number of the chunk's first line in the file. After the
     iteration ``sha256`` holds the digest of the stored file and ``text_bytes`` the decompressed size.
     """
 
-    def __init__(self, path, chunk_bytes=DEFAULT_CHUNK_BYTES, skip=0, first_line=0):
+    def __init__(self, path, chunk_bytes=DEFAULT_CHUNK_BYTES, skip=0, first_line=0, line_ends=False):
         self.path = path
+        # with line_ends, items are (buf, first_line, ends): the positions of buf's newlines, found
+        # here, in the reading thread, instead of by the parsing one (a conversion's critical path)
+        self.line_ends = bool(line_ends)
+        self._free = collections.deque()  # plain text's chunk buffers handed back (recycle)
         self.chunk_bytes = int(chunk_bytes)
         # resuming: the first ``skip`` bytes of text (whole lines, ``first_line`` of them) are read
         # and hashed but not handed out
@@ -116,8 +122,9 @@ class TextChunks:
                     view.release()
                     del pending[:cut]
                     self.text_bytes += len(chunk)
-                    yield np.frombuffer(chunk, np.uint8), line
-                    line += chunk.count(b"\n")
+                    item = self._item(np.frombuffer(chunk, np.uint8), line)
+                    yield item
+                    line += len(item[2]) if self.line_ends else chunk.count(b"\n")
         if dec._d is not None and dec.in_member and not dec._d.eof:
             raise InputError(f"{self.path}: the {self.kind} stream ends early after {self.raw_bytes:,} bytes (the file "
                              f"is truncated); fetch it again")
@@ -126,8 +133,21 @@ class TextChunks:
                 pending += b"\n"
             chunk = bytes(pending)
             self.text_bytes += len(chunk)
-            yield np.frombuffer(chunk, np.uint8), line
+            yield self._item(np.frombuffer(chunk, np.uint8), line)
         self.sha256 = h.hexdigest()
+
+    def recycle(self, buf):
+        """Hand back a chunk of plain text once nothing refers to its bytes any more: its buffer
+        takes a later chunk (no new pages to fault in and clear, 8 MB a chunk)."""
+        base = buf.base if isinstance(buf, np.ndarray) else None
+        base = base.obj if isinstance(base, memoryview) else base
+        if isinstance(base, bytearray) and len(base) == max(1, self.chunk_bytes) and len(self._free) < 4:
+            self._free.append(base)
+
+    def _item(self, buf, line):
+        if not self.line_ends:
+            return buf, line
+        return buf, line, np.flatnonzero(buf == 10)
 
     def _plain(self):
         """Plain text, read straight into each chunk's own buffer: one copy from the page cache
@@ -163,11 +183,12 @@ class TextChunks:
                     if cut == 0:
                         break
                     tail = filled - cut
-                    nxt = bytearray(max(cap, tail))
+                    nxt = self._free.pop() if self._free and tail <= cap else bytearray(max(cap, tail))
                     nxt[:tail] = memoryview(buf)[cut:filled]
                     self.text_bytes += cut
-                    yield np.frombuffer(buf, np.uint8, count=cut), line
-                    line += buf.count(b"\n", 0, cut)
+                    item = self._item(np.frombuffer(buf, np.uint8, count=cut), line)
+                    yield item
+                    line += len(item[2]) if self.line_ends else buf.count(b"\n", 0, cut)
                     buf, filled = nxt, tail
         if filled:
             if buf[filled - 1] != 10:
@@ -177,5 +198,5 @@ class TextChunks:
                     buf[filled] = 10
                 filled += 1
             self.text_bytes += filled
-            yield np.frombuffer(buf, np.uint8, count=filled), line
+            yield self._item(np.frombuffer(buf, np.uint8, count=filled), line)
         self.sha256 = h.hexdigest()

@@ -32,4 +32,12 @@ def test_plain_chunks_equal_the_decompressing_paths(tmp_path, monkeypatch, seed)
         assert got == want, (trial, chunk)
         assert plain.text_bytes == packed.text_bytes == len(text) + (0 if not text or text.endswith(b"\n") else 1)
         assert plain.raw_bytes == len(text)
+        # with the newlines found by the reading thread, and each chunk handed back once read
+        src = ts.TextChunks(tmp_path / "t.txt", chunk, skip=skip, first_line=k, line_ends=True)
+        seen = []
+        for b, n, ends in src:
+            seen.append((bytes(b), n))
+            assert np.array_equal(ends, np.flatnonzero(np.frombuffer(bytes(b), np.uint8) == 10))
+            src.recycle(b)
+        assert seen == want
         assert plain.sha256 == hashlib.sha256(text).hexdigest()
