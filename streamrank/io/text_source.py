@@ -145,6 +145,9 @@ class TextChunks:
             self._free.append(base)
 
     def _item(self, buf, line):
+        # read-only, as the decompressing path's arrays over bytes are: one numba specialisation
+        # of the parser (the first-use lists in _native/warm_manifest.py record it)
+        buf.flags.writeable = False
         if not self.line_ends:
             return buf, line
         return buf, line, np.flatnonzero(buf == 10)
