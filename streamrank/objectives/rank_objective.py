@@ -426,13 +426,10 @@ class _Group:
 
 def _query_groups(b, m):
     """The groups of block b in query order, sharing one set of buffers."""
+    from streamrank.objectives.linear_precond import query_groups
     qp = b.qptr
     nq = b.q1 - b.q0
-    bounds = [0]
-    while bounds[-1] < nq:
-        q = bounds[-1]
-        e = int(np.searchsorted(qp, qp[q] + GROUP_ROWS, side="right")) - 1
-        bounds.append(min(nq, max(q + 1, e)))
+    bounds = [int(k) for k in query_groups(qp, int(qp[-1]), GROUP_ROWS)] if nq else [0]
     most_q = max((bounds[k + 1] - bounds[k] for k in range(len(bounds) - 1)), default=0)
     most_r = max((int(qp[bounds[k + 1]] - qp[bounds[k]]) for k in range(len(bounds) - 1)), default=0)
     buf = {"loss": np.empty(most_q), "partials": np.empty((most_q, m)), "z": np.empty(most_r)}
