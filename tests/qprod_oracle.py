@@ -17,6 +17,24 @@ def rows_dot(Q, v):
     return ((s[:, 0] + s[:, 1]) + (s[:, 2] + s[:, 3])) + ((s[:, 4] + s[:, 5]) + (s[:, 6] + s[:, 7]))
 
 
+def rows_dot_wide(Q, v, lanes=64):
+    """The passes' order: ``lanes`` lanes (lane k: columns j = k mod lanes below the last multiple
+    of lanes, increasing j; the tail continues lanes 0..), combined by halving s[k] += s[k + h]."""
+    Q = np.asarray(Q, np.float64)
+    n, m = Q.shape
+    mw = m - m % lanes
+    s = np.zeros((n, lanes))
+    for j in range(0, mw, lanes):
+        s += Q[:, j:j + lanes] * v[j:j + lanes]
+    for j in range(mw, m):
+        s[:, j - mw] += Q[:, j] * v[j]
+    h = lanes // 2
+    while h >= 1:
+        s[:, :h] = s[:, :h] + s[:, h:2 * h]
+        h //= 2
+    return s[:, 0]
+
+
 def add_cols(Q, t, acc):
     """acc + sum_i Q[i, :] t[i], one row at a time in increasing i."""
     Q = np.asarray(Q, np.float64)

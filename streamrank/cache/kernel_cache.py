@@ -238,14 +238,24 @@ class KernelCache(FeatureCache):
                     room -= self._nbytes(k)
             missing = fits
         if missing:
-            bufs = [np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
+            # blocks the in-memory tier will hold are computed into arrays of their own and
+            # handed to it (no copy); the others go through READ_BUFFERS reused buffers
+            room, kept = self.memory_bytes - self.memory_nbytes, set()
+            for k in missing:
+                if self._nbytes(k) <= room:
+                    kept.add(k)
+                    room -= self._nbytes(k)
+            bufs = ([np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
+                    if len(kept) < len(missing) else None)
 
             def made():
                 for n, k in enumerate(missing):
-                    yield k, self.compute(k, bufs[n % READ_BUFFERS][:self.rows(k)])
+                    out = (np.empty((self.rows(k), self.l), np.float32) if k in kept
+                           else bufs[n % READ_BUFFERS][:self.rows(k)])
+                    yield k, self.compute(k, out)
 
             for k, Qk in background(made(), depth=1, name="streamrank-kernel-build"):
-                self.put(k, Qk)
+                self.put(k, Qk, take=k in kept)
                 self._note(k, Qk)
         self.jitter  # the blocks not seen yet are read once for it
         self.build_seconds += time.perf_counter() - t0

@@ -238,6 +238,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
             kw = {"precondition": True} if gram.precond is not None else {}
             if solver == "newton_yuan":
                 kw.update(gtol_abs=abs_gtol, dtol_abs=abs_dtol)
+            else:  # Q's spread spectrum: CG also ends once the model stops decreasing (tron._trpcg)
+                kw["cg_stop"] = "quadratic"
             return gram.objective(Ck, ck), tron if solver == "tron" else newton_yuan, kw
 
         def gamma(self, gi):

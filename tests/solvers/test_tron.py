@@ -175,3 +175,73 @@ def test_a_gap_target_replaces_the_gradient_rule_and_holds():
         assert (st.f - f_ref) / st.f <= target + 1e-15
         assert st.iteration >= loose.iteration
     assert run(eps=1e-12, gap_tol=0.99).iteration < run(eps=1e-12).iteration
+
+
+# -- cg_stop="quadratic": the model-decrease truncation test (Nash and Sofer) ----------------------
+
+
+class _Counted:
+    def __init__(self, H):
+        self.H, self.n_hessp = H, 0
+
+    def __call__(self, d):
+        return self.H @ d
+
+
+def test_the_quadratic_truncation_stops_at_the_first_step_the_explicit_model_allows():
+    """Oracle: plain CG with the model q(s) = g.s + 1/2 s.Hs evaluated from H itself; the
+    solver's q comes from the residual instead. Same steps, the same first j with
+    j (q_j - q_{j-1}) >= 0.5 q_j and ||r_j|| <= 0.3 ||g||."""
+    from streamrank.solvers.tron import CG_QUAD_TOL, XI_QUAD, _trcg
+    n = 200
+    H = spd(n, 1e3, seed=4)
+    g = np.random.default_rng(5).standard_normal(n)
+    s, r, steps, boundary = _trcg(_Counted(H), g, 1e12, _Counted(H), quadratic=1.0)
+    assert not boundary
+    # the oracle's CG
+    x, res, d, q_prev, want = np.zeros(n), -g.copy(), -g.copy(), 0.0, None
+    for j in range(1, 10 * n):
+        a = (res @ res) / (d @ H @ d)
+        x = x + a * d
+        res_new = res - a * (H @ d)
+        q = g @ x + 0.5 * x @ H @ x
+        if j * (q - q_prev) >= CG_QUAD_TOL * q and np.linalg.norm(res_new) <= XI_QUAD * np.linalg.norm(g):
+            want = j
+            break
+        d = res_new + (res_new @ res_new) / (res @ res) * d
+        res, q_prev = res_new, q
+    assert want is not None and steps == want
+    np.testing.assert_allclose(s, x, rtol=1e-9, atol=1e-12 * np.abs(x).max())
+    # the residual test alone runs on: the truncation is what stopped it
+    _, _, steps_res, _ = _trcg(_Counted(H), g, 1e12, _Counted(H))
+    assert steps_res > steps
+
+
+@pytest.mark.parametrize("seed", [2, 6])
+@pytest.mark.parametrize("C", [1e-2, 1.0, 10.0, 1e3])
+def test_quadratic_truncation_reaches_the_optimum_on_raw_scales_without_crawling(seed, C):
+    """Without the residual floor XI_QUAD the truncation cut CG at 3 steps and seed 6, C = 10 ran
+    1,000 iterations without converging (the residual rule: 11)."""
+    X = hinge_problem(seed=seed, scale_spread=4.0)
+    w_ref, f_ref = lbfgs_optimum(SquaredHinge(X, C), X.shape[1])
+    res = tron(SquaredHinge(X, C), np.zeros(X.shape[1]), eps=1e-8)
+    quad = tron(SquaredHinge(X, C), np.zeros(X.shape[1]), eps=1e-8, cg_stop="quadratic")
+    for st in (res, quad):
+        assert st.converged or "float64 resolution" in st.message, st.message
+        assert st.f <= f_ref + 1e-9 * abs(f_ref)
+    assert quad.iteration <= 2 * res.iteration + 5
+
+
+def test_a_model_decrease_below_the_floor_leaves_the_residual_test_in_charge():
+    from streamrank.solvers.tron import _trcg
+    H = spd(40, 1e6, seed=7)
+    g = np.random.default_rng(8).standard_normal(40)
+    a = _trcg(_Counted(H), g, 1e12, _Counted(H))
+    # |f| so large that every model decrease is below CG_QUAD_FLOOR |f|
+    b = _trcg(_Counted(H), g, 1e12, _Counted(H), quadratic=1e300)
+    assert a[2] == b[2] and np.array_equal(a[0], b[0])
+
+
+def test_an_unknown_cg_stop_is_refused():
+    with pytest.raises(ValueError, match="cg_stop must be"):
+        tron(Quadratic(np.eye(3), np.ones(3)), np.zeros(3), cg_stop="model")

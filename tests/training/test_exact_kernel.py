@@ -96,6 +96,29 @@ def test_products_equal_their_numpy_twins_bit_for_bit(m):
     np.testing.assert_allclose(out, Q.astype(np.float64) @ v, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("m", [1, 13, 63, 64, 65, 128, 301])
+def test_the_passes_row_products_equal_their_numpy_twin_bit_for_bit(m):
+    rng = np.random.default_rng(100 + m)
+    Q = rng.standard_normal((11, m)).astype(np.float32)
+    v = rng.standard_normal(m)
+    got = np.array([_qprod._row_dot_wide(Q[i], v) for i in range(11)])
+    assert np.array_equal(got, qprod_oracle.rows_dot_wide(Q, v))
+    # a wrong combining order is seen (the twin is not vacuous)
+    if m == 301:
+        assert not np.array_equal(qprod_oracle.rows_dot_wide(Q, v, lanes=32), got)
+    np.testing.assert_allclose(got, Q.astype(np.float64) @ v, rtol=1e-12, atol=1e-12)
+
+
+def test_a_pass_computes_its_scores_in_the_twins_order(ds):
+    obj, Q, y, qp = problem(ds)
+    beta = 0.05 * np.random.default_rng(3).standard_normal(len(y))
+    obj.fun(beta)
+    obj.grad(beta)
+    Q32 = Q.copy()
+    Q32[np.diag_indices_from(Q32)] -= obj.delta  # back to float32(K): what the cache stores
+    assert np.array_equal(obj.scores(), qprod_oracle.rows_dot_wide(Q32.astype(np.float32), beta) + obj.delta * beta)
+
+
 # -- the objective -------------------------------------------------------------------------------------
 def test_objective_matches_the_explicit_formulas_and_not_the_block_size(ds):
     obj, Q, y, qp = problem(ds)
@@ -281,3 +304,26 @@ def test_the_reported_gap_estimate_tracks_the_true_gap(ds):
     assert loose["gap_kind"] == "estimate" and tight["gap_kind"] == "estimate"
     assert true > 0 and 0.2 <= loose["gap"] / true <= 5, (loose["gap"], true)
     assert tight["gap"] < 1e-3 * loose["gap"]
+
+
+def test_the_thread_chooser_does_not_time_the_pass_that_starts_the_threads(monkeypatch):
+    from streamrank._native import parallel
+    from streamrank.objectives import kernel_objective as ko
+    monkeypatch.setattr(parallel, "threads", lambda: 2)
+    ch = ko._ThreadChooser()
+    seen = []
+    # one thread: 60 ms a pass; two: 39 ms, but 500 ms the first time (the threading layer starts)
+    cost = {1: [0.060] * 100, 2: [0.500] + [0.039] * 100}
+    for _ in range(40):
+        k = ch.pick()
+        seen.append(k)
+        ch.record(k, cost[k].pop(0))
+    assert seen[:3] == [1, 2, 2] and seen.count(1) == 1 + 1  # one probe of one thread after PROBE_EVERY
+    assert ch.best == 2
+    # one slow pass on two threads (BLAS threads still spinning) does not hand the run to one thread,
+    # a lasting slowdown does
+    ch.record(2, 0.100)
+    assert ch.pick() == 2
+    for _ in range(3):
+        ch.record(2, 0.100)
+    assert ch.best == 1
