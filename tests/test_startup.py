@@ -84,3 +84,18 @@ def test_the_program_exits_with_its_status_and_flushed_output(tmp_path):
     p = subprocess.run([sys.executable, "-m", "streamrank", "info", str(tmp_path / "none.h5")], capture_output=True,
                        text=True)
     assert p.returncode == 2 and "no such file" in p.stderr
+
+
+@pytest.mark.parametrize("code,env,want", [
+    ("import streamrank", {}, "20"),
+    ("import numpy, streamrank", {}, None),  # numpy (and its OpenBLAS) came first: left alone
+    ("import streamrank", {"OPENBLAS_THREAD_TIMEOUT": "26"}, "26"),
+])
+def test_openblas_threads_spin_briefly_when_streamrank_loads_numpy(code, env, want):
+    """OpenBLAS's threads spun 0.1 s after each product and took the cores from the exact path's
+    next numba pass (streamrank._native.memory)."""
+    import os
+    clean = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    out = subprocess.run([sys.executable, "-c", code + "; import os; print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'))"],
+                         env={**clean, **env}, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(want)

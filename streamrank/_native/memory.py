@@ -6,12 +6,26 @@ such fault compacts memory synchronously: measured on this project's machines, f
 600 MB array took 1.60 s with the advice and 0.26 s without. streamrank allocates its blocks and
 in-memory tiers once and touches them in one sweep, so it turns the advice off when imported.
 Set ``STREAMRANK_NUMPY_HUGEPAGES=1`` to keep numpy's default.
+
+OpenBLAS's threads busy-wait for 2^28 cycles (about 0.1 s) after each call before they sleep.
+streamrank alternates BLAS products with numba passes on the same cores (the exact kernel path:
+the preconditioner's update, then a pass over Q), and the spinning threads took the cores from
+the next pass: measured on MQ2008 Fold1, the pass after each update took 96 to 134 ms instead of
+41, and the update itself, which interleaves the two per chunk, 0.35-0.54 s instead of 0.31-0.35.
+When streamrank is imported before numpy, the spin is cut to 2^20 cycles (OpenBLAS reads
+``OPENBLAS_THREAD_TIMEOUT`` once, when numpy loads it); a value already set is kept.
 """
 
 import os
+import sys
+
+# OPENBLAS_THREAD_TIMEOUT: the spin before a BLAS thread sleeps, 2^value cycles (OpenBLAS accepts 4..30)
+BLAS_SPIN_LOG2 = "20"
 
 
 def configure():
+    if "numpy" not in sys.modules:
+        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_SPIN_LOG2)
     if os.environ.get("STREAMRANK_NUMPY_HUGEPAGES", "") == "1":
         return
     try:
