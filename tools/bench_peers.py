@@ -1347,13 +1347,17 @@ def main():
         rows.extend(run_section("linear", tools))
 
     # ---------------------------------------------------------------- exact
+    exact_ref = None
     if "exact" in only and data:
         h5, text = data["h5"], data["text"]
         exact = ("--method", "exact", "--kernel", "rbf", "--gamma", f"{GAMMA:g}")
-        w = run_timed(sr_train(h5, models / "exact.warm.h5", exact), logs / "exact.warm", env=env,
-                      timeout=args.timeout)
+        # the untimed warm-up runs to --tol 1e-7: its objective is the f* of the "f* (1 + 1e-3)" note
+        # (when lower than the timed runs' own final objective at eps 1e-3)
+        w = run_timed(sr_train(h5, models / "exact.warm.h5", exact + ("--tol", "1e-7")), logs / "exact.warm",
+                      env=env, timeout=args.timeout)
         if w["error"]:
             print(f"streamrank's untimed exact warm-up run failed: {w['error']}")
+        exact_ref = (last_json(w["out"]) or {}).get("objective") if not w["error"] else None
         n = data["X"].shape[0]
         cache_mb = (math.ceil(8.0 * n * n / 2 ** 20) + 1 if args.libsvm_cache_mb == "whole"
                     else float(args.libsvm_cache_mb))
@@ -1440,7 +1444,8 @@ def main():
                 setup = res["wall_s"] - solve_s
                 if ls_row is not None:
                     reach_ls.append(first_time_at(trace, ls_row["objective"] * scale, setup))
-                reach_opt.append(first_time_at(trace, j["objective"] * (1 + 1e-3), setup))
+                f_star = min(j["objective"], exact_ref) if exact_ref is not None else j["objective"]
+                reach_opt.append(first_time_at(trace, f_star * (1 + 1e-3), setup))
             reach_ls = [x for x in reach_ls if x is not None]
             reach_opt = [x for x in reach_opt if x is not None]
             if reach_ls and ls_row is not None and ls_row.get("median"):
@@ -1449,7 +1454,9 @@ def main():
                              f"after {t:.2f} s of its process (median; {t / ls_row['median']:.2f}x libsvm-ranksvm's "
                              f"{ls_row['median']:.2f} s run): " + ", ".join(f"{x:.2f}" for x in reach_ls) + " s")
             if reach_opt:
-                notes.append("exact: streamrank reached f* (1 + 1e-3), f* its own final objective, after "
+                notes.append("exact: streamrank reached f* (1 + 1e-3), f* the lower of its own final objective and "
+                             "its untimed warm-up's at --tol 1e-7"
+                             + (f" ({exact_ref:.6f} in its own units)" if exact_ref is not None else "") + ", after "
                              + ", ".join(f"{x:.2f}" for x in reach_opt) + " s of its process")
         for sec in ("linear", "exact"):
             comp = [r for r in rows if r["section"] == sec and r.get("objective") is not None]
