@@ -339,6 +339,7 @@ def main():
     ap.add_argument("--budget", default="2GB")
     ap.add_argument("--mq2007-landmarks", type=landmarks_arg, default="auto")
     args = ap.parse_args()
+    Path(args.work).mkdir(parents=True, exist_ok=True)
     if not (args.fold1 or args.precond or args.oracle or args.mq2007 or args.clustered):
         args.fold1 = args.precond = args.oracle = True
     print(machine_facts())

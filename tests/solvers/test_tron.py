@@ -245,3 +245,15 @@ def test_a_model_decrease_below_the_floor_leaves_the_residual_test_in_charge():
 def test_an_unknown_cg_stop_is_refused():
     with pytest.raises(ValueError, match="cg_stop must be"):
         tron(Quadratic(np.eye(3), np.ones(3)), np.zeros(3), cg_stop="model")
+
+
+def test_the_first_step_is_not_truncated_its_length_sets_the_radius():
+    """LIBLINEAR's first step shrinks the radius to ||s_1||: a truncated first step made the radius
+    10x smaller on a 42,158-row kernel problem. The first iteration is the residual rule's, bit for bit."""
+    X = hinge_problem(seed=6, scale_spread=4.0)
+    a = tron(SquaredHinge(X, 10.0), np.zeros(X.shape[1]), eps=1e-8, max_iter=1)
+    b = tron(SquaredHinge(X, 10.0), np.zeros(X.shape[1]), eps=1e-8, max_iter=1, cg_stop="quadratic")
+    assert a.n_cg == b.n_cg and np.array_equal(a.w, b.w) and a.delta == b.delta
+    c = tron(SquaredHinge(X, 10.0), np.zeros(X.shape[1]), eps=1e-8, max_iter=2, cg_stop="quadratic")
+    d = tron(SquaredHinge(X, 10.0), np.zeros(X.shape[1]), eps=1e-8, max_iter=2)
+    assert c.n_cg < d.n_cg  # from the second step on it truncates
