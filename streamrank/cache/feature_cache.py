@@ -404,9 +404,10 @@ class FeatureCache:
         if a.dtype != self.dtype or a.shape != shape:
             raise ValueError(f"block {k} must be {self.dtype} of shape {shape} (as mapped; nothing is "
                              f"converted so cached and recomputed results are identical); got {a.dtype} {a.shape}")
-        contiguous = a.flags.c_contiguous
-        a = np.ascontiguousarray(a)
-        self._admit(k, a, copy=not (take and contiguous and a.flags.writeable))
+        c = np.ascontiguousarray(a)
+        # the tier copies only an array the caller keeps (a contiguous copy made here is its own)
+        self._admit(k, c, copy=c is a and not take)
+        a = c
         if self.dir is None:
             return False
         with self._state:

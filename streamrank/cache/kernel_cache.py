@@ -230,21 +230,16 @@ class KernelCache(FeatureCache):
                     self._note(k, Qk)
         missing = [k for k in self.own
                    if not self.in_memory(k) and (k not in stored or k not in self.present)]
+        # the blocks the in-memory tier will hold: computed into arrays of their own and handed to
+        # it (no copy); the others go to disk through READ_BUFFERS reused buffers
+        room, kept = self.memory_bytes - self.memory_nbytes, set()
+        for k in missing:
+            if self._nbytes(k) <= room:
+                kept.add(k)
+                room -= self._nbytes(k)
         if self.dir is None:  # memory only: compute what the tier can hold, the rest on demand
-            room, fits = self.memory_bytes - self.memory_nbytes, []
-            for k in missing:
-                if self._nbytes(k) <= room:
-                    fits.append(k)
-                    room -= self._nbytes(k)
-            missing = fits
+            missing = [k for k in missing if k in kept]
         if missing:
-            # blocks the in-memory tier will hold are computed into arrays of their own and
-            # handed to it (no copy); the others go through READ_BUFFERS reused buffers
-            room, kept = self.memory_bytes - self.memory_nbytes, set()
-            for k in missing:
-                if self._nbytes(k) <= room:
-                    kept.add(k)
-                    room -= self._nbytes(k)
             bufs = ([np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
                     if len(kept) < len(missing) else None)
 
