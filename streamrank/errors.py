@@ -25,3 +25,9 @@ class CheckpointMismatch(StreamrankError):
 class StorageError(StreamrankError, OSError):
     """The system refused a write (disk full, read-only file system, quota, permissions): the
     message names the file and the cause; nothing half-written was left under the file's name."""
+
+
+class NumericError(StreamrankError, ArithmeticError):
+    """A value that is not finite where a solver needs one (f, g or a Hessian product), or a
+    parameter whose scale overflows float64 on this data: the message names the cause (the data's
+    file, row and feature, or the parameters and the largest value that works)."""
