@@ -77,7 +77,7 @@ def test_library_messages_are_printed_in_the_cli_terms(tmp_path, capsys):
     from locations import DATA as data
     assert main(["train", str(data / "dataset_v1.h5"), "-o", str(tmp_path / "m.h5"), "--C", "1", "--tol", "-1"]) == 2
     err = capsys.readouterr().err
-    assert "tol must be > 0; got -1.0. Pass --tol 1e-3" in err
+    assert "tol must be a finite number > 0; got -1.0. Pass --tol 1e-3" in err
     assert translate("start again with resume=False; another directory (checkpoint=DIR)") == (
         "start again without --resume; another directory (--checkpoint DIR)")
     assert translate("C=0.01: tron eps=0.001; kernel=poly with coef0=-1") == "C=0.01: tron eps=0.001; kernel=poly with coef0=-1"
@@ -157,7 +157,7 @@ def test_every_option_explains_itself_and_its_default():
     (["--map-cache", "memory"], "--map-cache applies to --method nystroem or rff"),
     (["--cache-size", "1GB"], "pass --cache-dir DIR too"),
     (["--method", "clsr", "--gap-tol", "1e-6"], "--gap-tol applies to --method primal or nystroem or rff or exact"),
-    (["--gap-tol", "2"], "gap_tol must be in (0, 1)"),
+    (["--gap-tol", "2"], "gap_tol must be a finite number in (0, 1)"),
 ])
 def test_options_that_apply_to_none_of_the_methods_are_refused(tmp_path, capsys, argv, words):
     src = tmp_path / "s.txt"

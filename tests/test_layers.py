@@ -16,7 +16,7 @@ import streamrank
 PKG = Path(streamrank.__file__).resolve().parent
 # lowest first; a module may import from its own layer and the ones before it
 LAYERS = [
-    {"errors", "units", "_version", "_native", "faultpoints"},
+    {"errors", "units", "params", "_version", "_native", "faultpoints"},
     {"execution"},
     {"io"},
     {"features"},

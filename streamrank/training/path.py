@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamrank.errors import FormatError
+from streamrank.errors import FormatError, NumericError
 from streamrank.solvers.tron import TronState
 from streamrank.state.checkpoint import read_checkpoint, write_checkpoint
 
@@ -167,8 +167,11 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
             checkpoint=checkpoint, config=config, fingerprint=fingerprint, settings=settings, index=k,
             candidates=candidates, path_w=path_w, counter=n_ck, passes=passes, trace=trace,
             validate=None if valid_key is None else validate)
-        st = solve(obj, w, eps=tol, max_iter=max_iter, gap_tol=gap_tol, state=state, callback=on_iteration,
-                   describe=lambda: f"passes {passes()}", **kw)
+        try:
+            st = solve(obj, w, eps=tol, max_iter=max_iter, gap_tol=gap_tol, state=state, callback=on_iteration,
+                       describe=lambda: f"passes {passes()}", **kw)
+        except NumericError as e:
+            raise overflow_error(e, Ck, method.gamma(gi), candidates) from None
         state = None
         finish_point(st, C=Ck, gamma=method.gamma(gi), passes=passes(), candidates=candidates, path_w=path_w,
                      valid=None if valid_key is None else
@@ -183,6 +186,20 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
     best = (max(range(len(points)), key=lambda i: candidates[i].get(valid_key, 0.0)) if valid_key is not None
             else len(points) - 1)
     return PathResult(candidates, path_w, best, total, points)
+
+
+def overflow_error(e, C, gamma, candidates):
+    """The solver's :class:`NumericError` at point (C, gamma) with what the path knows: every block
+    the objective read was finite (the block stream refuses others), so a value that is not finite
+    comes from settings whose scale overflows float64 on these data; the largest C of this gamma
+    that finished is one that works."""
+    done = [c["C"] for c in candidates if c.get("gamma") == gamma]
+    at = f"C={C:g}" + ("" if gamma is None else f", gamma={gamma:g}")
+    fix = (f"use C={max(done):g}, the largest C that finished on this path, or one between it and {C:g}" if done
+           else f"use C={C / 1e3:g} or smaller")
+    err = NumericError(f"{at}: {e}; the data are finite, so these settings overflow float64 on them: {fix}")
+    err.C, err.gamma = C, gamma
+    return err
 
 
 def _inconsistent(state, k, n_done, path_w, n_points, passes):

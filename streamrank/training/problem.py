@@ -3,10 +3,12 @@ mu), label-pair costs (lambda), the validation metric's value, and the settings'
 
 import numpy as np
 
+from streamrank import params
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.evaluation.metrics import evaluate
 from streamrank.io.info import preference_pairs_per_query
+from streamrank.units import parse_size
 
 SELECT_METRICS = ("meanndcg", "ndcg@10", "map", "avgndcg", "avgprec")
 QUERY_WEIGHTS = ("none", "log_ratio")
@@ -88,6 +90,9 @@ def pair_cost_table(kind, levels):
                 lam[rank[a], rank[b]] = lam[rank[b], rank[a]] = c
         return lam
     lam = np.asarray(kind, np.float64)
+    if lam.ndim == 2 and not (np.isfinite(lam).all() and (lam >= 0).all()):
+        raise ParameterError(f"pair_cost table must hold finite costs >= 0; got {kind!r}. "
+                             f"Use pair_cost={PAIR_COST_FORM.split(' ')[0]}")
     if lam.shape != (L, L):
         raise ParameterError(f"pair_cost table must be {L} x {L} (one row and column per label level "
                              f"{list(levels)}); got shape {lam.shape}")
@@ -96,11 +101,9 @@ def pair_cost_table(kind, levels):
 
 def gamma_path(gamma):
     """The gamma values of a path: [None] (the kernel's default) or the given ones, each > 0."""
-    gammas = [None] if gamma is None else [float(g) for g in (gamma if np.ndim(gamma) else [gamma])]
-    for g in gammas:
-        if g is not None and not g > 0:
-            raise ParameterError(f"gamma must be > 0; got {g}. Use gamma=0.03125")
-    return gammas
+    if gamma is None:
+        return [None]
+    return params.check_all("gamma", list(gamma) if np.ndim(gamma) else gamma)
 
 
 def grid_points(values, gammas, valid, name="C"):
@@ -119,14 +122,9 @@ def c_path(C):
     the best of them; :func:`~streamrank.training.path.two_stage_refine`)."""
     from streamrank.training.path import TWO_STAGE_DECADES, two_stage_refine
     if isinstance(C, str):
-        if C.strip().lower() != "two-stage":
-            raise ParameterError(f"C must be numbers or 'two-stage'; got {C!r}. Use C=two-stage")
-        return list(TWO_STAGE_DECADES), two_stage_refine
-    try:
-        Cs = sorted(float(c) for c in (C if np.ndim(C) else [C]))
-    except (TypeError, ValueError):
-        raise ParameterError(f"C must be numbers or 'two-stage'; got {C!r}. Use C=0.5") from None
-    return Cs, None
+        if C.strip().lower() == "two-stage":
+            return list(TWO_STAGE_DECADES), two_stage_refine
+    return sorted(params.check_all("C", list(C) if np.ndim(C) else C)), None
 
 
 def check_loss(loss, eta):
@@ -140,13 +138,7 @@ def check_loss(loss, eta):
         return loss, None
     if eta is None or (isinstance(eta, str) and eta.strip().lower() == "auto"):
         return loss, "auto"
-    try:
-        e = float(eta)
-    except (TypeError, ValueError):
-        e = float("nan")
-    if not 0.0 < e < 1.0:
-        raise ParameterError(f"eta must be in (0, 1) or auto; got {eta!r}. Use eta=auto")
-    return loss, e
+    return loss, params.check("eta", eta)
 
 
 def pair_weight_sum(rank, query_ptr, lam, mu):
@@ -292,17 +284,28 @@ def metric_value(report, name):
             "avgprec": m["AvgPrec"]}[name]
 
 
+# the numeric settings of a training's config, checked against the table of ranges (streamrank.params)
+_CHECKED = {"tol": "tol", "gap_tol": "gap_tol", "max_iter": "max_iter", "seed": "seed", "degree": "degree",
+            "coef0": "coef0", "components": "components", "rank": "rank", "memory_budget": "memory_budget",
+            "block_bytes": "block_bytes", "cache_size": "cache_size", "partition_rows": "partition_rows"}
+# sizes: written as 512MB or bytes, read by units.parse_size first
+_SIZES = ("memory_budget", "block_bytes", "cache_size")
+
+
 def check_config(cfg):
-    for name in ("C_path",):
-        for C in cfg[name]:
-            if not C > 0:
-                raise ParameterError(f"C must be > 0; got {C}. Use C=0.5")
-    if not cfg["tol"] > 0:
-        raise ParameterError(f"tol must be > 0; got {cfg['tol']}. Use tol=1e-3")
-    if "gap_tol" in cfg and not 0 < cfg["gap_tol"] < 1:
-        raise ParameterError(f"gap_tol must be in (0, 1) (a relative objective gap); got {cfg['gap_tol']}. Use gap_tol=1e-6")
-    if int(cfg["max_iter"]) < 1:
-        raise ParameterError(f"max_iter must be >= 1; got {cfg['max_iter']}. Use max_iter=1000")
+    """Every setting of a training's config in its range (streamrank.params), the C path's and
+    gamma path's values included; values are stored as the table reads them."""
+    params.check_all("C", cfg["C_path"])
+    for g in cfg.get("gamma_path") or ():
+        if g is not None:
+            params.check("gamma", g)
+    for key, name in _CHECKED.items():
+        v = cfg.get(key)
+        if v is None:
+            continue
+        if name in _SIZES:
+            v = parse_size(v, name)
+        params.check(name, v)
     if cfg["select_metric"] not in SELECT_METRICS:
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {cfg['select_metric']!r}")
     if "loss" in cfg:
@@ -313,7 +316,33 @@ def check_config(cfg):
             if cfg.get("solver") != "newton_yuan":
                 raise ParameterError(f"{name} is Newton-Yuan's stopping test (paper 001's "
                                      f"{'eps2' if name == 'abs_gtol' else 'eps3'}); use solver=newton_yuan")
-            if not float(v) > 0:
-                raise ParameterError(f"{name} must be > 0; got {v}. Use {name}=1e-4")
+            params.check(name, v)
     if isinstance(cfg.get("pair_cost"), str):
         pair_cost_table(cfg["pair_cost"], [])  # a malformed spec is refused before the data is read
+
+
+# float32's largest value squared: the a-priori bound of one raw feature's square
+_F32_MAX_SQ = float(np.finfo(np.float32).max) ** 2
+
+
+def check_c_scale(C_max, *, query_ptr, lam, mu, weight_sum, normalize, n_features, n_rows, max_sq_norm, data_name):
+    """Refuse, after the statistics pass and before the first iteration, a C whose objective
+    overflows float64 on these data (:func:`streamrank.params.c_limit`), naming the largest C that
+    works.
+
+    Two cheap bounds come first, so an ordinary C costs nothing: the sum of pair weights is at most
+    max(lambda) max(mu) sum_q l_q^2 / 2, and a row's squared norm at most d (query_minmax: values in
+    [0, 1]), d n (zscore: |x - mean| <= sqrt(n) std for every value of a column) or d float32max^2
+    (raw values). Only when C passes those does the check pay for ``weight_sum()`` (labels only)
+    and ``max_sq_norm()`` (one pass over the rows).
+    """
+    from streamrank import params
+    sizes = np.diff(np.asarray(query_ptr, np.float64))
+    w_bound = float(np.max(lam, initial=1.0)) * float(np.max(mu, initial=1.0)) * float(sizes @ sizes) / 2
+    per_value = {"query_minmax": 1.0, "zscore": float(max(n_rows, 1))}.get(normalize, _F32_MAX_SQ)
+    if C_max <= params.c_limit(w_bound, n_features * per_value):
+        return
+    W = weight_sum()
+    if C_max <= params.c_limit(W, n_features * per_value):
+        return
+    params.check_c_on_data([C_max], W, max_sq_norm(), data_name)

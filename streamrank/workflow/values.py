@@ -54,12 +54,36 @@ def _item(item, name):
             raise ParameterError(f"{name}: in {item!r} the exponents must rise ({e1} to {e2}) in steps >= 1. "
                                  f"Use {name}={b1}^{min(e1, e2)}:{b1}^{max(e1, e2)}")
         base = float(b1)
-        return [base ** k for k in range(e1, e2 + 1, step)]
+        if (e2 - e1) // step > MAX_RANGE_VALUES:
+            raise ParameterError(f"{name}: {item!r} has {(e2 - e1) // step + 1:,} values; a range holds at most "
+                                 f"{MAX_RANGE_VALUES + 1}. Use {name}={b1}^{e1}:{b1}^{e1 + 10}")
+        return [_finite(_power(base, k, item, name), item, name) for k in range(e1, e2 + 1, step)]
     m = _POW.match(item)
     if m:
-        return [float(m.group(1)) ** int(m.group(2))]
+        return [_finite(_power(float(m.group(1)), int(m.group(2)), item, name), item, name)]
     try:
-        return [float(item)]
+        return [_finite(float(item), item, name)]
     except ValueError:
         raise ParameterError(f"{name}: {item!r} is not a number, a power such as 2^-3, or a range such as "
                              f"2^-5:2^5 or 10^-3:10^1:1") from None
+
+
+# a range of more values than this is a typo (2^-5:2^500), not a grid anybody means to train
+MAX_RANGE_VALUES = 200
+
+
+def _power(base, k, item, name):
+    try:
+        return base ** k
+    except OverflowError:  # 2^2000: beyond float64
+        raise ParameterError(f"{name}: {item!r} is beyond float64's range (about 1.8e308); "
+                             f"use {name}=2^-5:2^5") from None
+
+
+def _finite(v, item, name):
+    """``v``, unless it is inf or nan (which float() reads from 'inf', 'nan', '1e999'), or 0 from
+    an underflow (2^-2000): the values of a path are finite and > 0."""
+    import math
+    if not math.isfinite(v):
+        raise ParameterError(f"{name} must be finite numbers > 0; got {item!r}. Use {name}=0.1,1,10")
+    return v
