@@ -75,6 +75,73 @@ def _check_outputs(*items):
             check_writable(path, what, special_ok=special_ok)
 
 
+# --- no output is an input: what each command reads and writes, checked before any work ---------------
+# A command's ``paths(args)`` (set_defaults) returns (inputs, outputs, trees): inputs [(name, path)],
+# outputs [(flag, path, within)] (``within``: the directory the flag named, for a file inside it),
+# trees [(flag, directory)] that the command fills and may delete. cli.main registers the inputs for
+# the whole command (the writers of io.atomic refuse them: the guarantee) and checks the outputs
+# here first, for a message in the command's flags.
+
+def _data_inputs(name, path, query_file=None):
+    """DATA and the group-size files a text DATA may be read with."""
+    if path is None:
+        return []
+    out = [(name, path)]
+    if query_file:
+        out.append(("--query-file", query_file))
+    sibling = Path(str(path) + ".query")
+    if sibling.is_file():
+        out.append((f"{name}'s query file", sibling))
+    return out
+
+
+def _features_inputs(spec):
+    """The file --features reads: @FILE, or the GAS file of GAS.h5:K."""
+    spec = str(spec or "").strip()
+    if spec.startswith("@"):
+        return [("--features", spec[1:])]
+    if ":" in spec and spec.rsplit(":", 1)[0].endswith((".h5", ".hdf5")):
+        return [("--features", spec.rsplit(":", 1)[0])]
+    return []
+
+
+def _cache_outputs(args):
+    """--cache-dir: not an input itself, and no input inside the caches it fills and evicts."""
+    d = getattr(args, "cache_dir", None)
+    if not d:
+        return [], []
+    from streamrank.cache.feature_cache import DIR_PREFIX
+    trees = [("--cache-dir", p) for p in sorted(Path(d).glob(DIR_PREFIX + "*"))] if Path(d).is_dir() else []
+    return [("--cache-dir", d, None)], trees
+
+
+def _checkpoint_outputs(args, extra=()):
+    """The files --checkpoint DIR's writes create or replace."""
+    d = getattr(args, "checkpoint", None)
+    if not d:
+        return []
+    from streamrank.state.checkpoint import files
+    return [("--checkpoint", d, None)] + [("--checkpoint", p, d) for p in files(d) + [Path(d) / n for n in extra]]
+
+
+def _check_paths(args, tokens):
+    """Register the command's inputs (their tokens appended to ``tokens``, for the caller to forget)
+    and refuse, before any work, an output that is or links to one of them, or a folder it fills
+    that holds one."""
+    from streamrank.io.atomic import check_no_input_inside, check_not_input, register_input
+    paths = getattr(args, "paths", None)
+    if paths is None:
+        return
+    inputs, outputs, trees = paths(args)
+    for name, path in inputs:
+        tokens.append(register_input(path, name))
+    for flag, path, within in outputs:
+        if path is not None and str(path) != "-":
+            check_not_input(path, flag=flag, within=within)
+    for flag, directory in trees:
+        check_no_input_inside(directory, flag=flag)
+
+
 def _check_checkpoint_dir(directory):
     from streamrank.errors import InputError
     from streamrank.state.checkpoint import CURRENT

@@ -2,7 +2,7 @@
 
 import json
 
-from streamrank.cli.common import _add_query_file, _check_outputs, _positive_int
+from streamrank.cli.common import _add_query_file, _cache_outputs, _check_outputs, _data_inputs, _positive_int
 
 
 def _cmd_convert(args):
@@ -22,6 +22,18 @@ def _cmd_convert(args):
               f"{'; continued after ' + format(stats['resumed_rows'], ',') + ' rows' if stats['resumed_rows'] else ''})")
     return 0
 
+
+
+def _convert_paths(args):
+    inputs = [x for k, path in enumerate(args.inputs) for x in _data_inputs("IN" if len(args.inputs) == 1 else
+                                                                            f"IN {k + 1}", path)]
+    inputs += [("--query-file", q) for q in args.query_file or []]
+    return inputs, [("-o", args.output, None)], []
+
+
+def _eval_paths(args):
+    files, trees = _cache_outputs(args)
+    return _data_inputs("DATA", args.data, args.query_file) + [("SCORES", args.scores)], files, trees
 
 
 def _cmd_info(args):
@@ -74,7 +86,7 @@ def register(sub):
                         "interrupted continues from its last commit when the same command runs again")
     c.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     c.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
-    c.set_defaults(func=_cmd_convert)
+    c.set_defaults(func=_cmd_convert, paths=_convert_paths)
 
     i = sub.add_parser("info", help="a dataset's rows, queries, labels and pairs; or a model's method, settings, "
                        "training and weights")
@@ -94,7 +106,7 @@ def register(sub):
                    help="(default 2GB) text DATA is converted within it; eval keeps about 48 bytes per row and says so when "
                         "that does not fit")
     e.add_argument("--json", action="store_true", help="print the metrics as one JSON line")
-    e.set_defaults(func=_cmd_eval)
+    e.set_defaults(func=_cmd_eval, paths=_eval_paths)
 
     d = sub.add_parser("demo", help="generate a small LETOR-like dataset and run the pipeline on it")
     d.add_argument("--dir", default=None, help="keep the files here (default: a temporary directory)")

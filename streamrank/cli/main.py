@@ -3,11 +3,13 @@ command and the one place errors become messages and exit codes."""
 
 import argparse
 import shlex
+import signal
 import sys
 
 from streamrank._version import __version__
 from streamrank.cli import data_commands, search_commands, train_commands
-from streamrank.cli.common import _os_error, _setup_logging, translate
+from streamrank.cli.common import _check_paths, _os_error, _setup_logging, translate
+from streamrank.cli.signals import Handlers, signal_of
 from streamrank.errors import StreamrankError
 from streamrank.execution.progress import progress
 
@@ -35,10 +37,14 @@ def main(argv=None):
     if getattr(args, "compression", "unset") is None:
         from streamrank.io.hdf5_format import DEFAULT_COMPRESSION
         args.compression = DEFAULT_COMPRESSION
-    # on a cold numba cache a second process compiles half of the command's kernels meanwhile
     from streamrank._native import warmup
-    warmup.start(_WARM_LISTS.get(args.command))
+    from streamrank.io.atomic import forget_input
+    handlers, inputs = Handlers(), []
     try:
+        handlers.install()  # SIGTERM and SIGHUP end the command as SIGINT does
+        # on a cold numba cache a second process compiles half of the command's kernels meanwhile
+        warmup.start(_WARM_LISTS.get(args.command))
+        _check_paths(args, inputs)  # the inputs, which no output may be or replace
         _setup_logging(getattr(args, "quiet", False), progress=args.command in ("train", "select-features", "grid", "cv"))
         with progress(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
             return args.func(args)
@@ -52,11 +58,34 @@ def main(argv=None):
     except OSError as exc:  # the system refused a read or write: one line, what and why
         print(f"streamrank {args.command}: error: {_os_error(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"streamrank {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # SIGINT, SIGTERM or SIGHUP (cli.signals)
+        signum = signal_of(exc)
+        kept = _kept_checkpoint(args)
+        print(f"streamrank {args.command}: interrupted by {signal.Signals(signum).name}"
+              + (f"; checkpoint kept at {kept}" if kept else ""), file=sys.stderr)
+        return 128 + signum
     finally:
         warmup.stop()
+        for token in inputs:
+            forget_input(token)
+        handlers.restore()
+
+
+def _kept_checkpoint(args):
+    """The checkpoint directory an interrupted command leaves to continue from (None: none): its
+    --checkpoint, or a grid's or cv's newest configuration checkpoint in its run directory."""
+    from pathlib import Path
+    from streamrank.state.checkpoint import CURRENT, PREVIOUS
+    try:
+        if getattr(args, "checkpoint", None):
+            d = Path(args.checkpoint)
+            return str(d) if (d / CURRENT).is_file() or (d / PREVIOUS).is_file() else None
+        if args.command in ("grid", "cv") and Path(args.output).is_dir():
+            found = [p for p in Path(args.output).rglob(CURRENT) if p.parent.name == "checkpoint"]
+            return str(max(found, key=lambda p: p.stat().st_mtime).parent) if found else None
+    except OSError:  # pragma: no cover - the folder changed meanwhile
+        return None
+    return None
 
 
 def run():

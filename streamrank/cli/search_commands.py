@@ -3,7 +3,8 @@ protocol over folds)."""
 
 import json
 
-from streamrank.cli.common import _add_cluster, _add_json_quiet, _add_query_file, _executor, _setup_logging, _values
+from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _cache_outputs, _data_inputs,
+                                   _executor, _features_inputs, _setup_logging, _values)
 from streamrank.cli.train_commands import add_model_options, kernel_settings, refuse_inapplicable
 
 # what every configuration shares (the trainers' keyword arguments) and the flags they come from
@@ -21,6 +22,30 @@ def grid_axes(args):
 
 def grid_settings(args):
     return dict({k: getattr(args, k) for k in SHARED}, **kernel_settings(args))
+
+
+def _grid_paths(args):
+    from streamrank.workflow.grid import run_outputs
+    inputs = _data_inputs("DATA", args.data, args.query_file) + _data_inputs("--valid", args.valid) + \
+        _features_inputs(args.features)
+    files, trees = run_outputs(args.output, grid_axes(args))
+    cache_files, cache_trees = _cache_outputs(args)
+    return inputs, [("-o", f, args.output) for f in files] + cache_files, [("-o", t) for t in trees] + cache_trees
+
+
+def _cv_paths(args):
+    from streamrank.workflow.cv import find_folds, fold_inputs, run_outputs
+    folds = find_folds(args.folds_dir, args.folds)
+    files, trees = run_outputs(args.output, folds, args.method, grid_axes(args))
+    cache_files, cache_trees = _cache_outputs(args)
+    return ([(name, p) for p, name in fold_inputs(folds)] + _features_inputs(args.features),
+            [("-o", f, args.output) for f in files] + cache_files, [("-o", t) for t in trees] + cache_trees)
+
+
+def _report_paths(args):
+    from streamrank.workflow.report import run_records
+    inputs = [(f"RUN_DIR's {p.relative_to(args.run_dir)}", p) for p in run_records(args.run_dir)]
+    return inputs, [("-o", args.output, None), ("--png-dir", args.png_dir, None)], []
 
 
 def _cmd_grid(args):
@@ -85,7 +110,7 @@ def register(sub):
     add_model_options(g, many=True)
     _add_cluster(g)
     _add_json_quiet(g, "print the chosen point as one JSON line")
-    g.set_defaults(func=_cmd_grid)
+    g.set_defaults(func=_cmd_grid, paths=_grid_paths)
 
     c = sub.add_parser("cv", help="the LETOR protocol: per fold a grid on train chosen on vali, evaluated on test")
     c.add_argument("folds_dir", metavar="FOLDS_DIR", help="folder with Fold1..FoldK, each with train, vali and test "
@@ -98,7 +123,7 @@ def register(sub):
     add_model_options(c, many=True)
     _add_cluster(c)
     _add_json_quiet(c, "print the table as one JSON line", "no progress, no log lines, no table")
-    c.set_defaults(func=_cmd_cv)
+    c.set_defaults(func=_cmd_cv, paths=_cv_paths)
 
     r = sub.add_parser("report", help="one self-contained HTML page of a grid or cv run: settings, data, tables, plots")
     r.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by streamrank grid or cv")
@@ -106,4 +131,4 @@ def register(sub):
     r.add_argument("--png-dir", metavar="DIR", help="also write each plot as a PNG file here (default: none)")
     r.add_argument("--no-plots", action="store_true", help="tables only (no matplotlib needed)")
     r.add_argument("--quiet", action="store_true", help="no summary line")
-    r.set_defaults(func=_cmd_report)
+    r.set_defaults(func=_cmd_report, paths=_report_paths)

@@ -5,11 +5,31 @@ import json
 import sys
 from pathlib import Path
 
-from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _check_checkpoint_dir, _check_outputs,
-                                   _executor, _values, _positive_int, _setup_logging)
+from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _cache_outputs, _check_checkpoint_dir,
+                                   _check_outputs, _checkpoint_outputs, _data_inputs, _executor, _features_inputs,
+                                   _values, _positive_int, _setup_logging)
 
 # the longest line of a score file: %.17g of a float64 (at most 24 characters) and its newline
 SCORE_LINE_BYTES = 25
+
+
+def _train_paths(args):
+    inputs = _data_inputs("DATA", args.data, args.query_file) + _data_inputs("--valid", args.valid) + \
+        _features_inputs(args.features)
+    files, trees = _cache_outputs(args)
+    return inputs, [("-o", args.output, None)] + _checkpoint_outputs(args) + files, trees
+
+
+def _predict_paths(args):
+    files, trees = _cache_outputs(args)
+    inputs = [("MODEL", args.model)] + _data_inputs("DATA", args.data, args.query_file)
+    return inputs, [("-o", args.output, None)] + files, trees
+
+
+def _select_features_paths(args):
+    files, trees = _cache_outputs(args)  # GAS keeps its similarity rows in the checkpoint's similarity.h5
+    return (_data_inputs("DATA", args.data, args.query_file),
+            [("-o", args.output, None)] + _checkpoint_outputs(args, ("similarity.h5",)) + files, trees)
 
 
 def _cmd_select_features(args):
@@ -228,7 +248,7 @@ def register(sub):
     t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     _add_cluster(t)
     _add_json_quiet(t, "print a JSON summary as the last line")
-    t.set_defaults(func=_cmd_train)
+    t.set_defaults(func=_cmd_train, paths=_train_paths)
 
     g = sub.add_parser("select-features", help="rank features by GAS (paper 003): importance, minus redundancy")
     g.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
@@ -251,7 +271,7 @@ def register(sub):
                    help="how often the checkpoint is written (default 60)")
     _add_cluster(g)
     _add_json_quiet(g, "print the selection as one JSON line", "no progress, no log lines")
-    g.set_defaults(func=_cmd_select_features)
+    g.set_defaults(func=_cmd_select_features, paths=_select_features_paths)
 
     pr = sub.add_parser("predict", help="score data with a model, one score per line in input order")
     pr.add_argument("model", metavar="MODEL.h5", help="a model written by streamrank train, grid or cv")
@@ -263,7 +283,7 @@ def register(sub):
     pr.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
     _add_cluster(pr)
     pr.add_argument("--json", action="store_true", help="print the output path and row count as one JSON line")
-    pr.set_defaults(func=_cmd_predict)
+    pr.set_defaults(func=_cmd_predict, paths=_predict_paths)
 
 
 METHODS = ["primal", "nystroem", "rff", "exact", "clsr"]

@@ -7,16 +7,137 @@ writers that died are removed by the next write of the same target.
 Only a regular file or a missing name is ever renamed over: a special file (``/dev/stdout``, a
 pipe) is written in place where the caller allows it, and refused otherwise.
 :func:`check_writable` tries a location before the work that will fill it starts.
+
+No output is, or links to, an input (DESIGN.md, "Guarantees"): readers and commands register the
+files this process reads (:func:`register_input`, :func:`reading`), and every path here that
+creates or replaces a file (:func:`written`, :func:`write_atomically`, :func:`atomic_replace`,
+:func:`check_writable`) refuses a target that is one of them, by resolved path or by device and
+inode, so a symbolic or hard link to an input is refused too.
 """
 
 import errno
 import os
 import re
+import stat
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 from streamrank.errors import InputError, StorageError
 from streamrank.units import format_size
+
+
+# the inputs of this process: token -> (resolved path, (st_dev, st_ino) or None, what, path as given)
+_INPUTS = {}
+_INPUTS_LOCK = threading.Lock()
+_NEXT_TOKEN = [0]
+
+
+def _identity(path):
+    """(resolved path, (st_dev, st_ino) or None) of ``path``; character devices (a terminal,
+    /dev/null), which no write destroys, have no identity."""
+    resolved = os.path.realpath(os.path.abspath(os.fspath(path)))
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return resolved, None
+    if stat.S_ISCHR(st.st_mode):
+        return None, None
+    return resolved, (st.st_dev, st.st_ino)
+
+
+def register_input(path, what="input"):
+    """Record ``path`` as a file this process reads (``what``: how messages call it, e.g. "DATA" or
+    "--valid"): until :func:`forget_input` of the returned token, no output may be it or link to
+    it. A directory registers nothing (its files are the inputs). Returns the token (None when
+    nothing was registered)."""
+    if path is None or str(path) in ("", "-"):
+        return None
+    if os.path.isdir(path):
+        return None
+    resolved, ident = _identity(path)
+    if resolved is None:
+        return None
+    with _INPUTS_LOCK:
+        _NEXT_TOKEN[0] += 1
+        token = _NEXT_TOKEN[0]
+        _INPUTS[token] = (resolved, ident, what, str(path))
+    return token
+
+
+def forget_input(token):
+    """End the registration :func:`register_input` returned ``token`` for (None: nothing)."""
+    if token is not None:
+        with _INPUTS_LOCK:
+            _INPUTS.pop(token, None)
+
+
+@contextmanager
+def reading(*items):
+    """``with reading((path, what), ...):`` the paths are registered inputs inside the block."""
+    tokens = []
+    try:
+        for path, what in items:
+            tokens.append(register_input(path, what))
+        yield
+    finally:
+        for t in tokens:
+            forget_input(t)
+
+
+def registered_inputs():
+    """[(path as given, what)] of the inputs registered now."""
+    with _INPUTS_LOCK:
+        return [(shown, what) for _, _, what, shown in _INPUTS.values()]
+
+
+def input_of(path):
+    """``(what, path as given, how)`` of the registered input that output ``path`` is or links to
+    (``how``: "is", "is a symbolic link to" or "is a hard link to"), or None."""
+    with _INPUTS_LOCK:
+        entries = list(_INPUTS.values())
+    if not entries:
+        return None
+    resolved, ident = _identity(path)
+    if resolved is None:
+        return None
+    for in_resolved, in_ident, what, shown in entries:
+        if resolved == in_resolved:
+            return what, shown, "is a symbolic link to" if os.path.islink(path) else "is"
+        if ident is not None and ident == in_ident:
+            return what, shown, "is a hard link to"
+    return None
+
+
+def check_not_input(path, what="output", *, flag=None, within=None):
+    """Refuse to write ``path`` when it is, or links to, a registered input (:func:`register_input`):
+    writing it would destroy that input. ``flag``: the command-line option that named ``path``, or
+    the directory ``within`` that holds it (messages then name it), else ``what`` names the output."""
+    hit = input_of(path)
+    if hit is None:
+        return
+    in_what, shown, how = hit
+    if within is not None:
+        rel = os.path.relpath(os.path.abspath(path), os.path.abspath(within))
+        subject = f"{flag or 'the ' + what} {within} (its {rel})"
+    else:
+        subject = f"{flag} {path}" if flag else f"the {what} {path}"
+    where = "" if os.path.normpath(shown) == os.path.normpath(str(path)) else f" ({shown})"
+    raise InputError(f"{subject} {how} the input {in_what}{where}: writing it would destroy the input. "
+                     f"Give {flag or 'the ' + what} another path")
+
+
+def check_no_input_inside(directory, what="directory", *, flag=None, removes=True):
+    """Refuse a ``directory`` the caller fills and may delete (a checkpoint, a cache) when a registered
+    input lies inside it."""
+    d = os.path.realpath(os.path.abspath(os.fspath(directory)))
+    with _INPUTS_LOCK:
+        entries = list(_INPUTS.values())
+    for in_resolved, _, in_what, shown in entries:
+        if in_resolved.startswith(d.rstrip(os.sep) + os.sep):
+            subject = f"{flag} {directory}" if flag else f"the {what} {directory}"
+            raise InputError(f"{subject} holds the input {in_what} ({shown}), which it would "
+                             f"{'delete' if removes else 'overwrite'}: give {flag or 'the ' + what} another directory")
 
 
 def temp_name(path):
@@ -68,6 +189,7 @@ def check_writable(path, what="output", *, special_ok=False):
     disk. Probes by creating and removing the temporary name beside it; removes stale temporary
     files of dead writers."""
     path = Path(path)
+    check_not_input(path, what)
     if path.is_dir():
         raise InputError(f"{path}: the {what} is a directory; give a file name, e.g. {path / 'out.h5'}")
     if is_special(path):
@@ -219,7 +341,9 @@ def fsync_dir(directory):
 
 
 def atomic_replace(tmp, path):
-    """fsync ``tmp`` then rename it over ``path`` and fsync the directory."""
+    """fsync ``tmp`` then rename it over ``path`` and fsync the directory; a ``path`` that is, or
+    links to, an input of this process is refused (``tmp`` is left to its writer's cleanup)."""
+    check_not_input(path)
     fsync_file(tmp)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
@@ -231,6 +355,7 @@ def written(path, *, special_ok=False):
     (:func:`atomic_replace`), or is deleted if the block raised. A special file (``/dev/stdout``)
     is written in place when ``special_ok`` (``tmp`` is ``path`` itself), refused otherwise."""
     path = Path(path)
+    check_not_input(path)
     if is_special(path):
         if not special_ok:
             raise InputError(f"{path}: must be a regular file (it is a device or a pipe)")

@@ -25,7 +25,7 @@ import h5py
 import numpy as np
 
 from streamrank._version import __version__
-from streamrank.io.atomic import ensure_space, fsync_dir, fsync_file
+from streamrank.io.atomic import check_not_input, ensure_space, fsync_dir, fsync_file
 from streamrank.errors import CheckpointMismatch, FormatError
 from streamrank.faultpoints import faultpoint
 
@@ -39,6 +39,13 @@ ABORT_EXIT_CODE = 77
 # an interrupted write leaves ``.checkpoint.h5.<pid>.tmp``: never read as a checkpoint
 TEMP_PREFIX = f".{CURRENT}."
 TEMP_SUFFIX = ".tmp"
+
+
+def files(directory):
+    """The files a checkpoint directory's writes and reads may create or replace (none of them may
+    be an input of the run)."""
+    d = Path(directory)
+    return [d / CURRENT, d / PREVIOUS, d / DAMAGED]
 
 
 def _abort_point():
@@ -69,6 +76,8 @@ def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=Non
     fsynced. At every instant ``checkpoint.h5`` or ``checkpoint.prev.h5`` is a complete file.
     """
     d = Path(directory)
+    for p in (d / CURRENT, d / PREVIOUS):  # each is renamed over: never an input of this run
+        check_not_input(p, "checkpoint")
     d.mkdir(parents=True, exist_ok=True)
     arrays = {"w": np.asarray(w, np.float64), "g": np.asarray(g, np.float64)}
     for k, v in (extra or {}).items():
@@ -166,6 +175,7 @@ def read_checkpoint(directory, *, config=None, fingerprint=None, warn=None):
         if name == PREVIOUS and errors and (d / CURRENT).exists():
             # keep the damaged file for inspection, out of the rotation: the next write must not
             # turn it into the previous checkpoint in place of this intact one
+            check_not_input(d / DAMAGED, "checkpoint")
             os.replace(d / CURRENT, d / DAMAGED)
         if warn and ck["created_by"] != f"streamrank {__version__}":
             warn(f"{p} was written by {ck['created_by'] or 'an unknown version'}, this is streamrank "

@@ -21,8 +21,9 @@ import numpy as np
 
 from streamrank.errors import InputError
 from streamrank.execution.progress import bar
-from streamrank.io.atomic import write_atomically
-from streamrank.workflow.grid import APPLIES, configurations, evaluate_model, per_query, run_grid
+from streamrank.io.atomic import check_no_input_inside, check_not_input, reading, write_atomically
+from streamrank.workflow.grid import (APPLIES, configurations, evaluate_model, per_query, run_grid,
+                                      run_outputs as grid_outputs)
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import csv_text, markdown_table, point_text, text_table
 
@@ -63,13 +64,38 @@ def find_folds(folds_dir, folds=None):
     return out
 
 
+RUN_FILES = ("settings.json", "cv.json", "cv.md", "cv.csv")
+
+
+def method_axes(axes, method):
+    """The axes given that apply to ``method``, with ``method`` as the only method."""
+    return dict({k: v for k, v in axes.items() if k not in APPLIES or method in APPLIES[k]}, method=[method])
+
+
+def run_outputs(run_dir, fold_list, methods, axes):
+    """(files, trees) a cv run writes into ``run_dir`` (as :func:`streamrank.workflow.grid.run_outputs`)."""
+    run_dir = Path(run_dir)
+    files, trees = [run_dir / name for name in RUN_FILES], []
+    for name, _ in fold_list:
+        for method in methods:
+            out = run_dir / name / method
+            f, t = grid_outputs(out, method_axes(axes, method))
+            files += f + [out / "test.json"]
+            trees += t
+    return files, trees
+
+
+def fold_inputs(fold_list):
+    """(path, what) of every fold's files."""
+    return [(p, f"{name} {part}") for name, paths in fold_list for part, p in paths.items()]
+
+
 def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meanndcg", folds=None, executor=None,
            cache_dir=None, neutral=(), command=None, open_data=None):
     """Run the LETOR protocol (module docstring); return the cv record (also ``run_dir/cv.json``,
     with ``cv.md`` and ``cv.csv`` beside it). ``axes``: grid axes given by the user (None: each
     method's default grid); an axis applies to the methods it applies to. ``open_data(path)``
     opens a fold's file (default: HDF5 or text converted into ``cache_dir``)."""
-    from streamrank.state.model import load
     if open_data is None:
         from streamrank.evaluation.score_files import open_data as _open
         open_data = (lambda p: _open(p, cache_dir))  # noqa: E731
@@ -80,6 +106,20 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
     record_settings = {"methods": list(methods), "axes": {k: v for k, v in axes.items() if v is not None},
                        "settings": {k: v for k, v in settings.items() if k not in neutral},
                        "select_metric": select_metric, "folds": [name for name, _ in fold_list]}
+    with reading(*fold_inputs(fold_list)):
+        files, trees = run_outputs(run_dir, fold_list, methods, axes)
+        for f in files:
+            check_not_input(f, "run directory", within=run_dir)
+        for t in trees:
+            check_no_input_inside(t, "checkpoint directory")
+        return _run_cv(folds_dir, run_dir, fold_list, record_settings, methods=methods, axes=axes, settings=settings,
+                       select_metric=select_metric, executor=executor, neutral=neutral, command=command,
+                       open_data=open_data, t0=t0)
+
+
+def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, settings, select_metric, executor,
+            neutral, command, open_data, t0):
+    from streamrank.state.model import load
     continued = open_run(run_dir, "cv", record_settings)
     results = []
     outer = bar(len(fold_list) * len(methods), "cv", "grid")
@@ -95,8 +135,7 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
                 if done is None:
                     log.info("cv: %s, %s", name, method)
                     # the axes given that apply to this method
-                    m_axes = dict({k: v for k, v in axes.items() if k not in APPLIES or method in APPLIES[k]},
-                                  method=[method])
+                    m_axes = method_axes(axes, method)
                     grid = run_grid(ds, vali, out, axes=m_axes, settings=settings, select_metric=select_metric,
                                     executor=executor, neutral=neutral, command=command)
                     rep = evaluate_model(load(out / "model.h5"), test, settings.get("memory_budget", "2GB"))

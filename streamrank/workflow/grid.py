@@ -23,7 +23,7 @@ from pathlib import Path
 
 from streamrank.errors import ParameterError
 from streamrank.execution.progress import bar
-from streamrank.io.atomic import write_atomically, written
+from streamrank.io.atomic import check_no_input_inside, check_not_input, reading, write_atomically, written
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import csv_text
 
@@ -100,6 +100,45 @@ def _label(cfg, k):
     return "-".join(str(p) for p in parts)
 
 
+# what a run directory of a grid holds, beside one folder per configuration under runs/
+RUN_FILES = ("settings.json", "grid.json", "candidates.csv", "model.h5")
+CONFIG_FILES = ("model.h5", "result.json")
+
+
+def run_outputs(run_dir, axes):
+    """(files, trees) a grid of ``axes`` writes into ``run_dir``: the files it creates or replaces,
+    and the folders it fills and then deletes (each configuration's checkpoint). None of them may
+    be an input; the run directory itself may hold inputs."""
+    run_dir = Path(run_dir)
+    files = [run_dir / name for name in RUN_FILES]
+    trees = []
+    for cfg in configurations(axes):
+        folder = run_dir / "runs" / cfg["label"]
+        files += [folder / name for name in CONFIG_FILES]
+        trees.append(folder / "checkpoint")
+    return files, trees
+
+
+def check_run_outputs(run_dir, axes):
+    """Refuse, before any work, a run directory whose writes would replace or delete an input of
+    this process (:func:`streamrank.io.atomic.register_input`)."""
+    files, trees = run_outputs(run_dir, axes)
+    for f in files:
+        check_not_input(f, "run directory", within=run_dir)
+    for t in trees:
+        check_no_input_inside(t, "checkpoint directory")
+
+
+def _dataset_inputs(*pairs):
+    """(path, what) of open datasets: the file read, and the text it was converted from (its name)."""
+    out = []
+    for ds, what in pairs:
+        for p in {str(getattr(ds, "path", "")), str(getattr(ds, "name", ""))}:
+            if p and Path(p).is_file():
+                out.append((p, what))
+    return out
+
+
 def train_configuration(ds, valid, cfg, settings, *, select_metric, checkpoint=None, resume=False, executor=None):
     """(model, summary) of one configuration: the method's trainer over its inner path."""
     from streamrank.training.clsr import train_clsr
@@ -127,8 +166,14 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
     arguments (those in ``neutral``, which change no result, may differ) continues a killed run."""
     if valid is None:
         raise ParameterError("a grid chooses on validation data; use valid=DATA")
+    with reading(*_dataset_inputs((ds, "training data"), (valid, "validation data"))):
+        check_run_outputs(run_dir, axes)
+        return _run_grid(ds, valid, Path(run_dir), axes=axes, settings=settings, select_metric=select_metric,
+                         executor=executor, command=command, neutral=neutral)
+
+
+def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, command, neutral):
     t0 = time.perf_counter()
-    run_dir = Path(run_dir)
     configs = configurations(axes)
     record_settings = {"axes": {k: v for k, v in axes.items() if v is not None},
                        "settings": {k: v for k, v in settings.items() if k not in neutral},
@@ -157,6 +202,7 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
         res = {"format": GRID_FORMAT + "-result", "version": GRID_VERSION, "label": cfg["label"],
                "config": {k_: v for k_, v in cfg.items() if k_ != "label"}, "summary": summary}
         write_json(folder / "result.json", res)
+        check_no_input_inside(ck, "checkpoint directory")
         shutil.rmtree(ck, ignore_errors=True)
         results.append(read_json(folder / "result.json"))  # as a rerun would see it (JSON round trip)
     outer.update()

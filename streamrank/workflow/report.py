@@ -13,7 +13,7 @@ from pathlib import Path
 
 from streamrank._version import __version__
 from streamrank.errors import InputError
-from streamrank.io.atomic import write_atomically
+from streamrank.io.atomic import check_not_input, reading, write_atomically
 from streamrank.workflow.rundir import read_json
 
 STYLE = """
@@ -43,6 +43,22 @@ def write_report(run_dir, output, *, plots=True, png_dir=None):
     """Write the report of ``run_dir`` to ``output`` (atomically; "-": standard output); with ``png_dir``, each plot also
     as a PNG file there. Returns the number of plots."""
     run_dir = Path(run_dir)
+    with reading(*((p, f"record {p.relative_to(run_dir)}") for p in run_records(run_dir))):
+        if str(output) != "-":
+            check_not_input(output, "report")
+        if png_dir is not None:
+            check_not_input(png_dir, "PNG folder")
+        return _write_report(run_dir, output, plots=plots, png_dir=png_dir)
+
+
+def run_records(run_dir):
+    """The JSON records of ``run_dir`` a report reads (its inputs)."""
+    run_dir = Path(run_dir)
+    return [p for p in [run_dir / "cv.json", run_dir / "grid.json", *sorted(run_dir.glob("*/*/grid.json"))]
+            if p.is_file()]
+
+
+def _write_report(run_dir, output, *, plots, png_dir):
     kind, rec = load_run(run_dir)
     figures = []
     if plots:
@@ -56,6 +72,8 @@ def write_report(run_dir, output, *, plots=True, png_dir=None):
                     figures += [(f"{fold}-{m}-{name}", png, f"{fold}, {m}") for name, png in all_plots(g)
                                 if name in ("convergence", "heatmap")]
     if png_dir is not None:
+        for name, _, _ in figures:  # all refused before the first is written
+            check_not_input(Path(png_dir) / f"{name}.png", "PNG folder", within=png_dir)
         Path(png_dir).mkdir(parents=True, exist_ok=True)
         for name, png, _ in figures:
             write_atomically(Path(png_dir) / f"{name}.png", png)
