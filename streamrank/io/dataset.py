@@ -6,21 +6,28 @@ slices through :class:`streamrank.io.query_stream.QueryStream`.
 
 import json
 import logging
+import weakref
 from pathlib import Path
 
 import h5py
 import numpy as np
 
+from streamrank._native import finite
 from streamrank.errors import FormatError, InputError
 from streamrank.io.h5_edc import no_check_dxpl, read_rows
-from streamrank.io.hdf5_format import (FORMAT_NAME, FORMAT_VERSION, READABLE_VERSIONS, ContentHash, first_non_finite,
-                                       index_digest)
+from streamrank.io.hdf5_format import FORMAT_NAME, FORMAT_VERSION, READABLE_VERSIONS, ContentHash, index_digest
 
 
 log = logging.getLogger("streamrank.io.dataset")
 
 # datasets opened in this process without checksums (format version 1): said once each
 _UNVERIFIED_SAID = set()
+
+# Rows of X read by one HDF5 call on a block's first read, each piece scanned for non-finite values
+# as soon as it lands, while it is still in cache (L2 holds 1 MB a core and L3 32 MB here; a scan
+# of a whole 250 MB block after its read went back to memory at 2-3 GB/s). Whole HDF5 chunks
+# (about 1 MB each, docs/formats.md) are never split between two pieces.
+PIECE_BYTES = 4 << 20
 
 
 def _check_format(f, path):
@@ -66,6 +73,12 @@ def _fits(a, shape):
     return a.dtype == np.float32 and a.flags.c_contiguous and a.shape == shape
 
 
+def _first_bad_numpy(a):
+    """Index of the first value of ``a`` (any layout, in C order) that is not finite, or -1."""
+    bad = np.flatnonzero(~np.isfinite(np.asarray(a, np.float32).reshape(-1)))
+    return int(bad[0]) if bad.size else -1
+
+
 def _damaged(path, what):
     return FormatError(f"{path}: {what}; the file is damaged or was changed after it was written. "
                        f"Convert the data again from the original text")
@@ -84,7 +97,11 @@ class Dataset:
         file that reads without error still holds exactly that content.
     verified : bool
         Whether reads are checked (format version 2: Fletcher-32 per chunk, the index by its
-        sha256 at open). Rows of an unverified file are checked to be finite as they are read.
+        sha256 at open).
+
+    Every value read, in either version, is checked to be finite the first time this process
+    reads its rows (:meth:`read`, and ``X`` / ``y`` read directly): a NaN or an infinity is refused
+    with its row and feature, whoever wrote the file.
     """
 
     def __init__(self, path):
@@ -115,21 +132,22 @@ class Dataset:
             self.n_features = _int_attr(f, path, "n_features")
             self.n_queries = _int_attr(f, path, "n_queries")
             self.index_base = _int_attr(f, path, "index_base", 1)
-            self.X, self.y = f["X"], f["y"]
+            self._X, self._y = f["X"], f["y"]
+            self.X, self.y = CheckedRows(self, self._X, "X"), CheckedRows(self, self._y, "y")
             # the index is checked before anything is allocated from the attributes
             if min(self.n_rows, self.n_features, self.n_queries) < 0:
                 raise _damaged(path, "negative sizes in its attributes")
             if f["query_ptr"].shape != (self.n_queries + 1,) or f["qid"].shape != (self.n_queries,):
                 raise _damaged(path, f"/query_ptr or /qid does not have the {self.n_queries} queries its "
                                      f"attributes declare")
-            if self.X.shape != (self.n_rows, self.n_features) or self.y.shape != (self.n_rows,) \
+            if self._X.shape != (self.n_rows, self.n_features) or self._y.shape != (self.n_rows,) \
                     or ("row" in f and f["row"].shape != (self.n_rows,)):
                 raise _damaged(path, f"/X, /y or /row does not have the shape its attributes declare "
                                      f"({self.n_rows} rows, {self.n_features} features)")
-            if self.X.dtype != np.float32 or self.y.dtype != np.float32:
-                raise _damaged(path, f"/X and /y must be float32; got {self.X.dtype} and {self.y.dtype}")
+            if self._X.dtype != np.float32 or self._y.dtype != np.float32:
+                raise _damaged(path, f"/X and /y must be float32; got {self._X.dtype} and {self._y.dtype}")
             self.verified = self.version >= 2
-            if self.verified and not (self.X.fletcher32 and self.y.fletcher32):
+            if self.verified and not (self._X.fletcher32 and self._y.fletcher32):
                 raise _damaged(path, "it claims format version 2 but /X or /y carries no checksums")
             self._check_storage()
             self.query_ptr = f["query_ptr"][:].astype(np.int64)
@@ -148,12 +166,15 @@ class Dataset:
         except OSError as e:  # HDF5's own errors: a damaged chunk, a truncated file
             raise _damaged(path, f"HDF5 cannot read its index ({e})") from None
         self._fingerprint = f.attrs.get("content_sha256")
-        self._verified = set()  # (start, stop) row ranges read with their checksums checked
+        # (start, stop) row ranges read once in this process: their values were checked to be finite
+        # and (version 2) their chunks' checksums; later reads of the same rows skip both
+        self._verified = set()
+        self._piece_rows = self._plan_pieces()
 
     def _check_storage(self):
         """The chunk of X that holds the last row exists: a file whose attributes claim more rows
         than were written (HDF5 reads absent chunks as zeros) is refused before anything is read."""
-        X = self.X
+        X = self._X
         if X.chunks is None or self.n_rows == 0 or self.n_features == 0:
             return
         last = (self.n_rows - 1) // X.chunks[0] * X.chunks[0]
@@ -203,8 +224,13 @@ class Dataset:
         if self._fingerprint is None:
             h = ContentHash()
             step = max(1, (64 << 20) // (4 * max(self.n_features, 1)))
+            X, y = np.empty((min(step, self.n_rows), self.n_features), np.float32), np.empty(min(step, self.n_rows), np.float32)
             for a in range(0, self.n_rows, step):
-                h.update(*self.read(a, min(a + step, self.n_rows)))
+                b = min(a + step, self.n_rows)
+                # the bytes as stored, whatever they hold: `info` reports a non-finite value itself
+                self._read_raw(self._X, X[:b - a], a, b)
+                self._read_raw(self._y, y[:b - a], a, b)
+                h.update(X[:b - a], y[:b - a])
             q = self.qid
             self._fingerprint = h.hexdigest(self.query_ptr, q if q.dtype.kind in "iu" else list(q))
         return str(self._fingerprint)
@@ -214,7 +240,9 @@ class Dataset:
         """Rows ``start:stop`` as (X float32 (r, d), y float32 (r,)), one contiguous read each.
 
         ``out``: (X, y) buffers with at least ``stop - start`` rows to read into (views returned).
-        A damaged chunk (version 2) or a non-finite value (version 1) is refused with the rows.
+        The first read of these rows in this process checks them: a damaged chunk (version 2) is
+        refused with the rows, a value that is not finite (any version) with its row and feature
+        (:class:`~streamrank.errors.InputError`). Every row any pass uses is read here.
         """
         if not 0 <= start <= stop <= self.n_rows:
             raise IndexError(f"{self.path}: rows {start}:{stop} lie outside its {self.n_rows} rows")
@@ -224,26 +252,134 @@ class Dataset:
         else:
             X, y = out[0][:stop - start], out[1][:stop - start]
         if stop > start:
-            # rows this process verified already are read without the checksum (io.h5_edc)
-            dxpl = no_check_dxpl() if self.verified and (start, stop) in self._verified else None
             try:
-                if dxpl is not None and _fits(X, (stop - start, self.n_features)) and _fits(y, (stop - start,)):
-                    read_rows(self.X, X, start, stop, dxpl)
-                    read_rows(self.y, y, start, stop, dxpl)
+                if (start, stop) in self._verified:
+                    # read before in this process: values and checksums checked (io.h5_edc)
+                    dxpl = no_check_dxpl() if self.verified else None
+                    self._read_raw(self._X, X, start, stop, dxpl)
+                    self._read_raw(self._y, y, start, stop, dxpl)
                 else:
-                    self.X.read_direct(X, np.s_[start:stop])
-                    self.y.read_direct(y, np.s_[start:stop])
-                    if self.verified:
-                        self._verified.add((start, stop))
+                    self._read_checked(X, y, start, stop)
+                    self._verified.add((start, stop))
             except OSError as e:
                 raise _damaged(self.path, f"rows {start} to {stop - 1} cannot be read ({e}; a checksum "
                                           f"mismatch means bytes changed on disk)") from None
-            if not self.verified:
-                bad = first_non_finite(X, y, start, self.index_base)
-                if bad is not None:
-                    raise InputError(f"{self.path}: stored {bad} is not a finite number; streamrank trains "
-                                     f"on finite values only. Convert the data again")
         return X, y
+
+    @staticmethod
+    def _read_raw(column, out, start, stop, dxpl=None):
+        """``out[:] = column[start:stop]`` through ``dxpl`` where the buffer can take the rows as
+        HDF5 lays them out, else through h5py's read_direct (checksums checked)."""
+        if out.size == 0:
+            return
+        if _fits(out, (stop - start,) + column.shape[1:]):
+            read_rows(column, out, start, stop, dxpl)
+        else:
+            column.read_direct(out, np.s_[start:stop])
+
+    def _plan_pieces(self):
+        """Rows of one piece of a first read: whole HDF5 chunks of X within ``PIECE_BYTES``."""
+        chunk = self._X.chunks[0] if self._X.chunks is not None else 1
+        return max(1, PIECE_BYTES // (chunk * 4 * max(self.n_features, 1))) * chunk
+
+    def _read_checked(self, X, y, start, stop):
+        """Read rows ``start:stop`` into X, y and scan each piece for values that are not finite
+        as soon as it lands (labels whole first: 4 bytes a row). The first one is refused."""
+        self._read_raw(self._y, y, start, stop)
+        bad_y = finite.first_non_finite(finite.bits_of(y)) if _fits(y, (stop - start,)) \
+            else _first_bad_numpy(y)
+        bad_x = -1
+        d = self.n_features
+        if d and _fits(X, (stop - start, d)):
+            step = self._piece_rows
+            p = start
+            while p < stop:  # a bounded walk: p grows by at least one row a piece
+                if 0 <= bad_y < p - start:
+                    break  # the label before this piece is the first bad value
+                q = min(stop, (p // step + 1) * step)  # chunk-aligned, so no chunk is read twice
+                piece = X[p - start:q - start]
+                read_rows(self._X, piece, p, q, None)
+                j = finite.first_non_finite(finite.bits_of(piece))
+                if j >= 0:
+                    bad_x = p - start + j // d
+                    break
+                p = q
+        elif d:  # a buffer HDF5 cannot fill as laid out (another dtype, strided): read, then scan
+            self._X.read_direct(X, np.s_[start:stop])
+            bad_x = _first_bad_numpy(X)
+        if bad_x >= 0 or bad_y >= 0:
+            # at one row, the label is named (as the writer's check does)
+            r = bad_y if bad_y >= 0 and (bad_x < 0 or bad_y <= bad_x) else bad_x
+            raise self._not_finite(start + r, None if r == bad_y else X[r], float(y[r]))
+
+    def _not_finite(self, row, x_row, label):
+        """The error for stored row ``row``: its first non-finite feature in ``x_row`` (None: its
+        label ``label``), named as the user knows it."""
+        extra = []
+        try:
+            if "row" in self._file:
+                extra.append(f"input data row {int(self._file['row'][row]) + 1}")
+            q = int(np.searchsorted(self.query_ptr, row, side="right")) - 1
+            qid = self.qid[q]
+            extra.append(f"qid {qid.decode() if isinstance(qid, bytes) else qid}")
+        except (OSError, ValueError, IndexError):  # a damaged /row or /qid: the stored row still names it
+            pass
+        if x_row is None:
+            what = f"label: {label}"
+        else:
+            j = int(np.flatnonzero(~np.isfinite(x_row))[0])
+            what = f"feature {j + self.index_base}: {x_row[j]}"
+        return InputError(f"{self.name}: stored row {row}, {what} is not a finite number"
+                          f"{' (' + ', '.join(extra) + ')' if extra else ''}; streamrank trains and predicts on "
+                          f"finite values only. Fix or drop that row where the file was written, or convert the "
+                          f"original text again (streamrank info {self.path} counts every such value)")
+
+    def labels(self, check=True):
+        """Every row's label (float32 (n_rows,)); refused, with its row, if one is not finite,
+        unless ``check`` is False (``streamrank info`` shows them as they are)."""
+        y = np.empty(self.n_rows, np.float32)
+        step = 1 << 22
+        try:
+            for a in range(0, self.n_rows, step):
+                b = min(a + step, self.n_rows)
+                self._read_raw(self._y, y[a:b], a, b)
+        except OSError as e:
+            raise _damaged(self.path, f"its labels cannot be read ({e})") from None
+        if check:
+            r = finite.first_non_finite(y.view(np.uint32))
+            if r >= 0:
+                raise self._not_finite(r, None, float(y[r]))
+        return y
+
+    def non_finite(self):
+        """Values of X and y that are not finite: ``{"count", "count_features", "count_labels",
+        "first"}`` with ``first`` None or ``{"row", "feature" (None for the label), "value",
+        "message"}``. One pass over every row (``streamrank info``), in pieces of ``PIECE_BYTES``."""
+        d, n = self.n_features, self.n_rows
+        step = max(1, PIECE_BYTES // (4 * max(d, 1)))
+        X, y = np.empty((min(step, n), d), np.float32), np.empty(min(step, n), np.float32)
+        count_x = count_y = 0
+        first = None
+        try:
+            for a in range(0, n, step):
+                b = min(a + step, n)
+                Xa, ya = X[:b - a], y[:b - a]
+                self._read_raw(self._X, Xa, a, b)
+                self._read_raw(self._y, ya, a, b)
+                cx, cy = finite.count_non_finite(finite.bits_of(Xa)), finite.count_non_finite(finite.bits_of(ya))
+                count_x, count_y = count_x + cx, count_y + cy
+                if first is None and (cx or cy):
+                    rx = finite.first_non_finite(finite.bits_of(Xa)) // max(d, 1) if cx else b - a
+                    ry = finite.first_non_finite(finite.bits_of(ya)) if cy else b - a
+                    r = min(rx, ry)
+                    label = ry == r
+                    j = None if label else int(np.flatnonzero(~np.isfinite(Xa[r]))[0])
+                    err = self._not_finite(a + r, None if label else Xa[r], float(ya[r]))
+                    first = {"row": a + r, "feature": None if label else j + self.index_base,
+                             "value": str(ya[r] if label else Xa[r, j]), "message": str(err)}
+        except OSError as e:
+            raise _damaged(self.path, f"its rows cannot be read ({e})") from None
+        return {"count": count_x + count_y, "count_features": count_x, "count_labels": count_y, "first": first}
 
     def stream(self, **kwargs):
         """A :class:`~streamrank.io.query_stream.QueryStream` over this dataset (keywords passed on)."""
@@ -270,6 +406,58 @@ class Dataset:
     def __repr__(self):
         return (f"<streamrank.Dataset {self.path.name}: {self.n_rows} rows, {self.n_queries} queries, "
                 f"{self.n_features} features>")
+
+
+class CheckedRows:
+    """``Dataset.X`` / ``Dataset.y``: the HDF5 dataset, whose values read through ``[...]``,
+    ``read_direct`` or ``np.asarray`` are checked to be finite (labels read by ``eval`` or the
+    training's statistics, a caller's own slices). Everything else is h5py's."""
+
+    def __init__(self, dataset, column, name):
+        # a weak reference: a dataset dropped without close() still closes its file when collected
+        self._ds, self._column, self._name = weakref.ref(dataset), column, name
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_ds", "_column", "_name"):
+            raise AttributeError(name)
+        return getattr(self._column, name)
+
+    def __len__(self):
+        return len(self._column)
+
+    def __repr__(self):
+        return f"<checked {self._column!r}>"
+
+    def __getitem__(self, sel):
+        a = self._column[sel]
+        self._check(a, sel)
+        return a
+
+    def __array__(self, dtype=None, copy=None):
+        a = self[()]
+        return a if dtype is None else a.astype(dtype)
+
+    def read_direct(self, dest, source_sel=None, dest_sel=None):
+        self._column.read_direct(dest, source_sel, dest_sel)
+        self._check(dest if dest_sel is None else dest[dest_sel], source_sel)
+
+    def _check(self, a, sel):
+        a = np.asarray(a)
+        k = _first_bad_numpy(a)
+        if k < 0:
+            return
+        ds = self._ds()
+        rows = sel[0] if isinstance(sel, tuple) and sel else sel
+        if rows is None or rows is Ellipsis or (isinstance(sel, tuple) and not sel):
+            rows = slice(None)
+        if isinstance(rows, (int, np.integer)):
+            r = range(ds.n_rows)[rows]
+        elif isinstance(rows, slice):
+            picked = range(ds.n_rows)[rows]
+            r = picked[k // max(1, a.size // max(1, len(picked)))]
+        else:  # a fancy selection: the file's first value that is not finite is named
+            raise InputError(ds.non_finite()["first"]["message"])
+        raise ds._not_finite(r, None if self._name == "y" else ds._X[r], float(ds._y[r]))
 
 
 _REOPENED = {}

@@ -48,7 +48,7 @@ from streamrank.errors import InputError, StreamrankError
 from streamrank.faultpoints import faultpoint
 from streamrank.io.atomic import (atomic_replace, discard_h5, ensure_space, fsync_file, remove_stale_temps,
                                   storage_error, temp_name)
-from streamrank._native import numba_cache
+from streamrank._native import finite as _finite, numba_cache
 
 numba_cache.install()  # cached kernels load without numba's compiler registries
 
@@ -146,7 +146,11 @@ def _compression_kwargs(compression):
 def first_non_finite(X, y, row0=0, index_base=1):
     """None when every value of X and y is finite, else where the first non-finite one is:
     "row R, feature J: VALUE" (R counted from ``row0``, J numbered from ``index_base``)."""
-    if np.isfinite(X).all() and np.isfinite(y).all():
+    if all(a.dtype == np.float32 and a.flags.c_contiguous and a.flags.writeable for a in (X, y)):
+        # one vectorised pass over the bits, no temporaries (streamrank._native.finite)
+        if _finite.first_non_finite(_finite.bits_of(X)) < 0 and _finite.first_non_finite(_finite.bits_of(y)) < 0:
+            return None
+    elif np.isfinite(X).all() and np.isfinite(y).all():
         return None
     bad_x = ~np.isfinite(X)
     rows_x = np.flatnonzero(bad_x.any(axis=1))

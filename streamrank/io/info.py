@@ -1,4 +1,12 @@
-"""``streamrank info``: what a dataset holds, computed from the labels and the query index only."""
+"""``streamrank info``: what a dataset holds, from the labels, the query index and one scan of
+the values.
+
+Every value is scanned (one pass over the rows, :meth:`streamrank.io.dataset.Dataset.non_finite`)
+because ``info`` is where a user looks when a file is refused: a file with a NaN or an infinity is
+still described in full, with a ``values`` line that counts them and names the first (row,
+feature, value) and what to do, and the command still exits 0 (the description is its result;
+train, predict, eval and select-features are the commands that refuse the file, exit 2).
+``--json`` gives the same under ``non_finite``."""
 
 import os
 
@@ -26,11 +34,8 @@ def preference_pairs_per_query(y, query_ptr):
 
 def dataset_info(ds):
     """A dict of the facts ``streamrank info`` prints (JSON-ready)."""
-    # labels of all rows: 4 bytes per row, read in slices of the y column only
-    y = np.empty(ds.n_rows, np.float32)
-    step = 1 << 22
-    for a in range(0, ds.n_rows, step):
-        ds.y.read_direct(y[a:min(a + step, ds.n_rows)], np.s_[a:min(a + step, ds.n_rows)])
+    # labels of all rows (4 bytes per row), as stored: a non-finite one is shown, not refused
+    y = ds.labels(check=False)
     labels, counts = np.unique(y, return_counts=True)
     sizes = np.diff(ds.query_ptr)
     pairs = preference_pairs_per_query(y, ds.query_ptr)
@@ -50,9 +55,23 @@ def dataset_info(ds):
         "compression": str(ds.attrs.get("compression", "")),
         "index_base": ds.index_base,
         "fingerprint": ds.fingerprint,
+        "non_finite": ds.non_finite(),
         "source": ds.source,
         "created_by": str(ds.attrs.get("created_by", "")),
     }
+
+
+def _values_line(nf):
+    if nf is None:
+        return "  values      not scanned"
+    if not nf["count"]:
+        return "  values      all finite"
+    first = nf["first"]
+    where = "the label" if first["feature"] is None else f"feature {first['feature']}"
+    return (f"  values      NOT FINITE: {nf['count']:,} value{'s' if nf['count'] != 1 else ''} "
+            f"({nf['count_features']:,} of features, {nf['count_labels']:,} of labels); the first: row "
+            f"{first['row']}, {where} = {first['value']}. Commands that read these rows refuse the file (exit 2): "
+            f"fix or drop the rows where the file was written, or convert the original text again")
 
 
 def format_info(info):
@@ -67,6 +86,7 @@ def format_info(info):
         f"{info['queries_without_pairs']:,} queries without any",
         f"  file        {format_size(info['file_bytes'])} (compression {info['compression']})",
         f"  fingerprint {info['fingerprint']}",
+        _values_line(info.get("non_finite")),
     ]
     for s in info["source"]:
         lines.append(f"  source      {s.get('name')}  sha256 {s.get('sha256')}")
