@@ -91,7 +91,8 @@ RANGES = {
     "n_features": Range(1, _INT32, integer=True, example="46"),
     "workers": Range(1, 1024, integer=True, example="2"),
     "partition_rows": Range(1, 2**62, integer=True, example="262144"),
-    "commit_every": Range(0, INF, open_low=True, example="60"),
+    # seconds between commits of a conversion or a selection's pass (0: after every block)
+    "commit_seconds": Range(0, INF, example="60"),
     # bytes (memory_budget, block_bytes, cache_size are parsed by units.parse_size, then checked)
     "memory_budget": Range(1, 2**62, integer=True, example="2GB"),
     "block_bytes": Range(1, 2**62, integer=True, example="64MB"),

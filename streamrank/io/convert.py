@@ -25,6 +25,7 @@ from tqdm import tqdm
 from streamrank.io import _textparse as tp
 from streamrank._native import parallel
 from streamrank._native.threads import background
+from streamrank import params
 from streamrank.errors import InputError, ParameterError
 from streamrank._native.memory import trimmer
 from streamrank.io.budget import HEADROOM, STREAM_SLACK, resident_bytes
@@ -338,8 +339,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         if len(query_files) != len(inputs):
             raise ParameterError(f"query_files must be given once per input: {len(inputs)} inputs, "
                                  f"{len(query_files)} query files")
-    if n_features is not None and int(n_features) <= 0:
-        raise ParameterError(f"n_features must be > 0; got {n_features}. Use n_features=46")
+    if n_features is not None:
+        n_features = params.check("n_features", n_features)
     for p in inputs + (query_files or []):
         if not p.exists():
             raise InputError(f"{p}: no such file")
@@ -353,8 +354,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     ident = progress.identity(inputs, query_files, {
         "zero_based": bool(zero_based), "n_features": n_features, "compression": compression,
         "chunk_bytes": int(chunk_bytes), "keep_comments": bool(keep_comments)})
-    if not commit_seconds >= 0:  # (NaN too)
-        raise ParameterError(f"commit_seconds must be >= 0; got {commit_seconds}. Use commit_seconds=60")
+    commit_seconds = params.check("commit_seconds", commit_seconds)
     lock = progress.Lock(lock_path, output)
     try:
         writer, pos = _open_writer(output, work, record, ident, parser, dict(

@@ -225,7 +225,7 @@ def test_api_edges_numpy_widths_missing_directories_and_bad_settings(tmp_path):
     with pytest.raises(ValueError, match="compression"):
         convert([a], tmp_path / "z.h5", compression="zstd", **KW)
     for bad in (-1.0, float("nan")):
-        with pytest.raises(ParameterError, match="commit_seconds must be >= 0"):
+        with pytest.raises(ParameterError, match="commit_seconds must be a finite number >= 0"):
             convert([a], tmp_path / "c.h5", quiet=True, commit_seconds=bad)
     assert leftovers(tmp_path) == []
 
