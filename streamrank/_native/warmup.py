@@ -27,6 +27,7 @@ import threading
 import time
 
 ENV_OFF = "STREAMRANK_NO_WARMUP"
+ENV_PARENT = "STREAMRANK_WARMUP_PARENT"  # the command's pid, for the helper
 
 # a process waits at most this long for the other's compile of a function, then compiles it
 LOCK_WAIT = 120.0
@@ -190,7 +191,7 @@ def start(command):
         # started first thing, before this process imports numba: the helper's imports overlap ours
         argv, cwd = helper_command(command)
         import subprocess  # here: a run whose kernels are compiled never starts one
-        _helper = subprocess.Popen(argv, cwd=cwd, env=dict(os.environ, **{ENV_OFF: "1"}), stdin=subprocess.DEVNULL,
+        _helper = subprocess.Popen(argv, cwd=cwd, env=dict(os.environ, **{ENV_OFF: "1", ENV_PARENT: str(os.getpid())}), stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         install_compile_locks()
     except Exception:  # only a speed-up: a failure to start it changes nothing else
@@ -199,7 +200,9 @@ def start(command):
 
 def stop():
     """Tell the helper to stop after the kernel it is compiling (its cache files are written
-    whole or not at all); returns at once."""
+    whole or not at all); returns at once. cli.main calls it when a command ends, however it
+    ends (a SIGINT, SIGTERM or SIGHUP too); a helper whose command was killed stops by itself
+    after its current kernel."""
     global _helper
     h, _helper = _helper, None
     if h is not None and h.poll() is None:
@@ -229,13 +232,15 @@ def main(argv=None):
     install_compile_locks()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    # a command that ended without stopping it (SIGKILL, even before this process got here) stops it too
+    parent = int(os.environ.get(ENV_PARENT) or os.getppid())
     failed = False
     # STREAMRANK_WARMUP_LOG=FILE: one line per kernel started, for measuring the overlap
     log = open(os.environ["STREAMRANK_WARMUP_LOG"], "a") if os.environ.get("STREAMRANK_WARMUP_LOG") else None
     for module, qualname, sig, *_ in helper_order(KERNELS.get(argv[0], [])):
         if log:
             print(f"{time.time():.3f} start {qualname}", file=log, flush=True)
-        if stopping:
+        if stopping or os.getppid() != parent:
             return 0
         try:
             _kernel(module, qualname).compile(decode(sig))

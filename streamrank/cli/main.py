@@ -49,6 +49,7 @@ def main(argv=None):
         with progress(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
             return args.func(args)
     except (StreamrankError, FileNotFoundError) as exc:
+        _end_bars()
         print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader of standard output went away (| head): stop quietly, as cat does
@@ -56,10 +57,12 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as exc:  # the system refused a read or write: one line, what and why
+        _end_bars()
         print(f"streamrank {args.command}: error: {_os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # SIGINT, SIGTERM or SIGHUP (cli.signals)
         signum = signal_of(exc)
+        _end_bars()
         kept = _kept_checkpoint(args)
         print(f"streamrank {args.command}: interrupted by {signal.Signals(signum).name}"
               + (f"; checkpoint kept at {kept}" if kept else ""), file=sys.stderr)
@@ -69,6 +72,17 @@ def main(argv=None):
         for token in inputs:
             forget_input(token)
         handlers.restore()
+
+
+def _end_bars():
+    """Close the progress bars the command left open (grid's and cv's, a pass's), so the line that
+    ends the command comes after them, not inside one."""
+    tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
+    for b in list(getattr(tqdm, "_instances", ())):
+        try:
+            b.close()
+        except Exception:  # noqa: BLE001 - a bar must not hide the message
+            pass
 
 
 def _kept_checkpoint(args):
