@@ -20,9 +20,11 @@ from dataclasses import dataclass
 from streamrank.errors import ParameterError
 
 INF = math.inf
-# float64's largest finite value, with a margin of 2^-10 for the sums the objective forms beyond
-# the bound's terms (a few additions of values of the bound's size)
-FLOAT64_ROOM = 1.7976931348623157e308 / 1024.0
+# The largest scale of the objective whose solver arithmetic stays finite: truncated CG forms
+# d.Hd with d ~ g, which is of the order of (C sum(lambda mu) 4 max||x||^2)^3 (||g||^2 ||H||; see
+# c_limit), so the scale must stay below the cube root of float64's largest value (5.6e102), here
+# with a margin of 10^3 for the sums beyond the bound's terms
+FLOAT64_ROOM = 1.7976931348623157e308 ** (1.0 / 3.0) / 1e3
 
 
 @dataclass(frozen=True)
@@ -161,9 +163,11 @@ def c_limit(weight_sum, max_sq_norm):
 
     With d_ij = x_i - x_j (||d_ij||^2 <= 4 max||x||^2) the squared hinge's value at w = 0 is
     C sum(lambda mu); its gradient and Hessian (paper 004 eq. 3.13, appendix B) are sums of
-    2 C lambda mu d_ij and 2 C lambda mu d_ij d_ij^T, bounded by 2 C sum(lambda mu) 4 max||x||^2
-    in norm. C below FLOAT64_ROOM / (2 sum(lambda mu) max(1, 4 max||x||^2)) keeps all three finite at
-    w = 0 and in the region the solver searches (the loss only falls from f(0)).
+    2 C lambda mu d_ij and 2 C lambda mu d_ij d_ij^T, so with S = 2 C sum(lambda mu) max(1, 4 max||x||^2)
+    f(0) <= S, ||g|| <= S and ||H|| <= 1 + S. The solver forms ||g||^2 and, in CG, d.Hd with d = -g
+    first: at most S^3. S <= FLOAT64_ROOM (the cube root of float64's range, with a margin) keeps
+    every one of them finite at w = 0 and in the region the solver searches (the loss only falls
+    from f(0)).
     """
     scale = 2.0 * max(float(weight_sum), 1.0) * max(1.0, 4.0 * float(max_sq_norm))
     return FLOAT64_ROOM / scale if math.isfinite(scale) else 0.0
@@ -177,8 +181,8 @@ def check_c_on_data(Cs, weight_sum, max_sq_norm, data_name):
     if bad:
         raise ParameterError(
             f"C={max(bad):g} overflows float64 on {data_name}: C * 2 * (sum of pair weights {weight_sum:.4g}) * "
-            f"4 * (largest squared row norm {max_sq_norm:.4g}) must stay below {FLOAT64_ROOM:.3g}, so C must be at "
-            f"most {limit:.4g} on these data. Use C={_round_down(limit)}")
+            f"4 * (largest squared row norm {max_sq_norm:.4g}) must stay below {FLOAT64_ROOM:.3g} (the solver "
+            f"forms its cube), so C must be at most {limit:.4g} on these data. Use C={_round_down(limit)}")
 
 
 def _round_down(v):

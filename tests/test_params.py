@@ -106,7 +106,7 @@ def test_c_limit_keeps_the_objectives_bound_finite(weight_sum, sq_norm):
     C = params.c_limit(weight_sum, sq_norm)
     assert C > 0
     # the bound of params.c_limit's docstring, formed as the objective forms it, stays finite
-    assert math.isfinite(2.0 * C * max(weight_sum, 1.0) * max(1.0, 4.0 * sq_norm) * 1000)
+    assert math.isfinite((2.0 * C * max(weight_sum, 1.0) * max(1.0, 4.0 * sq_norm) * 10) ** 3)
 
 
 def _pairwise_objective_at_zero_and_gradient(X, y, qid, C):

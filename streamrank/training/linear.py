@@ -22,11 +22,11 @@ from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
-from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (attach_features, c_path, check_config, check_has_features, check_queries,
+from streamrank.training.path import TWO_STAGE_FACTORS, Method, report_grid_edges, run_settings
+from streamrank.training.problem import (attach_features, c_path, check_c_scale, check_config, check_has_features, check_queries,
                                         check_valid_width, eta_for, gamma_path, grid_points, pair_cost_table,
                                         pair_weight_sum, query_weights, read_labels, validation_score, with_features,
-                                        MappedValidation, mapped_validation_bytes)
+                                        MappedValidation, mapped_validation_bytes, max_row_sq_norm)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -167,6 +167,15 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     if normalize == "zscore":
         normalizer.fit(partitioned_stream(ds, executor, block_bytes=block_bytes, queries=(q0, q1)), ds.n_features,
                        executor=executor)
+    if method == "primal":  # kernel maps: a solver's NumericError names the point (training.path)
+        check_c_scale(max(Cs) * (max(TWO_STAGE_FACTORS) if refine is not None else 1.0), query_ptr=qp[q0:q1 + 1],
+                      lam=cost.lam, mu=mu[q0:q1], normalize=normalize, n_features=ds.n_features,
+                      n_rows=qp[q1] - qp[q0], data_name=ds.name,
+                      weight_sum=lambda: weight_sum or pair_weight_sum(
+                          np.searchsorted(levels, read_labels(ds)[qp[q0]:qp[q1]]), qp[q0:q1 + 1] - qp[q0], cost.lam,
+                          mu[q0:q1]),
+                      max_sq_norm=lambda: max_row_sq_norm(ds.stream(block_bytes=block_bytes, queries=(q0, q1)),
+                                                          normalizer))
     valid_y = read_labels(valid) if valid is not None else None
     maps = {}
 

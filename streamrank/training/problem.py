@@ -346,3 +346,15 @@ def check_c_scale(C_max, *, query_ptr, lam, mu, weight_sum, normalize, n_feature
     if C_max <= params.c_limit(W, n_features * per_value):
         return
     params.check_c_on_data([C_max], W, max_sq_norm(), data_name)
+
+
+def max_row_sq_norm(stream, normalizer=None):
+    """The largest squared norm of a row of ``stream``'s blocks (normalised by ``normalizer``), in
+    float64: one pass, for :func:`check_c_scale`."""
+    top = 0.0
+    for block, _, _ in stream:
+        X = block.X if normalizer is None else normalizer.transform(block.X, block.query_ptr)
+        if len(X):
+            X = np.asarray(X, np.float64)
+            top = max(top, float(np.einsum("ij,ij->i", X, X).max()))
+    return top

@@ -62,10 +62,11 @@ def _item(item, name):
     if m:
         return [_finite(_power(float(m.group(1)), int(m.group(2)), item, name), item, name)]
     try:
-        return [_finite(float(item), item, name)]
+        v = float(item)
     except ValueError:
         raise ParameterError(f"{name}: {item!r} is not a number, a power such as 2^-3, or a range such as "
                              f"2^-5:2^5 or 10^-3:10^1:1") from None
+    return [_finite(v, item, name)]
 
 
 # a range of more values than this is a typo (2^-5:2^500), not a grid anybody means to train
