@@ -63,9 +63,7 @@ def main(argv=None):
     except KeyboardInterrupt as exc:  # SIGINT, SIGTERM or SIGHUP (cli.signals)
         signum = signal_of(exc)
         _end_bars()
-        kept = _kept_checkpoint(args)
-        print(f"streamrank {args.command}: interrupted by {signal.Signals(signum).name}"
-              + (f"; checkpoint kept at {kept}" if kept else ""), file=sys.stderr)
+        print(f"streamrank {args.command}: interrupted by {signal.Signals(signum).name}{_kept(args)}", file=sys.stderr)
         return 128 + signum
     finally:
         warmup.stop()
@@ -85,21 +83,25 @@ def _end_bars():
             pass
 
 
-def _kept_checkpoint(args):
-    """The checkpoint directory an interrupted command leaves to continue from (None: none): its
-    --checkpoint, or a grid's or cv's newest configuration checkpoint in its run directory."""
+def _kept(args):
+    """What an interrupted command leaves to continue from, as the end of its last line: its
+    --checkpoint, a grid's or cv's newest configuration checkpoint, a conversion's last commit."""
     from pathlib import Path
     from streamrank.state.checkpoint import CURRENT, PREVIOUS
     try:
         if getattr(args, "checkpoint", None):
             d = Path(args.checkpoint)
-            return str(d) if (d / CURRENT).is_file() or (d / PREVIOUS).is_file() else None
+            return f"; checkpoint kept at {d}" if (d / CURRENT).is_file() or (d / PREVIOUS).is_file() else ""
         if args.command in ("grid", "cv") and Path(args.output).is_dir():
             found = [p for p in Path(args.output).rglob(CURRENT) if p.parent.name == "checkpoint"]
-            return str(max(found, key=lambda p: p.stat().st_mtime).parent) if found else None
+            return f"; checkpoint kept at {max(found, key=lambda p: p.stat().st_mtime).parent}" if found else ""
+        if args.command == "convert":
+            from streamrank.io.convert_progress import work_paths
+            record = work_paths(args.output)[1]
+            return f"; checkpoint kept at {record} (the same command continues from it)" if record.is_file() else ""
     except OSError:  # pragma: no cover - the folder changed meanwhile
-        return None
-    return None
+        return ""
+    return ""
 
 
 def run():

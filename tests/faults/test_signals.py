@@ -175,3 +175,50 @@ def test_the_end_of_a_command_stops_the_warmup_helper(data, tmp_path, sig):
         os.environ.pop("NUMBA_CACHE_DIR") if old is None else os.environ.__setitem__("NUMBA_CACHE_DIR", old)
     assert stamp.parent == tmp_path / "numba" and not stamp.exists(), "the helper was not stopped: it compiled its list"
     assert not (tmp_path / "m.h5").exists()
+
+
+def test_an_interrupted_conversion_names_its_last_commit(tmp_path, capsys, monkeypatch):
+    """A signal after a conversion's first commit: the line names the progress record, which the
+    same command continues from (in process: the signal stands as the Interrupted it raises)."""
+    import numpy as np
+
+    from streamrank.cli import main
+    from streamrank.cli.signals import Interrupted
+    from streamrank.io import convert_progress
+    rng = np.random.default_rng(0)
+    src = tmp_path / "in.txt"
+    src.write_text("".join(f"{rng.integers(3)} qid:{i // 20} " + " ".join(f"{j + 1}:{v:.5f}" for j, v in
+                                                                         enumerate(rng.random(20))) + "\n"
+                           for i in range(6000)))
+    save, saved = convert_progress.save, []
+
+    def save_then_signal(*a, **k):  # the signal lands after the second commit
+        save(*a, **k)
+        saved.append(1)
+        if len(saved) == 2:
+            raise Interrupted(signal.SIGTERM)
+    monkeypatch.setattr(convert_progress, "save", save_then_signal)
+    argv = ["convert", str(src), "-o", str(tmp_path / "d.h5"), "--commit-every", "0", "--memory-budget", "1MB"]
+    assert main(argv) == 143
+    record = convert_progress.work_paths(tmp_path / "d.h5")[1]
+    assert capsys.readouterr().err.splitlines()[-1] == (f"streamrank convert: interrupted by SIGTERM; checkpoint kept "
+                                                        f"at {record} (the same command continues from it)")
+    monkeypatch.setattr(convert_progress, "save", save)
+    assert main(argv + ["--quiet"]) == 0
+    assert (tmp_path / "d.h5").is_file() and not record.exists()
+
+
+def test_sigterm_stops_the_dask_workers(data, tmp_path):
+    psutil = pytest.importorskip("psutil")
+    pytest.importorskip("distributed")
+    p = start(train_argv(data, tmp_path, "--workers", "1"), tmp_path)
+    assert wait_for(p, lambda: (tmp_path / "ck" / "checkpoint.h5").exists()), "the run ended before its checkpoint"
+    workers = psutil.Process(p.pid).children(recursive=True)
+    assert workers, "no worker process"
+    p.send_signal(signal.SIGTERM)
+    rc = finish(p)
+    err = (tmp_path / "stderr.txt").read_text()
+    assert rc == 143 and "Traceback" not in err, (rc, err[-2000:])
+    assert err.splitlines()[-1] == f"streamrank train: interrupted by SIGTERM; checkpoint kept at {tmp_path / 'ck'}"
+    gone, alive = psutil.wait_procs(workers, timeout=DEADLINE)
+    assert not alive, f"worker processes outlived the command: {alive}"
