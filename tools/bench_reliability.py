@@ -5,6 +5,7 @@ against the memory budget (issue 12).
     python tools/bench_reliability.py                    # everything (about 15 minutes)
     python tools/bench_reliability.py --only memory      # one section: kills damaged fuzz storage memory
     python tools/bench_reliability.py --kills 200        # the long soak inside it
+    python tools/bench_reliability.py --only properties --examples 40   # tests/properties, N examples each
 
 Each section runs streamrank as a user would (the CLI in a child process) on generated data, and
 counts cases tried and cases that ended as they must; a case that did not is printed with its
@@ -27,7 +28,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 from _benchutil import machine_facts, table  # noqa: E402
 from _rss import cli_peak_rss  # noqa: E402
 
-SECTIONS = ("kills", "damaged", "fuzz", "storage", "memory")
+SECTIONS = ("kills", "damaged", "fuzz", "storage", "memory", "properties")
 
 
 # -- kills ------------------------------------------------------------------------------------------
@@ -460,6 +461,41 @@ def section_memory(args, work):
     return {"rows": rows}, failures
 
 
+# -- properties -------------------------------------------------------------------------------------
+def section_properties(args, work):
+    """tests/properties under its long profile (``--examples`` examples per property, random, shrunk
+    to a minimal failing example) in a child pytest; its counts by command and by kind of input."""
+    import subprocess
+    n = args.examples
+    print(f"\n== Properties: tests/properties with {n} examples per property (the long profile) ==", flush=True)
+    report = work / "properties.json"
+    env = {**os.environ, "STREAMRANK_PROPERTY_PROFILE": "long", "STREAMRANK_PROPERTY_EXAMPLES": str(n),
+           "STREAMRANK_PROPERTY_REPORT": str(report), "STREAMRANK_NO_WARMUP": "1"}
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(work / "tmp"),
+                        str(HERE.parent / "tests" / "properties")], env=env, cwd=work, capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    closing = [ln for ln in r.stdout.splitlines() if ln.strip()][-1:]
+    print(f"  pytest: {closing[0] if closing else r.stderr.strip()[-300:]} ({seconds:.0f} s)", file=sys.stderr, flush=True)
+    if not report.exists():
+        return {"rows": [], "by_kind": []}, [f"properties: pytest wrote no report (exit {r.returncode}): "
+                                             f"{(r.stdout + r.stderr)[-2000:]}"]
+    got = json.loads(report.read_text())
+    cols = [("tried", "tried", None), ("exit 0", "exit 0", None), ("exit 2", "exit 2 (one line)", None),
+            ("signal", "128 + signal", None), ("other", "other exit", None), ("failed", "broke a rule", None)]
+    rows, kinds = got["counts"]["by_command"], got["counts"]["by_kind"]
+    table(rows, [("command", "command", None)] + cols)
+    table(kinds, [("kind", "kind of input", None)] + cols)
+    print("every example: ends within its bound; exits 0 with a finite model, objective <= f(0), converged or "
+          "capped (or the command's finite result), or exits 2 with one error line and no traceback (a signal: "
+          "128 + its number with its line); inputs byte-identical; nothing left beside an output. An example has "
+          "several kinds of input; a failing property's shrinking examples are counted too")
+    failures = [f"properties: {f['test'].split('::')[-1]}:\n{f['text']}" for f in got["failures"]]
+    if r.returncode not in (0, 1) and not failures:
+        failures.append(f"properties: pytest exited {r.returncode}: {(r.stdout + r.stderr)[-2000:]}")
+    return {"rows": rows, "by_kind": kinds, "examples": n, "seconds": seconds}, failures
+
+
 def summary(name, out):
     """The one-table rows of a section's results."""
     rows = out["rows"] if isinstance(out, dict) and "rows" in out else [out]
@@ -474,6 +510,10 @@ def summary(name, out):
         return [{"what": "hostile LETOR/SVMlight documents", "tried": rows[0]["tried"],
                  "ok": rows[0]["tried"] - rows[0]["failed"],
                  "rule": "the grammar's values, or refused at its first bad line"}]
+    if name == "properties":
+        return [{"what": f"property examples: {r['command']}", "tried": r["tried"], "ok": r["tried"] - r["failed"],
+                 "rule": "bounded; exit 0 finite, <= f(0), converged/capped, or exit 2 one line; inputs unchanged"}
+                for r in rows]
     if name == "storage":
         return [{"what": "full, read-only, size-limited file systems", "tried": len(rows),
                  "ok": sum(r["clean"] == "yes" for r in rows),
@@ -490,6 +530,8 @@ def main():
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run these sections (default: all)")
     ap.add_argument("--kills", type=int, default=12, help="random kills per crash scenario (tools/soak.py: 40)")
     ap.add_argument("--fuzz", type=int, default=2000, help="hypothesis examples per fuzz property")
+    ap.add_argument("--examples", type=int, default=200, metavar="N",
+                    help="hypothesis examples per property of tests/properties (the properties section)")
     ap.add_argument("--budget", default="256MB", help="--memory-budget of the memory section")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--workdir", default=None, help="default: a temporary directory")

@@ -66,8 +66,3 @@ def pytest_sessionfinish(session, exitstatus):
     import prop_checker
     Path(out).write_text(json.dumps({"profile": PROFILE, "max_examples": settings.default.max_examples,
                                      "counts": prop_checker.counts_table(), "failures": _failures}, indent=1))
-
-
-def examples(ci):
-    """The example count of a property: ``ci`` in the CI profile, the profile's count otherwise."""
-    return ci if PROFILE == "ci" else settings.default.max_examples

@@ -42,8 +42,10 @@ CHILD_BOUND = float(os.environ.get("STREAMRANK_PROPERTY_CHILD_BOUND", "120"))
 # after a first hang, the same property's later (shrinking) examples get this bound
 HUNG_BOUND = float(os.environ.get("STREAMRANK_PROPERTY_HUNG_BOUND", "4"))
 
-# (command, kind) -> {"tried", "exit 0", "exit 2", "signal", "failed"}
-COUNTS = defaultdict(lambda: defaultdict(int))
+# command -> {"tried", "exit 0", "exit 2", "signal", "other", "failed"}; the same by kind of input
+# (an example has several kinds: each counts it once)
+BY_COMMAND = defaultdict(lambda: defaultdict(int))
+BY_KIND = defaultdict(lambda: defaultdict(int))
 _hung = {"seen": False}
 
 # the messages of a finished solve: converged, or the iteration cap, or the clear status of a step
@@ -315,15 +317,15 @@ def check(case, res, sig=None):
     """All of the rules for one case; counts it; raises Violation naming the broken rule."""
     counted = "signal" if sig is not None and res.rc == 128 + sig else (
         "exit 0" if res.rc == 0 else "exit 2" if (res.rc == 2 or isinstance(res.rc, Exception)) else "other")
-    keys = [(case.command, k) for k in case.kinds]
-    for key in keys:
-        COUNTS[key]["tried"] += 1
-        COUNTS[key][counted] += 1
+    tallies = [BY_COMMAND[case.command]] + [BY_KIND[k] for k in dict.fromkeys(case.kinds)]
+    for t in tallies:
+        t["tried"] += 1
+        t[counted] += 1
     try:
         _check(case, res, sig)
     except Violation:
-        for key in keys:
-            COUNTS[key]["failed"] += 1
+        for t in tallies:
+            t["failed"] += 1
         raise
 
 
@@ -546,8 +548,10 @@ SUCCESS = {"train": _train_ok, "grid": _grid_ok, "cv": _cv_ok, "predict": _predi
            "select-features": _select_ok, "info": _info_ok, "convert": _convert_ok, "report": _report_ok}
 
 
+COLUMNS = ("tried", "exit 0", "exit 2", "signal", "other", "failed")
+
+
 def counts_table():
-    """[{"command", "kind", "tried", "exit 0", "exit 2", "signal", "other", "failed"}]."""
-    return [{"command": c, "kind": k, **{n: v.get(n, 0) for n in ("tried", "exit 0", "exit 2", "signal", "other",
-                                                                    "failed")}}
-            for (c, k), v in sorted(COUNTS.items())]
+    """{"by_command": [{"command", "tried", "exit 0", ...}], "by_kind": [{"kind", ...}]}."""
+    return {"by_command": [{"command": c, **{n: v.get(n, 0) for n in COLUMNS}} for c, v in sorted(BY_COMMAND.items())],
+            "by_kind": [{"kind": k, **{n: v.get(n, 0) for n in COLUMNS}} for k, v in sorted(BY_KIND.items())]}
