@@ -5,6 +5,9 @@ out, in the order given; everything else (queries, labels, the row order) is the
 A chosen column past the dataset's width reads as 0, as a missing trailing feature does in
 SVMlight. The view's fingerprint is the dataset's with the columns, so checkpoints and caches of
 a subset are not taken for the whole's.
+
+Rows come from the dataset's own reads, so they are checked to be finite whole: a NaN in a column
+left out is refused too: the file is what is wrong, and the check lives in the one place rows are read.
 """
 
 import dataclasses

@@ -5,6 +5,11 @@ splitting a query, each block at most ``block_bytes`` unless one query alone is 
 still yielded whole, with a warning). Blocks are planned from the in-memory ``query_ptr`` only, so
 the layout is known before any row is read and every pass reads the same contiguous slices.
 
+Every block comes from :meth:`streamrank.io.dataset.Dataset.read`, which checks each value to be
+finite the first time this process reads its rows (any format version, whoever wrote the file): a
+block is yielded finite or the pass ends with an InputError naming the file, row and feature. The
+check runs on the prefetch thread, fused with the read (no pass over the rows of its own).
+
 Rows are read into two buffers allocated once per stream and reused by every pass (double
 buffering: the prefetch thread fills one while the caller works on the other). A block's arrays
 are therefore valid until the caller asks for the next block; copy what must outlive that.
