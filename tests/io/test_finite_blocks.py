@@ -336,3 +336,24 @@ def test_issue_repro_on_mq2008_exits_2_instead_of_looping(tmp_path, capsys):
         assert main(["train", str(d), "--C", "0.25", "-o", str(tmp_path / "m.h5")]) == 2
         assert f"stored row 500, feature 3: {value}" in capsys.readouterr().err
         assert not (tmp_path / "m.h5").exists()
+
+
+@pytest.mark.filterwarnings("ignore:.*larger than the block budget")
+def test_a_dask_worker_checks_the_rows_it_reads(tmp_path):
+    """Workers reopen the file by its path and read their partitions themselves: each open checks
+    its own reads, and the worker's InputError reaches the caller."""
+    pytest.importorskip("distributed")
+    from streamrank.execution.dask_executor import DaskExecutor, start_cluster
+    from streamrank.training.linear import train_linear
+    X, y, qp, qid = clean_data(seed=9, n_queries=60)
+    X[len(y) - 1, 4] = np.inf  # in the last partition
+    p = write_documented(tmp_path / "d.h5", X, y, qp, qid)
+    client, cluster = start_cluster(workers=1)
+    try:
+        ex = DaskExecutor(client, partition_rows=50)
+        with streamrank.open_dataset(p) as ds, pytest.raises(InputError, match=rf"stored row {len(y) - 1}, feature 5: inf"):
+            train_linear(ds, C=(1.0,), memory_budget="64MB", block_bytes=2000, executor=ex)
+        ex.close()
+    finally:
+        client.close()
+        cluster.close()
