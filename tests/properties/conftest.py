@@ -31,6 +31,11 @@ settings.register_profile("long", max_examples=int(os.environ.get("STREAMRANK_PR
                           derandomize=False, **_common)
 PROFILE = os.environ.get("STREAMRANK_PROPERTY_PROFILE", "ci")
 settings.load_profile(PROFILE)
+if PROFILE == "long":
+    # shrinking a failure is capped in time (Hypothesis' own cap is 300 s a property): a hang's
+    # shrinking steps each wait out a bound, and a run of the bench must stay within its minutes
+    from hypothesis.internal.conjecture import engine as _engine
+    _engine.MAX_SHRINKING_SECONDS = float(os.environ.get("STREAMRANK_PROPERTY_SHRINK_SECONDS", "60"))
 
 _failures = []
 
@@ -65,4 +70,5 @@ def pytest_sessionfinish(session, exitstatus):
         return
     import prop_checker
     Path(out).write_text(json.dumps({"profile": PROFILE, "max_examples": settings.default.max_examples,
-                                     "counts": prop_checker.counts_table(), "failures": _failures}, indent=1))
+                                     "counts": prop_checker.counts_table(), "failures": _failures,
+                                     "violations": prop_checker.VIOLATIONS}, indent=1))

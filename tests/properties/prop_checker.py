@@ -47,6 +47,11 @@ HUNG_BOUND = float(os.environ.get("STREAMRANK_PROPERTY_HUNG_BOUND", "4"))
 BY_COMMAND = defaultdict(lambda: defaultdict(int))
 BY_KIND = defaultdict(lambda: defaultdict(int))
 _hung = {"seen": False}
+# STREAMRANK_PROPERTY_COUNT_ONLY=1: a broken rule is counted and kept (VIOLATIONS), not raised, so
+# every property runs all its examples (to count every failing example, or to time the folder as it
+# will run once every rule holds)
+COUNT_ONLY = os.environ.get("STREAMRANK_PROPERTY_COUNT_ONLY") == "1"
+VIOLATIONS = []
 
 # the messages of a finished solve: converged, or the iteration cap, or the clear status of a step
 # below float resolution (build item 1); anything else (no progress, unbounded) is not a result
@@ -323,10 +328,12 @@ def check(case, res, sig=None):
         t[counted] += 1
     try:
         _check(case, res, sig)
-    except Violation:
+    except Violation as v:
         for t in tallies:
             t["failed"] += 1
-        raise
+        if not COUNT_ONLY:
+            raise
+        VIOLATIONS.append(str(v)[:3000])
 
 
 def _check(case, res, sig):
@@ -396,6 +403,11 @@ def _check_api(case, res):
            re.search(r"(overflow|invalid value|divide by zero|underflow) encountered", w)]
     if bad:
         _fail(case, res, f"numpy RuntimeWarnings during a run that succeeded: {bad[:3]}")
+    if getattr(case, "api_ok", None) is not None:  # what this call's success must look like
+        why = case.api_ok()
+        if why:
+            _fail(case, res, why)
+        return
     est = case.estimator
     check_summary(case, res, est.training_, "clsr" if type(est).__name__ == "CLSRRank" else est.method)
     coef = np.asarray(est.model_.w)

@@ -80,3 +80,41 @@ def test_estimators_with_hostile_parameters_and_arrays(prop_env, data):
         finally:
             tempfile.tempdir = saved
         pc.check(case, res)
+
+
+@settings(max_examples=kit.examples(16))
+@given(data=st.data())
+def test_predict_and_score_of_a_fitted_estimator_on_hostile_arrays(prop_env, data):
+    """``load(model).predict`` / ``score`` on arrays of any values: finite scores (a score in
+    [0, 1]), or a StreamrankError of one line; a value that is not finite must be refused."""
+    import streamrank
+    draw = data.draw
+    d = draw(ps.datasets(for_arrays=True, min_rows=1))
+    method = draw(st.sampled_from(kit.METHODS))
+    call = draw(st.sampled_from(["predict", "score"]))
+    note(f"load({method} model).{call} on {d.describe()}")
+    est = streamrank.load(prop_env.models[method])
+    got = {}
+
+    def run():
+        X = np.asarray(d.X)
+        got["v"] = est.predict(X, qid=d.qid_per_row()) if call == "predict" else \
+            est.score(X, np.asarray(d.y), qid=d.qid_per_row())
+
+    def ok():
+        v = np.asarray(got["v"], np.float64)
+        if call == "predict" and v.shape != (d.n,):
+            return f"{v.shape} scores for {d.n} rows"
+        if not np.isfinite(v).all():
+            return f"non-finite {call} results returned: {v[:5]}"
+        if call == "score" and not 0 <= float(v) <= 1:
+            return f"score {float(v)} outside [0, 1]"
+        return ""
+    bad_x = not np.isfinite(np.asarray(d.X, np.float64)).all() or \
+        np.abs(np.asarray(d.X, np.float64)).max(initial=0) > ps.F32_MAX
+    bad_y = call == "score" and not np.isfinite(np.asarray(d.y, np.float64)).all()
+    with prop_env.workspace() as (i, o, c):
+        case = pc.Case(f"estimator.{call}", d.kinds + [f"model {method}"], None, data=d,
+                       must_refuse="a value that is not finite" if bad_x or bad_y else "")
+        case.api_ok = ok
+        pc.check(case, pc.run_api(run))

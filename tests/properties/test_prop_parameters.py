@@ -33,8 +33,12 @@ def _cost_spec(draw):
 
 def _refused(flag, value):
     """Why this value must be refused, or "" (the ranges every parameter table must hold)."""
-    parts = [v for v in str(value).replace("2^", "").replace(":", ",").split(",")] if flag in (
-        "--C", "--gamma", "--lambda", "--components", "--eta") else [value]
+    if flag in ("--C", "--gamma", "--lambda", "--components", "--eta"):
+        parts = str(value).replace("2^", "").replace(":", ",").split(",")
+    elif flag == "--pair-cost":
+        parts = [item.split(":", 1)[1] for item in str(value).split(",") if ":" in item]
+    else:
+        parts = [value]
     for v in parts:
         try:
             x = float(v.strip())
