@@ -14,11 +14,13 @@ object, so checkpoints work unchanged.
 """
 
 import logging
+import math
 import time
 
 import numpy as np
 
-from streamrank.solvers.tron import relative_gap, start_state, stop_met
+from streamrank.solvers.finite import check_f, check_g, numeric_error, vector_detail
+from streamrank.solvers.tron import capped_message, relative_gap, start_state, stop_met
 
 log = logging.getLogger("streamrank.solvers.newton")
 
@@ -29,16 +31,21 @@ LINE_XTOL = 1e-12
 LINE_MAX_EVALS = 40
 
 
-def line_search(line, d0):
+def line_search(line, d0, at=None):
     """Minimise the convex piecewise quadratic phi with phi'(0) = d0 < 0; return (t, evals).
 
     Semismooth Newton from t = 1 (the Newton step), kept inside a bracket [lo, hi] with
-    phi'(lo) < 0 < phi'(hi); a step that leaves the bracket is replaced by bisection.
+    phi'(lo) < 0 < phi'(hi); a step that leaves the bracket is replaced by bisection. At most
+    LINE_MAX_EVALS evaluations; a phi'(t) or phi''(t) that is not finite raises NumericError
+    (``at``: the iteration and step, for its message).
     """
     lo, hi = 0.0, np.inf
     t = 1.0
     for k in range(1, LINE_MAX_EVALS + 1):
         _, d1, d2 = line(t)
+        if not (math.isfinite(d1) and math.isfinite(d2)):
+            raise numeric_error("line", "line search", d1 if not math.isfinite(d1) else d2,
+                                detail=f"phi'({t:g}) = {d1!r}, phi''({t:g}) = {d2!r}", **(at or {}))
         if abs(d1) <= LINE_RTOL * abs(d0):
             return t, k
         if d1 < 0:
@@ -58,23 +65,40 @@ def line_search(line, d0):
 
 def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describe=None, gap_tol=None):
     """Minimise ``obj`` from ``w0`` (or continue from ``state``); return the final TronState
-    (``gap_tol``: as :func:`streamrank.solvers.tron.tron`'s)."""
-    from scipy.linalg import cho_factor, cho_solve  # here: a TRON run never imports scipy.linalg (issue 17)
+    (``gap_tol``: as :func:`streamrank.solvers.tron.tron`'s).
+
+    Bounded: at most ``max_iter`` trial steps (one per iteration) of at most LINE_MAX_EVALS line
+    evaluations. A non-finite f, g, H, direction or line value raises NumericError
+    (:mod:`streamrank.solvers.finite`); an H that is not positive definite in float64 (I + PSD in
+    exact arithmetic: only a scale that hides the identity makes it so) too."""
+    from scipy.linalg import LinAlgError, cho_factor, cho_solve  # here: a TRON run never imports scipy.linalg
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
     extra = describe or (lambda: "")
     if stop_met(state, eps, gap_tol, relative_gap(obj, state.g, state.f)[0]):
         state.converged, state.message = True, "converged"
-    while not state.converged and not state.message and state.iteration < max_iter:
+    while not state.converged and not state.message and state.n_steps < max_iter:
+        at = {"iteration": state.iteration, "step": state.n_steps + 1}
         H = obj.hessian()
-        s = -cho_solve(cho_factor(H, check_finite=False), state.g, check_finite=False)
+        if not np.all(np.isfinite(H)):
+            raise numeric_error("hessian", "direction", detail=vector_detail(np.ravel(H)), **at)
+        try:
+            s = -cho_solve(cho_factor(H, check_finite=False), state.g, check_finite=False)
+        except LinAlgError:
+            raise numeric_error("hessian", "direction", detail=f"H is not positive definite in float64 (max |H| = "
+                                f"{float(np.max(np.abs(H))):.3g} hides its identity part)", **at) from None
         d0 = float(state.g @ s)
+        if not math.isfinite(d0):
+            raise numeric_error("direction", "direction", d0, detail=f"g.s = {d0!r}; {vector_detail(s)}", **at)
         if not d0 < 0:  # H is I + PSD: this only happens when g is below float64 resolution
             state.message = "no descent direction: no further progress possible"
             break
         obj.prepare_line(state.w, s)
-        t, evals = line_search(obj.line, d0)
+        t, evals = line_search(obj.line, d0, at)
         w_new = state.w + t * s
-        f_new = obj.fun(w_new)
+        if np.array_equal(w_new, state.w):  # f(w_new) = f(w): no pass for it, and no iteration on the same w
+            state.message = f"the step {t:g} s rounds to w in float64: no further progress possible"
+            break
+        f_new = check_f(obj.fun(w_new), "trial", **at)
         state.n_fun += 1
         state.n_steps += 1
         state.n_cg += evals  # line-search evaluations, reported in the CG column
@@ -85,6 +109,7 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
         state.w, state.f = w_new, f_new
         state.g = obj.grad(w_new)
         state.n_grad += 1
+        check_g(state.g, "accepted", **at)
         state.seconds = time.perf_counter() - t0
         gnorm = state.gnorm
         log.info("iter %3d f %.6e |g| %.3e step %.3g line %d %s %.1fs", state.iteration, state.f, gnorm, t, evals,
@@ -94,8 +119,10 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
             state.converged, state.message = True, "converged"
         if callback is not None:
             callback(state)
+    if state.message and not state.converged:
+        log.warning("Newton-Cholesky stopped: %s", state.message)
     if not state.message:
-        state.message = f"reached max_iter={max_iter}"
+        state.message = capped_message(max_iter, state)
     state.gap, state.gap_kind = relative_gap(obj, state.g, state.f)
     state.seconds = time.perf_counter() - t0
     return state

@@ -37,7 +37,8 @@ import time
 import numpy as np
 
 from streamrank.faultpoints import faultpoint
-from streamrank.solvers.tron import relative_gap, start_state, stop_met
+from streamrank.solvers.finite import check_f, check_g, numeric_error, vector_detail
+from streamrank.solvers.tron import capped_message, relative_gap, start_state, stop_met
 
 log = logging.getLogger("streamrank.solvers.newton_yuan")
 
@@ -54,13 +55,28 @@ CG_RTOL = 0.1
 CG_MAX_STEPS = 500
 
 
+def _checked_rz(rz, at, steps):
+    """r.z = r^T M^-1 r, finite and >= 0 (M positive definite), else NumericError."""
+    if not (math.isfinite(rz) and rz >= 0):
+        raise numeric_error("residual", "cg", rz, cg_step=steps or None, detail="M is not positive definite"
+                            if math.isfinite(rz) else "M^-1 r or the residual r overflows", **at)
+    return rz
+
+
 def _pcg(hessp, g, rtol, P, stats):
-    """Solve H d = -g by (preconditioned) CG to ||r|| <= rtol ||g||; returns (d, steps)."""
+    """Solve H d = -g by (preconditioned) CG to ||r|| <= rtol ||g||; returns (d, steps).
+
+    At most CG_MAX_STEPS steps. Curvature p.Hp <= 0 (an H that rounding made indefinite) ends CG
+    with the direction so far, or with the first one, M^-1 (-g), when it is met at once: both are
+    descent directions (the line-search Newton-CG rule, Nocedal and Wright, Alg. 7.1), and the
+    backtracking safeguard picks the step length. A p.Hp or r.z that is not finite raises
+    NumericError."""
+    at = {"iteration": getattr(stats, "iteration", 0), "step": getattr(stats, "n_steps", 0) + 1}
     d = np.zeros_like(g)
     r = -g
     z = r if P is None else P.solve(r)
     p = z.copy()
-    rz = float(r @ z)
+    rz = _checked_rz(float(r @ z), at, 0)
     tol = rtol * float(np.linalg.norm(g))
     steps = 0
     while float(np.linalg.norm(r)) > tol and steps < CG_MAX_STEPS:
@@ -68,14 +84,17 @@ def _pcg(hessp, g, rtol, P, stats):
         faultpoint("cg-step")
         hp = hessp(p)
         stats.n_hessp += 1
-        php = float(p @ hp)
-        if php <= 0:
-            raise FloatingPointError(f"Hessian product is not positive definite (p.Hp = {php:g})")
-        a = rz / php
+        php = float(p @ hp)  # a non-finite entry of H p makes it nan or inf (0 * inf is nan)
+        if not math.isfinite(php):
+            raise numeric_error("hessp", "cg", php, cg_step=steps, detail=f"p.Hp = {php!r}" + (
+                f"; {vector_detail(hp)}" if not np.all(np.isfinite(hp)) else " overflows"), **at)
+        a = rz / php if php > 0 else math.inf
+        if not math.isfinite(a):  # curvature <= 0, or below float64 resolution: see above
+            return (p if steps == 1 else d), steps
         d += a * p
         r -= a * hp
         z = r if P is None else P.solve(r)
-        rz_new = float(r @ z)
+        rz_new = _checked_rz(float(r @ z), at, steps)
         p *= rz_new / rz
         p += z
         rz = rz_new
@@ -114,6 +133,10 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
     ``dense_max``: the largest dimension whose Hessian is formed (default DENSE_MAX; the caller
     lowers it when the m x m matrices would not fit its memory budget). ``gap_tol``: as
     :func:`streamrank.solvers.tron.tron`'s (with the bound or no preconditioner's estimate).
+
+    Bounded: at most ``max_iter`` trial steps (backtracking trials included) of at most
+    CG_MAX_STEPS CG steps each. A non-finite f, g, H, H p or direction raises NumericError
+    (:mod:`streamrank.solvers.finite`).
     """
     dense_max = DENSE_MAX if dense_max is None else min(int(dense_max), DENSE_MAX)
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
@@ -126,9 +149,12 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
 
     if done():
         state.converged, state.message = True, "converged"
-    while not state.converged and not state.message and state.iteration < max_iter:
+    while not state.converged and not state.message and state.n_steps < max_iter:
         k = state.iteration + 1
+        at = {"iteration": state.iteration, "step": state.n_steps + 1}
         H = _dense_hessian(obj, dense_max)
+        if H is not None and not np.all(np.isfinite(H)):
+            raise numeric_error("hessian", "direction", detail=vector_detail(np.ravel(H)), **at)
         d = None if H is None else _cholesky_direction(H, state.g)
         steps, how = 0, "Cholesky"
         if d is None:  # CG through hessp, to a relative residual that tightens near the optimum
@@ -138,6 +164,8 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
             how = "CG"
         state.n_cg += steps
         dnorm = float(np.linalg.norm(d))
+        if not math.isfinite(dnorm):
+            raise numeric_error("direction", "direction", dnorm, detail=f"{how}: {vector_detail(d)}", **at)
         if dtol_abs is not None and dnorm <= dtol_abs:
             state.converged, state.message = True, "converged (direction below eps3)"
             break
@@ -147,22 +175,25 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
         alpha = 1.0
         if k % YUAN_PERIOD == 0 and state.delta > 0:
             alpha = 1.0 / math.sqrt(state.gnorm / state.delta + 1.0)  # Yuan's step length
-        for _ in range(MAX_BACKTRACKS + 1):
+        # every trial counts toward max_iter: a cap met while backtracking ends the run at w
+        for _ in range(min(MAX_BACKTRACKS + 1, max_iter - state.n_steps)):
             w_new = state.w + alpha * d
-            f_new = obj.fun(w_new)
+            f_new = check_f(obj.fun(w_new), "trial", iteration=state.iteration, step=state.n_steps + 1)
             state.n_fun += 1
             state.n_steps += 1
             if f_new <= state.f:
                 break
             alpha *= BACKTRACK  # the safeguard (module docstring)
         else:
-            state.message = "no decrease along the Newton direction: no further progress possible"
+            if state.n_steps < max_iter:
+                state.message = "no decrease along the Newton direction: no further progress possible"
             break
         state.iteration = k
         state.delta = float(np.linalg.norm(w_new - state.w))
         state.w, state.f = w_new, f_new
         state.g = obj.grad(w_new)
         state.n_grad += 1
+        check_g(state.g, "accepted", iteration=k - 1, step=state.n_steps)
         state.seconds = time.perf_counter() - t0
         gnorm = state.gnorm
         log.info("iter %3d f %.6e |g| %.3e %s %3d step %.4g %s %.1fs", k, state.f, gnorm, how, steps, alpha,
@@ -177,7 +208,7 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
     if state.message and not state.converged:
         log.warning("Newton-Yuan stopped: %s", state.message)
     if not state.message:
-        state.message = f"reached max_iter={max_iter}"
+        state.message = capped_message(max_iter, state)
     state.gap, state.gap_kind = relative_gap(obj, state.g, state.f)
     state.seconds = time.perf_counter() - t0
     return state

@@ -6,7 +6,8 @@ with ``fun(w)``, ``grad(w)``, ``hessp(s)`` and ``n_features``; calls come in the
 grad -> hessp at the same point, and ``grad`` is called only for an accepted point, so an
 objective may keep the trial point's state aside in ``fun`` and commit it in ``grad``.
 
-Stopping rule: ||g(w)|| <= eps * min(||g(0)||, ||g(w0)||), or ``max_iter`` iterations.
+Stopping rule: ||g(w)|| <= eps * min(||g(0)||, ||g(w0)||), or ``max_iter`` trial steps (accepted or
+rejected: "reached max_iter=5 (3 accepted, 2 rejected steps)").
 
 - ||g(0)|| is LIBLINEAR's reference: a cold start (w0 = 0) stops where LIBLINEAR stops.
 - ||g(w0)|| makes the rule a promise about the solution also on a warm-started path: a candidate
@@ -25,9 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamrank.faultpoints import faultpoint
-
 from streamrank.errors import CheckpointMismatch
+from streamrank.faultpoints import faultpoint
+from streamrank.solvers.finite import check_f, check_g, numeric_error, vector_detail
 
 log = logging.getLogger("streamrank.solvers.tron")
 
@@ -53,6 +54,23 @@ CG_QUAD_FLOOR = 1e-6
 XI_QUAD = 0.3
 # reductions below this fraction of |f| mean no further progress is measurable in float64
 TINY_REDUCTION = 1e-12
+# CG steps per trust-region step at most CG_CAP_FACTOR n + CG_CAP_MIN (n the dimension): exact
+# arithmetic ends CG within n steps; rounding (lost conjugacy) may delay it, and the cap makes sure
+# it cannot delay it for ever. Far above what runs take (tens to a few hundred steps at n in the
+# thousands); a capped CG still returns a step that decreases the model
+CG_CAP_FACTOR, CG_CAP_MIN = 2, 20
+# float64's relative resolution: a trust radius delta <= EPS64 ||w|| (in the radius's own norm)
+# admits only steps that change w by at most one rounding of w itself, so f(w + s) - f(w) is
+# rounding noise of the same order as f's own and the ratio actred / prered decides nothing; every
+# further rejection would shrink delta again (by SIGMA2 at least) without a step that can be judged
+EPS64 = float(np.finfo(np.float64).eps)
+# an objective below this is taken as unbounded below
+UNBOUNDED = -1e32
+# the boundary step's products s.d, s.s, d.d and delta^2 are used as they are while d.d lies in this
+# range and delta^2 below its top (LIBLINEAR's formula, the same bits as before); outside it their
+# squares under- or overflow (d.d = 2e-163 and delta^2 = 2e-163 gave a radicand of 0 and a division
+# by zero), and the root is taken with s, d and delta divided by max |d_i|, which leaves t unchanged
+BOUNDARY_RANGE = (1e-150, 1e150)
 
 
 @dataclass
@@ -64,8 +82,8 @@ class TronState:
     g: np.ndarray
     delta: float
     gnorm0: float
-    iteration: int = 0          # accepted steps (LIBLINEAR's iter); max_iter counts these
-    n_steps: int = 0            # trust-region steps tried, accepted or not
+    iteration: int = 0          # accepted steps (LIBLINEAR's iter)
+    n_steps: int = 0            # trial steps, accepted or not; max_iter counts these
     n_cg: int = 0               # CG steps in all
     n_fun: int = 0
     n_grad: int = 0
@@ -87,7 +105,10 @@ def _boundary_step(std, sts, dtd, delta):
     root of a quadratic, in the form that does not cancel for either sign of s.d)."""
     dsq = delta * delta
     rad = math.sqrt(max(std * std + dtd * (dsq - sts), 0.0))
-    return (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+    try:
+        return (dsq - sts) / (std + rad) if std >= 0 else (rad - std) / dtd
+    except ZeroDivisionError:  # s = 0 and d = 0 in float64: no step; the caller says so
+        return math.nan
 
 
 class _Identity:
@@ -103,6 +124,48 @@ class _Identity:
         return float(u @ v)
 
 
+def cg_cap(n):
+    """The most CG steps one trust-region step may take in dimension ``n`` (see CG_CAP_FACTOR)."""
+    return CG_CAP_FACTOR * int(n) + CG_CAP_MIN
+
+
+def _at(stats):
+    """Where a CG step is, for an error: the trust-region step it serves (TRON's state counts
+    them; a bare counter, as tests pass, does not)."""
+    return {"iteration": getattr(stats, "iteration", 0), "step": getattr(stats, "n_steps", 0) + 1}
+
+
+def _residual(ztr, stats, cg_step):
+    """z.r = r^T M^-1 r checked: finite and >= 0 (M positive definite), else NumericError."""
+    if not (math.isfinite(ztr) and ztr >= 0):
+        detail = ("M is not positive definite" if math.isfinite(ztr)
+                  else "the gradient's M^-1 g overflows" if cg_step == 0 else "M^-1 r or the residual r overflows")
+        raise numeric_error("residual", "cg", ztr, cg_step=cg_step or None, detail=detail, **_at(stats))
+    return ztr
+
+
+def _to_boundary(s, r, d, hd, delta, P, stats, cg_step, why):
+    """Steihaug's last step: from s along d to ||s + t d||_M = delta, t >= 0, with the residual
+    r = -g - H s kept in step (one axpy with the H d already made). Along d the model decreases:
+    its slope there is -r.d = -z.r < 0 whatever the curvature (CG's r_j is orthogonal to d_{j-1})."""
+    if not math.isfinite(delta):
+        raise numeric_error("radius", "cg", delta, cg_step=cg_step,
+                            detail=f"{why}, and the trust region has no finite boundary to stop at", **_at(stats))
+    std, sts, dtd = P.mdot(s, d), P.mdot(s, s), P.mdot(d, d)
+    if BOUNDARY_RANGE[0] < dtd < BOUNDARY_RANGE[1] and delta < BOUNDARY_RANGE[1] ** 0.5:
+        t = _boundary_step(std, sts, dtd, delta)
+    else:  # the squares under- or overflow: the same root with s, d and delta divided by max |d_i|
+        k = float(np.max(np.abs(d)))
+        ds, ss = d / k, s / k
+        t = _boundary_step(P.mdot(ss, ds), P.mdot(ss, ss), P.mdot(ds, ds), delta / k)
+    if not (math.isfinite(t) and t >= 0):
+        raise numeric_error("step", "cg", t, cg_step=cg_step,
+                            detail=f"{why}; the step to the boundary (radius {delta:.3g}) is t = {t!r}", **_at(stats))
+    s += t * d
+    r -= t * hd
+    return s, r
+
+
 def _trcg(hessp, g, delta, stats, quadratic=None):
     """Approximately solve H s = -g inside ||s|| <= delta (Steihaug CG). Returns (s, r, steps, boundary)."""
     return _trpcg(hessp, g, delta, stats, _Identity, quadratic)
@@ -114,6 +177,12 @@ def _trpcg(hessp, g, delta, stats, P, quadratic=None):
     M^-1/2 H M^-1/2 s^ = -M^-1/2 g with s^ = M^1/2 s, so the radius and the stopping test
     (||r^|| = sqrt(z.r) <= XI_CG ||g^||) are measured in the transformed norm. Returns
     (s, r, steps, boundary) like :func:`_trcg`.
+
+    Bounded: at most :func:`cg_cap` steps (exact arithmetic needs n). Curvature d.Hd <= 0 (an H
+    that rounding made indefinite, e.g. a float32 kernel Q at a small gamma) ends CG with
+    Steihaug's step to the boundary along d (Steihaug 1983; TRON, Lin-Weng-Keerthi sec. 2), as
+    does a d.Hd so small that alpha = z.r / d.Hd overflows; a d.Hd, z.r or boundary step that is
+    not finite raises NumericError (:mod:`streamrank.solvers.finite`).
 
     ``quadratic`` (|f| at the point, or None): stop also at the first step j whose model decrease is small,
     j (q_j - q_{j-1}) >= CG_QUAD_TOL q_j, once ||r^|| <= XI_QUAD ||g^||, with q(s) = g.s + 1/2 s.Hs = (g.s - s.r) / 2 (r = -g - Hs:
@@ -127,30 +196,38 @@ def _trpcg(hessp, g, delta, stats, P, quadratic=None):
     r = -g
     z = P.solve(r)
     d = z.copy()
-    ztr = float(z @ r)
+    ztr = _residual(float(z @ r), stats, 0)
     cgtol = XI_CG * math.sqrt(ztr)
-    steps = 0
+    steps, cap = 0, cg_cap(len(g))
     q = 0.0  # q(s) at s = 0
-    while math.sqrt(ztr) > cgtol:
+    while math.sqrt(ztr) > cgtol and steps < cap:
         steps += 1
         faultpoint("cg-step")
         hd = hessp(d)
         stats.n_hessp += 1
-        dhd = float(d @ hd)
+        dhd = float(d @ hd)  # any non-finite entry of H d makes it nan or inf (0 * inf is nan)
+        if not math.isfinite(dhd):
+            raise numeric_error("hessp", "cg", dhd, cg_step=steps,
+                                detail=f"d.Hd = {dhd!r}; {vector_detail(hd)}" if not np.all(np.isfinite(hd))
+                                else f"d.Hd = {dhd!r} overflows", **_at(stats))
         if dhd <= 0:
-            raise FloatingPointError(f"Hessian product is not positive definite (d.Hd = {dhd:g})")
+            s, r = _to_boundary(s, r, d, hd, delta, P, stats, steps, f"the curvature d.Hd = {dhd:g} is not positive")
+            return s, r, steps, True
         alpha = ztr / dhd
+        if not math.isfinite(alpha):  # curvature that float64 cannot tell from 0: as above
+            s, r = _to_boundary(s, r, d, hd, delta, P, stats, steps, f"the curvature d.Hd = {dhd:g} is below "
+                                f"float64 resolution against z.r = {ztr:g}")
+            return s, r, steps, True
         s += alpha * d
-        if math.sqrt(P.mdot(s, s)) > delta:
+        # "not <=": a step that overflowed (nan or inf norm) goes back to the boundary too
+        if not math.sqrt(max(P.mdot(s, s), 0.0)) <= delta:
             # back to the boundary along d in the M-norm: ||s + t d||_M = delta
             s -= alpha * d
-            alpha = _boundary_step(P.mdot(s, d), P.mdot(s, s), P.mdot(d, d), delta)
-            s += alpha * d
-            r -= alpha * hd
+            s, r = _to_boundary(s, r, d, hd, delta, P, stats, steps, "the step crosses the boundary")
             return s, r, steps, True
         r -= alpha * hd
         z = P.solve(r)
-        znew = float(z @ r)  # ||r^||^2, also the quadratic test's residual floor
+        znew = _residual(float(z @ r), stats, steps)  # ||r^||^2, also the quadratic test's residual floor
         if quadratic is not None:
             q_new = 0.5 * (float(g @ s) - float(s @ r))
             q_diff, q = q_new - q, q_new
@@ -161,6 +238,14 @@ def _trpcg(hessp, g, delta, stats, P, quadratic=None):
         d += z
         ztr = znew
     return s, r, steps, False
+
+
+def capped_message(max_iter, state):
+    """The status of a run that reached max_iter: with its accepted and rejected steps when some
+    were rejected ("reached max_iter=5 (3 accepted, 2 rejected steps)")."""
+    rejected = state.n_steps - state.iteration
+    return f"reached max_iter={max_iter}" + (f" ({state.iteration} accepted, {rejected} rejected steps)"
+                                             if rejected else "")
 
 
 def relative_gap(obj, g, f, P=None):
@@ -202,12 +287,13 @@ def _gap_text(gap, kind):
 
 
 def start_state(obj, w0, state, *, delta_from_gradient):
-    """(state, t0) to begin or continue a solve; shared by TRON and Newton-Cholesky.
+    """(state, t0) to begin or continue a solve; shared by TRON and the Newton solvers.
 
     A new state evaluates fun/grad at w0, and at 0 as well when w0 != 0: the stopping rule's
     reference ``gnorm0`` is min(||g(0)||, ||g(w0)||) (see the module docstring). A resumed
     state's f and g are recomputed at its w and must equal the stored ones bit for bit: the data and settings were checked already, so a difference means
     another numeric environment, and continuing would not reproduce the uninterrupted run.
+    A value that is not finite at any of these points raises NumericError (solvers.finite).
     """
     t0 = time.perf_counter()
     if state is None:
@@ -215,17 +301,19 @@ def start_state(obj, w0, state, *, delta_from_gradient):
         calls = 1
         if np.any(w):
             z = np.zeros_like(w)
-            obj.fun(z)
-            gnorm0 = float(np.linalg.norm(obj.grad(z)))
+            check_f(obj.fun(z), "start", point="w = 0 (the stopping rule's reference)")
+            gnorm0 = check_g(obj.grad(z), "start", point="w = 0 (the stopping rule's reference)")
             calls = 2
-        f = obj.fun(w)
+        f = check_f(obj.fun(w), "start")
         g = obj.grad(w)
-        gn = float(np.linalg.norm(g))
+        gn = check_g(g, "start")
         state = TronState(w=w, f=f, g=g, delta=gn if delta_from_gradient else 0.0,
                           gnorm0=gn if calls == 1 else min(gnorm0, gn), n_fun=calls, n_grad=calls)
         return state, t0
-    f = obj.fun(state.w)
+    at = {"iteration": state.iteration, "point": f"the checkpoint's point (iteration {state.iteration})"}
+    f = check_f(obj.fun(state.w), "start", **at)
     g = obj.grad(state.w)
+    check_g(g, "start", **at)
     if f != state.f or not np.array_equal(g, state.g):
         raise CheckpointMismatch(
             f"the objective at the checkpoint's w is {f!r} here but {state.f!r} in the checkpoint: data and "
@@ -247,8 +335,11 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     state : TronState, optional
         Continue a run (from a checkpoint). Its ``f`` and ``g`` are recomputed at ``w`` and must
         agree with the stored ones, which proves the data and settings are the same.
+    max_iter : int
+        The most trial steps, accepted or rejected (``state.n_steps``; ``state.iteration`` counts
+        the accepted ones, as the log does).
     callback : callable(state), optional
-        Called after every iteration (accepted or not): checkpoints, validation logging.
+        Called after every trial step (accepted or not): checkpoints, validation logging.
     describe : callable() -> str, optional
         Extra text for each log line (e.g. the objective's pass count).
     precondition : bool
@@ -264,6 +355,11 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
         When CG ends a step: ``residual`` (LIBLINEAR's ||r|| <= XI_CG ||g||), or ``quadratic``, which
         adds the model-decrease test of :func:`_trpcg` (for ill-conditioned Hessians; it
         changes the steps, not the stopping rule of the outer iterations).
+
+    Bounded by construction: at most ``max_iter`` trial steps of at most :func:`cg_cap` CG steps
+    each. A non-finite f, g, H d or M^-1 r anywhere raises NumericError
+    (:mod:`streamrank.solvers.finite`); a radius below float64 resolution (EPS64) or a trial
+    point that rounds to w ends the run with its message.
     """
     if cg_stop not in ("residual", "quadratic"):
         raise ValueError(f"cg_stop must be 'residual' or 'quadratic'; got {cg_stop!r}")
@@ -271,15 +367,17 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     P = obj.preconditioner() if precondition else None
     p_at = state.iteration  # the accepted point P was made at
     if P is not None and state.iteration == 0 and state.n_steps == 0:
-        state.delta = math.sqrt(float(state.g @ P.solve(state.g)))
+        state.delta = math.sqrt(_residual(float(state.g @ P.solve(state.g)), state, 0))
     extra = describe or (lambda: "")
     if stop_met(state, eps, gap_tol, relative_gap(obj, state.g, state.f, P)[0]):
         state.converged = True
         state.message = "converged"
     # a stop recorded in the state (converged, or no progress possible) is final; max_iter is
-    # not recorded, so a resumed run may be given more iterations
+    # not recorded, so a resumed run may be given more iterations. max_iter counts every trial
+    # step, rejected ones included (a run that only rejects still ends), and the state keeps the
+    # count, so a resumed run stops where the uninterrupted one does
     stale = False
-    while not state.converged and not state.message and state.iteration < max_iter:
+    while not state.converged and not state.message and state.n_steps < max_iter:
         if stale:
             P, stale, p_at = obj.preconditioner(), False, state.iteration
         # not on the first step, whose length sets the radius (LIBLINEAR's delta = min(delta, ||s||)):
@@ -291,12 +389,21 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
             s, r, steps, boundary = _trpcg(obj.hessp, state.g, state.delta, state, P, quadratic)
         state.n_cg += steps
         w_new = state.w + s
+        if np.array_equal(w_new, state.w):  # no radius this small or smaller can move w: no pass for it
+            state.message = (f"the trial step rounds to w in float64 (radius {state.delta:.3g}): no further "
+                             f"progress possible")
+            log.warning("TRON stopped: %s", state.message)
+            break
         gs = float(state.g @ s)
         prered = -0.5 * (gs - float(s @ r))
-        f_new = obj.fun(w_new)
+        at = {"iteration": state.iteration, "step": state.n_steps + 1}
+        f_new = check_f(obj.fun(w_new), "trial", **at)
         state.n_fun += 1
         actred = state.f - f_new
-        snorm = float(np.linalg.norm(s)) if P is None else math.sqrt(P.mdot(s, s))
+        if not (math.isfinite(actred) and math.isfinite(prered)):
+            raise numeric_error("reduction", "trial", actred if not math.isfinite(actred) else prered,
+                                detail=f"f(w) = {state.f!r}, f(w + s) = {f_new!r}, predicted {prered!r}", **at)
+        snorm = float(np.linalg.norm(s)) if P is None else math.sqrt(max(P.mdot(s, s), 0.0))
         if state.iteration == 0:
             state.delta = min(state.delta, snorm)
         # radius update (LIBLINEAR): alpha minimises the 1-D quadratic interpolation along s
@@ -320,30 +427,36 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
             state.f = f_new
             state.g = obj.grad(w_new)
             state.n_grad += 1
+            check_g(state.g, "accepted", **at)
             stale = P is not None  # rebuilt at the new point when another CG follows
         state.seconds = time.perf_counter() - t0
         gnorm = state.gnorm
         # the log's gap: the last preconditioner's (built at this or the previous point)
         gap, kind = relative_gap(obj, state.g, state.f, P)
         log.info("iter %3d f %.6e |g| %.3e %sCG %3d radius %.3e %s%s %.1fs", state.iteration, state.f, gnorm,
-                 _gap_text(gap, kind), steps, state.delta, "" if accepted else "(rejected) ", extra(),
-                 state.seconds)
+                 _gap_text(gap, kind), steps, state.delta, "" if accepted else f"(rejected, step {state.n_steps}) ",
+                 extra(), state.seconds)
         state.history.append((state.iteration, state.f, gnorm, steps, bool(accepted)))
         if accepted and stop_met(state, eps, gap_tol, gap):
             state.converged, state.message = True, "converged"
-        elif state.f < -1e32:
+        elif state.f < UNBOUNDED:
             state.message = "objective unbounded below"
         elif prered <= 0:
             state.message = "predicted reduction <= 0: no further progress possible"
         elif abs(actred) <= TINY_REDUCTION * abs(state.f) and abs(prered) <= TINY_REDUCTION * abs(state.f):
             state.message = "reductions below float64 resolution: no further progress possible"
+        elif not accepted:
+            wnorm = float(np.linalg.norm(state.w)) if P is None else math.sqrt(max(P.mdot(state.w, state.w), 0.0))
+            if state.delta <= EPS64 * wnorm:  # see EPS64
+                state.message = (f"trust radius {state.delta:.3g} below float64 resolution at w (eps ||w|| = "
+                                 f"{EPS64 * wnorm:.3g}): no further progress possible")
         if callback is not None:
             callback(state)
         if state.message and not state.converged:
             log.warning("TRON stopped: %s", state.message)
             break
     if not state.message:
-        state.message = f"reached max_iter={max_iter}"
+        state.message = capped_message(max_iter, state)
     # the returned point's gap: with a preconditioner made at that point (P itself when it was),
     # so a resumed run that stops at the same w reports the same value
     if P is not None and p_at != state.iteration and not getattr(obj, "strong_convexity", None):
