@@ -16,7 +16,7 @@ the parameter that overflows and the largest value that works:
   ``"residual"`` (CG's z.r), ``"step"`` (a CG step to the trust region's boundary);
 - ``where``: ``"start"`` (the first point, a resumed point or the reference point w = 0),
   ``"trial"`` (a trial point), ``"accepted"`` (the gradient of an accepted point), ``"cg"`` (a CG
-  step), ``"line search"``, ``"direction"``;
+  step), ``"line search"``, ``"direction"``, ``"direct solve"`` (CLSRRank's one linear system);
 - ``iteration``: accepted steps before it; ``step``: the trial step it belongs to (1-based; 0 at
   the start); ``cg_step``: the CG step (1-based) or None; ``value``: the offending number.
 """
@@ -41,6 +41,8 @@ _NAMES = {"f": "the objective f", "g": "the gradient g", "hessp": "the Hessian p
 def _where_text(where, iteration, step, cg_step, point):
     if where == "start":
         return f"at {point or 'the starting point'}"
+    if where == "direct solve":
+        return "in the direct solve"
     at = f"step {step} (after {iteration} accepted)" if step else f"iteration {iteration}"
     if where == "cg":
         return f"in CG step {cg_step} of {at}" if cg_step else f"at the start of CG in {at}"
@@ -51,11 +53,13 @@ def _where_text(where, iteration, step, cg_step, point):
     return f"in the {where} of {at}"
 
 
-def numeric_error(quantity, where, value=None, *, iteration=0, step=0, cg_step=None, detail="", point=""):
+def numeric_error(quantity, where, value=None, *, iteration=0, step=0, cg_step=None, detail="", point="",
+                  state="not finite"):
     """The NumericError for ``quantity`` not finite ``where`` (module docstring); ``detail`` says
-    more about the value (e.g. which entry), ``point`` names a start point other than w0."""
+    more about the value (e.g. which entry), ``point`` names a start point other than w0, ``state``
+    what is wrong when it is not non-finiteness (a matrix "not positive definite in float64")."""
     shown = "" if value is None else f" ({value!r})" if isinstance(value, float) else f" ({value})"
-    msg = (f"{_NAMES.get(quantity, quantity)} is not finite{shown} "
+    msg = (f"{_NAMES.get(quantity, quantity)} is {state}{shown} "
            f"{_where_text(where, iteration, step, cg_step, point)}"
            f"{'; ' + detail if detail else ''}: likely causes: {CAUSES}")
     err = NumericError(msg)

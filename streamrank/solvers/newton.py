@@ -84,8 +84,8 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
         try:
             s = -cho_solve(cho_factor(H, check_finite=False), state.g, check_finite=False)
         except LinAlgError:
-            raise numeric_error("hessian", "direction", detail=f"H is not positive definite in float64 (max |H| = "
-                                f"{float(np.max(np.abs(H))):.3g} hides its identity part)", **at) from None
+            raise numeric_error("hessian", "direction", state="not positive definite in float64",
+                                detail=f"max |H| = {float(np.max(np.abs(H))):.3g} hides its identity part", **at) from None
         d0 = float(state.g @ s)
         if not math.isfinite(d0):
             raise numeric_error("direction", "direction", d0, detail=f"g.s = {d0!r}; {vector_detail(s)}", **at)

@@ -32,14 +32,16 @@ rows of at most CHUNK_BYTES.
 """
 
 import logging
+import math
 import time
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve
+from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from streamrank.cache.kernel_cache import read_rows
 from streamrank._native.blas import add_atb
 from streamrank.errors import FormatError, ParameterError
+from streamrank.solvers.finite import numeric_error, vector_detail
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.basis_map import KernelBasisMap, draw_basis, kernel_name
 from streamrank.features.kernels import KERNELS
@@ -100,9 +102,12 @@ class _Sums:
         dataset row of X's first."""
         q = qa
         base = int(self.qp[qa])
-        while q < qb:
+        while q < qb:  # q advances every pass (to e > q, below), so at most qb - qa passes
             g_end = int(self.groups[self.g + 1])
             e = min(g_end, qb)
+            if e <= q:  # blocks out of order: the group that holds q was closed already
+                raise RuntimeError(f"CLSRRank sums: queries {qa}:{qb} arrived after group {self.g} "
+                                   f"(ending at query {g_end}) was closed")
             r0, r1 = int(self.qp[q]) - base, int(self.qp[e]) - base
             f = self.filled  # the kernel rows go straight into the group's buffer
             _centred(fmap, X[r0:r1], y[r0:r1], self.qp[q:e + 1] - self.qp[q], row0 + r0,
@@ -148,16 +153,34 @@ class _System(Pass):
 
 
 def _solve(system, lam):
-    """alpha for one lambda: ((2 / S) G0 + lambda m I) alpha = (2 / S) b0, and J(alpha)."""
+    """alpha for one lambda: ((2 / S) G0 + lambda m I) alpha = (2 / S) b0, and J(alpha).
+
+    A direct solve (no loop). A system, solution or objective that is not finite, or a matrix that
+    is not positive definite in float64 (lambda m I lost against G0's scale), raises NumericError
+    (solvers.finite: the same attributes as the iterative solvers', where = "direct solve")."""
     G, b, c, S = system["G"], system["b"], system["c"], system["S"]
     m = G.shape[0]
     if S == 0:
         raise ParameterError("the training data have no query with documents; there is nothing to fit")
+    for name, v in (("G0", G), ("b0", b), ("c0", c)):  # sums of the kernel rows and labels of the data
+        if not np.all(np.isfinite(v)):
+            raise numeric_error("CLSRRank's system", "direct solve",
+                                detail=f"lambda={lam:g}: {name}: {vector_detail(np.ravel(v))}")
     A = (2.0 / S) * G
     A[np.diag_indices_from(A)] += lam * m
-    alpha = cho_solve(cho_factor(A, check_finite=False, overwrite_a=True), (2.0 / S) * b, check_finite=False)
+    try:
+        alpha = cho_solve(cho_factor(A, check_finite=False, overwrite_a=True), (2.0 / S) * b, check_finite=False)
+    except LinAlgError:
+        raise numeric_error("CLSRRank's system (2 / S) G0 + lambda m I", "direct solve",
+                            state="not positive definite in float64",
+                            detail=f"lambda={lam:g}: lambda m = {lam * m:.3g} is lost against max |G0| (2 / S) = "
+                                   f"{float(np.max(np.abs(G))) * 2.0 / S:.3g}") from None
     quad = float(alpha @ (G @ alpha))
     objective = (2.0 / S) * (c - 2.0 * float(b @ alpha) + quad) + lam * m * float(alpha @ alpha)
+    if not (np.all(np.isfinite(alpha)) and math.isfinite(objective)):
+        raise numeric_error("CLSRRank's solution", "direct solve", objective,
+                            detail=f"lambda={lam:g}: alpha: {vector_detail(alpha)}" if not np.all(np.isfinite(alpha))
+                            else f"lambda={lam:g}: the objective overflows")
     return alpha, objective
 
 
