@@ -3,8 +3,9 @@
 Paper 004 sec. 3.3: Q does not depend on beta, so it is computed once and stored; for large l it
 does not fit in memory, so it is split into row blocks, some kept in memory, the others read
 when needed. Here Q is computed once in query-aligned row blocks (rows of whole queries, so the
-objective can run the pair sweeps block by block), each block as K(X_b, X) in float64 (BLAS for
-the distance part, see :mod:`streamrank.features.kernels`) rounded once to float32, and stored with the
+objective can run the pair sweeps block by block), each block as K(X_b, X) - c in float64 (BLAS for
+the distance part, see :mod:`streamrank.features.kernels`; c the shift, see JITTER_FACTOR) rounded once
+to float32, and stored with the
 file, manifest and checksum machinery of :class:`~streamrank.cache.feature_cache.FeatureCache` (one
 cache directory ``features-<key16>`` under ``--cache-dir``; a block is a ``(rows, l)`` float32
 array). The key holds the dataset fingerprint, the query range, the kernel and its parameters and
@@ -38,7 +39,7 @@ from streamrank._native.threads import background
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.cache.feature_cache import FeatureCache, array_digest
-from streamrank.features.kernels import PreparedKernel, check_psd_kernel
+from streamrank.features.kernels import PreparedKernel, aligned_empty, check_psd_kernel, parallel_tiles
 from streamrank.io.query_stream import plan_blocks
 from streamrank._native import numba_cache
 
@@ -48,58 +49,122 @@ log = logging.getLogger("streamrank.cache.kernel_cache")
 
 # block buffers for reads from disk: the one in use, the one queued, the one being read
 READ_BUFFERS = 3
-# Q is stored as float32(K). The rounding error E = float32(K) - K makes float32(K) indefinite
-# where K's spectrum has decayed to nothing (MQ2008 rbf 2^-5, l = 2189: ||E||_2 = 1.6e-6,
-# lambda_min = -6.6e-7): TRON then finds directions with beta^T Q beta < 0, runs to -inf at tight
-# tolerances, crawls through hundreds of rejected steps, or meets d.Hd < 0 under a preconditioner,
-# whose M^-1 amplifies exactly those directions. The objective therefore uses Q' = float32(K) +
-# jitter I with jitter >= ||E||_2. For a symmetric E with independent entries, ||E||_2 is at most
-# about 2 max_i ||E_i|| (twice the largest row norm: the semicircle edge, and Bandeira and van
-# Handel 2016 for unequal variances) plus max |E_ij| sqrt(2 ln l). The row norms must be the rows'
-# own: a global RMS sigma (2 sigma sqrt(l)) misses a tight cluster of near-identical rows, whose
-# entries near 1 carry the largest rounding errors while most of K is small (issue 10: a query of
-# 700 near-duplicate documents among 1,600 rows gave lambda_min = 1.5 to 2 times 2 sigma sqrt(l),
-# and d.Hd < 0 on a public LETOR set). |E_ij| <= spacing(float32(K_ij)) / 2 for round-to-nearest,
-# so the bound below comes from the stored numbers alone (the same whether a block was computed
-# or read from the cache): jitter = JITTER_FACTOR max_i sqrt(sum_j (spacing_ij / 2)^2)
-# + max_ij (spacing_ij / 2) sqrt(2 ln l). The half-spacing is sqrt(3) times the RMS of a uniform
-# rounding error, a margin the random model does not promise. It moves the optimum by about
-# jitter ||beta||^2 / 2 (about 5e-5 relative on a 25-query MQ2008 subset).
-JITTER_FACTOR = 2.0
-# (spacing / 2)^2 and spacing / 2 of a float32 number by its biased exponent e (bits 23-30):
-# spacing = 2^(e - 150) for normal numbers (e >= 1), 2^-149 for zero and subnormals (e = 0)
+# Q is stored as float32(K - c) with a shift c (below), and the objective works with
+# Q' = float32(K - c) + c 1 1^T + jitter I. The rounding error E = float32(K - c) - (K - c) (plus
+# the float64 evaluation error of K, below) makes float32(K - c) + c 1 1^T indefinite where K's
+# spectrum has decayed to nothing: TRON then finds directions with beta^T Q beta < 0 and meets
+# d.Hd < 0 in CG, where a preconditioner's M^-1 amplifies exactly those directions.
+#
+# The jitter is a bound on ||E||_2 that holds for every matrix, not only for independent errors.
+# Session 10's bound (2 max_i ||E_i|| + max |E_ij| sqrt(2 ln l), the semicircle edge for a matrix
+# of independent entries) failed on query-level-normalised LETOR data at small gamma (issue 30:
+# d.Hd = -72.8 at gamma 2^-9, 9,219 rows): there K is close to 1 1^T, many rows are exact or near
+# duplicates (documents with the same normalised features), and their rounding errors are the SAME
+# numbers in many rows, a coherent E whose norm grows like l max|E_ij| rather than sqrt(l) max|E_ij|
+# (measured: MQ2008's first 150 queries with 40% of the rows set to one vector, ||E||_2 = 2.3e-5
+# against the old bound 4.9e-6). So:
+#
+#   (1) Weyl: lambda_min(Q') >= lambda_min(K) - ||sym(E)||_2 + jitter, and lambda_min(K) >= 0 (a PSD
+#       kernel); only the symmetric part sym(E) = (E + E^T) / 2 enters beta^T Q' beta.
+#   (2) ||sym(E)||_2 <= ||sym(E)||_inf = max_i sum_j |E_ij + E_ji| / 2 (the 2-norm of a symmetric
+#       matrix is its spectral radius, at most any induced norm; Gershgorin).
+#   (3) round to nearest: |E_ij| <= spacing(float32(K_ij - c)) / 2 =: h_ij, a function of the
+#       stored number alone, so sum_j |E_ij + E_ji| / 2 <= (sum_j h_ij + sum_j h_ji) / 2: row i's
+#       sum and column i's (the stored (j, i) need not be the stored (i, j): the two are computed
+#       in different tiles and may round to neighbouring float32 numbers).
+#   (4) the float64 values themselves: rbf's squared distance ||x||^2 + ||y||^2 - 2 x.y (BLAS, d
+#       terms) is within 2 d eps64 (||x||^2 + ||y||^2) of the exact one (Higham, Accuracy and
+#       Stability, eq. 3.5: |fl(x.y) - x.y| <= gamma_d |x|.|y|, gamma_d ~ d eps64), so
+#       |K64 - K| <= |K| (gamma 2 d eps64 (n_i + n_j) + EVAL_ULPS eps64), n_i = ||x_i||^2;
+#       laplacian's L1 distance (a sum of d terms) the same with n_i = ||x_i||_1 and half the
+#       factor; poly's only through EVAL_ULPS (its dot products are not bounded here).
+#
+# jitter = max_i [ (sum_j h_ij + sum_j h_ji) / 2 + sum_j |K_ij| eps64 (EVAL_ULPS + a_i + a_j) ],
+# a_i the row's factor of (4) (JITTER_FACTOR = 1: no margin is needed, the bound holds for every
+# matrix). It is loose by about 2 where the rounding errors are spread uniformly (|E_ij| averages
+# h_ij / 2) and by up to sqrt(l) / 2 beside the old bound where they are independent. The shift c keeps this small: at a small gamma
+# K - c is 10 to 1,000 times smaller than K where K is near 1, and so is its spacing (MQ2008, 150
+# queries, gamma 2^-11: row sums of h 8.1e-5 unshifted, 7.7e-7 with c = 0.997). c drops out of the
+# pair loss (a constant added to every score of a query moves no pair margin), so it costs one
+# rank-one term per pass (the objective's) and nothing else. The jitter moves the optimum by
+# about jitter ||beta||^2 / 2.
+JITTER_FACTOR = 1.0
+EVAL_ULPS = 8.0
+_EPS64 = float(np.finfo(np.float64).eps)
+# spacing / 2 of a float32 number by its biased exponent e (bits 23-30): spacing = 2^(e - 150)
+# for normal numbers (e >= 1), 2^-149 for zero and subnormals (e = 0)
 _EXP = np.arange(256)
 _HALF_SPACING = np.ldexp(0.5, np.maximum(_EXP, 1) - 150)
-_HALF_SPACING_SQ = _HALF_SPACING * _HALF_SPACING
+# rows of K sampled for the shift c (their median)
+SHIFT_ROWS = 64
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _rounding_bounds(bits, half_sq, rows, top_exp):
-    """rows[i] = sum_j half_sq[e_ij] in increasing j, top_exp[i] = max_j e_ij, e_ij the biased
-    exponent of the float32 whose bits are ``bits[i, j]`` (int32 view; the sign bit is masked)."""
+def _rounding_bounds(Q, bits, half, shift, scale, r0, rows, top_exp):
+    """rows[i] = sum_j (JITTER_FACTOR half[e_ij] / 2 + |Q_ij + shift| eps64 (EVAL_ULPS + scale[r0 + i]
+    + scale[j])) in increasing j, top_exp[i] = max_j e_ij; e_ij the biased exponent of the float32
+    Q[i, j] (``bits``: its int32 view; the sign bit is masked)."""
     n, m = bits.shape
     for i in prange(n):
         s = 0.0
         t = 0
+        si = EVAL_ULPS + scale[r0 + i]
         for j in range(m):
             e = (bits[i, j] >> 23) & 0xFF
-            s += half_sq[e]
+            s += 0.5 * JITTER_FACTOR * half[e] + abs(np.float64(Q[i, j]) + shift) * _EPS64 * (si + scale[j])
             t = max(t, e)
         rows[i] = s
         top_exp[i] = t
 
 
-def rounding_bounds(Qb):
-    """(per-row sum_j (spacing_ij / 2)^2, max_ij spacing_ij / 2) of a float32 block: the bound on
-    float32(K)'s rounding error that the jitter is built from (JITTER_FACTOR). One read of the
-    block's exponents (the NumPy twin is tests/kernel_oracle.rounding_bounds)."""
-    n = Qb.shape[0]
-    rows, top = np.empty(n), np.zeros(n, np.int64)
-    if n and Qb.shape[1]:
-        _rounding_bounds(np.ascontiguousarray(Qb).view(np.int32), _HALF_SPACING_SQ, rows, top)
-    else:
-        rows[:] = 0.0
-    return rows, float(_HALF_SPACING[top.max()]) if n and Qb.shape[1] else 0.0
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _column_bounds(bits, half, cols):
+    """cols[j] += sum_i JITTER_FACTOR half[e_ij] / 2 in increasing i (columns split across threads)."""
+    n, m = bits.shape
+    n_chunks = (m + 1023) // 1024
+    for c in prange(n_chunks):
+        for i in range(n):
+            for j in range(c * 1024, min(m, c * 1024 + 1024)):
+                cols[j] += 0.5 * JITTER_FACTOR * half[(bits[i, j] >> 23) & 0xFF]
+
+
+def rounding_bounds(Qb, shift=0.0, scale=None, r0=0, cols=None):
+    """(per-row sum_j (h_ij / 2 + |K64_ij - K_ij| bound), max_ij h_ij) of a float32 block of rows
+    r0.. of float32(K - shift), h_ij = spacing_ij / 2 (module comment above JITTER_FACTOR);
+    ``scale`` is a_i of (4) per row of Q (None: zeros). With ``cols`` (float64, one per column of
+    Q), adds sum_i h_ij / 2 to cols[j]: the column half of (3). The jitter is the largest
+    row + column sum. The NumPy twin is in tests/cache/test_kernel_jitter.py."""
+    n, m = Qb.shape
+    rows, top = np.zeros(n), np.zeros(n, np.int64)
+    if n and m:
+        scale = np.zeros(m) if scale is None else np.ascontiguousarray(scale, np.float64)
+        Qb = np.ascontiguousarray(Qb)
+        bits = Qb.view(np.int32)
+        _rounding_bounds(Qb, bits, _HALF_SPACING, float(shift), scale, int(r0), rows, top)
+        if cols is not None:
+            _column_bounds(bits, _HALF_SPACING, cols)
+        return rows, float(_HALF_SPACING[top.max()])
+    return rows, 0.0
+
+
+def eval_scale(Xn, kernel, gamma):
+    """a_i of the float64 evaluation bound (4) per row of Xn (module comment above JITTER_FACTOR)."""
+    d = Xn.shape[1]
+    if kernel == "rbf":
+        return 2.0 * d * gamma * np.einsum("ij,ij->i", Xn, Xn)
+    if kernel == "laplacian":
+        return d * gamma * np.abs(Xn).sum(axis=1)
+    return np.zeros(Xn.shape[0])
+
+
+def kernel_shift(prepared, Xn):
+    """c: the median of K over SHIFT_ROWS rows spread evenly over Xn (a function of Xn alone),
+    as a float32 number (so c is exact in both precisions)."""
+    l = Xn.shape[0]
+    if l == 0:
+        return 0.0
+    idx = np.unique(np.linspace(0, l - 1, min(l, SHIFT_ROWS)).astype(np.int64))
+    return float(np.float32(np.median(prepared(Xn[idx]))))
 
 
 def read_rows(dataset, normalizer, queries, block_bytes, executor=None):
@@ -185,22 +250,26 @@ class KernelCache(FeatureCache):
         bq = self.block_queries
         self.own = [k for k in range(len(layout))
                     if queries is None or (queries[0] <= bq[k] and bq[k + 1] <= queries[1])]
+        self._prepared = None
+        # Q is stored as float32(K - shift) (module comment above JITTER_FACTOR); the key holds the
+        # shift, so a cache of float32(K) (before issue 30) is never read as one
+        self.shift = kernel_shift(self._kernel(), self.Xn)
+        self.eval_scale = eval_scale(self.Xn, kernel, gamma)
         key = {"kind": "kernel-matrix", **key_material, **self.kernel_params, "rows": l,
-               "rows_digest": array_digest(self.Xn)}
+               "rows_digest": array_digest(self.Xn), "shift": self.shift}
         if queries is not None:  # a part's own store: workers never write one cache directory together
             key["part"] = [int(queries[0]), int(queries[1])]
         # the partition of each block this cache passes over (its own), in pass order
         self.block_partition = block_partitions(self.block_queries, parts)[self.own]
         super().__init__(cache_dir, key, layout, l, np.float32, memory_bytes=memory_bytes, size_cap=size_cap,
                          verify="once")
-        self._prepared = None
         self._buffers = None
         self.build_seconds = 0.0
         self.computed_blocks = 0
         self.passes = 0
         self._jitter = None
         self._row_err = np.full(l, np.nan)  # rounding_bounds per row, as blocks are seen
-        self._max_err = 0.0
+        self._col_err = np.zeros(l)  # and per column of Q, summed over the blocks seen
 
     # -- computing -------------------------------------------------------------------------------
     def _kernel(self):
@@ -210,10 +279,20 @@ class KernelCache(FeatureCache):
         return self._prepared
 
     def compute(self, k, out):
-        """Block k = K(Xn[a:b], Xn) rounded to float32 into ``out`` (float64 in between), in the
-        kernel's tiles by row index in Xn (module docstring, "Row independence")."""
+        """Block k = K(Xn[a:b], Xn) - shift rounded to float32 into ``out`` (float64 in between,
+        the shift subtracted in float64), in the kernel's tiles by row index in Xn (module
+        docstring, "Row independence")."""
         a, b = self.layout[k]
-        self._kernel()(self.Xn[a:b], out=out, row0=a)
+        prep, c = self._kernel(), self.shift
+        T = prep.tile_rows
+
+        def tile(At, s, e, p, bufs):
+            K = prep.into(At, bufs[0])
+            K -= c
+            out[s:e] = K[p:p + e - s]
+
+        if b > a:
+            parallel_tiles(self.Xn[a:b], a, T, tile, lambda: [aligned_empty((T, self.l))])
         self.computed_blocks += 1
         return out
 
@@ -259,8 +338,7 @@ class KernelCache(FeatureCache):
     def _note(self, k, Qk):
         """Record block k's rounding bounds for the jitter."""
         a, b = self.layout[k]
-        self._row_err[a:b], top = rounding_bounds(Qk)
-        self._max_err = max(self._max_err, top)
+        self._row_err[a:b], _ = rounding_bounds(Qk, self.shift, self.eval_scale, a, self._col_err)
 
     @property
     def jitter(self):
@@ -272,15 +350,17 @@ class KernelCache(FeatureCache):
                 if b > a and np.isnan(self._row_err[a]):
                     buf = np.empty((b - a, self.l), np.float32)
                     self._note(k, self.get(k) if self.in_memory(k) else self._fetch(k, buf))
-            rows = [self._row_err[a:b] for a, b in (self.layout[k] for k in self.own)]
-            self.set_bounds(max((float(r.max()) for r in rows if r.size), default=0.0), self._max_err)
+            # the rows' sums and the columns' over the blocks this cache holds (all of Q, except
+            # for a partition's cache on a worker, whose jitter RoundingBounds makes)
+            rows = [self._row_err[a:b] + self._col_err[a:b] for a, b in (self.layout[k] for k in self.own)]
+            self.set_bounds(max((float(r.max()) for r in rows if r.size), default=0.0))
         return self._jitter
 
-    def set_bounds(self, row_err, max_err):
-        """The jitter from the largest per-row bound and the largest element bound over every row
-        of Q (:func:`rounding_bounds`; when the rows were seen elsewhere: :class:`RoundingBounds`)."""
-        err = float(np.sqrt(row_err)) if self.l else 0.0
-        self._jitter = JITTER_FACTOR * err + float(max_err) * float(np.sqrt(2.0 * np.log(max(self.l, 2))))
+    def set_bounds(self, row_err, max_err=None):
+        """The jitter: the largest per-row bound over every row of Q (:func:`rounding_bounds`; when
+        the rows were seen elsewhere: :class:`RoundingBounds`). ``max_err`` is not used (the
+        element bound of the former jitter; kept for callers)."""
+        self._jitter = float(row_err)
 
     # -- reading ---------------------------------------------------------------------------------
     @property
@@ -351,16 +431,33 @@ def built_kernel_cache(**kwargs):
 
 class RoundingBounds(Pass):
     """Q's largest per-row and element rounding bounds over every block (one pass, where the
-    blocks are): the jitter of Q built by workers (:meth:`KernelCache.set_bounds`)."""
+    blocks are): the jitter of Q built by workers (:meth:`KernelCache.set_bounds`); ``cache`` gives
+    the shift and the evaluation scales."""
+
+    def __init__(self, cache=None):
+        self.shift = 0.0 if cache is None else cache.shift
+        self.scale = None if cache is None else cache.eval_scale
+
+    returns = True
 
     def start(self):
-        return [0.0, 0.0]
+        return 0.0
 
     def step(self, carry, item):
-        _, _, _, Qk = item
-        rows, top = rounding_bounds(Qk)
-        carry[0] = max(carry[0], float(rows.max()) if rows.size else 0.0)
-        carry[1] = max(carry[1], top)
+        _, a, b, Qk = item
+        cols = np.zeros(Qk.shape[1])
+        rows, top = rounding_bounds(Qk, self.shift, self.scale, a, cols)
+        return a, b, rows, cols  # column sums of every block are needed before the largest row
 
     def merge(self, total, carry):
-        return [max(a, b) for a, b in zip(total, carry)]
+        return total
+
+    @staticmethod
+    def jitter(kept):
+        """The jitter from the blocks' (a, b, rows, cols) kept by a pass of this."""
+        if not kept:
+            return 0.0
+        cols = np.zeros(len(kept[0][3]))
+        for _, _, _, c in kept:
+            cols += c
+        return max((float((r + cols[a:b]).max()) for a, b, r, _ in kept if b > a), default=0.0)

@@ -117,6 +117,11 @@ class KernelObjective(RankObjective):
         self.query_ptr = qcache.query_ptr
         self.sub_rows = max(1, int(sub_bytes) // (4 * max(qcache.l, 1)))
         self.delta = float(qcache.jitter) if jitter is None else float(jitter)
+        # the blocks hold float32(K - shift): Q' = blocks + shift 1 1^T + delta I (kernel_cache's
+        # comment above JITTER_FACTOR). The shift adds shift (1^T beta) to every score, which no
+        # pair margin sees, so the sweeps run on the blocks' scores as they are; it enters the
+        # scores kept (z), beta^T Q' beta = beta . z and the products Q' t (shift (1^T t) 1)
+        self.shift = float(getattr(qcache, "shift", 0.0))
         self._precond = None
         self._threads = _ThreadChooser()
         bq = qcache.block_queries
@@ -144,6 +149,9 @@ class KernelObjective(RankObjective):
         st = (tuple(np.concatenate([o[3][i] for o in kept]) for i in range(len(kept[0][3]))) if kept
               else pk.state_arrays(0, self.cost.eta))
         acc += self.delta * t  # the jitter's part of Q' t, after every row (block-independent order)
+        if self.shift:  # the shift's rank-one part of Q' beta and Q' t
+            z += self.shift * la.sum_in_order(0.0, beta)
+            acc += self.shift * la.sum_in_order(0.0, t)
         loss = la.sum_in_order(0.0, loss_q)
         f = 0.5 * la.sum_in_order(0.0, beta * z) + self.C * loss  # beta^T Q' beta = beta . z
         self._trial = (beta.copy(), f, acc, st, loss, z)
@@ -160,7 +168,10 @@ class KernelObjective(RankObjective):
         v = np.ascontiguousarray(v, np.float64)
         per_block = [tuple(x[a:b] for x in self._states) for a, b, _, _, _ in self._meta]
         acc, ts = self._run(_KernelHessProd(v, self), kept=(per_block,))
-        acc += self.delta * (np.concatenate(ts) if ts else np.zeros(0))
+        t = np.concatenate(ts) if ts else np.zeros(0)
+        acc += self.delta * t
+        if self.shift:  # Q' t's rank-one part (fun's comment)
+            acc += self.shift * la.sum_in_order(0.0, t)
         return acc
 
     def scores(self, beta=None):

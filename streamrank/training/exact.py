@@ -70,8 +70,8 @@ class _Gram:
             # workers build their partitions' blocks of Q where they read them (the recipe c.spec); the
             # jitter needs every row's rounding bound: one pass over the blocks, where they are
             t = time.perf_counter()
-            bounds, _ = executor.run(RoundingBounds(), c)
-            c.set_bounds(*bounds)
+            _, kept = executor.run(RoundingBounds(c), c)
+            c.set_bounds(RoundingBounds.jitter(kept))
             c.passes = 0  # building Q is not a pass of the solver (as c.build() is not)
             c.build_seconds = time.perf_counter() - t
         else:
@@ -85,9 +85,9 @@ class _Gram:
                      "mean %.3g, %.2f s", len(self.precond.landmarks), float(np.mean(self.precond.diag)),
                      self.precond_seconds)
         log.info("Q = K(X, X) (%s kernel, gamma %g): %d x %d, %d blocks, %s in memory%s; built in %.2f s "
-                 "(%d blocks computed); jitter %.3g", kernel, gamma, c.l, c.l, c.n_blocks,
+                 "(%d blocks computed); shift %.6g, jitter %.3g", kernel, gamma, c.l, c.l, c.n_blocks,
                  format_size(c.memory_nbytes), f", {c.dir}" if c.dir is not None else "", c.build_seconds,
-                 c.computed_blocks, c.jitter)
+                 c.computed_blocks, c.shift, c.jitter)
 
     def objective(self, C, cost=None):
         """The objective of point C (``cost``: the costs with that point's loss; default the Gram's)."""
