@@ -26,6 +26,7 @@ def grid_settings(args):
 
 def _grid_paths(args):
     from streamrank.workflow.grid import run_outputs
+    refuse_inapplicable(args, args.method)  # its message before the grid's own
     inputs = _data_inputs("DATA", args.data, args.query_file) + _data_inputs("--valid", args.valid) + \
         _features_inputs(args.features)
     files, trees = run_outputs(args.output, grid_axes(args))
@@ -35,6 +36,7 @@ def _grid_paths(args):
 
 def _cv_paths(args):
     from streamrank.workflow.cv import find_folds, fold_inputs, run_outputs
+    refuse_inapplicable(args, args.method)
     folds = find_folds(args.folds_dir, args.folds)
     files, trees = run_outputs(args.output, folds, args.method, grid_axes(args))
     cache_files, cache_trees = _cache_outputs(args)

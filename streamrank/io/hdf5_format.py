@@ -46,8 +46,8 @@ import numpy as np
 from streamrank._version import __version__
 from streamrank.errors import InputError, StreamrankError
 from streamrank.faultpoints import faultpoint
-from streamrank.io.atomic import (atomic_replace, discard_h5, ensure_space, fsync_file, remove_stale_temps,
-                                  storage_error, temp_name)
+from streamrank.io.atomic import (atomic_replace, check_not_input, discard_h5, ensure_space, fsync_file,
+                                  remove_stale_temps, storage_error, temp_name)
 from streamrank._native import finite as _finite, numba_cache
 
 numba_cache.install()  # cached kernels load without numba's compiler registries
@@ -233,6 +233,7 @@ class DatasetWriter:
         self.n_features = None if n_features is None else int(n_features)
         self.n_rows = 0
         self._widened = False
+        check_not_input(self.path, "dataset")  # refused before any row is written (atomic_replace: again at the end)
         remove_stale_temps(self.path)  # what writers killed earlier left behind
         self._tmp = Path(work_path) if work_path is not None else temp_name(self.path)
         self._regroup_tmp().unlink(missing_ok=True)  # a killed close's copy: regrouping starts over
