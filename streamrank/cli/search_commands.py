@@ -40,7 +40,7 @@ def _cv_paths(args):
     folds = find_folds(args.folds_dir, args.folds)
     files, trees = run_outputs(args.output, folds, args.method, grid_axes(args))
     cache_files, cache_trees = _cache_outputs(args)
-    return ([(name, p) for p, name in fold_inputs(folds)] + _features_inputs(args.features),
+    return ([x for p, name in fold_inputs(folds) for x in _data_inputs(name, p)] + _features_inputs(args.features),
             [("-o", f, args.output) for f in files] + cache_files, [("-o", t) for t in trees] + cache_trees)
 
 
