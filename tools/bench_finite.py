@@ -52,12 +52,14 @@ cfg = json.loads({cfg!r})
 mode = cfg["mode"]
 if mode in ("none", "after"):
     def _read(self, X, y, start, stop):
-        self._read_raw(self._y, y, start, stop)
-        self._read_raw(self._X, X, start, stop)
+        self._read_raw(self._ry, y, start, stop)
+        self._read_raw(self._rx, X, start, stop)
         if mode == "after" and (finite.first_non_finite(finite.bits_of(X)) >= 0
                                 or finite.first_non_finite(finite.bits_of(y)) >= 0):
             raise ValueError("not finite")
     dsmod.Dataset._read_checked = _read
+if cfg["piece_bytes"]:
+    dsmod.PIECE_BYTES = cfg["piece_bytes"]
 out = {{}}
 if cfg["kind"] == "read":
     finite.first_non_finite(np.zeros(4, np.uint32))  # the kernel loaded before the clock
@@ -108,6 +110,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=5, help="rounds; each runs every mode once per job")
     ap.add_argument("--workdir", default="/tmp/streamrank-bench-finite")
     ap.add_argument("--no-train", action="store_true", help="the read pass only")
+    ap.add_argument("--piece-mb", type=float, default=0, help="pieces of the fused check (default: the code's, "
+                                                              "streamrank.io.dataset.PIECE_BYTES)")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
@@ -124,7 +128,7 @@ def main():
         rows, d, chunk = ds.n_rows, ds.n_features, ds._X.chunks
     print(machine_facts())
     print(f"data: {data.name}, {rows:,} rows x {d} features ({rows * (4 * d + 4) / 1e6:.0f} MB of rows, chunks of "
-          f"{chunk[0]:,} rows); budget {args.budget}; pieces of {dsmod.PIECE_BYTES / 2**20:g} MiB; "
+          f"{chunk[0]:,} rows); budget {args.budget}; pieces of {args.piece_mb or dsmod.PIECE_BYTES / 2**20:g} MiB; "
           f"{args.repeats} rounds")
     jobs = ["read"] + ([] if args.no_train else ["train"])
     runs = {(j, m): [] for j in jobs for m in MODES}
@@ -132,7 +136,8 @@ def main():
         for job in jobs:
             # each round changes the order of the modes, so none is always first after the other job
             for mode in MODES[rep % 3:] + MODES[:rep % 3]:
-                cfg = {"data": str(data), "warm": str(warm), "mode": mode, "kind": job, "budget": args.budget}
+                cfg = {"data": str(data), "warm": str(warm), "mode": mode, "kind": job, "budget": args.budget,
+                       "piece_bytes": int(args.piece_mb * 2**20)}
                 r = run_child(CHILD.format(cfg=json.dumps(cfg)))
                 runs[job, mode].append(r)
                 say = (f"read {r['read_s'] * 1e3:.0f} ms (cpu {r['read_cpu_s'] * 1e3:.0f})" if job == "read" else

@@ -14,7 +14,7 @@ import numpy as np
 
 from streamrank._native import finite
 from streamrank.errors import FormatError, InputError
-from streamrank.io.h5_edc import no_check_dxpl, read_rows
+from streamrank.io.h5_edc import RowReader, no_check_dxpl
 from streamrank.io.hdf5_format import FORMAT_NAME, FORMAT_VERSION, READABLE_VERSIONS, ContentHash, index_digest
 
 
@@ -25,10 +25,13 @@ _UNVERIFIED_SAID = set()
 
 # Rows of X read by one HDF5 call on a block's first read, each piece scanned for non-finite values
 # as soon as it lands, while it is still in cache. Whole HDF5 chunks (about 1 MB each,
-# docs/formats.md) are never split between two pieces. Measured on a 250 MB block of the generated
-# mslr30k set (best of 5 per piece, CPU seconds): the reads took 70-71 ms whatever the piece size,
-# the scan 2.9 ms in 1 MB pieces (L2 holds 1 MB a core here), 5.3 ms in 4 MB, 7.3 ms in 16 MB and
-# 7.1 ms over the whole block after its read (tools/bench_finite.py times whole passes).
+# docs/formats.md) are never split between two pieces. Measured on generated mslr30k (136 features,
+# chunks of 1 MB; this 2-core machine shared with other work, CPU seconds): a 250 MB block's
+# pieces, best of 5 each, took 70-71 ms to read whatever their size and 2.9 ms to scan in 1 MB
+# pieces (L2 holds 1 MB a core), 5.3 in 4 MB, 7.3 in 16 MB, 7.1 scanning the block after its
+# read. Over a whole first read of 622 MB (166 ms, median of 11) a piece's HDF5 call costs about
+# what the cache saves: +17 ms in 1 MB pieces, +27 in 16 MB, +21 scanning each block after its
+# read, within this machine's noise of each other (tools/bench_finite.py compares them).
 PIECE_BYTES = 1 << 20
 
 
@@ -172,6 +175,7 @@ class Dataset:
         # and (version 2) their chunks' checksums; later reads of the same rows skip both
         self._verified = set()
         self._piece_rows = self._plan_pieces()
+        self._rx, self._ry = RowReader(self._X), RowReader(self._y)
 
     def _check_storage(self):
         """The chunk of X that holds the last row exists: a file whose attributes claim more rows
@@ -230,8 +234,8 @@ class Dataset:
             for a in range(0, self.n_rows, step):
                 b = min(a + step, self.n_rows)
                 # the bytes as stored, whatever they hold: `info` reports a non-finite value itself
-                self._read_raw(self._X, X[:b - a], a, b)
-                self._read_raw(self._y, y[:b - a], a, b)
+                self._read_raw(self._rx, X[:b - a], a, b)
+                self._read_raw(self._ry, y[:b - a], a, b)
                 h.update(X[:b - a], y[:b - a])
             q = self.qid
             self._fingerprint = h.hexdigest(self.query_ptr, q if q.dtype.kind in "iu" else list(q))
@@ -258,8 +262,8 @@ class Dataset:
                 if (start, stop) in self._verified:
                     # read before in this process: values and checksums checked (io.h5_edc)
                     dxpl = no_check_dxpl() if self.verified else None
-                    self._read_raw(self._X, X, start, stop, dxpl)
-                    self._read_raw(self._y, y, start, stop, dxpl)
+                    self._read_raw(self._rx, X, start, stop, dxpl)
+                    self._read_raw(self._ry, y, start, stop, dxpl)
                 else:
                     self._read_checked(X, y, start, stop)
                     self._verified.add((start, stop))
@@ -269,15 +273,15 @@ class Dataset:
         return X, y
 
     @staticmethod
-    def _read_raw(column, out, start, stop, dxpl=None):
-        """``out[:] = column[start:stop]`` through ``dxpl`` where the buffer can take the rows as
-        HDF5 lays them out, else through h5py's read_direct (checksums checked)."""
+    def _read_raw(reader, out, start, stop, dxpl=None):
+        """``out[:] = rows start:stop`` of ``reader``'s dataset through ``dxpl`` where the buffer can
+        take the rows as HDF5 lays them out, else through a copy (checksums checked)."""
         if out.size == 0:
             return
-        if _fits(out, (stop - start,) + column.shape[1:]):
-            read_rows(column, out, start, stop, dxpl)
-        else:  # another dtype or a strided buffer: through a copy (checksums checked)
-            out[...] = column[start:stop]
+        if _fits(out, (stop - start,) + reader.dataset.shape[1:]):
+            reader.read(out, start, stop, dxpl)
+        else:  # another dtype or a strided buffer
+            out[...] = reader.dataset[start:stop]
 
     def _plan_pieces(self):
         """Rows of one piece of a first read: whole HDF5 chunks of X within ``PIECE_BYTES``."""
@@ -287,7 +291,7 @@ class Dataset:
     def _read_checked(self, X, y, start, stop):
         """Read rows ``start:stop`` into X, y and scan each piece for values that are not finite
         as soon as it lands (labels whole first: 4 bytes a row). The first one is refused."""
-        self._read_raw(self._y, y, start, stop)
+        self._read_raw(self._ry, y, start, stop)
         bad_y = finite.first_non_finite(finite.bits_of(y)) if _fits(y, (stop - start,)) \
             else _first_bad_numpy(y)
         bad_x = -1
@@ -300,14 +304,14 @@ class Dataset:
                     break  # the label before this piece is the first bad value
                 q = min(stop, (p // step + 1) * step)  # chunk-aligned, so no chunk is read twice
                 piece = X[p - start:q - start]
-                read_rows(self._X, piece, p, q, None)
+                self._rx.read(piece, p, q)
                 j = finite.first_non_finite(finite.bits_of(piece))
                 if j >= 0:
                     bad_x = p - start + j // d
                     break
                 p = q
         elif d:  # a buffer HDF5 cannot fill as laid out (another dtype, strided): read, then scan
-            self._read_raw(self._X, X, start, stop)
+            self._read_raw(self._rx, X, start, stop)
             bad_x = _first_bad_numpy(X)
             bad_x = bad_x // d if bad_x >= 0 else -1
         if bad_x >= 0 or bad_y >= 0:
@@ -345,7 +349,7 @@ class Dataset:
         try:
             for a in range(0, self.n_rows, step):
                 b = min(a + step, self.n_rows)
-                self._read_raw(self._y, y[a:b], a, b)
+                self._read_raw(self._ry, y[a:b], a, b)
         except OSError as e:
             raise _damaged(self.path, f"its labels cannot be read ({e})") from None
         if check:
@@ -367,8 +371,8 @@ class Dataset:
             for a in range(0, n, step):
                 b = min(a + step, n)
                 Xa, ya = X[:b - a], y[:b - a]
-                self._read_raw(self._X, Xa, a, b)
-                self._read_raw(self._y, ya, a, b)
+                self._read_raw(self._rx, Xa, a, b)
+                self._read_raw(self._ry, ya, a, b)
                 cx, cy = finite.count_non_finite(finite.bits_of(Xa)), finite.count_non_finite(finite.bits_of(ya))
                 count_x, count_y = count_x + cx, count_y + cy
                 if first is None and (cx or cy):

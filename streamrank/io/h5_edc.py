@@ -11,6 +11,7 @@ Where that library cannot be found every read verifies, which is slower but neve
 import ctypes
 import glob
 import os
+import threading
 
 import h5py
 
@@ -50,3 +51,32 @@ def read_rows(dataset, out, start, stop, dxpl):
         raise ValueError(f"read_rows needs a C-contiguous {dataset.dtype} buffer of shape {shape}; got "
                          f"{out.dtype} {out.shape}")
     dataset.id.read(mem, space, out, dxpl=dxpl)
+
+
+class RowReader:
+    """``read_rows`` of one dataset with its dataspaces kept between calls (one set a thread: a
+    selection is state, and two streams of one file may read from two threads). A first read of
+    a block reads it in chunk-sized pieces; a fresh file space and memory space for each cost
+    about 7 of the 15 us a piece took (h5py 3.16)."""
+
+    def __init__(self, dataset):
+        self.dataset = dataset
+        self._tail = tuple(dataset.shape[1:])
+        self._local = threading.local()
+
+    def read(self, out, start, stop, dxpl=None):
+        """``out[:] = dataset[start:stop]``; ``out`` C-contiguous, exactly the rows' shape and dtype."""
+        loc = self._local
+        if not hasattr(loc, "space"):
+            loc.space, loc.mems = self.dataset.id.get_space(), {}
+        shape = (stop - start,) + self._tail
+        if not out.flags.c_contiguous or out.shape != shape or out.dtype != self.dataset.dtype:
+            raise ValueError(f"RowReader.read needs a C-contiguous {self.dataset.dtype} buffer of shape {shape}; "
+                             f"got {out.dtype} {out.shape}")
+        mem = loc.mems.get(shape)
+        if mem is None:
+            if len(loc.mems) >= 16:  # pieces have a few sizes: whole chunks, and a block's two ends
+                loc.mems.clear()
+            mem = loc.mems[shape] = h5py.h5s.create_simple(shape)
+        loc.space.select_hyperslab((start,) + (0,) * len(self._tail), shape)
+        self.dataset.id.read(mem, loc.space, out, dxpl=dxpl)

@@ -357,3 +357,30 @@ def test_a_dask_worker_checks_the_rows_it_reads(tmp_path):
     finally:
         client.close()
         cluster.close()
+
+
+def test_two_threads_reading_one_dataset_get_their_own_rows(tmp_path):
+    """The row readers keep a selection per thread: two streams of one open file, read at once
+    from two threads (first reads, in pieces), each get the file's rows."""
+    import threading
+    X, y, qp, qid = clean_data(seed=11, n_queries=400)
+    p = write_documented(tmp_path / "d.h5", X, y, qp, qid, chunk_rows=3)
+    got, errors = {}, []
+    with streamrank.open_dataset(p) as ds:
+        def run(k, block_bytes):
+            try:
+                for _ in range(3):
+                    blocks = [(a, b, blk.X.copy(), blk.y.copy()) for blk, a, b in ds.stream(block_bytes=block_bytes)]
+                got[k] = blocks
+            except Exception as e:  # noqa: BLE001 -- reported below
+                errors.append(e)
+        threads = [threading.Thread(target=run, args=(k, b)) for k, b in enumerate((240, 330))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors
+    for blocks in got.values():
+        for a, b, Xb, yb in blocks:
+            np.testing.assert_array_equal(Xb, X[a:b])
+            np.testing.assert_array_equal(yb, y[a:b])
