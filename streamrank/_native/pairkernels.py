@@ -221,7 +221,7 @@ def _fenwick_add(tree, rank, vals):
     ``n - lowbit(n) .. n - 1``.
     """
     n = rank + 1
-    while n < tree.shape[0]:
+    while 0 < n < tree.shape[0]:  # n grows by lowbit(n) >= 1; a rank < 0 (n <= 0, lowbit 0) adds nothing
         for c in range(vals.shape[0]):
             tree[n, c] += vals[c]
         n += n & (-n)
@@ -270,7 +270,7 @@ def _mom_merge(wa, ma, sa, wb, mb, sb):
 def _mom_fenwick_push(tree, rank, w, x):
     """Insert ``(w, x)`` at label rank ``rank`` of a Fenwick tree of moments ``(L + 1, 3)``."""
     n = rank + 1
-    while n < tree.shape[0]:
+    while 0 < n < tree.shape[0]:  # as _fenwick_add: n = 0 would never move
         _mom_push(tree, n, w, x)
         n += n & (-n)
 

@@ -78,6 +78,9 @@ def row_tiles(n, row0, tile):
     """(s, e, p) for the tiles met by rows 0..n-1 of an array whose row 0 has absolute index
     ``row0``: its rows s:e sit at positions p:p + e - s of the tile of ``tile`` rows that starts
     at absolute row row0 + s - p. Only the first and the last tile can be partial."""
+    tile = int(tile)
+    if tile < 1:  # s advances by tile - p >= 1 per tile only for a tile of at least one row
+        raise ValueError(f"row_tiles: tile must be >= 1 row; got {tile}")
     s = 0
     while s < n:
         p = (row0 + s) % tile

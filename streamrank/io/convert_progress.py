@@ -21,6 +21,9 @@ from streamrank.io.atomic import storage_error, written
 
 FORMAT_NAME = "streamrank-convert-progress"
 FORMAT_VERSION = 1
+# the lock file may be replaced between our open and our lock (a conversion that ends removes it):
+# a retry each time, as the feature cache's claim does, but not for ever
+LOCK_ATTEMPTS = 100
 
 
 def work_paths(output):
@@ -51,7 +54,7 @@ class Lock:
 
     def __init__(self, path, output, wait=False):
         self.path = Path(path)
-        while True:
+        for _ in range(LOCK_ATTEMPTS):
             try:
                 self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as e:
@@ -68,6 +71,9 @@ class Lock:
             except FileNotFoundError:
                 pass
             os.close(self.fd)
+        self.fd = None
+        raise InputError(f"{output}: its lock file {self.path} was replaced {LOCK_ATTEMPTS} times while this "
+                         f"conversion waited for it: other conversions keep writing it; wait for them to end")
 
     def release(self, remove=False):
         if self.fd is None:

@@ -20,6 +20,11 @@ RAW_READ_BYTES = 4 << 20
 # cores, interleaved): 16 MB chunks 8.0-8.5 s and 359 MB peak, 8 MB 8.1-8.3 s and 293 MB, 6 MB
 # 9.9-10.4 s (slower, by a cause not yet profiled)
 DEFAULT_CHUNK_BYTES = 8 << 20
+# The longest line read: a LETOR/SVMlight line of 64 MiB holds over two million features of 25
+# characters. Reading stops at end of file, and the text is held up to a line's end: without this
+# a file with no newline (a device such as /dev/zero, a FIFO fed without one, or a small gzip member
+# of zeros that decompresses to gigabytes) would be read into memory without end
+MAX_LINE_BYTES = 64 << 20
 
 
 def _sniff(path):
@@ -125,6 +130,8 @@ class TextChunks:
                     item = self._item(np.frombuffer(chunk, np.uint8), line)
                     yield item
                     line += len(item[2]) if self.line_ends else chunk.count(b"\n")
+                if len(pending) > max(MAX_LINE_BYTES, self.chunk_bytes):  # the loop above left part of one line
+                    self._too_long(line)
         if dec._d is not None and dec.in_member and not dec._d.eof:
             raise InputError(f"{self.path}: the {self.kind} stream ends early after {self.raw_bytes:,} bytes (the file "
                              f"is truncated); fetch it again")
@@ -143,6 +150,11 @@ class TextChunks:
         base = base.obj if isinstance(base, memoryview) else base
         if isinstance(base, bytearray) and len(base) == max(1, self.chunk_bytes) and len(self._free) < 4:
             self._free.append(base)
+
+    def _too_long(self, line):
+        raise InputError(f"{self.path}:{line + 1}: the line is longer than {MAX_LINE_BYTES >> 20} MiB without a "
+                         f"line end (read {self.text_bytes:,} bytes of text before it): not LETOR/SVMlight text, "
+                         f"or a device or pipe that does not end")
 
     def _item(self, buf, line):
         # read-only, as the decompressing path's arrays over bytes are: one numba specialisation
@@ -174,6 +186,8 @@ class TextChunks:
                 to_skip -= n
             while True:
                 if filled == len(buf):  # one line longer than a chunk: room for more of it
+                    if filled > MAX_LINE_BYTES:  # buf holds part of one line alone (no newline in it)
+                        self._too_long(line)
                     buf.extend(bytes(len(buf)))
                 n = f.readinto(memoryview(buf)[filled:filled + min(RAW_READ_BYTES, len(buf) - filled)])
                 if not n:

@@ -565,6 +565,9 @@ class _PreconditionerSample(Pass):
             # the part of group g inside this block: queries q .. e (block-local)
             g_stop = self.q_first + int(self.groups[c["g"] + 1])
             e = min(g_stop, b.q1) - b.q0
+            if e <= q:  # q advances every pass (at most b.q1 - b.q0 of them) unless blocks come out of order
+                raise RuntimeError(f"preconditioner pass: block of queries {b.q0}:{b.q1} after group {c['g']} "
+                                   f"(ending at query {g_stop}) was closed")
             r0, r1 = int(b.qptr[q]), int(b.qptr[e])
             f = c["filled"]
             _l_phi(b, st, r0, r1, (q, e), self.cost, self.mu, c["phi"][f:f + r1 - r0], c["lphi"][f:f + r1 - r0])
