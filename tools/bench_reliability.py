@@ -491,6 +491,14 @@ def section_properties(args, work):
           "128 + its number with its line); inputs byte-identical; nothing left beside an output. An example has "
           "several kinds of input; a failing property's shrinking examples are counted too")
     failures = [f"properties: {f['test'].split('::')[-1]}:\n{f['text']}" for f in got["failures"]]
+    # with STREAMRANK_PROPERTY_COUNT_ONLY=1 every broken rule was counted, not raised: list each once
+    seen = set()
+    for v in got.get("violations", []):
+        lines = v.splitlines()
+        key = (lines[0], lines[1].split(" kinds=")[0].split(" ")[:3] if len(lines) > 1 else "")
+        if str(key) not in seen:
+            seen.add(str(key))
+            failures.append("properties (counted): " + "\n".join(ln[:400] for ln in lines[:4]))
     if r.returncode not in (0, 1) and not failures:
         failures.append(f"properties: pytest exited {r.returncode}: {(r.stdout + r.stderr)[-2000:]}")
     return {"rows": rows, "by_kind": kinds, "examples": n, "seconds": seconds}, failures
