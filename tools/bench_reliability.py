@@ -495,7 +495,7 @@ def section_properties(args, work):
     seen = set()
     for v in got.get("violations", []):
         lines = v.splitlines()
-        key = (lines[0], lines[1].split(" kinds=")[0].split(" ")[:3] if len(lines) > 1 else "")
+        key = (lines[0], tuple(lines[1].split()[1:3]) if len(lines) > 1 else ())  # the rule, the command
         if str(key) not in seen:
             seen.add(str(key))
             failures.append("properties (counted): " + "\n".join(ln[:400] for ln in lines[:4]))
