@@ -3,7 +3,7 @@ hostile text handled, full and read-only file systems, and peak RSS per command 
 against the memory budget (issue 12).
 
     python tools/bench_reliability.py                    # everything (about 15 minutes)
-    python tools/bench_reliability.py --only memory      # one section: kills damaged fuzz storage memory
+    python tools/bench_reliability.py --only memory      # one section: kills damaged fuzz storage memory properties
     python tools/bench_reliability.py --kills 200        # the long soak inside it
     python tools/bench_reliability.py --only properties --examples 40   # tests/properties, N examples each
 
