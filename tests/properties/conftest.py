@@ -29,8 +29,9 @@ settings.register_profile("ci", max_examples=8, derandomize=True,
                           phases=(Phase.explicit, Phase.reuse, Phase.generate), **_common)
 settings.register_profile("long", max_examples=int(os.environ.get("STREAMRANK_PROPERTY_EXAMPLES", "200")),
                           derandomize=False, **_common)
+# applied to these properties only (prop_kit.examples), never loaded as the session's default: the
+# other Hypothesis tests of the suite keep their own settings
 PROFILE = os.environ.get("STREAMRANK_PROPERTY_PROFILE", "ci")
-settings.load_profile(PROFILE)
 if PROFILE == "long":
     # shrinking a failure is capped in time (Hypothesis' own cap is 300 s a property): a hang's
     # shrinking steps each wait out a bound, and a run of the bench must stay within its minutes
@@ -69,6 +70,6 @@ def pytest_sessionfinish(session, exitstatus):
     if not out:
         return
     import prop_checker
-    Path(out).write_text(json.dumps({"profile": PROFILE, "max_examples": settings.default.max_examples,
+    Path(out).write_text(json.dumps({"profile": PROFILE, "max_examples": settings.get_profile(PROFILE).max_examples,
                                      "counts": prop_checker.counts_table(), "failures": _failures,
                                      "violations": prop_checker.VIOLATIONS}, indent=1))

@@ -19,18 +19,22 @@ METHOD_ARGS = {"primal": [], "nystroem": ["--components", "4"], "rff": ["--compo
                "exact": [], "clsr": ["--components", "4"]}
 
 
+def _profile():
+    return settings.get_profile(os.environ.get("STREAMRANK_PROPERTY_PROFILE", "ci"))
+
+
 def examples(ci):
-    """The example count of a property: ``ci`` in the CI profile, the profile's count otherwise."""
-    if os.environ.get("STREAMRANK_PROPERTY_PROFILE", "ci") == "ci":
-        return ci
-    return settings.default.max_examples
+    """The settings of a property: the profile's (conftest.py), with ``ci`` examples in the CI
+    profile and the profile's count otherwise."""
+    long = os.environ.get("STREAMRANK_PROPERTY_PROFILE", "ci") != "ci"
+    return settings(_profile(), max_examples=_profile().max_examples if long else ci)
 
 
 def few(ci):
-    """Examples of the costly properties (child processes): ``ci``, or a twentieth of the long count."""
-    if os.environ.get("STREAMRANK_PROPERTY_PROFILE", "ci") == "ci":
-        return ci
-    return max(ci, settings.default.max_examples // 20)
+    """The settings of a costly property (child processes): ``ci`` examples, or a twentieth of the
+    long count."""
+    long = os.environ.get("STREAMRANK_PROPERTY_PROFILE", "ci") != "ci"
+    return settings(_profile(), max_examples=max(ci, _profile().max_examples // 20) if long else ci)
 
 
 class Env:

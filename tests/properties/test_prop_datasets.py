@@ -10,7 +10,7 @@ is not finite must be refused (exit 2, one line naming it) by every command that
 
 import shutil
 
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 import prop_checker as pc
@@ -38,7 +38,7 @@ def _write(draw, d, where, name="d"):
     return ps.write_h5(d, where / f"{name}.h5")
 
 
-@settings(max_examples=kit.examples(32))
+@kit.examples(32)
 @given(data=st.data())
 def test_train_on_datasets_from_another_tool(prop_env, data):
     draw = data.draw
@@ -56,7 +56,7 @@ def test_train_on_datasets_from_another_tool(prop_env, data):
         pc.check(case, pc.run_cli(argv))
 
 
-@settings(max_examples=kit.examples(16))
+@kit.examples(16)
 @given(data=st.data())
 def test_predict_on_datasets_from_another_tool(prop_env, data):
     draw = data.draw
@@ -76,7 +76,7 @@ def test_predict_on_datasets_from_another_tool(prop_env, data):
 SCORES = ["0.5", "1", "-3", "1e308", "-1e308", "5e-324", "0", "-0", "nan", "inf", "-inf", "abc", "", "1e400"]
 
 
-@settings(max_examples=kit.examples(16))
+@kit.examples(16)
 @given(data=st.data())
 def test_eval_on_datasets_and_scores_from_another_tool(prop_env, data):
     draw = data.draw
@@ -97,7 +97,7 @@ def test_eval_on_datasets_and_scores_from_another_tool(prop_env, data):
         pc.check(case, pc.run_cli(argv))
 
 
-@settings(max_examples=kit.examples(12))
+@kit.examples(12)
 @given(data=st.data())
 def test_select_features_and_info_on_datasets_from_another_tool(prop_env, data):
     draw = data.draw
@@ -117,7 +117,7 @@ def test_select_features_and_info_on_datasets_from_another_tool(prop_env, data):
         pc.check(case, pc.run_cli(argv))
 
 
-@settings(max_examples=kit.examples(8))
+@kit.examples(8)
 @given(data=st.data())
 def test_grid_and_cv_on_datasets_from_another_tool(prop_env, data):
     draw = data.draw
@@ -148,7 +148,7 @@ def test_grid_and_cv_on_datasets_from_another_tool(prop_env, data):
         pc.check(case, pc.run_cli(argv))
 
 
-@settings(max_examples=kit.examples(12))
+@kit.examples(12)
 @given(data=st.data())
 def test_convert_letor_text(prop_env, data):
     draw = data.draw
@@ -170,7 +170,7 @@ def test_convert_letor_text(prop_env, data):
         pc.check(case, pc.run_cli(argv))
 
 
-@settings(max_examples=kit.examples(16))
+@kit.examples(16)
 @given(data=st.data())
 def test_the_block_stream_yields_only_finite_blocks(prop_env, data):
     """``open_dataset(path).stream()``, the one place every command reads rows through: every block

@@ -9,7 +9,7 @@ import math
 import tempfile
 
 import numpy as np
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 import prop_checker as pc
@@ -32,7 +32,7 @@ def _must_refuse(params):
     return ""
 
 
-@settings(max_examples=kit.examples(30))
+@kit.examples(30)
 @given(data=st.data())
 def test_estimators_with_hostile_parameters_and_arrays(prop_env, data):
     import streamrank
@@ -82,7 +82,7 @@ def test_estimators_with_hostile_parameters_and_arrays(prop_env, data):
         pc.check(case, res)
 
 
-@settings(max_examples=kit.examples(16))
+@kit.examples(16)
 @given(data=st.data())
 def test_predict_and_score_of_a_fitted_estimator_on_hostile_arrays(prop_env, data):
     """``load(model).predict`` / ``score`` on arrays of any values: finite scores (a score in

@@ -11,7 +11,7 @@ byte-identical and nothing is left beside an output.
 import os
 import shutil
 
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 import prop_checker as pc
@@ -114,7 +114,7 @@ def _case(env, draw, i, o, c):
             kinds + ["--png-dir the run directory"])
 
 
-@settings(max_examples=kit.examples(18))
+@kit.examples(18)
 @given(data=st.data())
 def test_no_output_is_an_input(prop_env, data):
     with prop_env.workspace() as (i, o, c):

@@ -10,7 +10,7 @@ stay byte-identical and nothing is left beside an output.
 
 import math
 
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 import prop_checker as pc
@@ -85,7 +85,7 @@ BY_METHOD = {
 }
 
 
-@settings(max_examples=kit.examples(24))
+@kit.examples(24)
 @given(data=st.data())
 def test_train_with_hostile_parameters(prop_env, data):
     env, draw = prop_env, data.draw
@@ -121,7 +121,7 @@ GRID = {**COMMON, "--C": _list, "--gamma": _list, "--components": _list, "--eta"
         "--degree": _num, "--coef0": _num, "--rank": _num}
 
 
-@settings(max_examples=kit.examples(8))
+@kit.examples(8)
 @given(data=st.data())
 def test_grid_with_hostile_parameters(prop_env, data):
     env, draw = prop_env, data.draw
@@ -142,7 +142,7 @@ def test_grid_with_hostile_parameters(prop_env, data):
         pc.check(case, pc.run_cli(argv))
 
 
-@settings(max_examples=kit.examples(4))
+@kit.examples(4)
 @given(data=st.data())
 def test_cv_with_hostile_parameters(prop_env, data):
     env, draw = prop_env, data.draw
@@ -166,7 +166,7 @@ SELECT = {"-k": _num, "--tradeoff": _num, "--importance": lambda draw: f"ndcg@{d
           "--memory-budget": _size, "--commit-every": _num, "--partition-rows": _num}
 
 
-@settings(max_examples=kit.examples(12))
+@kit.examples(12)
 @given(data=st.data())
 def test_select_features_with_hostile_parameters(prop_env, data):
     env, draw = prop_env, data.draw
@@ -180,7 +180,7 @@ def test_select_features_with_hostile_parameters(prop_env, data):
         pc.check(case, pc.run_cli(argv))
 
 
-@settings(max_examples=kit.examples(10))
+@kit.examples(10)
 @given(data=st.data())
 def test_convert_predict_eval_with_hostile_parameters(prop_env, data):
     env, draw = prop_env, data.draw

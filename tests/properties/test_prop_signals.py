@@ -11,7 +11,7 @@ ordinary success. These are the costly examples: few of them.
 import signal
 
 import pytest
-from hypothesis import given, note, settings
+from hypothesis import given, note
 from hypothesis import strategies as st
 
 import prop_checker as pc
@@ -30,7 +30,7 @@ def bigger(tmp_path_factory):
     return d
 
 
-@settings(max_examples=kit.few(2))
+@kit.few(2)
 @given(sig=st.sampled_from(SIGNALS), delay=st.floats(0.0, 1.5),
        command=st.sampled_from(["train", "train", "grid", "convert", "select-features"]),
        after=st.sampled_from(["log", "checkpoint"]))
