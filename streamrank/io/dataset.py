@@ -230,7 +230,8 @@ class Dataset:
         if self._fingerprint is None:
             h = ContentHash()
             step = max(1, (64 << 20) // (4 * max(self.n_features, 1)))
-            X, y = np.empty((min(step, self.n_rows), self.n_features), np.float32), np.empty(min(step, self.n_rows), np.float32)
+            rows = min(step, self.n_rows)
+            X, y = np.empty((rows, self.n_features), np.float32), np.empty(rows, np.float32)
             for a in range(0, self.n_rows, step):
                 b = min(a + step, self.n_rows)
                 # the bytes as stored, whatever they hold: `info` reports a non-finite value itself

@@ -351,7 +351,8 @@ def test_a_dask_worker_checks_the_rows_it_reads(tmp_path):
     client, cluster = start_cluster(workers=1)
     try:
         ex = DaskExecutor(client, partition_rows=50)
-        with streamrank.open_dataset(p) as ds, pytest.raises(InputError, match=rf"stored row {len(y) - 1}, feature 5: inf"):
+        with streamrank.open_dataset(p) as ds, \
+                pytest.raises(InputError, match=rf"stored row {len(y) - 1}, feature 5: inf"):
             train_linear(ds, C=(1.0,), memory_budget="64MB", block_bytes=2000, executor=ex)
         ex.close()
     finally:
