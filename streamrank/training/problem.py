@@ -262,6 +262,8 @@ def check_queries(ds, queries):
 
 def check_has_features(ds):
     from streamrank.errors import InputError
+    if ds.n_rows == 0:
+        raise InputError(f"{ds.name} has no rows; there is nothing to train on")
     if ds.n_features == 0:
         raise InputError(f"{ds.name} has no features (every row is empty); there is nothing to rank by")
 
