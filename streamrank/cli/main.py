@@ -49,23 +49,28 @@ def main(argv=None):
         with progress(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
             return args.func(args)
     except (StreamrankError, FileNotFoundError) as exc:
+        handlers.acknowledge()
         _end_bars()
         print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader of standard output went away (| head): stop quietly, as cat does
+        handlers.acknowledge()
         import os
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except OSError as exc:  # the system refused a read or write: one line, what and why
+        handlers.acknowledge()
         _end_bars()
         print(f"streamrank {args.command}: error: {_os_error(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:  # SIGINT, SIGTERM or SIGHUP (cli.signals)
         signum = signal_of(exc)
+        handlers.acknowledge()
         _end_bars()
         print(f"streamrank {args.command}: interrupted by {signal.Signals(signum).name}{_kept(args)}", file=sys.stderr)
         return 128 + signum
     finally:
+        handlers.acknowledge()  # from here on a signal is ignored: the command has ended
         warmup.stop()
         for token in inputs:
             forget_input(token)

@@ -222,3 +222,36 @@ def test_sigterm_stops_the_dask_workers(data, tmp_path):
     assert err.splitlines()[-1] == f"streamrank train: interrupted by SIGTERM; checkpoint kept at {tmp_path / 'ck'}"
     gone, alive = psutil.wait_procs(workers, timeout=DEADLINE)
     assert not alive, f"worker processes outlived the command: {alive}"
+
+
+def test_an_interruption_lost_in_c_code_is_delivered_again():
+    """A handler's exception that C code swallows (as PyDict_GetItem does) is raised again by the
+    watcher until cli.main acknowledges it; one on its way is not raised twice, so the cleanup it
+    started runs to its end."""
+    from streamrank.cli.signals import Handlers, Interrupted
+    h = Handlers()
+    h.install()
+    got, cleaned = None, False
+    try:
+        try:
+            try:
+                signal.raise_signal(signal.SIGTERM)
+                raise AssertionError("the handler did not raise")
+            except KeyboardInterrupt:
+                pass  # lost, as in C code that clears the error
+            end = time.monotonic() + DEADLINE
+            while time.monotonic() < end:  # bytecode for the handler to run at
+                sum(range(100))
+            raise AssertionError("the lost interruption never came back")
+        except Interrupted as e:
+            got = e
+            try:
+                raise RuntimeError("a cleanup with an exception on its way")
+            except RuntimeError:
+                signal.raise_signal(signal.SIGTERM)  # a repeat here is ignored
+                cleaned = True
+            h.acknowledge()
+        assert got.signum == signal.SIGTERM and cleaned
+        signal.raise_signal(signal.SIGTERM)  # acknowledged: ignored
+    finally:
+        h.restore()
