@@ -14,6 +14,7 @@ import numpy as np
 
 from streamrank._native import finite
 from streamrank.errors import FormatError, InputError
+from streamrank.io.atomic import forget_input, register_input
 from streamrank.io.h5_edc import RowReader, no_check_dxpl
 from streamrank.io.hdf5_format import FORMAT_NAME, FORMAT_VERSION, READABLE_VERSIONS, ContentHash, index_digest
 
@@ -128,6 +129,8 @@ class Dataset:
         except BaseException:
             self._file.close()
             raise
+        # while it is open no output may be this file or a link to it (io.atomic's writers refuse)
+        self._input_token = register_input(self.path, "dataset")
 
     def _open(self):
         f, path = self._file, self.path
@@ -397,6 +400,8 @@ class Dataset:
         return qs
 
     def close(self):
+        forget_input(getattr(self, "_input_token", None))
+        self._input_token = None
         self._file.close()
 
     def __reduce__(self):
