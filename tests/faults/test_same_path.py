@@ -207,3 +207,38 @@ def test_without_the_commands_check_the_writers_still_refuse(sources, tmp_path, 
     after = snapshot(w)
     assert {k: after.get(k) for k in before} == before
     assert not [k for k in after if Path(k).name.startswith(".") and ".tmp" in k]
+
+
+def test_the_python_api_refuses_to_save_over_an_open_dataset(tmp_path):
+    """An open Dataset is a registered input (io.atomic): a model saved over it is refused and the
+    file keeps its bytes; once the dataset is closed the name is free again."""
+    import hashlib
+
+    import numpy as np
+
+    import streamrank
+    from streamrank.errors import InputError
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20, 3)).astype(np.float32)
+    y, qid = rng.integers(0, 3, 20).astype(np.float32), np.repeat(np.arange(4), 5)
+    est = streamrank.RankSVM(C=0.5).fit(X, y, qid=qid)
+    data = tmp_path / "d.h5"
+    est.save(data)  # any HDF5 file will do as the thing to protect; make it a dataset:
+    from streamrank.io.hdf5_format import DatasetWriter
+    data.unlink()
+    with DatasetWriter(data, n_features=3) as w:
+        w.append(X, y, qid)
+    before = hashlib.sha256(data.read_bytes()).hexdigest()
+    ds = streamrank.open_dataset(data)
+    try:
+        with pytest.raises(InputError, match="d.h5"):
+            est.save(data)
+        link = tmp_path / "link.h5"
+        link.symlink_to(data)
+        with pytest.raises(InputError, match="link"):
+            est.save(link)
+    finally:
+        ds.close()
+    assert hashlib.sha256(data.read_bytes()).hexdigest() == before
+    est.save(data)  # closed: a user may replace it
+    assert streamrank.load(data).n_features_in_ == 3
