@@ -464,7 +464,16 @@ class DaskExecutor(Executor):
                 self._remake(info, part, held, kept)
             futs[part] = (w, submit(w, part, True))
 
+        # a partition's error (bad data, say) is raised once every partition before it has finished:
+        # the first partition's error in data order, whatever worker failed first, as a local run
+        order = {part: k for k, part in enumerate(parts)}
+        errors = {}
         while futs:
+            first = min(errors, key=order.get, default=None)
+            if first is not None and all(order[p] > order[first] for p in futs):
+                for _, f in futs.values():
+                    f.cancel()
+                raise errors[first]
             try:
                 wait([f for _, f in futs.values()], timeout=POLL_SECONDS, return_when="FIRST_COMPLETED")
                 timed_out = False
@@ -474,7 +483,9 @@ class DaskExecutor(Executor):
                 raise ClusterLost(self._lost_message(e)) from None
             for part, (w, f) in list(futs.items()):
                 if f.status == "error":
-                    raise f.exception()
+                    errors[part] = f.exception()
+                    del futs[part]
+                    continue
                 if f.status == "cancelled":  # not by us (we forget a future before cancelling it)
                     raise ClusterLost(self._lost_message(RuntimeError("the scheduler cancelled the pass")))
                 if f.status != "finished":
@@ -497,6 +508,8 @@ class DaskExecutor(Executor):
                         self._built.pop(w, None)
                         del futs[part]
                         resend(part, "lost")
+        if errors:
+            raise errors[min(errors, key=order.get)]
         return results
 
     def _remake(self, info, part, hids, kept):

@@ -341,19 +341,23 @@ def test_issue_repro_on_mq2008_exits_2_instead_of_looping(tmp_path, capsys):
 @pytest.mark.filterwarnings("ignore:.*larger than the block budget")
 def test_a_dask_worker_checks_the_rows_it_reads(tmp_path):
     """Workers reopen the file by its path and read their partitions themselves: each open checks
-    its own reads, and the worker's InputError reaches the caller."""
+    its own reads, and the worker's InputError reaches the caller. With two bad rows in different
+    partitions on two workers, the first in data order is named every time, whichever worker
+    fails first (the executor raises the earliest partition's error, as a local pass does)."""
     pytest.importorskip("distributed")
     from streamrank.execution.dask_executor import DaskExecutor, start_cluster
     from streamrank.training.linear import train_linear
     X, y, qp, qid = clean_data(seed=9, n_queries=60)
     X[len(y) - 1, 4] = np.inf  # in the last partition
+    X[len(y) // 3, 2] = np.nan  # in an earlier one, usually on the other worker
     p = write_documented(tmp_path / "d.h5", X, y, qp, qid)
-    client, cluster = start_cluster(workers=1)
+    client, cluster = start_cluster(workers=2)
     try:
         ex = DaskExecutor(client, partition_rows=50)
-        with streamrank.open_dataset(p) as ds, \
-                pytest.raises(InputError, match=rf"stored row {len(y) - 1}, feature 5: inf"):
-            train_linear(ds, C=(1.0,), memory_budget="64MB", block_bytes=2000, executor=ex)
+        for _ in range(3):
+            with streamrank.open_dataset(p) as ds, \
+                    pytest.raises(InputError, match=rf"stored row {len(y) // 3}, feature 3: nan"):
+                train_linear(ds, C=(1.0,), block_bytes=2000, executor=ex)
         ex.close()
     finally:
         client.close()
