@@ -82,10 +82,24 @@ class _LandmarkDraw(Pass):
         if res.next >= b:  # no landmark in this block: it need not be normalised
             res.accept(b)
             return
-        X = block.X if self.normalizer is None else self.normalizer.transform(block.X, block.query_ptr)
         rows, slots = res.accept(b)
-        for r, s in zip(rows, slots):  # in row order: a later row replaces an earlier one
-            L[s] = X[r - a]
+        if self.normalizer is None:
+            for r, s in zip(rows, slots):  # in row order: a later row replaces an earlier one
+                L[s] = block.X[r - a]
+            return
+        # only the queries that hold a drawn row are normalised (a query_minmax row needs its
+        # query; the others are row by row, so the values are the same bits as the whole block's):
+        # a float64 copy of the whole block would take twice its bytes beside the stream's buffers
+        qp = np.asarray(block.query_ptr, np.int64)
+        local = np.asarray(rows, np.int64) - a
+        qs = np.searchsorted(qp, local, side="right") - 1
+        done_q, Xq = -1, None
+        for r, s, q in zip(local.tolist(), slots, qs.tolist()):
+            if q != done_q:
+                qa, qb = int(qp[q]), int(qp[q + 1])
+                Xq = self.normalizer.transform(block.X[qa:qb], np.array([0, qb - qa], np.int64))
+                done_q = q
+            L[s] = Xq[r - qa]
 
 
 class Reservoir:
@@ -299,6 +313,27 @@ class FeatureMap:
         return X.shape[1]
 
 
+def plan_bytes(method, n_features, n_components):
+    """(fit, kept) bytes of a ``method`` map's float64 arrays on ``n_features`` inputs, known
+    before its fit (the memory plan asks here): ``fit`` the peak while it is fitted, ``kept`` its
+    fitted arrays and one transform's tiles (:meth:`FeatureMap.work_bytes`) for the passes.
+
+    Nystroem (m landmarks, k <= m kept eigenpairs): the landmarks and the kernel's copy of them
+    (2 m d), and eigh's peak: W, numpy's working copy of it, LAPACK's dsyevd workspace (1 + 6 m +
+    2 m^2) and the eigenvectors, 5 m^2 (measured 5.2-5.3 x 8 m^2 above the start at m = 2,000 and
+    3,000, the allocator's slack included: 5.5); then the projection and its column blocks (at
+    most 2 m k). RFF: Omega as drawn (m x d) and transposed (d x m), then Omega and b."""
+    d, m = int(n_features), int(n_components)
+    if method == "nystroem":
+        fit, kept, widths = 8 * (2 * m * d) + 44 * m * m, 8 * (2 * m * d + 2 * m * m + m), 2 * m
+    elif method == "rff":
+        fit, kept, widths = 8 * (2 * m * d + m), 8 * (m * d + m), m
+    else:
+        return 0, 0
+    w = d + widths
+    return fit, kept + 8 * tile_rows(w) * w * tile_threads()
+
+
 def _attr_str(v):
     return v.decode() if isinstance(v, bytes) else (None if v is None else str(v))
 
@@ -445,6 +480,7 @@ class Nystroem(FeatureMap):
         self.landmark_rows_ = np.asarray(rows, np.int64)
         W = PreparedKernel(L, self.kernel, self.gamma_, self.degree, self.coef0)(L)
         lam, U = np.linalg.eigh(W)  # ascending; reads the lower triangle
+        del W  # each m x m matrix is dropped once used: the fit's peak is eigh's (fit_bytes)
         lam, U = lam[::-1], U[:, ::-1]
         m = L.shape[0]
         floor = float(np.abs(lam).max()) * m * np.finfo(np.float64).eps
@@ -456,11 +492,14 @@ class Nystroem(FeatureMap):
                              f"floor {floor:.3g} (all landmark rows alike, or a kernel that vanishes on "
                              f"them); change kernel or gamma, or the data")
         P = U[:, :k] / np.sqrt(lam[:k])  # paper 000 eq. 18: phi(x) = K(x, L) U_k S_k^{-1/2}
+        del U
         # Rotate by the orthogonal Q of P^T = Q R: P Q = R^T is lower trapezoidal, and the
         # product with it costs half the flops of a dense one (module docstring of Nystroem).
         R = np.linalg.qr(P.T, mode="r")
+        del P
         self.eigenvalues_ = np.ascontiguousarray(lam[:k])
         self.projection_ = np.ascontiguousarray(R.T)
+        del R
         self.n_components_ = k
         self._prepare()
 

@@ -9,8 +9,10 @@ Three ways to have Phi for every pass, all giving the same float32 values:
 
 Between ``cache`` and ``recompute`` the first pass measures both rates (rows mapped per second,
 bytes of mapped rows read per second) and :func:`featurecache.choose` decides; the choice is
-logged and can be forced. Blocks are planned by the mapped width, so a block of mapped rows
-stays inside the block share of the budget however wide m is.
+logged and can be forced. ``block_bytes`` counts the block's raw rows (4 d + 4 bytes each), as
+every other pass over the same data does: the memory plan
+(:func:`streamrank.training.linear.plan_blocks`) sizes it by what a mapped row holds (its raw row,
+float64 copy and two float32 mapped rows), so one size serves the raw passes and the mapped ones.
 """
 
 import logging
@@ -43,16 +45,14 @@ class MappedSource(BlockSource):
         self.m = int(fmap.n_components_)
         q0, q1 = queries if queries is not None else (0, dataset.n_queries)
         self.n_rows = int(dataset.query_ptr[q1] - dataset.query_ptr[q0])
-        # a mapped row costs 4 m bytes (float32) beside its raw row while it is made
-        row_bytes = 4 * self.m + 4 * dataset.n_features + 4
         need = self.n_rows * (4 * self.m + 4)
         self.in_memory = mode in ("auto", "memory") and need <= memory_bytes
         if mode == "memory" and not self.in_memory:
             log.warning("mapped rows need %.0f MB, more than the memory share of %.0f MB: not kept in memory",
                         need / 1e6, memory_bytes / 1e6)
         self.memory_bytes = need if self.in_memory else 0
-        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), row_bytes=row_bytes,
-                                     partition_rows=partition_rows, buffer_pool=buffer_pool)
+        self.stream = dataset.stream(block_bytes=block_bytes, queries=(q0, q1), partition_rows=partition_rows,
+                                     buffer_pool=buffer_pool)
         self.levels = np.asarray(levels, np.float64)
         self.passes = 0
         self.rows_read = 0

@@ -304,6 +304,56 @@ def pair_rows(d, budget, resident):
     return max(1, int(room / 2 / (24 * d)))
 
 
+# bytes per raw block byte while a pass uses it: the block and the one read ahead, its labels and
+# one feature's float64 column (the pairwise measure), about a tenth of a 4 d + 4 byte row
+GAS_BYTES_PER_BLOCK_BYTE = 2.25
+
+
+def query_work_bytes(rows, d):
+    """Bytes of one query's tau-b work: kendall._ranks' int64 dense ranks of every feature (8 l d),
+    and per thread a float64 column, its order, a key and a merge buffer (32 l; 8 threads)."""
+    return 8 * rows * d + 256 * rows
+
+
+def gas_plan(ds, budget, resident, queries=None):
+    """(rows of the similarity matrix a pass sums, bytes of a raw block) inside ``budget`` (which
+    bounds the whole process, ``resident`` included), or ParameterError with the smallest budget
+    that works, before any pass: a block holds at least the largest query whole, and one pass
+    needs at least one row of sums (24 d bytes). All d rows in one pass when their sums and the
+    matrix (24 d^2) fit beside the smallest blocks; else blocks of rows, one pass each
+    (:func:`pair_rows` of what is left)."""
+    from streamrank.io.budget import HEADROOM, STREAM_SLACK
+    from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
+    from streamrank.units import format_size
+    d = ds.n_features
+    q0, q1 = (0, ds.n_queries) if queries is None else queries
+    sizes = np.diff(ds.query_ptr[q0:q1 + 1])
+    qmax = int(sizes.max()) if sizes.size else 0
+    qbytes = qmax * (4 * d + 4)
+    fixed = query_work_bytes(qmax, d) + 16 * d + 8 * (qmax + 2)  # a query's work, the measures, the log table
+    smallest = GAS_BYTES_PER_BLOCK_BYTE * qbytes
+    avail = (budget - resident - STREAM_SLACK) / HEADROOM - fixed
+    if avail < smallest + 24 * d:
+        need = resident + STREAM_SLACK + HEADROOM * (fixed + smallest + 24 * d)
+        need = -(-int(need) // 10**6)
+        if budget < resident + STREAM_SLACK:
+            # below what the process holds before any work no plan can keep the budget: the
+            # smallest blocks (tests use such budgets for many blocks), and the budget that works
+            log.warning("memory budget %s is below the %s this process holds before any work: peak RSS will "
+                        "exceed it; use memory_budget=%dMB", format_size(budget), format_size(resident), need)
+            return pair_rows(d, budget, resident), max(1, int(budget * BLOCK_SHARE_OF_BUDGET))
+        raise ParameterError(f"memory_budget {format_size(budget)} is too small for GAS on {ds.name}: with "
+                             f"{format_size(resident)} resident, a block holding its largest query ({qmax:,} rows of "
+                             f"{d} features) and that query's ranks need {need} MB; use memory_budget={need}MB")
+    # the sums' share: all of the matrix when it fits beside blocks of a quarter of what is left
+    r = d if 24 * d * d <= avail - max(smallest, avail / 4) else pair_rows(d, avail - smallest, 0)
+    block = min(budget * BLOCK_SHARE_OF_BUDGET, (avail - 24 * r * d) / GAS_BYTES_PER_BLOCK_BYTE)
+    log.info("GAS memory plan (budget %s): resident %s; %d of %d rows of the similarity matrix a pass (%s); "
+             "blocks of %s", format_size(budget), format_size(resident), r, d, format_size(24 * r * d),
+             format_size(block))
+    return r, max(int(block), 1)
+
+
 def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None, block_bytes=None,
                memory_budget="2GB", executor=None, checkpoint=None, resume=False, commit_seconds=60.0,
                similarity_file=None, rows_per_pass=None):
@@ -325,8 +375,12 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
         raise ParameterError(f"{ds.name} has no features to select from")
     from streamrank.io.budget import resident_bytes
     from streamrank.units import parse_size
-    r = int(rows_per_pass) if rows_per_pass else pair_rows(d, parse_size(memory_budget), resident_bytes())
     q0, q1 = (0, ds.n_queries) if queries is None else (int(queries[0]), int(queries[1]))
+    if block_bytes:  # the caller's blocks: the sums take what the budget leaves beside the resident set
+        r = pair_rows(d, parse_size(memory_budget), resident_bytes())
+    else:
+        r, block_bytes = gas_plan(ds, parse_size(memory_budget), resident_bytes(), (q0, q1))
+    r = int(rows_per_pass) if rows_per_pass else r
     # the rows a pass sums are not part of the settings: each pair's sum is the same whatever the
     # blocks of rows, so a resumed run keeps the blocks its checkpoint was written with
     config = {"gas": FORMAT_VERSION, "importance": str(importance), "signed": bool(signed), "queries": [q0, q1]}
@@ -404,8 +458,7 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
                              extra={"tau": c["tau"], "count": c["count"], "imp": np.asarray(first["imp"])})
             save.last = time.perf_counter()
         save.last = time.perf_counter()
-        stream = partitioned_stream(ds, executor, block_bytes=block_bytes, memory_budget=None if block_bytes else memory_budget,
-                           queries=(start_q, q1))
+        stream = partitioned_stream(ds, executor, block_bytes=block_bytes, queries=(start_q, q1))
         c, _ = executor_or_local(executor).run(
             _GasPass(d, kind, cut, signed, log_table, carry, save, q1 - q0, rows=(i0, i1), importance=done is None),
             stream)

@@ -65,6 +65,72 @@ def choose_solver(obj, w):
                   f"Newton-Cholesky ~{newton_it:.3g} s")
 
 
+# bytes a block holds per mapped row besides the map's fixed arrays: its raw row in the stream's two
+# buffers (4 d + 4 each), its float64 normalised copy (8 d), its float32 mapped row in the source's
+# two buffers (a cache read fills one while the other is used: 8 m), and the objective's per-row
+# float64 temporaries of the block (scores, their step and sorted copies: 64)
+def mapped_block_row_bytes(d, m):
+    from streamrank.io.budget import BUFFERS
+    return BUFFERS * (4 * d + 4) + 8 * d + 8 * m + 64
+
+
+def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, given_block=None):
+    """(fixed bytes, bytes of a block or None for the plan's own, resident bytes) of a linear or
+    mapped run inside ``budget``, or ParameterError with the smallest budget that works, before
+    any work: a block holds at least one whole query, and a kernel map's arrays
+    (:func:`~streamrank.features.maps.plan_bytes`: its fit's peak, or its kept arrays beside
+    ``extra``, the preconditioner's and the mapped validation rows) are needed whole.
+
+    A mapped run's blocks are sized here from what a mapped row really holds
+    (:func:`mapped_block_row_bytes`), in the mapped stream's units (4 m + 4 d + 4 bytes a row); a
+    linear run's by ``memory_plan.linear_plan`` (two buffers per raw byte). The block size never
+    changes a model, only the number of reads."""
+    from streamrank.features.maps import plan_bytes
+    from streamrank.io.budget import BUFFERS, HEADROOM, STREAM_SLACK, resident_bytes
+    from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
+    from streamrank.units import format_size
+    d = ds.n_features
+    q0, q1 = queries if queries is not None else (0, ds.n_queries)
+    sizes = np.diff(ds.query_ptr[q0:q1 + 1])
+    qmax = int(sizes.max()) if sizes.size else 0
+    fit, kept = plan_bytes(method, d, components) if method != "primal" else (0, 0)
+    fixed = max(fit, kept + extra)
+    state = n_train * memplan.state_bytes_per_row(loss)
+    # a block's bytes are the mapped stream's (4 m + 4 d + 4 a row) in the passes over mapped rows,
+    # and the raw stream's (4 d + 4) in those over raw rows (statistics, the landmark draw, scoring
+    # the validation rows, which maps each block: float64 copy and float32 mapped rows)
+    raw_row = BUFFERS * (4 * d + 4) + (0 if method == "primal" else 8 * d + 4 * components + 16)
+    row = raw_row if method == "primal" else max(mapped_block_row_bytes(d, components), raw_row)
+    resident = resident_bytes()
+    avail = (budget - resident - STREAM_SLACK) / HEADROOM - state - fixed
+    if avail < qmax * row:
+        need = resident + STREAM_SLACK + HEADROOM * (state + fixed + qmax * row)
+        if budget < resident + STREAM_SLACK:
+            # below what the process holds before any work no plan can keep the budget: the
+            # smallest blocks (tests use such budgets for many blocks), and the budget that works
+            log.warning("memory budget %s is below the %s this process holds before any work: blocks of "
+                        "%s, and peak RSS will exceed it; use memory_budget=%dMB", format_size(budget),
+                        format_size(resident), format_size(budget * BLOCK_SHARE_OF_BUDGET), -(-int(need) // 10**6))
+            return fixed, given_block or max(1, int(budget * BLOCK_SHARE_OF_BUDGET)), resident
+        need = -(-int(need) // 10**6) * 10**6  # whole MB (10^6 bytes, the unit of --memory-budget), up
+        parts = [f"{format_size(resident)} resident", f"{format_size(state)} of per-row state for {n_train:,} rows"]
+        if method != "primal":
+            parts.append(f"the {method} map's {components:,} components {format_size(fixed)}"
+                         + (f" (its fit's peak)" if fit >= kept + extra else " with the preconditioner"))
+        elif extra:
+            parts.append(f"the preconditioner's {format_size(extra)}")
+        parts.append(f"a block holding the largest query ({qmax:,} rows) {format_size(int(qmax * row))}")
+        raise ParameterError(f"memory_budget {format_size(budget)} is too small for this run: it needs "
+                             f"{format_size(need)} ({', '.join(parts)}, with the allocator's headroom); "
+                             f"use memory_budget={need // 10**6}MB"
+                             + ("" if method == "primal" else f" or fewer components"))
+    if method == "primal" or given_block:
+        return fixed, given_block, resident
+    rows = min(avail, budget * BLOCK_SHARE_OF_BUDGET * BUFFERS) / row  # rows of either kind a block may hold
+    block = int(rows * 4 * (d + 1))  # the raw stream's rows fit, and the mapped stream's are fewer
+    return fixed, max(block, 1), resident
+
+
 METHODS = ("primal", "nystroem", "rff")
 MAP_CACHE_MODES = ("auto", "memory", "cache", "recompute")
 PRECONDITION_MODES = ("auto", "on", "off")
@@ -137,20 +203,22 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     check_has_features(ds)
     check_valid_width(ds, valid)
     points = grid_points(Cs, gammas, valid)
+    q0, q1 = queries if queries is not None else (0, ds.n_queries)
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
     widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
     # a kernel map's C path scores the validation rows mapped once per gamma, when they fit their share
     valid_map_bytes = mapped_validation_bytes(valid, widest) if method != "primal" else 0
     if valid_map_bytes > memplan.VALID_MAP_SHARE * budget:
         valid_map_bytes = 0
-    block_bytes, tier = memplan.linear_plan(budget, n_train, preconditioner_bytes(widest) + valid_map_bytes,
-                                            block_bytes,
+    fixed, block_bytes, resident = plan_blocks(budget, ds, n_train, (q0, q1) if queries is not None else None,
+                                               method, int(components), preconditioner_bytes(widest) + valid_map_bytes,
+                                               cfg["loss"], block_bytes)
+    block_bytes, tier = memplan.linear_plan(budget, n_train, fixed, block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
-                                            loss=cfg["loss"])
+                                            loss=cfg["loss"], resident=resident)
 
     # -- one-time preparation: labels, weights, costs, normaliser ------------------------------------
     y_all = read_labels(ds)
-    q0, q1 = queries if queries is not None else (0, ds.n_queries)
     qp = ds.query_ptr
     levels = np.unique(y_all[qp[q0]:qp[q1]])
     mu = np.zeros(ds.n_queries)
