@@ -39,7 +39,9 @@ from streamrank._native.threads import background
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.cache.feature_cache import FeatureCache, array_digest
-from streamrank.features.kernels import PreparedKernel, aligned_empty, check_psd_kernel, parallel_tiles
+from streamrank._native.blas import one_thread
+from streamrank.features.kernels import (PreparedKernel, aligned_empty, check_psd_kernel, fill_tile, parallel_tiles,
+                                         row_tiles)
 from streamrank.io.query_stream import plan_blocks
 from streamrank._native import numba_cache
 
@@ -228,7 +230,7 @@ class KernelCache(FeatureCache):
     """
 
     def __init__(self, Xn, query_ptr, *, kernel, gamma, degree=3, coef0=1.0, key_material, block_bytes,
-                 memory_bytes, cache_dir=None, size_cap=None, partition_rows=None, queries=None):
+                 memory_bytes, cache_dir=None, size_cap=None, partition_rows=None, queries=None, tile_threads=None):
         # how a worker makes its part (streamrank.execution.dask_executor): this, built
         self.spec = (built_kernel_cache, dict(Xn=Xn, query_ptr=query_ptr, kernel=kernel, gamma=gamma, degree=degree,
                                               coef0=coef0, key_material=key_material, block_bytes=block_bytes,
@@ -264,6 +266,7 @@ class KernelCache(FeatureCache):
         super().__init__(cache_dir, key, layout, l, np.float32, memory_bytes=memory_bytes, size_cap=size_cap,
                          verify="once")
         self._buffers = None
+        self.tile_threads = tile_threads  # None: kernels.parallel_tiles' count; 1: one tile at a time
         self.build_seconds = 0.0
         self.computed_blocks = 0
         self.passes = 0
@@ -291,7 +294,13 @@ class KernelCache(FeatureCache):
             K -= c
             out[s:e] = K[p:p + e - s]
 
-        if b > a:
+        if b > a and self.tile_threads == 1:  # one tile buffer (the memory plan's choice): the same bits
+            At, buf = aligned_empty((T, self.Xn.shape[1])), [aligned_empty((T, self.l))]
+            with one_thread():
+                for s, e, p in row_tiles(b - a, a, T):
+                    fill_tile(At, self.Xn[a + s:a + e], p)
+                    tile(At, s, e, p, buf)
+        elif b > a:
             parallel_tiles(self.Xn[a:b], a, T, tile, lambda: [aligned_empty((T, self.l))])
         self.computed_blocks += 1
         return out

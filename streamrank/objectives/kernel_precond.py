@@ -65,7 +65,8 @@ LANDMARKS_MIN = 500
 LANDMARKS_MAX = 4000
 # rows of U per chunk of the products A = I + C U^T L U and U^T D^-1 U (whole queries; the float64
 # rows of U, L U and D^-1 U in the chunk are the temporaries): at most this many bytes for the three
-A_CHUNK_BYTES = 32 << 20
+# (8 MB: 333 rows for k = 1,000, still a BLAS-3 product; 32 MB before issue 30's memory budget)
+A_CHUNK_BYTES = 8 << 20
 # randomly pivoted Cholesky: candidates drawn per block, and the residual (relative to the largest
 # diagonal entry) below which a pivot is rounding noise
 RPC_BLOCK = 128
@@ -241,6 +242,11 @@ class NystroemPreconditioner:
         from streamrank.objectives.linear_precond import query_groups
         U, k = self.U, self.U.shape[1]
         l = U.shape[0]
+        if getattr(self, "_last", None) is not None:
+            # the last point's factors (3 k x k) go before this point's are made: TRON replaces
+            # its preconditioner with this one and never uses the old one again
+            self._last.release()
+            self._last = None
         A, G = np.zeros((k, k)), np.zeros((k, k))
         D = np.empty(l)
         bounds = query_groups(query_ptr, l, max(1, A_CHUNK_BYTES // (24 * max(k, 1))))
@@ -264,10 +270,11 @@ class NystroemPreconditioner:
             # an update instead of 0.45)
             W = Uc / np.sqrt(D[r0:r1, None])
             G += W.T @ W
-        A = 0.5 * (A + A.T)  # exactly symmetric: the product's rounding is not
-        A *= C
+        A += A.T  # exactly symmetric: the product's rounding is not (in place: no k x k temporaries)
+        A *= 0.5 * C
         A[np.diag_indices_from(A)] += 1.0
-        return _DiagLowRank(U, D, A, G)
+        self._last = _DiagLowRank(U, D, A, G)
+        return self._last
 
 
 def _row_chunks(U32):
@@ -282,16 +289,25 @@ class _DiagLowRank:
 
     def __init__(self, U, D, A, G):
         self.U, self.D, self.A = U, D, A
-        G = 0.5 * (G + G.T)
+        G += G.T  # G is the caller's own: symmetrised in place
+        G *= 0.5
         if A is None:
             self._ra = None
             B = G
         else:
             self._ra = np.linalg.cholesky(A)  # A = R_A R_A^T, A >= I
-            B = self._ra.T @ G @ self._ra
-            B = 0.5 * (B + B.T)
+            B = self._ra.T @ G
+            del G
+            B = B @ self._ra
+            B += B.T
+            B *= 0.5
         B[np.diag_indices_from(B)] += 1.0
-        self._chol = cho_factor(B, lower=True)
+        self._chol = cho_factor(B, lower=True, overwrite_a=True)
+
+    def release(self):
+        """Drop the k x k factors (the owner has made the next point's); using this after is an error."""
+        self.A = self._ra = self._chol = None
+        self.released = True
 
     @property
     def nbytes(self):
@@ -299,6 +315,8 @@ class _DiagLowRank:
 
     def _ut(self, r):
         """U^T r."""
+        if getattr(self, "released", False):
+            raise RuntimeError("a preconditioner of an earlier point was used after the next point's was made")
         out = np.zeros(self.U.shape[1])
         _qprod.add_cols(self.U, np.ascontiguousarray(r, np.float64), out)
         return out

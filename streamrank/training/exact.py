@@ -29,6 +29,7 @@ from streamrank.objectives.kernel_objective import KernelObjective, LinearKernel
 from streamrank.objectives.kernel_precond import DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
 from streamrank.cache.kernel_cache import KernelCache, RoundingBounds, read_rows
 from streamrank.features.kernels import check_psd_kernel
+from streamrank.io.budget import release_freed
 from streamrank.state.model import LinearModel
 from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
@@ -50,7 +51,7 @@ class _Gram:
     """Q for one gamma: a built KernelCache and its preconditioner, or X X^T for the linear kernel."""
 
     def __init__(self, Xn, qp, rank, cost, mu, *, kernel, gamma, degree, coef0, key, qblock, tier, where, landmarks,
-                 seed, executor=None):
+                 seed, executor=None, tile_threads=None):
         self.executor = executor
         self.Xn, self.qp, self.rank, self.cost, self.mu = Xn, qp, rank, cost, mu
         self.cache, self.precond, self.counter = None, None, None
@@ -60,7 +61,8 @@ class _Gram:
             return
         self.cache = c = KernelCache(Xn, qp, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
                                      key_material=key, block_bytes=qblock, memory_bytes=tier, cache_dir=where,
-                                     partition_rows=executor_or_local(executor).partition_rows)
+                                     partition_rows=executor_or_local(executor).partition_rows,
+                                     tile_threads=tile_threads)
         if landmarks:  # before Q: its float64 temporaries are freed before the tier of Q fills memory
             t = time.perf_counter()
             self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
@@ -76,6 +78,7 @@ class _Gram:
             c.build_seconds = time.perf_counter() - t
         else:
             c.build()
+        release_freed()  # the preconditioner's float64 factor and the kernel tiles are freed by now
         self.build_seconds = c.build_seconds
         if self.precond is not None:  # the jitter is known once every block of Q has been seen
             t = time.perf_counter()
@@ -190,7 +193,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         """The costs with the loss of point C (the smooth hinge's eta may depend on C)."""
         return pk.pair_cost(cost, eta=eta_for(cfg["loss"], cfg["eta"], Ck, weight_sum))
 
-    qblock, tier = memplan.exact_kernel_plan(l, d, budget, block_bytes, cfg["landmarks"], loss=cfg["loss"])
+    qblock, tier, tile_threads = memplan.exact_kernel_plan(l, d, budget, block_bytes, cfg["landmarks"], loss=cfg["loss"],
+                                                           with_threads=True)
     fits = kernel == "linear" or tier >= 4 * l * l
     where = cache_dir
     if where is None and not fits:
@@ -203,7 +207,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
 
     def make_gram(gi):
         return _Gram(Xn, qp, rank, cost, mu, kernel=kernel, gamma=gammas[gi], degree=degree, coef0=coef0, key=key,
-                     qblock=qblock, tier=tier, where=where, landmarks=cfg["landmarks"], seed=seed, executor=executor)
+                     qblock=qblock, tier=tier, where=where, landmarks=cfg["landmarks"], seed=seed, executor=executor,
+                     tile_threads=tile_threads)
 
     def kmap(gi, rows=slice(None)):
         return ExactKernelMap(Xn[rows], kernel, gammas[gi], degree, coef0)

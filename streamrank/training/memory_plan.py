@@ -13,7 +13,7 @@ model (every sum runs in an order fixed by the data), only the number of reads.
 import logging
 
 from streamrank.errors import ParameterError
-from streamrank.io.budget import BUFFERS, HEADROOM, block_bytes, resident_bytes
+from streamrank.io.budget import BUFFERS, HEADROOM, STREAM_SLACK, block_bytes, resident_bytes
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 from streamrank.units import format_size
 
@@ -64,8 +64,15 @@ def memory_tier_bytes(budget, resident=0, fixed=0):
     return max(0, int(min(budget * MEMORY_TIER_SHARE, (budget - resident) / HEADROOM - fixed)))
 
 
-# One stored block of Q: at most this, and at most 1/32 of the budget (three are buffered)
+# One stored block of Q: at most Q_BLOCK_BYTES, and at most 1/Q_BLOCKS_IN_BUDGET of the budget
+# (three are buffered; 1/32 before issue 30: 28 MB of a 300 MB budget; the block size never
+# changes a result, only the number of reads)
 Q_BLOCK_BYTES = 64 << 20
+Q_BLOCKS_IN_BUDGET = 64
+# what an exact run holds besides its planned arrays: LLVM's code pages that the first call of each
+# kernel runs again (measured: 20 MB of libllvmlite back in the resident set between the drops of
+# io.budget.drop_idle_library_pages) and the allocator's and threads' own (io.budget.STREAM_SLACK)
+EXACT_SLACK = (24 << 20) + STREAM_SLACK
 # float64 vectors of length l alive at once (TRON's w, g, s, r, d, Hd; the objective's z, dz,
 # gradient and trial copies; the pass's state arrays), with room to spare
 VECTORS_PER_ROW = 40
@@ -90,48 +97,72 @@ def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None, mapped
     return size, tier
 
 
-def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None, loss="squared_hinge"):
+def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None, loss="squared_hinge",
+                      with_threads=False):
     """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
     the whole process: what is resident already (the interpreter, libraries) counts. Logs the
-    shares it chose."""
+    shares it chose. ``with_threads``: also return the threads that compute Q's tiles (all of the
+    passes' threads when their tiles fit beside the rest, else one: the tiles' bits do not depend on
+    it, kernels.parallel_tiles)."""
     # the exact path's modules, here: a linear run imports none of them (issue 17's start-up)
     from streamrank.cache.kernel_cache import READ_BUFFERS
-    from streamrank.features.kernels import tile_rows
+    from streamrank.io.budget import drop_idle_library_pages, load_kernel_runtime, tune_allocator
+    tune_allocator()  # freed temporaries leave the resident set (io.budget.MMAP_THRESHOLD)
+    if resident is None:  # LLVM's pages, touched when numba was imported (io.budget.IDLE_LIBRARIES)
+        load_kernel_runtime()
+        drop_idle_library_pages()
+    from streamrank.features.kernels import tile_rows, tile_threads
     from streamrank.objectives.kernel_precond import A_CHUNK_BYTES
-    qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // 32))
-    chunk = 8 * tile_rows(l + d) * (l + d)  # one tile of float64 rows and kernel values being computed
+    qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // Q_BLOCKS_IN_BUDGET))
+    # the tiles of float64 rows and kernel values being computed, one per thread computing them
+    # (kernels.parallel_tiles), while the tier of Q fills
+    tile = 8 * tile_rows(l + d) * (l + d)
+    threads = tile_threads()
+    chunk = threads * tile
     m = min(landmarks, l)
     # float32 U, diag(R) and two D (the base's and the point's), five m x m float64 matrices (A,
-    # U^T D^-1 U, R_A, B's factor and a temporary) and the chunks of their products
-    # (kernel_precond); its float64 build-time factor (8 l m) is freed before the tier of Q fills memory
+    # U^T D^-1 U, R_A, B's factor and a temporary; the last point's are released first) and the
+    # chunks of their products (kernel_precond); its float64 build-time factor (8 l m) is freed
+    # before the tier of Q fills memory
     precond = (4 * l * m + 24 * l + 40 * m * m + min(A_CHUNK_BYTES, 24 * l * m)) if m else 0
     resident = resident_bytes() if resident is None else resident
-    fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond
+    fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond + EXACT_SLACK
     fixed += 2 * (state_bytes_per_row(loss) - STATE_BYTES_PER_ROW) * l  # the band state of two points
     q_bytes = 4 * l * l
     if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
         _log_exact(budget, resident, fixed, precond, qblock, q_bytes, q_bytes)
-        return qblock, q_bytes  # all of Q in memory
-    if resident + fixed + READ_BUFFERS * qblock > budget and fixed + READ_BUFFERS * qblock <= budget:
-        # Q is read from disk every pass; what the run needs besides it does not fit either
-        log.warning("memory budget %s is below what this run needs besides Q with %s already resident "
-                    "(rows, solver vectors and preconditioner %s): peak RSS will exceed it; use memory_budget=%s%s",
-                    format_size(budget), format_size(resident), format_size(fixed),
-                    format_size(resident + fixed + READ_BUFFERS * qblock + (32 << 20)),
-                    f" or precondition=off (its {m} landmarks take {format_size(precond)})" if precond else "")
-        return qblock, 0
-    need = fixed + READ_BUFFERS * qblock
+        return (qblock, q_bytes, threads) if with_threads else (qblock, q_bytes)  # all of Q in memory
+    if threads > 1 and resident + fixed + READ_BUFFERS * qblock > budget:
+        threads, fixed, chunk = 1, fixed - chunk + tile, tile  # one tile at a time: slower, the same Q
+    need = resident + fixed + READ_BUFFERS * qblock
+    if budget <= resident:
+        # below the process itself: no plan can hold it (the linear path's rule, io.budget.block_bytes:
+        # said, and the run goes on with Q on disk; tests use such budgets to put Q on disk)
+        log.warning("memory budget %s is below what this process holds already (%s): peak RSS will exceed it; "
+                    "use memory_budget=%s", format_size(budget), format_size(resident), format_size(_round_up(need)))
+        return (qblock, 0, 1) if with_threads else (qblock, 0)
     if need > budget:
+        # what the run needs besides Q does not fit: said before any work, with the smallest budget
+        # that holds it (Q then read from disk every pass); the preconditioner named when it is
+        # what does not fit
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
-                             f"{l} rows (the rows, solver vectors, preconditioner and {READ_BUFFERS} blocks of Q need "
-                             f"{format_size(need)} beside the {format_size(resident)} resident); use memory_budget="
-                             f"{format_size(resident + 2 * need)}"
+                             f"{l} rows: with {format_size(resident)} resident, the rows, solver vectors, "
+                             f"preconditioner and {READ_BUFFERS} blocks of Q need {format_size(need)}; use "
+                             f"memory_budget={format_size(_round_up(need))}"
                              + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
-                                f"use precondition=off to drop them)" if precond > need / 2 else ""))
+                                f"use precondition=off to drop them)" if precond and need - precond <= budget else ""))
     fixed += resident
-    tier = budget - fixed - READ_BUFFERS * qblock
+    tier = max(0, budget - fixed - READ_BUFFERS * qblock)
     _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes)
-    return qblock, tier
+    if threads == 1 and tile_threads() > 1:
+        log.info("Q's tiles computed on one thread (two tiles of %s do not fit the budget beside the rest)",
+                 format_size(tile))
+    return (qblock, tier, threads) if with_threads else (qblock, tier)
+
+
+def _round_up(n, step=10 ** 7):
+    """n rounded up to a multiple of 10 MB: a budget to pass."""
+    return int(-(-n // step) * step)
 
 
 def _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes):
