@@ -92,7 +92,8 @@ RANGES = {
     "k": Range(1, _INT32, integer=True, example="10"),
     "n_features": Range(1, _INT32, integer=True, example="46"),
     "workers": Range(1, 1024, integer=True, example="2"),
-    "partition_rows": Range(1, 2**62, integer=True, example="262144"),
+    # rows: beyond 2^40 no dataset has them, and qp[q] + rows must stay inside int64
+    "partition_rows": Range(1, 2**40, integer=True, example="262144"),
     # seconds between commits of a conversion or a selection's pass (0: after every block)
     "commit_seconds": Range(0, INF, example="60"),
     # bytes (memory_budget, block_bytes, cache_size are parsed by units.parse_size, then checked)

@@ -56,13 +56,19 @@ class _TranslatingFormatter(logging.Formatter):
 
 
 def _positive_int(name, example):
+    """A parser of flag ``name``'s integer, in its range of the table (streamrank.params; > 0
+    for a flag the table does not list)."""
+    from streamrank import params
+    r = params.RANGES.get({f: p for p, f in FLAGS.items()}.get(name, name.lstrip("-").replace("-", "_")))
+
     def parse(text):
         try:
             v = int(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
-        if v <= 0:
-            raise argparse.ArgumentTypeError(f"{name} must be > 0; got {v}. Pass {name} {example}")
+        if not (r.holds(v) if r is not None else v > 0):
+            raise argparse.ArgumentTypeError(f"{name} must be {r.describe() if r is not None else 'an integer > 0'}; "
+                                             f"got {v}. Pass {name} {example}")
         return v
     return parse
 

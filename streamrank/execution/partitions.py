@@ -19,18 +19,11 @@ PARTITION_ROWS = 1 << 18
 
 
 def check_partition_rows(partition_rows):
-    """``partition_rows`` as an int >= 1 (None: :data:`PARTITION_ROWS`)."""
-    from streamrank.errors import ParameterError
+    """``partition_rows`` as an int in its range (streamrank.params; None: :data:`PARTITION_ROWS`)."""
+    from streamrank import params
     if partition_rows is None:
         return PARTITION_ROWS
-    try:
-        rows = int(partition_rows)
-    except (TypeError, ValueError):
-        rows = 0
-    if rows < 1 or rows != partition_rows:
-        raise ParameterError(f"partition_rows must be an integer >= 1; got {partition_rows!r}. "
-                             f"Use partition_rows={PARTITION_ROWS}")
-    return rows
+    return params.check("partition_rows", partition_rows)
 
 
 def partition_bounds(query_ptr, q0, q1, partition_rows=None):

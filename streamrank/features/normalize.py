@@ -106,8 +106,13 @@ class Normalizer:
         starts = np.asarray(query_ptr[:-1])
         if X.shape[0] == 0:
             return np.zeros((0, d)), np.zeros((0, d)), self.AFFINE_PER_QUERY
-        lo = np.minimum.reduceat(X, starts, axis=0).astype(np.float64)
-        hi = np.maximum.reduceat(X, starts, axis=0).astype(np.float64)
+        # empty queries (a start equal to the next one) have no rows to reduce: reduceat would
+        # read past the end or take the next query's first row; they get (0, 0), which no row uses
+        sizes = np.diff(np.asarray(query_ptr))
+        lo, hi = np.zeros((len(starts), d)), np.zeros((len(starts), d))
+        full = sizes > 0
+        lo[full] = np.minimum.reduceat(X, starts[full], axis=0)
+        hi[full] = np.maximum.reduceat(X, starts[full], axis=0)
         # LETOR QueryLevelNorm: (x - min) / (max - min) within the query, as a product with the
         # reciprocal; a feature constant within the query becomes 0 (reciprocal of an infinite span)
         span = hi - lo

@@ -153,7 +153,8 @@ def read_query_file(path):
 class _Parser:
     """Parses chunks of one conversion; keeps the width and the query-id mode across chunks."""
 
-    def __init__(self, n_features, zero_based, keep_comments):
+    def __init__(self, n_features, zero_based, keep_comments, room=None):
+        self.room = room  # bytes the parsed rows of one chunk may take (None: no limit)
         self.fixed = n_features is not None
         self.width = int(n_features) if n_features is not None else 0
         self.n_features = n_features
@@ -183,6 +184,7 @@ class _Parser:
         n = int(row_of_line.max(initial=-1)) + 1
         data = np.flatnonzero(is_data)
         while True:
+            self._check_room(path, n, first_line)
             X = np.zeros((n, self.width), np.float32)
             y = np.empty(n, np.float32)
             qid_int = np.zeros(n_lines, np.int64)
@@ -262,6 +264,20 @@ class _Parser:
             if np.isnan(X[row, col]):
                 X[row, col] = f32(val)
 
+    def _check_room(self, path, n, first_line):
+        """Refuse, before X is allocated, a chunk whose dense rows would not fit the budget's room
+        (a width given by n_features, or met in the data, of millions of features)."""
+        need = 4 * n * max(self.width, 1)
+        if self.room is not None and need > self.room:
+            from streamrank.units import format_size
+            raise ParameterError(
+                f"{path}: the {n:,} rows from line {first_line + 1} hold {self.width:,} features each "
+                f"({format_size(4 * self.width)} a row, stored densely): {format_size(need)} in one chunk, more than "
+                f"memory_budget leaves for parsed rows ({format_size(self.room)}). streamrank is made for "
+                f"LETOR-style data with tens to hundreds of features"
+                + (f"; use n_features={max(1, int(self.room // (4 * max(n, 1))))} or fewer, or a larger memory_budget"
+                   if self.fixed else "; reduce the features first (e.g. feature hashing or selection)"))
+
     def _refuse_sparse(self, path, width, rows, nnz, buf, starts, ends, maxcol, first_line):
         if width >= SPARSE_MIN_FEATURES and nnz < SPARSE_MIN_FILL * rows * width:
             k = int(np.argmax(maxcol))
@@ -293,13 +309,14 @@ MIN_REGROUP_BYTES = 4 << 20
 
 
 def _plan(budget, given_chunk):
-    """(bytes of a text chunk, bytes for regrouping scattered queries) inside ``budget``, besides
+    """(bytes of a text chunk, bytes for regrouping scattered queries, bytes the parsed rows of a
+    chunk may take at most) inside ``budget``, besides
     what is resident and HDF5's chunk caches; the chunk size never changes the file written."""
     avail = (budget - resident_bytes() - STREAM_SLACK - WRITER_CACHE_BYTES) / HEADROOM
     chunk = int(min(given_chunk, max(MIN_TEXT_CHUNK_BYTES, avail / CONVERT_BYTES_PER_TEXT_BYTE)))
     # regrouping runs after the pipeline has ended; beside the rows it assembles it keeps an index
     # entry per row and per run, scan copies and HDF5's caches of two files: a quarter of what is left
-    return chunk, int(max(MIN_REGROUP_BYTES, avail / 4))
+    return chunk, int(max(MIN_REGROUP_BYTES, avail / 4)), int(max(avail, MIN_TEXT_CHUNK_BYTES))
 
 
 def convert(inputs, output, *, query_files=None, zero_based=False, n_features=None,
@@ -346,8 +363,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
             raise InputError(f"{p}: no such file")
     budget = parse_size(memory_budget)
     given_chunk = text_chunk_bytes
-    text_chunk_bytes, regroup_bytes = _plan(budget, text_chunk_bytes)
-    parser = _Parser(n_features, zero_based, keep_comments)
+    text_chunk_bytes, regroup_bytes, room = _plan(budget, text_chunk_bytes)
+    parser = _Parser(n_features, zero_based, keep_comments, room=room)
     t0 = time.perf_counter()
     total_raw = sum(p.stat().st_size for p in inputs)
     work, record, lock_path = progress.work_paths(output)

@@ -44,9 +44,9 @@ class DensePreconditioner:
     """
 
     def __init__(self, M):
-        self.M = M
         with one_thread():
-            self._Linv = np.linalg.inv(np.linalg.cholesky(M))
+            self.M, L = _cholesky(M)  # M itself, or shifted where float64 rounds it indefinite
+            self._Linv = np.linalg.inv(L)
 
     def solve(self, r):
         with one_thread():
@@ -55,6 +55,32 @@ class DensePreconditioner:
     def mdot(self, u, v):
         with one_thread():
             return float(u @ (self.M @ v))
+
+
+# M = I + C Phi_S^T L_S Phi_S is positive definite in exact arithmetic, but on features of very
+# different scales (1e30 beside 1e-20) float64 rounds the identity away and Cholesky fails. M only
+# preconditions, so a shifted M + tau I serves as well: tau starts at JITTER_EPS d max(diag M)
+# (the rounding of a Cholesky in float64: Higham, "Accuracy and Stability of Numerical Algorithms",
+# thm. 10.7, d eps |M|) and grows by JITTER_GROWTH at most JITTER_TRIES times
+JITTER_EPS = float(np.finfo(np.float64).eps)
+JITTER_GROWTH = 100.0
+JITTER_TRIES = 8
+
+
+def _cholesky(M):
+    """(M', L) with M' = L L^T: ``M`` itself, or ``M + tau I`` with the smallest tau of the
+    schedule above that Cholesky takes, or the identity when no shift helps (a non-finite M: the
+    solver reports its Hessian itself)."""
+    d = M.shape[0]
+    if np.isfinite(M).all():
+        tau = 0.0
+        for _ in range(JITTER_TRIES + 1):
+            shifted = M if tau == 0 else M + tau * np.eye(d)
+            try:
+                return shifted, np.linalg.cholesky(shifted)
+            except np.linalg.LinAlgError:
+                tau = JITTER_GROWTH * tau or JITTER_EPS * d * max(float(np.max(np.abs(np.diag(M)))), 1.0)
+    return np.eye(d), np.eye(d)
 
 
 def sample_rows(m):

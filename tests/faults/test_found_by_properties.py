@@ -1,0 +1,51 @@
+"""Inputs the property-based tests (tests/properties) found breaking a run, kept as plain tests:
+each ends as a guarantee says (a finite model, or exit 2 with one line naming the cause)."""
+
+import numpy as np
+import pytest
+
+import streamrank
+from streamrank.cli.main import main
+from streamrank.errors import ParameterError
+
+
+def test_query_minmax_with_empty_queries_normalises_the_others_as_without_them():
+    from streamrank.features.normalize import Normalizer
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((7, 3)).astype(np.float32)
+    n = Normalizer("query_minmax")
+    with_empty = n.transform(X, np.array([0, 0, 3, 3, 7, 7]))
+    without = n.transform(X, np.array([0, 3, 7]))
+    assert np.array_equal(with_empty, without)
+    assert with_empty.min() == 0 and with_empty.max() == 1
+
+
+def test_rows_of_very_different_scales_train_a_finite_model():
+    """1e30 beside 1e-20 in one row: float64 rounds the preconditioner's identity away and its
+    Cholesky failed (LinAlgError); the shifted M of linear_precond preconditions as well."""
+    X = np.array([[1.89e29, -5.2e-20, -4.1e22], [-2.44e30, 1.8e-19, 1.14e23]], np.float32)
+    y = np.array([0.0, 2.0])
+    m = streamrank.RankSVM().fit(X, y, qid=[1, 1])
+    assert np.isfinite(m.coef_).all() and m.objective_ <= 1.0  # f(0) = C * one pair
+    assert m.predict(X)[1] > m.predict(X)[0]
+
+
+def test_a_partition_size_beyond_int64_is_refused_by_name(tmp_path, capsys):
+    from streamrank.execution.partitions import check_partition_rows
+    with pytest.raises(ParameterError, match="partition_rows must be an integer in"):
+        check_partition_rows(2**63)
+    src = tmp_path / "s.txt"
+    src.write_text("1 qid:1 1:1\n0 qid:1 1:2\n")
+    assert main(["train", str(src), "-o", str(tmp_path / "m.h5"), "--cache-dir", str(tmp_path / "c"),
+                 "--partition-rows", str(2**63)]) == 2
+    assert "--partition-rows must be an integer in [1, " in capsys.readouterr().err
+
+
+def test_convert_refuses_a_width_whose_rows_do_not_fit_before_allocating(tmp_path, capsys):
+    src = tmp_path / "s.txt"
+    src.write_text("1 qid:1 1:1\n0 qid:1 1:2\n")
+    out = tmp_path / "c.h5"
+    assert main(["convert", str(src), "-o", str(out), "--n-features", "1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert "1,000,000,000 features each" in err and "--n-features" in err
+    assert not out.exists()
