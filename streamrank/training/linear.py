@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from streamrank import params
 from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import executor_or_local, partitioned_stream
@@ -26,7 +27,7 @@ from streamrank.training.path import TWO_STAGE_FACTORS, Method, report_grid_edge
 from streamrank.training.problem import (attach_features, c_path, check_c_scale, check_config, check_has_features, check_queries,
                                         check_valid_width, eta_for, gamma_path, grid_points, pair_cost_table,
                                         pair_weight_sum, query_weights, read_labels, validation_score, with_features,
-                                        MappedValidation, mapped_validation_bytes, max_row_sq_norm)
+                                        MappedValidation, mapped_validation_bytes, max_row_sq_norm, row_sq_norm_bound)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -185,18 +186,19 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     budget = parse_size(memory_budget)
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Use solver=tron")
-    cfg = {"method": method, "solver": solver, "C_path": Cs, "normalize": normalize, "tol": float(tol),
-           **({"gap_tol": float(gap_tol)} if gap_tol is not None else {}),  # absent: old checkpoints match
-           "max_iter": int(max_iter), "memory_budget": budget, "block_bytes": block_bytes,
+    cfg = {"method": method, "solver": solver, "C_path": Cs, "normalize": normalize, "tol": params.check("tol", tol),
+           **({"gap_tol": params.check("gap_tol", gap_tol)} if gap_tol is not None else {}),  # absent: old checkpoints match
+           "max_iter": params.check("max_iter", max_iter), "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
-           "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
+           "query_weight": query_weight, "select_metric": select_metric, "seed": params.check("seed", seed),
            "precondition": precondition, "loss": loss, "eta": eta, "abs_gtol": abs_gtol,
            "abs_dtol": abs_dtol,
            "queries": list(queries) if queries is not None else None, "partition_rows": executor.partition_rows,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
     if method != "primal":
-        cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": int(degree), "coef0": float(coef0),
-                    "components": int(components), "rank": rank})
+        cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": params.check("degree", degree), "coef0": params.check("coef0", coef0),
+                    "components": params.check("components", components),
+                    "rank": None if rank is None else params.check("rank", rank)})
     if refine is not None:
         cfg["C_rule"] = "two-stage"
     check_config(cfg)
@@ -205,13 +207,13 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     points = grid_points(Cs, gammas, valid)
     q0, q1 = queries if queries is not None else (0, ds.n_queries)
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
-    widest = max([ds.n_features] + ([] if method == "primal" else [int(components)]))
+    widest = max([ds.n_features] + ([] if method == "primal" else [cfg["components"]]))
     # a kernel map's C path scores the validation rows mapped once per gamma, when they fit their share
     valid_map_bytes = mapped_validation_bytes(valid, widest) if method != "primal" else 0
     if valid_map_bytes > memplan.VALID_MAP_SHARE * budget:
         valid_map_bytes = 0
     fixed, block_bytes, resident = plan_blocks(budget, ds, n_train, (q0, q1) if queries is not None else None,
-                                               method, int(components), preconditioner_bytes(widest) + valid_map_bytes,
+                                               method, cfg.get("components", 0), preconditioner_bytes(widest) + valid_map_bytes,
                                                cfg["loss"], block_bytes)
     block_bytes, tier = memplan.linear_plan(budget, n_train, fixed, block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
@@ -235,15 +237,15 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     if normalize == "zscore":
         normalizer.fit(partitioned_stream(ds, executor, block_bytes=block_bytes, queries=(q0, q1)), ds.n_features,
                        executor=executor)
-    if method == "primal":  # kernel maps: a solver's NumericError names the point (training.path)
+    sq_bound, exact_norm = row_sq_norm_bound(method, kernel, normalize, ds.n_features, qp[q1] - qp[q0])
+    if sq_bound is not None:  # otherwise a solver's NumericError names the point (training.path)
         check_c_scale(max(Cs) * (max(TWO_STAGE_FACTORS) if refine is not None else 1.0), query_ptr=qp[q0:q1 + 1],
-                      lam=cost.lam, mu=mu[q0:q1], normalize=normalize, n_features=ds.n_features,
-                      n_rows=qp[q1] - qp[q0], data_name=ds.name,
+                      lam=cost.lam, mu=mu[q0:q1], data_name=ds.name, sq_norm_bound=sq_bound,
                       weight_sum=lambda: weight_sum or pair_weight_sum(
                           np.searchsorted(levels, read_labels(ds)[qp[q0]:qp[q1]]), qp[q0:q1 + 1] - qp[q0], cost.lam,
                           mu[q0:q1]),
-                      max_sq_norm=lambda: max_row_sq_norm(ds.stream(block_bytes=block_bytes, queries=(q0, q1)),
-                                                          normalizer))
+                      max_sq_norm=None if not exact_norm else lambda: max_row_sq_norm(
+                          ds.stream(block_bytes=block_bytes, queries=(q0, q1)), normalizer))
     valid_y = read_labels(valid) if valid is not None else None
     maps = {}
 

@@ -197,7 +197,11 @@ def overflow_error(e, C, gamma, candidates):
     at = f"C={C:g}" + ("" if gamma is None else f", gamma={gamma:g}")
     fix = (f"use C={max(done):g}, the largest C that finished on this path, or one between it and {C:g}" if done
            else f"use C={C / 1e3:g} or smaller")
-    err = NumericError(f"{at}: {e}; the data are finite, so these settings overflow float64 on them: {fix}")
+    what = str(e).split(": likely causes:")[0]  # the solver could not tell the causes apart; the path can
+    err = NumericError(f"{at}: {what}; every value of the data is finite (the block stream checks them), so these "
+                       f"settings overflow float64 on them: {fix}")
+    for name in ("quantity", "where", "value", "iteration", "step", "cg_step"):
+        setattr(err, name, getattr(e, name, None))
     err.C, err.gamma = C, gamma
     return err
 

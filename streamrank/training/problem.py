@@ -327,27 +327,43 @@ def check_config(cfg):
 _F32_MAX_SQ = float(np.finfo(np.float32).max) ** 2
 
 
-def check_c_scale(C_max, *, query_ptr, lam, mu, weight_sum, normalize, n_features, n_rows, max_sq_norm, data_name):
+def check_c_scale(C_max, *, query_ptr, lam, mu, weight_sum, sq_norm_bound, max_sq_norm, data_name):
     """Refuse, after the statistics pass and before the first iteration, a C whose objective
     overflows float64 on these data (:func:`streamrank.params.c_limit`), naming the largest C that
     works.
 
-    Two cheap bounds come first, so an ordinary C costs nothing: the sum of pair weights is at most
-    max(lambda) max(mu) sum_q l_q^2 / 2, and a row's squared norm at most d (query_minmax: values in
-    [0, 1]), d n (zscore: |x - mean| <= sqrt(n) std for every value of a column) or d float32max^2
-    (raw values). Only when C passes those does the check pay for ``weight_sum()`` (labels only)
-    and ``max_sq_norm()`` (one pass over the rows).
+    Cheap bounds come first, so an ordinary C costs nothing: the sum of pair weights is at most
+    max(lambda) max(mu) sum_q l_q^2 / 2, and a row's squared norm at most ``sq_norm_bound``
+    (:func:`row_sq_norm_bound`). Only when C passes those does the check pay for ``weight_sum()``
+    (labels only) and ``max_sq_norm()`` (one pass over the rows; None: the bound is the value).
     """
     from streamrank import params
     sizes = np.diff(np.asarray(query_ptr, np.float64))
     w_bound = float(np.max(lam, initial=1.0)) * float(np.max(mu, initial=1.0)) * float(sizes @ sizes) / 2
-    per_value = {"query_minmax": 1.0, "zscore": float(max(n_rows, 1))}.get(normalize, _F32_MAX_SQ)
-    if C_max <= params.c_limit(w_bound, n_features * per_value):
+    if C_max <= params.c_limit(w_bound, sq_norm_bound):
         return
     W = weight_sum()
-    if C_max <= params.c_limit(W, n_features * per_value):
+    if C_max <= params.c_limit(W, sq_norm_bound):
         return
-    params.check_c_on_data([C_max], W, max_sq_norm(), data_name)
+    params.check_c_on_data([C_max], W, sq_norm_bound if max_sq_norm is None else max_sq_norm(), data_name)
+
+
+def row_sq_norm_bound(method, kernel, normalize, n_features, n_rows):
+    """(a bound of a row's squared norm as the objective sees it, whether a pass can make it exact)
+    or (None, False) where no bound is known without the map (poly, sigmoid, linear kernels).
+
+    - the identity map: d (query_minmax: values in [0, 1]), d n (zscore: |x - mean| <= sqrt(n) std
+      for every value of a column) or d float32max^2 (raw values); a pass gives the exact value;
+    - random Fourier features: ||phi(x)||^2 = (2/m) sum cos^2 <= 2 (paper 000, eq. 11's map);
+    - Nystroem: ||phi(x)||^2 = K(x, L) W_k^+ K(L, x) <= k(x, x) = 1 for rbf and laplacian (the
+      projection onto the landmarks' span shortens phi).
+    """
+    if method == "primal":
+        per_value = {"query_minmax": 1.0, "zscore": float(max(n_rows, 1))}.get(normalize, _F32_MAX_SQ)
+        return n_features * per_value, True
+    if kernel in ("rbf", "laplacian") and method in ("rff", "nystroem"):
+        return 2.0, False
+    return None, False
 
 
 def max_row_sq_norm(stream, normalizer=None):

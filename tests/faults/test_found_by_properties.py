@@ -49,3 +49,15 @@ def test_convert_refuses_a_width_whose_rows_do_not_fit_before_allocating(tmp_pat
     err = capsys.readouterr().err
     assert "1,000,000,000 features each" in err and "--n-features" in err
     assert not out.exists()
+
+
+@pytest.mark.parametrize("kw,message", [
+    (dict(tol=""), "tol must be a finite number > 0; got ''"),
+    (dict(max_iter=2.5), "max_iter must be an integer in"),
+    (dict(method="rff", n_components=10**9), "memory_budget 2.0 GB is too small for this run"),
+])
+def test_the_estimator_takes_settings_through_the_table_and_the_plan(kw, message):
+    """A setting that is not a number of its range (tol="" raised a plain ValueError) or a map
+    that cannot fit (10^9 Fourier components ran for minutes) is refused before any pass."""
+    with pytest.raises(ParameterError, match=message):
+        streamrank.RankSVM(**kw).fit(np.eye(4, dtype=np.float32), np.arange(4.0), qid=np.zeros(4))
