@@ -59,7 +59,7 @@ def peak_rff(data, budget, work, components=1000, max_iter=MAX_ITER):
                 data, budget)
 
 
-def peak_clsr(data, budget, work, components=2000):
+def peak_clsr(data, budget, work, components=1000):
     """train --method clsr (CLSRRank: one pass builds its m x m system, then a direct solve)."""
     return _row("clsr", ["train", data, "-o", Path(work) / "m-clsr.h5", "--method", "clsr", "--components",
                          components, "--gamma", "0.01"], data, budget)

@@ -106,6 +106,44 @@ class KernelBasisMap(FeatureMap):
         return self.chunked_scores(Xn, w, row0, np.float64, SCORE_CHUNK_BYTES)
 
 
+def clsr_plan(budget, resident, *, m, d, n_train, largest_query, all_rows=False, validating=False,
+              chunk_bytes=32 << 20):
+    """Bytes of a raw block for CLSRRank with ``m`` basis rows inside ``budget`` (which bounds the
+    whole process, ``resident`` included), or ParameterError with the smallest budget that works,
+    before any pass. The run holds (training.clsr): the m x m system, its factor and a product
+    (24 m^2) and the basis (8 m d; with every row as the basis, the rows too, 8 n d); the group
+    buffer of centred kernel rows (``chunk_bytes``, or the largest query's 8 m a row); a transform's
+    tiles, or with ``validating`` while the validation rows are scored the chunk of kernel values
+    (SCORE_CHUNK_BYTES);
+    and per raw block byte its read-ahead twin and its float64 normalised copy (4). A block holds
+    the largest query whole."""
+    from streamrank.io.budget import BUFFERS, HEADROOM, STREAM_SLACK
+    from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
+    from streamrank.units import format_size
+    from streamrank.features.kernels import tile_rows, tile_threads
+    system = 24 * m * m + 8 * m * d + (8 * n_train * d if all_rows else 0)
+    group = max(chunk_bytes, 8 * m * largest_query)
+    tiles = 8 * tile_rows(d + m) * (d + m) * tile_threads()
+    scoring = max(tiles, SCORE_CHUNK_BYTES) if validating else tiles
+    fixed = system + group + scoring
+    per_byte = BUFFERS + 2
+    qbytes = largest_query * (4 * d + 4)
+    avail = (budget - resident - STREAM_SLACK) / HEADROOM - fixed
+    if avail < per_byte * qbytes:
+        need = -(-int(resident + STREAM_SLACK + HEADROOM * (fixed + per_byte * qbytes)) // 10**6)
+        # the most basis rows that fit: 24 m^2 + 8 m (d + chunk rows) within what is left
+        room = (budget - resident - STREAM_SLACK) / HEADROOM - scoring - chunk_bytes - per_byte * qbytes \
+            - (8 * n_train * d if all_rows else 0)
+        fit = int((-8 * d + ((8 * d) ** 2 + 96 * max(room, 0)) ** 0.5) / 48) if room > 0 else 0
+        raise ParameterError(f"memory_budget {format_size(budget)} is too small for CLSRRank with {m:,} basis rows: "
+                             f"with {format_size(resident)} resident, its {m:,} x {m:,} system"
+                             f"{' and the training rows' if all_rows else ''} ({format_size(system)}), its buffers of "
+                             f"kernel rows and a block holding the largest query ({largest_query:,} rows) need "
+                             f"{need} MB; use memory_budget={need}MB"
+                             + (f" or components={fit}" if fit >= 10 and fit < m else ""))
+    return max(1, int(min(budget * BLOCK_SHARE_OF_BUDGET, avail / per_byte)))
+
+
 def draw_basis(ds, m, seed, *, normalizer=None, queries=None, block_bytes=None, executor=None):
     """(rows (min(m, n), d) float64 normalised, their row indices): m training rows drawn uniformly
     by the seeded reservoir the Nystroem landmarks use (one streamed pass, which stops once no

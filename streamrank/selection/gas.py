@@ -340,7 +340,8 @@ def gas_plan(ds, budget, resident, queries=None):
             # below what the process holds before any work no plan can keep the budget: the
             # smallest blocks (tests use such budgets for many blocks), and the budget that works
             log.warning("memory budget %s is below the %s this process holds before any work: peak RSS will "
-                        "exceed it; use memory_budget=%dMB", format_size(budget), format_size(resident), need)
+                        "exceed it; use memory_budget=%dMB", format_size(budget), format_size(resident + STREAM_SLACK),
+                        need)
             return pair_rows(d, budget, resident), max(1, int(budget * BLOCK_SHARE_OF_BUDGET))
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for GAS on {ds.name}: with "
                              f"{format_size(resident)} resident, a block holding its largest query ({qmax:,} rows of "

@@ -21,11 +21,11 @@ import h5py
 import numpy as np
 
 from streamrank._version import __version__
-from streamrank.errors import FormatError, InputError
+from streamrank.errors import FormatError, InputError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.faultpoints import faultpoint
 from streamrank.io.atomic import ensure_space, written
-from streamrank.io.budget import BUFFERS, block_bytes
+from streamrank.io.budget import BUFFERS
 from streamrank.io.h5digest import DIGEST_ATTR, declared_bytes, file_digest
 from streamrank.features.normalize import Normalizer
 
@@ -171,13 +171,43 @@ class LinearModel:
 
     def score_block_bytes(self, ds, memory_budget):
         """Bytes of a raw block for scoring ``ds`` inside ``memory_budget``, besides what is
-        resident, the scores of every row and the block's copies (io.budget)."""
-        from streamrank.units import parse_size
+        resident (the model's arrays among it), the map's tiles, the scores of every row and the
+        block's copies (io.budget); ParameterError with the smallest budget that works, before any
+        block is read, when a block holding the largest query cannot fit."""
+        from streamrank.io import budget as io_budget
+        from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
+        from streamrank.units import format_size, parse_size
+        budget = parse_size(memory_budget)
         per_byte = BUFFERS if self._scores_raw_rows() else SCORE_BYTES_PER_BLOCK_BYTE
-        if self.fmap is not None and not hasattr(self.fmap, "scores"):
-            per_byte += self.w.size / max(ds.n_features, 1)  # the map's float32 columns per raw one
-        return block_bytes(parse_size(memory_budget), ds.n_rows, per_row=SCORE_BYTES_PER_ROW,
-                           per_block_byte=per_byte)
+        extra = 0
+        if self.fmap is not None:
+            extra = self.fmap.work_bytes()  # one transform's tiles (or the exact map's chunk of kernel rows)
+            if not hasattr(self.fmap, "scores"):
+                per_byte += self.w.size / max(ds.n_features, 1)  # the map's float32 columns per raw one
+            else:  # the chunk of kernel values chunked_scores holds (the exact map's, CLSRRank's basis map's)
+                import sys
+                extra += getattr(sys.modules[type(self.fmap).__module__], "SCORE_CHUNK_BYTES", 0)
+        resident = io_budget.resident_bytes()
+        sizes = np.diff(ds.query_ptr)
+        qmax = int(sizes.max()) if sizes.size else 0
+        row_bytes = 4 * ds.n_features + 4
+        need = resident + io_budget.STREAM_SLACK + io_budget.HEADROOM * (
+            ds.n_rows * SCORE_BYTES_PER_ROW + extra + per_byte * qmax * row_bytes)
+        if need > budget:
+            need = -(-int(need) // 10**6)
+            if budget >= resident + io_budget.STREAM_SLACK:
+                raise ParameterError(f"memory_budget {format_size(budget)} is too small to score {ds.name}: with "
+                                     f"{format_size(resident)} resident, the scores of its {ds.n_rows:,} rows and a "
+                                     f"block holding its largest query ({qmax:,} rows) need {need} MB; use "
+                                     f"memory_budget={need}MB")
+            # below what the process holds before any work no plan can keep the budget: the
+            # smallest blocks (tests use such budgets for many blocks), and the budget that works
+            log.warning("memory budget %s is below the %s this process holds before any work: peak RSS will "
+                        "exceed it; use memory_budget=%dMB", format_size(budget),
+                        format_size(resident + io_budget.STREAM_SLACK), need)
+            return max(1, int(budget * BLOCK_SHARE_OF_BUDGET))
+        return io_budget.block_bytes(budget, ds.n_rows, per_row=SCORE_BYTES_PER_ROW, per_block_byte=per_byte,
+                                     extra=extra, resident=resident)
 
     def score_stream(self, ds, *, block_bytes=None, memory_budget=None, executor=None, collect=None,
                      quiet_width=False):

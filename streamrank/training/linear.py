@@ -111,7 +111,8 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
             # smallest blocks (tests use such budgets for many blocks), and the budget that works
             log.warning("memory budget %s is below the %s this process holds before any work: blocks of "
                         "%s, and peak RSS will exceed it; use memory_budget=%dMB", format_size(budget),
-                        format_size(resident), format_size(budget * BLOCK_SHARE_OF_BUDGET), -(-int(need) // 10**6))
+                        format_size(resident + STREAM_SLACK), format_size(budget * BLOCK_SHARE_OF_BUDGET),
+                        -(-int(need) // 10**6))
             return fixed, given_block or max(1, int(budget * BLOCK_SHARE_OF_BUDGET)), resident
         need = -(-int(need) // 10**6) * 10**6  # whole MB (10^6 bytes, the unit of --memory-budget), up
         parts = [f"{format_size(resident)} resident", f"{format_size(state)} of per-row state for {n_train:,} rows"]
