@@ -162,6 +162,11 @@ def _tied_pairs_by_group(run_start, group_of, n_groups):
     return _sum_by_group(c * (c - 1) // 2, group_of[starts], n_groups)
 
 
+# the largest label whose gain 2^y - 1 and a DCG's sum of such gains over a query of up to 2^23
+# documents stay finite in float64 (2^(1000 + 23) < 2^1024)
+MAX_GAIN_LABEL = 1000
+
+
 def _pairwise_by_query(y, s, ptr):
     """Preference pairs and correctly ordered pairs of every query, vectorised over queries.
 
@@ -170,6 +175,8 @@ def _pairwise_by_query(y, s, ptr):
     """
     n = y.size
     n_q = ptr.size - 1
+    if n == 0:  # no rows, no pairs (a query list of empty queries)
+        return np.zeros(n_q, np.int64), np.zeros(n_q)
     sizes = np.diff(ptr)
     qidx = np.repeat(np.arange(n_q, dtype=np.int64), sizes)
     first = np.zeros(n, dtype=bool)
@@ -611,6 +618,11 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=
     if bad.any():
         r = int(np.flatnonzero(bad)[0])
         raise InputError(f"label of row {r} is {y[r]!r}: labels must be finite and >= 0")
+    big = y > MAX_GAIN_LABEL
+    if big.any():
+        r = int(np.flatnonzero(big)[0])
+        raise InputError(f"label of row {r} is {y[r]:g}: its gain 2^y - 1 overflows float64 (labels up to "
+                         f"{MAX_GAIN_LABEL} can be evaluated); relevance labels are small grades such as 0 to 4")
 
     notes = []
     if convention == "letor4":

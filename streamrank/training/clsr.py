@@ -185,12 +185,10 @@ def _solve(system, lam):
 
 
 def _lambda_path(lam):
-    vals = sorted(float(v) for v in (lam if np.ndim(lam) else [lam]))
-    for v in vals:
-        if not v > 0:
-            raise ParameterError(f"lambda must be > 0 (the system is then positive definite whatever the kernel); "
-                                 f"got {v}. Use lam=0.001")
-    return vals
+    """The lambda values of a path, each a finite number > 0 (the system is then positive definite
+    whatever the kernel; streamrank.params)."""
+    from streamrank import params
+    return sorted(params.check_all("lam", list(lam) if np.ndim(lam) else lam, shown="lambda"))
 
 
 def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",

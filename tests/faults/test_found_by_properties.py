@@ -61,3 +61,25 @@ def test_the_estimator_takes_settings_through_the_table_and_the_plan(kw, message
     that cannot fit (10^9 Fourier components ran for minutes) is refused before any pass."""
     with pytest.raises(ParameterError, match=message):
         streamrank.RankSVM(**kw).fit(np.eye(4, dtype=np.float32), np.arange(4.0), qid=np.zeros(4))
+
+
+def test_labels_whose_gain_overflows_are_refused_by_evaluation():
+    from streamrank.errors import InputError
+    from streamrank.evaluation.metrics import evaluate
+    with pytest.raises(InputError, match="label of row 1 is 1e\\+20: its gain 2\\^y - 1 overflows"):
+        evaluate([0.0, 1e20], [0.5, 0.2], [0, 2])
+    evaluate([0.0, 1000.0], [0.5, 0.2], [0, 2])  # the largest label evaluated stays finite
+
+
+def test_clsr_lambda_through_the_table():
+    from streamrank.training.clsr import _lambda_path
+    for bad in ("abc", float("inf"), 0.0, [1e-3, float("nan")]):
+        with pytest.raises(ParameterError, match="lambda must be a finite number > 0"):
+            _lambda_path(bad)
+    assert _lambda_path([0.1, "0.01"]) == [0.01, 0.1]
+
+
+def test_pairwise_counts_of_no_rows_are_zero():
+    from streamrank.evaluation.metrics import _pairwise_by_query
+    n, c = _pairwise_by_query(np.zeros(0), np.zeros(0), np.array([0, 0]))
+    assert n.tolist() == [0] and c.tolist() == [0.0]

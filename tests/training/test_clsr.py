@@ -140,7 +140,7 @@ def test_bad_settings_are_refused(small, monkeypatch):
     import streamrank.training.clsr as clsr
     monkeypatch.setattr(clsr, "resident_bytes", lambda: 0)
     with streamrank.open_dataset(small / "train.h5") as ds:
-        for kw, words in ((dict(lam=0.0), "lambda must be > 0"), (dict(lam=[1e-3, 1e-2]), "valid=DATA"),
+        for kw, words in ((dict(lam=0.0), "lambda must be a finite number > 0"), (dict(lam=[1e-3, 1e-2]), "valid=DATA"),
                           (dict(kernel="cosine"), "kernel must be one of"),
                           (dict(memory_budget="1MB"), r"use components=176 .* or memory_budget=")):
             with pytest.raises(ParameterError, match=words):
