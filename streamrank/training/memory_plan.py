@@ -113,7 +113,9 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
         drop_idle_library_pages()
     from streamrank.features.kernels import tile_rows, tile_threads
     from streamrank.objectives.kernel_precond import A_CHUNK_BYTES
-    qblock = int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, budget // Q_BLOCKS_IN_BUDGET))
+    def qblock_of(b):  # a stored block of Q grows with the budget (a fixed share of it)
+        return int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, b // Q_BLOCKS_IN_BUDGET))
+    qblock = qblock_of(budget)
     # the tiles of float64 rows and kernel values being computed, one per thread computing them
     # (kernels.parallel_tiles), while the tier of Q fills
     tile = 8 * tile_rows(l + d) * (l + d)
@@ -144,13 +146,20 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     if need > budget:
         # what the run needs besides Q does not fit: said before any work, with the smallest budget
         # that holds it (Q then read from disk every pass); the preconditioner named when it is
-        # what does not fit
+        # what does not fit. The blocks of Q grow with the budget named, so the budget named is
+        # the fixed point of need(b) <= b (3 blocks of b / 64 add under 5% of b: a few steps)
+        at_budget = need
+        for _ in range(8):
+            named = _round_up(need)
+            need = resident + fixed + READ_BUFFERS * qblock_of(named)
+            if need <= named:
+                break
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
                              f"{l} rows: with {format_size(resident)} resident, the rows, solver vectors, "
                              f"preconditioner and {READ_BUFFERS} blocks of Q need {format_size(need)}; use "
                              f"memory_budget={format_size(_round_up(need))}"
                              + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
-                                f"use precondition=off to drop them)" if precond and need - precond <= budget else ""))
+                                f"use precondition=off to drop them)" if precond and at_budget - precond <= budget else ""))
     fixed += resident
     tier = max(0, budget - fixed - READ_BUFFERS * qblock)
     _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes)

@@ -36,10 +36,10 @@ def full(kc):
 @pytest.mark.parametrize("kernel", ["rbf", "laplacian", "poly", "linear"])
 def test_blocks_are_the_float32_kernel_matrix_whatever_the_layout(rows, kernel):
     X, qp = rows
-    want = kernel_matrix(X, kernel=kernel, gamma=0.3).astype(np.float32)
+    K = kernel_matrix(X, kernel=kernel, gamma=0.3)
     for bb in (1, 4000, 10 ** 9):  # one query per block, a few queries, everything in one block
         kc = make(rows, block_bytes=bb, kernel=kernel)
-        assert np.array_equal(full(kc), want)
+        assert np.array_equal(full(kc), (K - kc.shift).astype(np.float32))  # stored as float32(K - shift)
         # blocks hold whole queries
         assert all(a in qp and b in qp for a, b in kc.layout)
     assert kc.n_blocks == 1
@@ -65,7 +65,7 @@ def test_stored_blocks_are_reused_and_streamed_when_memory_is_short(rows, tmp_pa
 def test_memory_only_cache_recomputes_what_does_not_fit(rows):
     X, _ = rows
     kc = make(rows, memory_bytes=4 * len(X) * 40)
-    want = kernel_matrix(X, gamma=0.3).astype(np.float32)
+    want = (kernel_matrix(X, gamma=0.3) - kc.shift).astype(np.float32)
     assert not kc.all_in_memory
     assert np.array_equal(full(kc), want) and np.array_equal(full(kc), want)
 

@@ -1,6 +1,8 @@
 """The memory budget: blocks get what the resident process, the per-row state and the block's
 copies leave; the plans of training and scoring count everything (io.budget, training.memory_plan)."""
 
+import pytest
+
 from streamrank.io import budget
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 from streamrank.training import memory_plan as memplan
@@ -29,11 +31,18 @@ def test_the_in_memory_tier_is_what_the_budget_leaves_beside_the_process():
     assert memplan.linear_plan(200 * MB, 100_000, 0, resident=199 * MB)[1] == 0
 
 
-def test_an_exact_run_that_does_not_fit_beside_the_process_reads_q_from_disk(caplog):
+def test_an_exact_run_that_does_not_fit_beside_the_process_is_refused_with_a_budget_that_does():
+    """Below what the rows, vectors, preconditioner and blocks of Q need beside the process: refused
+    before any work, naming a budget that holds them (a fixed point: Q's blocks grow with the
+    budget); at that budget Q is read from disk; with room for Q, all of it is in memory."""
+    import re
+    from streamrank.errors import ParameterError
     l, d = 10_000, 46
-    qblock, tier = memplan.exact_kernel_plan(l, d, 256 * MB, landmarks=1000, resident=186 * MB)
-    assert tier == 0
-    assert "precondition=off" in caplog.text and "use memory_budget=" in caplog.text
+    with pytest.raises(ParameterError, match="use memory_budget=") as e:
+        memplan.exact_kernel_plan(l, d, 256 * MB, landmarks=1000, resident=186 * MB)
+    named = float(re.search(r"use memory_budget=([0-9.]+) MB", str(e.value)).group(1)) * MB
+    qblock, tier = memplan.exact_kernel_plan(l, d, int(named), landmarks=1000, resident=186 * MB)
+    assert tier < 4 * l * l
     qblock, tier = memplan.exact_kernel_plan(l, d, 2000 * MB, landmarks=1000, resident=186 * MB)
     assert tier == 4 * l * l
 
