@@ -45,6 +45,20 @@ SUBSET_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)  # version 1: the same layout without content_sha256
 
 
+def settled_resident():
+    """The resident set a plan starts from, once what it need not hold is let go (io.budget): freed
+    arrays above MMAP_THRESHOLD go back to the system from now on, and what the allocator keeps of
+    earlier phases (a grid's or cv's previous runs) is released; the kernels' runtime is loaded and
+    LLVM's code pages, touched when numba was imported, are dropped (the first call of each kernel
+    brings a part back: STREAM_SLACK holds it)."""
+    from streamrank.io import budget as io_budget
+    io_budget.tune_allocator()
+    io_budget.release_freed()
+    io_budget.load_kernel_runtime()
+    io_budget.drop_idle_library_pages()
+    return io_budget.resident_bytes()
+
+
 class _ModelScores(Pass):
     """The model's scores of one block of a dataset stream (item (block, start, stop))."""
 
@@ -187,7 +201,7 @@ class LinearModel:
             else:  # the chunk of kernel values chunked_scores holds (the exact map's, CLSRRank's basis map's)
                 import sys
                 extra += getattr(sys.modules[type(self.fmap).__module__], "SCORE_CHUNK_BYTES", 0)
-        resident = io_budget.resident_bytes()
+        resident = settled_resident()
         sizes = np.diff(ds.query_ptr)
         qmax = int(sizes.max()) if sizes.size else 0
         row_bytes = 4 * ds.n_features + 4

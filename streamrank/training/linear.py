@@ -87,7 +87,7 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
     linear run's by ``memory_plan.linear_plan`` (two buffers per raw byte). The block size never
     changes a model, only the number of reads."""
     from streamrank.features.maps import plan_bytes
-    from streamrank.io.budget import BUFFERS, HEADROOM, STREAM_SLACK, resident_bytes
+    from streamrank.io.budget import BUFFERS, HEADROOM, STREAM_SLACK
     from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
     from streamrank.units import format_size
     d = ds.n_features
@@ -102,7 +102,8 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
     # the validation rows, which maps each block: float64 copy and float32 mapped rows)
     raw_row = BUFFERS * (4 * d + 4) + (0 if method == "primal" else 8 * d + 4 * components + 16)
     row = raw_row if method == "primal" else max(mapped_block_row_bytes(d, components), raw_row)
-    resident = resident_bytes()
+    from streamrank.state.model import settled_resident
+    resident = settled_resident()
     avail = (budget - resident - STREAM_SLACK) / HEADROOM - state - fixed
     if avail < qmax * row:
         need = resident + STREAM_SLACK + HEADROOM * (state + fixed + qmax * row)
