@@ -166,7 +166,29 @@ def kernel_shift(prepared, Xn):
     if l == 0:
         return 0.0
     idx = np.unique(np.linspace(0, l - 1, min(l, SHIFT_ROWS)).astype(np.int64))
-    return float(np.float32(np.median(prepared(Xn[idx]))))
+    K = prepared(Xn[idx])
+    if prepared.kernel in UNBOUNDED_KERNELS:
+        check_storable(K, prepared)
+    return float(np.float32(np.median(K)))
+
+
+# kernels whose values are not bounded by 1 on finite rows: their values, shifted, must fit the
+# float32 Q is stored in
+UNBOUNDED_KERNELS = ("poly", "linear")
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_storable(K, prepared):
+    """Raise NumericError when kernel values ``K`` (float64, shifted) do not fit float32, where Q
+    is stored: the kernel's settings overflow it on these data."""
+    top = float(np.max(np.abs(K), initial=0.0))
+    if not top <= FLOAT32_MAX:
+        from streamrank.errors import NumericError
+        what = ("(gamma x.y + coef0)^degree" if prepared.kernel == "poly" else "x.y")
+        raise NumericError(
+            f"the {prepared.kernel} kernel {what} reaches {top:.4g}, beyond float32's range ({FLOAT32_MAX:.3g}) "
+            f"where exact kernel RankSVM stores Q, with gamma={prepared.gamma:g}, coef0={prepared.coef0:g}, "
+            f"degree={prepared.degree}: use a smaller gamma, coef0 or degree, or normalize=zscore")
 
 
 def read_rows(dataset, normalizer, queries, block_bytes, executor=None):
@@ -289,9 +311,13 @@ class KernelCache(FeatureCache):
         prep, c = self._kernel(), self.shift
         T = prep.tile_rows
 
+        unbounded = prep.kernel in UNBOUNDED_KERNELS
+
         def tile(At, s, e, p, bufs):
             K = prep.into(At, bufs[0])
             K -= c
+            if unbounded:
+                check_storable(K[p:p + e - s], prep)
             out[s:e] = K[p:p + e - s]
 
         if b > a and self.tile_threads == 1:  # one tile buffer (the memory plan's choice): the same bits

@@ -263,11 +263,24 @@ class PreparedKernel:
             out += self.coef0
             if self.degree != 1:
                 np.power(out, self.degree, out=out)
+            # the one kernel whose values can overflow on finite rows and parameters (rbf and
+            # laplacian lie in [0, 1], sigmoid in [-1, 1], x.y of float32 rows stays below 1e80)
+            if not np.isfinite(out).all():
+                self._overflow(A, out)
         elif self.kernel == "sigmoid":
             out *= self.gamma
             out += self.coef0
             np.tanh(out, out=out)
         return out
+
+    def _overflow(self, A, out):
+        from streamrank.errors import NumericError
+        r, c = (int(v) for v in np.argwhere(~np.isfinite(out))[0])
+        xy = float(A[r] @ self._BT[:, c])
+        raise NumericError(
+            f"the poly kernel (gamma x.y + coef0)^degree is not finite ({out[r, c]!r}) for x.y = {xy:.4g} with "
+            f"gamma={self.gamma:g}, coef0={self.coef0:g}, degree={self.degree}: these settings overflow float64 "
+            f"on these data; use a smaller gamma, coef0 or degree (or normalize=zscore)")
 
     def __call__(self, A, out=None, row0=0):
         """K(A, B) ``(len(A), n_cols)``, float64 unless ``out`` (any float dtype: the float64

@@ -83,3 +83,21 @@ def test_pairwise_counts_of_no_rows_are_zero():
     from streamrank.evaluation.metrics import _pairwise_by_query
     n, c = _pairwise_by_query(np.zeros(0), np.zeros(0), np.array([0, 0]))
     assert n.tolist() == [0] and c.tolist() == [0.0]
+
+
+@pytest.mark.parametrize("method", ["exact", "nystroem", "clsr"])
+def test_a_poly_kernel_that_overflows_is_named(tmp_path, capsys, method):
+    """(gamma x.y + coef0)^degree beyond float64 (coef0 = 1e200), or beyond the float32 the exact
+    path stores Q in (coef0 = 1e38): exit 2 naming the kernel's settings, where the exact path's
+    cache key hit JSON's refusal of inf and Nystroem's eigh did not converge, each with a traceback."""
+    src = tmp_path / "s.txt"
+    src.write_text("".join(f"{k % 3} qid:{k // 4} 1:{k * 0.1:.2f} 2:{(k * 7) % 5}\n" for k in range(16)))
+    argv = ["train", str(src), "-o", str(tmp_path / "m.h5"), "--cache-dir", str(tmp_path / "c"),
+            "--method", method, "--kernel", "poly", "--coef0", "1e38" if method == "exact" else "1e200"]
+    if method == "nystroem":
+        argv += ["--components", "8"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "the poly kernel (gamma x.y + coef0)^degree" in err and "Traceback" not in err
+    assert ("beyond float32's range" if method == "exact" else "is not finite") in err
+    assert not (tmp_path / "m.h5").exists()
