@@ -169,9 +169,10 @@ class LinearModel:
         return (self.fmap is None and self.normalizer.kind == "none"
                 and (X is None or (X.dtype == np.float32 and X.flags.c_contiguous)))
 
-    def predict_dataset(self, ds, *, memory_budget="2GB", executor=None):
+    def predict_dataset(self, ds, *, memory_budget="2GB", executor=None, row_bytes=0):
         """Scores of every row of ``ds`` in the input's row order (streamed, in blocks that keep
-        the process inside ``memory_budget``, :meth:`score_block_bytes`)."""
+        the process inside ``memory_budget``, :meth:`score_block_bytes`; ``row_bytes``: what the
+        caller keeps per row beside the scores, planned with them)."""
         out = np.empty(ds.n_rows)
         row = ds.row
 
@@ -179,14 +180,16 @@ class LinearModel:
             a, b, s = item
             out[row[a:b]] = s
 
-        self.score_stream(ds, block_bytes=self.score_block_bytes(ds, memory_budget), executor=executor,
+        # the scores in input order beside those of the stream, and the rows' input positions (int64)
+        self.score_stream(ds, block_bytes=self.score_block_bytes(ds, memory_budget, row_bytes + 16), executor=executor,
                           collect=put)
         return out
 
-    def score_block_bytes(self, ds, memory_budget):
+    def score_block_bytes(self, ds, memory_budget, row_bytes=0):
         """Bytes of a raw block for scoring ``ds`` inside ``memory_budget``, besides what is
-        resident (the model's arrays among it), the map's tiles, the scores of every row and the
-        block's copies (io.budget); ParameterError with the smallest budget that works, before any
+        resident (the model's arrays among it), the map's tiles, the scores of every row (and the
+        caller's ``row_bytes`` per row: an evaluation's labels and sorted copies) and the block's
+        copies (io.budget); ParameterError with the smallest budget that works, before any
         block is read, when a block holding the largest query cannot fit."""
         from streamrank.io import budget as io_budget
         from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
@@ -204,9 +207,9 @@ class LinearModel:
         resident = settled_resident()
         sizes = np.diff(ds.query_ptr)
         qmax = int(sizes.max()) if sizes.size else 0
-        row_bytes = 4 * ds.n_features + 4
+        raw_row = 4 * ds.n_features + 4
         need = resident + io_budget.STREAM_SLACK + io_budget.HEADROOM * (
-            ds.n_rows * SCORE_BYTES_PER_ROW + extra + per_byte * qmax * row_bytes)
+            ds.n_rows * (SCORE_BYTES_PER_ROW + row_bytes) + extra + per_byte * qmax * raw_row)
         if need > budget:
             need = -(-int(need) // 10**6)
             if budget >= resident + io_budget.STREAM_SLACK:
@@ -220,7 +223,7 @@ class LinearModel:
                         "exceed it; use memory_budget=%dMB", format_size(budget),
                         format_size(resident + io_budget.STREAM_SLACK), need)
             return max(1, int(budget * BLOCK_SHARE_OF_BUDGET))
-        return io_budget.block_bytes(budget, ds.n_rows, per_row=SCORE_BYTES_PER_ROW, per_block_byte=per_byte,
+        return io_budget.block_bytes(budget, ds.n_rows, per_row=SCORE_BYTES_PER_ROW + row_bytes, per_block_byte=per_byte,
                                      extra=extra, resident=resident)
 
     def score_stream(self, ds, *, block_bytes=None, memory_budget=None, executor=None, collect=None,

@@ -75,7 +75,14 @@ def mapped_block_row_bytes(d, m):
     return BUFFERS * (4 * d + 4) + 8 * d + 8 * m + 64
 
 
-def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, given_block=None):
+# per validation row, held while it is scored between the solves: its label (float64, kept for the
+# run), its score, and what the metrics keep of it (evaluation.score_files.EVAL_BYTES_PER_ROW)
+def valid_row_bytes():
+    from streamrank.evaluation.score_files import EVAL_BYTES_PER_ROW
+    return 8 + 8 + EVAL_BYTES_PER_ROW
+
+
+def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, given_block=None, valid=None):
     """(fixed bytes, bytes of a block or None for the plan's own, resident bytes) of a linear or
     mapped run inside ``budget``, or ParameterError with the smallest budget that works, before
     any work: a block holds at least one whole query, and a kernel map's arrays
@@ -85,7 +92,11 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
     A mapped run's blocks are sized here from what a mapped row really holds
     (:func:`mapped_block_row_bytes`), in the mapped stream's units (4 m + 4 d + 4 bytes a row); a
     linear run's by ``memory_plan.linear_plan`` (two buffers per raw byte). The block size never
-    changes a model, only the number of reads."""
+    changes a model, only the number of reads.
+
+    With ``valid``, its rows are scored between the solves while the training stream keeps its
+    buffers: a block then counts the validation stream's raw rows beside the training's, and every
+    validation row's label, score and metrics (:func:`valid_row_bytes`) are fixed bytes."""
     from streamrank.features.maps import plan_bytes
     from streamrank.io.budget import BUFFERS, HEADROOM, STREAM_SLACK
     from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
@@ -95,13 +106,17 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
     sizes = np.diff(ds.query_ptr[q0:q1 + 1])
     qmax = int(sizes.max()) if sizes.size else 0
     fit, kept = plan_bytes(method, d, components) if method != "primal" else (0, 0)
-    fixed = max(fit, kept + extra)
+    fixed = max(fit, kept + extra) + (valid.n_rows * valid_row_bytes() if valid is not None else 0)
     state = n_train * memplan.state_bytes_per_row(loss)
     # a block's bytes are the mapped stream's (4 m + 4 d + 4 a row) in the passes over mapped rows,
     # and the raw stream's (4 d + 4) in those over raw rows (statistics, the landmark draw, scoring
     # the validation rows, which maps each block: float64 copy and float32 mapped rows)
     raw_row = BUFFERS * (4 * d + 4) + (0 if method == "primal" else 8 * d + 4 * components + 16)
     row = raw_row if method == "primal" else max(mapped_block_row_bytes(d, components), raw_row)
+    if valid is not None:  # (the validation rows are as wide as the training rows: check_valid_width)
+        sizes_v = np.diff(valid.query_ptr)
+        qmax = max(qmax, int(sizes_v.max()) if sizes_v.size else 0)
+        row += raw_row
     from streamrank.state.model import settled_resident
     resident = settled_resident()
     avail = (budget - resident - STREAM_SLACK) / HEADROOM - state - fixed
@@ -127,7 +142,7 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
                              f"{format_size(need)} ({', '.join(parts)}, with the allocator's headroom); "
                              f"use memory_budget={need // 10**6}MB"
                              + ("" if method == "primal" else f" or fewer components"))
-    if method == "primal" or given_block:
+    if given_block:
         return fixed, given_block, resident
     rows = min(avail, budget * BLOCK_SHARE_OF_BUDGET * BUFFERS) / row  # rows of either kind a block may hold
     block = int(rows * 4 * (d + 1))  # the raw stream's rows fit, and the mapped stream's are fewer
@@ -216,7 +231,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         valid_map_bytes = 0
     fixed, block_bytes, resident = plan_blocks(budget, ds, n_train, (q0, q1) if queries is not None else None,
                                                method, cfg.get("components", 0), preconditioner_bytes(widest) + valid_map_bytes,
-                                               cfg["loss"], block_bytes)
+                                               cfg["loss"], block_bytes, valid)
     block_bytes, tier = memplan.linear_plan(budget, n_train, fixed, block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
                                             loss=cfg["loss"], resident=resident)
