@@ -87,6 +87,12 @@ def kernel_diagonal(Xn, kernel, gamma, degree=3, coef0=1.0):
     return sq if kernel == "linear" else (gamma * sq + coef0) ** degree
 
 
+# rounds in a row that may accept no pivot before the pivots found so far are kept: a round
+# accepts candidate t with probability H_tt / d_t, about 1 unless d has drifted from the residual
+# by rounding, so many idle rounds mean what is left of Q is rounding, not rank
+RPC_IDLE_ROUNDS = 100
+
+
 def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_BLOCK):
     """(pivots S, F) with Q ~ F F^T = K(X, X_S) K(X_S, X_S)^-1 K(X_S, X): k pivots chosen by
     randomly pivoted Cholesky (Chen, Epperly, Tropp, Webber 2023), block-accelerated with rejection
@@ -110,7 +116,8 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
     floor = RPC_FLOOR * float(d.max())
     F = np.zeros((l, k))
     S = []
-    while len(S) < k:
+    idle = 0  # rounds in a row that accepted no pivot
+    while len(S) < k and idle < RPC_IDLE_ROUNDS:
         d[d <= floor] = 0.0  # explained: never drawn again
         total = d.sum()
         if total <= 0.0:
@@ -132,7 +139,9 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
                 # eliminate pivot t from the rest of the block (Schur complement)
                 H[t + 1:, t + 1:] -= np.outer(H[t + 1:, t], H[t, t + 1:]) / H[t, t]
         if not acc:
+            idle += 1
             continue
+        idle = 0
         P = cand[acc]
         G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - F[:, :j] @ F[P, :j].T  # residual columns
         L = np.linalg.cholesky(0.5 * (G[P] + G[P].T))
