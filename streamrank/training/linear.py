@@ -106,7 +106,8 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
     sizes = np.diff(ds.query_ptr[q0:q1 + 1])
     qmax = int(sizes.max()) if sizes.size else 0
     fit, kept = plan_bytes(method, d, components) if method != "primal" else (0, 0)
-    fixed = max(fit, kept + extra) + (valid.n_rows * valid_row_bytes() if valid is not None else 0)
+    valid_fixed = valid.n_rows * valid_row_bytes() if valid is not None else 0
+    fixed = max(fit, kept + extra) + valid_fixed
     state = n_train * memplan.state_bytes_per_row(loss)
     # a block's bytes are the mapped stream's (4 m + 4 d + 4 a row) in the passes over mapped rows,
     # and the raw stream's (4 d + 4) in those over raw rows (statistics, the landmark draw, scoring
@@ -133,10 +134,12 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
         need = -(-int(need) // 10**6) * 10**6  # whole MB (10^6 bytes, the unit of --memory-budget), up
         parts = [f"{format_size(resident)} resident", f"{format_size(state)} of per-row state for {n_train:,} rows"]
         if method != "primal":
-            parts.append(f"the {method} map's {components:,} components {format_size(fixed)}"
+            parts.append(f"the {method} map's {components:,} components {format_size(fixed - valid_fixed)}"
                          + (f" (its fit's peak)" if fit >= kept + extra else " with the preconditioner"))
         elif extra:
             parts.append(f"the preconditioner's {format_size(extra)}")
+        if valid_fixed:
+            parts.append(f"the labels, scores and metrics of {valid.n_rows:,} validation rows {format_size(valid_fixed)}")
         parts.append(f"a block holding the largest query ({qmax:,} rows) {format_size(int(qmax * row))}")
         raise ParameterError(f"memory_budget {format_size(budget)} is too small for this run: it needs "
                              f"{format_size(need)} ({', '.join(parts)}, with the allocator's headroom); "
