@@ -111,6 +111,11 @@ class _Gram:
         return 0.0 if self.cache is None else self.cache.jitter
 
     @property
+    def shift(self):
+        """c of Q' = float32(K - c) + c 1 1^T + jitter I (kernel_cache's storage)."""
+        return 0.0 if self.cache is None else self.cache.shift
+
+    @property
     def in_memory(self):
         return True if self.cache is None else self.cache.all_in_memory
 
@@ -221,7 +226,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     class Exact(Method):
         def __init__(self):
             self.build_seconds = self.precond_seconds = 0.0
-            self.in_memory = self.jitter = None
+            self.in_memory = self.jitter = self.shift = None
 
         def open(self, gi):
             gram = make_gram(gi)
@@ -230,7 +235,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
             return gram
 
         def close(self, gram):
-            self.in_memory, self.jitter = gram.in_memory, gram.jitter
+            self.in_memory, self.jitter, self.shift = gram.in_memory, gram.jitter, gram.shift
             gram.close()
 
         def start(self, gi):
@@ -264,7 +269,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     support = np.flatnonzero(beta)
     summary = {**res.summary(), "cg_steps": sum(c["cg_steps"] for c in res.candidates),
                "seconds": time.perf_counter() - t_start, "kernel_seconds": build_s, "precondition_seconds": precond_s,
-               "jitter": jitter, "method": "exact", "solver": solver, "kernel": kernel, "in_memory": in_memory,
+               "jitter": jitter, "kernel_shift": path.shift, "method": "exact", "solver": solver, "kernel": kernel, "in_memory": in_memory,
                "support": int(support.size), "landmarks": cfg["landmarks"]}
     report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), gammas)
     model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(res.points[res.best][0], support), config=cfg,

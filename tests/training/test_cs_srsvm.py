@@ -121,8 +121,9 @@ def test_exact_kernel_smooth_hinge(small):
         rbf, sr = train_exact(ds, kernel="rbf", gamma=0.05, **common)
         X, y = ds.read(0, int(ds.query_ptr[qs[1]]))
         qp = ds.query_ptr[:qs[1] + 1]
-        # the problem streamrank solves: Q stored as float32, plus its jitter
-        Q = kernel_matrix(X, kernel="rbf", gamma=0.05).astype(np.float32).astype(np.float64)
+        # the problem streamrank solves: Q stored as float32(K - c), plus c and its jitter
+        c = sr["kernel_shift"]
+        Q = (kernel_matrix(X, kernel="rbf", gamma=0.05) - c).astype(np.float32).astype(np.float64) + c
         Q += sr["jitter"] * np.eye(len(y))
         ev, V = np.linalg.eigh(Q)
         Phi = V * np.sqrt(np.maximum(ev, 0.0))
