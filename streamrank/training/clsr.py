@@ -43,12 +43,11 @@ from streamrank._native.blas import add_atb
 from streamrank.errors import FormatError, ParameterError
 from streamrank.solvers.finite import numeric_error, vector_detail
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
-from streamrank.features.basis_map import KernelBasisMap, draw_basis, kernel_name
+from streamrank.features.basis_map import KernelBasisMap, clsr_plan, draw_basis, kernel_name
 from streamrank.features.kernels import KERNELS
 from streamrank.features.normalize import Normalizer
-from streamrank.io.budget import BUFFERS, block_bytes as plan_block_bytes, resident_bytes
 from streamrank.objectives.linear_precond import query_groups
-from streamrank.state.model import LinearModel
+from streamrank.state.model import LinearModel, settled_resident
 from streamrank.training.path import report_grid_edges
 from streamrank.training.problem import (SELECT_METRICS, attach_features, check_has_features, check_queries,
                                         check_valid_width, gamma_path, grid_points, read_labels, validation_score,
@@ -226,7 +225,7 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     d = ds.n_features
     m = n_train if components is None else min(int(components), n_train)
     need = 24 * m * m + 8 * m * d + (8 * n_train * d if components is None else 0)  # G0, its factor, a product
-    resident = resident_bytes()
+    resident = settled_resident()
     room = max(0.0, (budget - resident) * SYSTEM_SHARE)
     if need > room:
         fit = int((room / 24) ** 0.5)
@@ -244,8 +243,12 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     # the groups' buffer and its kernel rows: CHUNK_BYTES each (a function of m alone, so that the
     # sums do not depend on the budget); blocks get the rest (their prefetch buffers and float64
     # normalised copy, 2 + 2 bytes per raw byte)
-    raw_block = block_bytes or plan_block_bytes(budget, 0, per_row=0, per_block_byte=BUFFERS + 2,
-                                                extra=need + 2 * CHUNK_BYTES, resident=resident)
+    # the system, its factor, the basis, the groups' buffer, the tiles and the validation's chunk
+    # beside the blocks (features.basis_map.clsr_plan), or refused with the smallest budget that works
+    raw_block = block_bytes or clsr_plan(budget, resident, m=m, d=d, n_train=n_train,
+                                         largest_query=int(np.diff(ds.query_ptr[q0:q1 + 1]).max(initial=0)),
+                                         all_rows=components is None, validating=valid is not None,
+                                         chunk_bytes=CHUNK_BYTES)
     normalizer = Normalizer(normalize)
     if normalize == "zscore":
         normalizer.fit(partitioned_stream(ds, executor, block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)

@@ -138,7 +138,7 @@ def test_model_file_round_trip_and_the_callable_kernel_refusal(small, tmp_path):
 
 def test_bad_settings_are_refused(small, monkeypatch):
     import streamrank.training.clsr as clsr
-    monkeypatch.setattr(clsr, "resident_bytes", lambda: 0)
+    monkeypatch.setattr(clsr, "settled_resident", lambda: 0)
     with streamrank.open_dataset(small / "train.h5") as ds:
         for kw, words in ((dict(lam=0.0), "lambda must be a finite number > 0"), (dict(lam=[1e-3, 1e-2]), "valid=DATA"),
                           (dict(kernel="cosine"), "kernel must be one of"),
