@@ -93,9 +93,9 @@ from pathlib import Path
 import numpy as np
 
 from streamrank._version import __version__
-from streamrank.errors import ParameterError, StreamrankError
+from streamrank.errors import InputError, ParameterError, StreamrankError
 from streamrank.faultpoints import faultpoint
-from streamrank.io.atomic import written
+from streamrank.io.atomic import check_no_input_inside, written
 from streamrank.units import format_size, parse_size
 
 try:
@@ -175,6 +175,8 @@ def _write_all(f, data):
     mv = memoryview(data)
     while len(mv):
         n = f.write(mv)
+        if not n:  # a raw write that takes nothing would loop for ever: the file system refused it
+            raise OSError(errno.EIO, f"{getattr(f, 'name', 'a cache block')}: the write took no bytes")
         mv = mv[n:]
 
 
@@ -731,6 +733,10 @@ def _evict(d):
     except FileNotFoundError:  # pragma: no cover - gone meanwhile
         return False
     try:
+        try:  # a cache directory holding an input of this process is never removed (io.atomic)
+            check_no_input_inside(d, "feature cache")
+        except InputError:
+            return False
         trash = d.with_name(f"{EVICTING_PREFIX}{d.name}-{os.getpid()}")
         os.replace(d, trash)  # from here on, openers that waited for the lock see it is gone
         shutil.rmtree(trash, ignore_errors=True)

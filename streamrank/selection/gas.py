@@ -71,9 +71,14 @@ def parse_importance(kind):
             cut = int(k[5:])
         except ValueError:
             cut = 0
-        if cut >= 1:
+        if 1 <= cut <= MAX_CUT:
             return "ndcg", cut
-    raise ParameterError(f"importance must be map, ndcg@K (K >= 1) or pairwise; got {kind!r}. Use importance=map")
+    raise ParameterError(f"importance must be map, ndcg@K (1 <= K <= {MAX_CUT}) or pairwise; got {kind!r}. "
+                         f"Use importance=map")
+
+
+# NDCG@K's largest cut: a query's positions are int32 in the kernels (ndcg@2^63 overflowed them)
+MAX_CUT = 2**31 - 1
 
 
 @dataclass
@@ -189,7 +194,9 @@ class StoredSimilarity:
 
     def __init__(self, path, d=None, mode="r+"):
         self.path = Path(path)
-        if d is not None:  # a new store
+        if d is not None:  # a new store (never over an input of this process: io.atomic)
+            from streamrank.io.atomic import check_not_input
+            check_not_input(self.path, "similarity file")
             with h5py.File(self.path, "w") as f:
                 f.attrs["format"], f.attrs["version"] = SIMILARITY_FORMAT, 1
                 f.create_dataset("similarity", shape=(d, d), dtype="f8", chunks=(min(d, 64), d))

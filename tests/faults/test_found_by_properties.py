@@ -101,3 +101,33 @@ def test_a_poly_kernel_that_overflows_is_named(tmp_path, capsys, method):
     assert "the poly kernel (gamma x.y + coef0)^degree" in err and "Traceback" not in err
     assert ("beyond float32's range" if method == "exact" else "is not finite") in err
     assert not (tmp_path / "m.h5").exists()
+
+
+def test_an_ndcg_cut_beyond_int32_is_refused_by_name():
+    from streamrank.selection.gas import parse_importance
+    with pytest.raises(ParameterError, match="importance must be map, ndcg@K"):
+        parse_importance("ndcg@9223372036854775808")
+    assert parse_importance("ndcg@10") == ("ndcg", 10)
+
+
+def test_a_similarity_file_is_never_written_over_an_input(tmp_path):
+    from streamrank.errors import InputError
+    from streamrank.io.atomic import reading
+    from streamrank.selection.gas import StoredSimilarity
+    victim = tmp_path / "input.h5"
+    victim.write_bytes(b"not to be destroyed")
+    with reading((victim, "DATA")), pytest.raises(InputError, match="input"):
+        StoredSimilarity(victim, d=3)
+    assert victim.read_bytes() == b"not to be destroyed"
+
+
+def test_a_cache_write_that_takes_no_bytes_is_an_error_not_a_spin():
+    from streamrank.cache.feature_cache import _write_all
+
+    class Stuck:
+        name = "block.bin"
+
+        def write(self, mv):
+            return 0
+    with pytest.raises(OSError, match="took no bytes"):
+        _write_all(Stuck(), b"abc")
