@@ -209,3 +209,11 @@ def test_predict_to_standard_output(tmp_path, capfd):
     capfd.readouterr()
     assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "t.h5"), "-o", "-"]) == 0
     assert capfd.readouterr().out == (tmp_path / "s.txt").read_text()
+
+
+def test_a_usage_error_is_one_line_naming_the_flag(capsys):
+    """argparse's synopsis (24 lines for train) is not printed: one line, as every refusal."""
+    assert main(["train", "x.h5", "-o", "m.h5", "--C", "inf"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("streamrank train: error: argument --C: C must be finite")
+    assert "streamrank train --help lists every option" in err

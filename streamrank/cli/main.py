@@ -18,10 +18,18 @@ from streamrank.execution.progress import progress
 _WARM_LISTS = {"demo": "demo", "convert": "convert", "train": "train", "grid": "train", "cv": "train"}
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser whose usage errors are one line, as every other refusal is: the error and
+    where the options are listed (argparse prints the whole synopsis first, 24 lines for train)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists every option)\n")
+
+
 def build_parser():
-    p = argparse.ArgumentParser(prog="streamrank", description="Pairwise ranking SVMs on data larger than memory.")
+    p = _Parser(prog="streamrank", description="Pairwise ranking SVMs on data larger than memory.")
     p.add_argument("--version", action="version", version=f"streamrank {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for module in (data_commands, train_commands, search_commands):
         module.register(sub)
     return p
