@@ -162,7 +162,7 @@ def test_exact_kernel_equals_the_local_model(data, dask_ex, tmp_path):
     local run."""
     from streamrank.training.exact import train_exact
     tr, va = data
-    kw = dict(valid=va, C=(0.1, 1.0), gamma=0.1, normalize="zscore", tol=1e-2, memory_budget="512MB", queries=(0, 12),
+    kw = dict(valid=va, C=(0.1, 1.0), gamma=0.1, normalize="zscore", tol=1e-2, memory_budget="2GB", queries=(0, 12),
               block_bytes=40_000, precondition="on", landmarks=50, cache_dir=tmp_path / "q")
     ref, s0 = train_exact(tr, executor=LocalExecutor(partition_rows=ROWS), **kw)
     model, s1 = train_exact(tr, executor=dask_ex, **kw)

@@ -303,7 +303,7 @@ def test_the_reported_gap_estimate_tracks_the_true_gap(ds):
     preconditioner's Newton decrement), not a bound; at eps 1e-3 it is within a factor of a few of
     the true relative gap to a 1e-6 solve, and it shrinks with the tolerance."""
     from streamrank.training.exact import train_exact
-    kw = dict(C=[0.7], kernel="rbf", gamma=GAMMA, memory_budget="256MB", queries=(0, 3))
+    kw = dict(C=[0.7], kernel="rbf", gamma=GAMMA, memory_budget="2GB", queries=(0, 3))
     _, loose = train_exact(ds, tol=1e-3, **kw)
     _, tight = train_exact(ds, tol=1e-6, **kw)
     true = (loose["objective"] - tight["objective"]) / loose["objective"]
