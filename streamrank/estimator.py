@@ -571,6 +571,7 @@ class _fit_data:
         with DatasetWriter(path, n_features=X.shape[1]) as w:
             w.append(X, y, qid if qid.dtype.kind in "iu" else qid.astype("S"))
         ds = open_dataset(path)
+        ds.name = f"the {'validation' if k else 'training'} arrays"  # what messages call it, not the temp file
         self.opened[-1] = (ds, tmp)
         return ds
 
