@@ -481,6 +481,7 @@ def _memory_every_method(args, work, budget, failures):
     import _memory_methods as mm
     data, valid = _data(work, "h5", "mslr30k", 0.5), _data(work, "h5", "mslr30k", 0.05)
     out = []
+    (work / "methods").mkdir(parents=True, exist_ok=True)
     for r in mm.measure(list(mm.METHODS), data, [budget], work / "methods", valid=valid):
         out.append(_method_row(r, "mslr30k x0.5", failures))
     exact_sets = [("held-out shape " + f"{EXACT_SHAPED[0]} x{EXACT_SHAPED[1]:g}", _data(work, "h5", *EXACT_SHAPED))]
