@@ -46,8 +46,8 @@ import numpy as np
 from streamrank._native import linalg as la
 from streamrank._native.feature_measures import block_measures
 from streamrank._native.kendall import query_tau_b_rows
-from streamrank.errors import FormatError, ParameterError
-from streamrank.evaluation.metrics import _log_table, _pairwise_in_parts
+from streamrank.errors import FormatError, InputError, ParameterError
+from streamrank.evaluation.metrics import MAX_GAIN_LABEL, _log_table, _pairwise_in_parts
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.io.atomic import written
 from streamrank.io.h5digest import DIGEST_ATTR, file_digest
@@ -260,6 +260,11 @@ class _GasPass(Pass):
                 if f == 0:
                     c["pairs"] += int(np.sum(n_pairs))
         else:  # correct(-f) = pairs - correct(f) needs no second sweep for pairwise; these do
+            if self.kind == "ndcg" and y.size and y.max() > MAX_GAIN_LABEL:
+                r = int(np.argmax(y > MAX_GAIN_LABEL))
+                raise InputError(f"row {start + r}: label {y[r]:g}: its gain 2^y - 1 overflows float64 (NDCG "
+                                 f"evaluates labels up to {MAX_GAIN_LABEL}); use importance=map or pairwise, which "
+                                 f"read only the labels' order")
             block_measures(X, y, qp, self.cut or 1, self.kind == "map", self.signed, self.log_table, c["imp"])
         tau = np.empty((self.i1 - self.i0, self.d))
         for q in range(len(qp) - 1):

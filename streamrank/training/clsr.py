@@ -40,6 +40,7 @@ from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from streamrank.cache.kernel_cache import read_rows
 from streamrank._native.blas import add_atb
+from streamrank import params
 from streamrank.errors import FormatError, ParameterError
 from streamrank.solvers.finite import numeric_error, vector_detail
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
@@ -214,8 +215,8 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     gammas = [None] if callable(kernel) else gamma_path(gamma)
     if select_metric not in SELECT_METRICS:
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {select_metric!r}")
-    if components is not None and (isinstance(components, bool) or int(components) < 1):
-        raise ParameterError(f"components must be an integer >= 1; got {components!r}. Use components=1000")
+    if components is not None:
+        components = params.check("components", components)
     check_has_features(ds)
     check_valid_width(ds, valid)
     grid_points(lams, gammas, valid, "lambda")
@@ -236,8 +237,8 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
                              + (f"components={fit} (basis rows drawn from the data) or {budget_fix}" if fit >= 10
                                 else budget_fix))
     cfg = {"method": "clsr", "lambda_path": lams, "kernel": kernel_name(kernel), "gamma_path": gammas,
-           "degree": int(degree), "coef0": float(coef0), "normalize": normalize, "components": components,
-           "seed": int(seed), "select_metric": select_metric, "memory_budget": budget,
+           "degree": params.check("degree", degree), "coef0": params.check("coef0", coef0), "normalize": normalize,
+           "components": components, "seed": params.check("seed", seed), "select_metric": select_metric, "memory_budget": budget,
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None}
     # the groups' buffer and its kernel rows: CHUNK_BYTES each (a function of m alone, so that the

@@ -131,3 +131,21 @@ def test_a_cache_write_that_takes_no_bytes_is_an_error_not_a_spin():
             return 0
     with pytest.raises(OSError, match="took no bytes"):
         _write_all(Stuck(), b"abc")
+
+
+@pytest.mark.parametrize("kw", [dict(degree="abc", kernel="poly"), dict(coef0="x"), dict(n_components="abc"),
+                                dict(random_state=-3)])
+def test_clsr_takes_its_kernel_settings_through_the_table(kw):
+    with pytest.raises(ParameterError):
+        streamrank.CLSRRank(**kw).fit(np.eye(6, dtype=np.float32), np.arange(6.0) % 3, qid=np.zeros(6))
+
+
+def test_gas_ndcg_refuses_labels_whose_gain_overflows(tmp_path, capsys):
+    src = tmp_path / "s.txt"
+    src.write_text("2000 qid:1 1:0.3\n2000 qid:1 1:0.5\n1 qid:1 1:0.2\n")
+    out = tmp_path / "g.h5"
+    assert main(["select-features", str(src), "-o", str(out), "--cache-dir", str(tmp_path / "c"),
+                 "--importance", "ndcg@3"]) == 2
+    assert "its gain 2^y - 1 overflows" in capsys.readouterr().err and not out.exists()
+    assert main(["select-features", str(src), "-o", str(out), "--cache-dir", str(tmp_path / "c"),
+                 "--importance", "map"]) == 0
