@@ -180,7 +180,7 @@ def _pairwise_by_query(y, s, ptr):
     sizes = np.diff(ptr)
     qidx = np.repeat(np.arange(n_q, dtype=np.int64), sizes)
     first = np.zeros(n, dtype=bool)
-    first[ptr[:-1]] = True
+    first[ptr[:-1][sizes > 0]] = True  # an empty query has no first row
     _, y_code = np.unique(y, return_inverse=True)
     y_code = y_code.ravel().astype(np.int64)
     # dense score ranks within each query (ties share a rank), keeping the bit count of the

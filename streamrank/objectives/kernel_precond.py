@@ -282,7 +282,14 @@ class NystroemPreconditioner:
         A += A.T  # exactly symmetric: the product's rounding is not (in place: no k x k temporaries)
         A *= 0.5 * C
         A[np.diag_indices_from(A)] += 1.0
-        self._last = _DiagLowRank(U, D, A, G)
+        try:
+            self._last = _DiagLowRank(U, D, A, G)
+        except np.linalg.LinAlgError:
+            # I + C U^T L U is positive definite in exact arithmetic; float64 loses it only when
+            # C L's scale swamps the identity: a C that overflows the solver's arithmetic
+            from streamrank.solvers.finite import numeric_error
+            raise numeric_error("preconditioner", "start", point=f"the point where M = D + U (I + C U^T L U) U^T "
+                                f"is made (C={C:g})", state="not positive definite in float64") from None
         return self._last
 
 

@@ -149,3 +149,23 @@ def test_gas_ndcg_refuses_labels_whose_gain_overflows(tmp_path, capsys):
     assert "its gain 2^y - 1 overflows" in capsys.readouterr().err and not out.exists()
     assert main(["select-features", str(src), "-o", str(out), "--cache-dir", str(tmp_path / "c"),
                  "--importance", "map"]) == 0
+
+
+def test_pairwise_counts_with_an_empty_query_between_others():
+    from streamrank.evaluation.metrics import _pairwise_by_query
+    n, c = _pairwise_by_query(np.array([0.0, 1.0, 0.0]), np.array([0.1, 0.2, 0.3]), np.array([0, 1, 1, 3]))
+    assert n.tolist() == [0, 0, 1] and c.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_a_gamma_out_of_range_is_refused_even_where_the_method_does_not_use_it():
+    with pytest.raises(ParameterError, match="gamma must be a finite number > 0"):
+        streamrank.RankSVM(gamma=0.0).fit(np.eye(4, dtype=np.float32), np.arange(4.0), qid=np.zeros(4))
+
+
+def test_exact_with_a_c_that_swamps_the_identity_ends_with_its_cause(tmp_path, capsys):
+    src = tmp_path / "s.txt"
+    src.write_text("".join(f"{k % 3} qid:{k // 6} 1:{(k * 0.37) % 1:.3f} 2:{(k * 0.61) % 1:.3f}\n" for k in range(36)))
+    assert main(["train", str(src), "-o", str(tmp_path / "m.h5"), "--cache-dir", str(tmp_path / "c"),
+                 "--method", "exact", "--C", "3.4e38", "--quiet"]) in (0, 2)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 1
