@@ -67,6 +67,7 @@ class Handlers:
     def install(self):
         if threading.current_thread() is not threading.main_thread():
             return
+        self._hook, sys.unraisablehook = sys.unraisablehook, self._unraisable
         for name in NAMES:
             num = getattr(signal, name, None)
             if num is None:
@@ -83,7 +84,16 @@ class Handlers:
         no more re-deliveries, and later signals are ignored until :meth:`restore`."""
         self._done.set()
 
+    def _unraisable(self, unraisable):
+        """An Interrupted raised where Python cannot pass it on (a weakref callback or __del__ that
+        the signal handler ran inside) is said by no one: the watcher sends the signal again, and
+        the command's one line follows. Anything else goes to the hook from before."""
+        if not isinstance(unraisable.exc_value, Interrupted):
+            self._hook(unraisable)
+
     def restore(self):
+        if getattr(self, "_hook", None) is not None and sys.unraisablehook == self._unraisable:
+            sys.unraisablehook = self._hook
         self._done.set()
         previous, self._previous = self._previous, {}
         for num, handler in previous.items():

@@ -191,7 +191,7 @@ def _pairwise_by_query(y, s, ptr):
     s_new[1:] |= s_sorted[1:] != s_sorted[:-1]
     run = np.cumsum(s_new) - 1
     s_rank = np.empty(n, dtype=np.int64)
-    s_rank[o] = run - run[ptr[:-1]][qidx]
+    s_rank[o] = run - run[np.minimum(ptr[:-1], n - 1)][qidx]  # (an empty query's start is never looked up)
     tied_s = _tied_pairs_by_group(s_new, qidx, n_q)              # pairs with equal scores
     # by query, label, score
     o = np.lexsort((s_rank, y_code, qidx))

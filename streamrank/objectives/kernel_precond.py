@@ -46,6 +46,8 @@ stall, and the same bits for any block layout of Q).
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
+from streamrank.errors import NumericError
+
 from streamrank._native import parallel
 from streamrank._native import qprod as _qprod
 from streamrank._native.blas import one_thread
@@ -287,9 +289,10 @@ class NystroemPreconditioner:
         except np.linalg.LinAlgError:
             # I + C U^T L U is positive definite in exact arithmetic; float64 loses it only when
             # C L's scale swamps the identity: a C that overflows the solver's arithmetic
-            from streamrank.solvers.finite import numeric_error
-            raise numeric_error("preconditioner", "start", point=f"the point where M = D + U (I + C U^T L U) U^T "
-                                f"is made (C={C:g})", state="not positive definite in float64") from None
+            err = NumericError(f"the preconditioner M = D + U (I + C U^T L U) U^T is not positive definite in "
+                               f"float64 at C={C:g}")
+            err.quantity, err.where = "preconditioner", "start"
+            raise err from None
         return self._last
 
 

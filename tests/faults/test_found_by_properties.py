@@ -169,3 +169,34 @@ def test_exact_with_a_c_that_swamps_the_identity_ends_with_its_cause(tmp_path, c
                  "--method", "exact", "--C", "3.4e38", "--quiet"]) in (0, 2)
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 1
+
+
+def test_pairwise_counts_with_an_empty_query_last():
+    from streamrank.evaluation.metrics import _pairwise_by_query
+    n, c = _pairwise_by_query(np.array([0.0]), np.array([0.1]), np.array([0, 1, 1]))
+    assert n.tolist() == [0, 0] and c.tolist() == [0.0, 0.0]
+
+
+def test_an_interrupt_raised_inside_a_weakref_callback_prints_no_traceback(capsys):
+    """The handler can run inside a weakref callback or __del__, where Python prints the exception
+    as 'Exception ignored' with its traceback (CI, under load); the watcher sends the signal again,
+    so the command's one line follows and the ignored one is said by no one."""
+    import signal
+    import types
+
+    from streamrank.cli.signals import Handlers, Interrupted
+    seen = []
+    before = sys_hook = __import__("sys").unraisablehook
+    import sys
+    sys.unraisablehook = lambda u: seen.append(u)
+    h = Handlers()
+    try:
+        h.install()
+        sys.unraisablehook(types.SimpleNamespace(exc_value=Interrupted(signal.SIGTERM)))
+        other = types.SimpleNamespace(exc_value=ValueError("x"))
+        sys.unraisablehook(other)
+    finally:
+        h.restore()
+        assert sys.unraisablehook is not h._unraisable
+        sys.unraisablehook = before
+    assert seen == [other] and sys_hook is before
