@@ -381,8 +381,9 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
     run in query order).
     """
     kind, cut = parse_importance(importance)
-    if not tradeoff >= 0:
-        raise ParameterError(f"tradeoff must be >= 0; got {tradeoff}. Use tradeoff=0.5")
+    from streamrank import params
+    commit_seconds = params.check("commit_seconds", commit_seconds)
+    tradeoff = params.check("tradeoff", tradeoff)
     d = ds.n_features
     if d == 0:
         raise ParameterError(f"{ds.name} has no features to select from")

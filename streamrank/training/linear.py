@@ -203,8 +203,10 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     if map_cache not in MAP_CACHE_MODES:
         raise ParameterError(f"map_cache must be one of {', '.join(MAP_CACHE_MODES)}; got {map_cache!r}")
     gammas = gamma_path(gamma) if method != "primal" else [None]
-    if method == "primal" and gamma is not None:  # unused, but out of its range is still refused
-        gamma_path(gamma)
+    if method == "primal":  # unused, but out of their ranges they are still refused
+        if gamma is not None:
+            gamma_path(gamma)
+        params.check("degree", degree), params.check("coef0", coef0)
     budget = parse_size(memory_budget)
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Use solver=tron")

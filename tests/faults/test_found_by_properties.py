@@ -200,3 +200,13 @@ def test_an_interrupt_raised_inside_a_weakref_callback_prints_no_traceback(capsy
         assert sys.unraisablehook is not h._unraisable
         sys.unraisablehook = before
     assert seen == [other] and sys_hook is before
+
+
+def test_unused_kernel_settings_and_gas_commit_seconds_through_the_table(tmp_path, capsys):
+    with pytest.raises(ParameterError, match="degree must be an integer"):
+        streamrank.RankSVM(degree=float("inf")).fit(np.eye(4, dtype=np.float32), np.arange(4.0), qid=np.zeros(4))
+    src = tmp_path / "s.txt"
+    src.write_text("1 qid:1 1:0.3 2:1\n0 qid:1 1:0.5 2:0\n2 qid:1 1:0.2 2:3\n")
+    assert main(["select-features", str(src), "-o", str(tmp_path / "g.h5"), "--cache-dir", str(tmp_path / "c"),
+                 "--commit-every", "1e400"]) == 2
+    assert "commit_seconds must be a finite number" in capsys.readouterr().err

@@ -55,7 +55,7 @@ VIOLATIONS = []
 
 # the messages of a finished solve: converged, or the iteration cap, or the clear status of a step
 # below float resolution (build item 1); anything else (no progress, unbounded) is not a result
-ACCEPTED = re.compile(r"^(converged|reached max_iter|.*below float64 resolution)")
+ACCEPTED = re.compile(r"^(converged|reached max_iter|.*below float64 resolution|.*rounds to w in float64)")
 ERROR_LINE = re.compile(r"^streamrank [\w-]+: error: \S")
 
 
