@@ -484,12 +484,12 @@ def _memory_every_method(args, work, budget, failures, parts=("methods", "exact"
     budget) at ``budget``, then the exact path at 300 MB on MQ2008 Fold1 (when ../shared has it)
     and on held-out-shaped data: peak RSS within the budget, or a refusal before any work."""
     import _memory_methods as mm
-    data, valid = _data(work, "h5", "mslr30k", 0.5), _data(work, "h5", "mslr30k", 0.05)
     out = []
-    (work / "methods").mkdir(parents=True, exist_ok=True)
-    for r in (mm.measure(list(mm.METHODS), data, [budget], work / "methods", valid=valid)
-              if "methods" in parts else []):
-        out.append(_method_row(r, "mslr30k x0.5", failures))
+    if "methods" in parts:
+        data, valid = _data(work, "h5", "mslr30k", 0.5), _data(work, "h5", "mslr30k", 0.05)
+        (work / "methods").mkdir(parents=True, exist_ok=True)
+        for r in mm.measure(list(mm.METHODS), data, [budget], work / "methods", valid=valid):
+            out.append(_method_row(r, "mslr30k x0.5", failures))
     if "exact" not in parts:
         return out
     exact_sets = [("held-out shape " + f"{EXACT_SHAPED[0]} x{EXACT_SHAPED[1]:g}", _data(work, "h5", *EXACT_SHAPED))]
