@@ -44,8 +44,10 @@ def test_metrics(model, path):
     return seconds, {k: float(v) for k, v in rep.means.items()}
 
 
-def run_child(code, timeout=3600):
-    """Run python ``code`` in a fresh process; it must print one JSON dict as its last line.
+def run_child(code, timeout=3600, cwd=None, env=None):
+    """Run python ``code`` in a fresh process (in ``cwd``, default the repository, so that its
+    ``streamrank`` is imported: another tree's ``cwd`` runs that tree's code); it must print one JSON
+    dict as its last line.
 
     Returns that dict with ``peak_rss_mb`` (the child's own VmHWM, in MB = 10^6 bytes, the unit
     of --memory-budget) and ``wall_s`` added.
@@ -56,7 +58,7 @@ def run_child(code, timeout=3600):
                "print(_j.dumps({'_rss_kb': int(_hwm)}))\n")
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=timeout,
-                       cwd=REPO)
+                       cwd=cwd or REPO, env=env)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         raise RuntimeError(f"child failed:\n{p.stderr[-3000:]}")
