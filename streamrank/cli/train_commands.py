@@ -33,7 +33,9 @@ def _select_features_paths(args):
 
 
 def _cmd_select_features(args):
-    from streamrank.errors import ParameterError
+    from streamrank._native import warmup
+    warmup.start("select-features")  # a cold numba cache: the first-use helper compiles the kernels' other half
+    from streamrank.errors import InputError, ParameterError
     from streamrank.evaluation.score_files import open_data
     from streamrank.selection.gas import gas_scores
     if args.resume and not args.checkpoint:
@@ -43,13 +45,21 @@ def _cmd_select_features(args):
     _setup_logging(args.quiet or args.json, progress=True)
     with open_data(args.data, args.cache_dir, quiet=args.quiet, query_file=args.query_file) as ds, \
             _executor(args) as executor:
-        k = ds.n_features if args.k is None else args.k
-        if not 1 <= k <= ds.n_features:
-            raise ParameterError(f"-k must be in 1..{ds.n_features} (the features of {ds.name}); got {k}. "
+        if args.k is not None and not 1 <= args.k <= ds.n_features:
+            raise ParameterError(f"-k must be in 1..{ds.n_features} (the features of {ds.name}); got {args.k}. "
                                  f"Pass -k {min(10, ds.n_features)}")
         res = gas_scores(ds, importance=args.importance, signed=args.signed, tradeoff=args.tradeoff,
                          memory_budget=args.memory_budget, checkpoint=args.checkpoint, resume=args.resume,
                          commit_seconds=args.commit_every, executor=executor)
+        name = ds.name
+    n = res.n_selectable
+    if n == 0:
+        raise InputError(f"{name}: none of its {res.n_features} features varies within any query (each is constant "
+                         f"within every query), so none can change a ranking; there is nothing to select")
+    k = n if args.k is None else args.k
+    if k > n:
+        raise ParameterError(f"-k must be in 1..{n}: {res.n_features - n} of the {res.n_features} features of {name} "
+                             f"are constant within every query and cannot be selected; got {k}. Pass -k {n}")
     if args.output:
         res.save(args.output)
     d = res.to_dict(k)
@@ -57,11 +67,24 @@ def _cmd_select_features(args):
         print(json.dumps(d))
         return 0
     print(f"GAS ({args.importance}{', signed' if args.signed else ''}, tradeoff c={args.tradeoff:g}) over "
-          f"{res.n_queries:,} queries: {k} of {res.n_features} features, feature ids as in the data (1-based)")
+          f"{res.n_queries:,} queries: {k} of the {n} features that vary within a query (of {res.n_features}), "
+          f"feature ids as in the data (1-based)")
     print(f"{'rank':>4}  {'feature':>7}  {'importance':>10}  {'sign':>4}  {'largest similarity to those above':>34}")
+    undefined = []
     for r in d["selected"]:
         sim = "" if r["max_similarity_to_chosen"] is None else f"{r['max_similarity_to_chosen']:.4f}"
+        if r["similarity_undefined_with"]:
+            undefined.append(r)
+            sim = ("undefined" if r["max_similarity_to_chosen"] is None else sim) + " *"
         print(f"{r['rank']:>4}  {r['feature']:>7}  {r['importance']:>10.4f}  {r['sign']:>+4d}  {sim:>34}")
+    for r in undefined:
+        print(f"* feature {r['feature']} has no similarity to feature(s) "
+              f"{', '.join(map(str, r['similarity_undefined_with']))}: no query where both vary, so tau-b is "
+              f"undefined on every query and its weight was not lowered for them")
+    if d["constant_within_queries"]:
+        print("never selected, constant within every query (they cannot change any ranking):")
+        for c in d["constant_within_queries"]:
+            print(f"  feature {c['feature']:>4}: {c['reason']}")
     if args.output:
         print(f"wrote {args.output} (importance, similarity matrix, the whole greedy order)")
     return 0
@@ -252,9 +275,11 @@ def register(sub):
 
     g = sub.add_parser("select-features", help="rank features by GAS (paper 003): importance, minus redundancy")
     g.add_argument("data", metavar="DATA", help="HDF5 dataset or LETOR text")
-    g.add_argument("-k", type=_positive_int("-k", 10), metavar="K", help="features to select (default: rank all)")
-    g.add_argument("--importance", default="map", metavar="map|ndcg@K|pairwise",
-                   help="GAS-E: MAP or NDCG@K of ordering each query by the feature alone (letor4); GAS-L: "
+    g.add_argument("-k", type=_positive_int("-k", 10), metavar="K", help="features to select (default: rank all that "
+                   "vary within a query; features constant within every query are listed apart, never selected)")
+    g.add_argument("--importance", default="map", metavar="map|ndcg@K|p@K|pairwise",
+                   help="GAS-E: MAP, NDCG@K or P@K of ordering each query by the feature alone (letor4; documents "
+                        "the feature ties count at the measure's expected value over their orders); GAS-L: "
                         "pairwise, the inverse of the pairwise error rate (default map)")
     g.add_argument("--tradeoff", type=float, default=0.5, metavar="C",
                    help="c in max sum w_i - c sum e_ij: how much redundancy (mean Kendall tau-b over queries) "

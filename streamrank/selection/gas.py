@@ -2,26 +2,38 @@
 
 Importance of feature f (paper 003 sec. 2.2), from ordering every training query by f alone:
 
-- GAS-E: a ranking measure of that order, MAP or NDCG@k in LETOR's letor4 conventions (ties keep
-  the input order, as the official evaluator does), averaged over the queries;
+- GAS-E: a ranking measure of that order, MAP, NDCG@k or P@k in LETOR's letor4 conventions, averaged
+  over the queries. A feature ties documents (equal values, most often 0), and the file's row order
+  must not decide its score: each measure is taken at its expected value over a uniformly random
+  order of every tie group (McSherry and Najork, ECIR 2008; the formulas are in
+  :mod:`streamrank._native.feature_measures`). So the importance is the same for any row order
+  within the queries, bit for bit;
 - GAS-L: the inverse of the pairwise error rate, 1 / (1 - correct / pairs) over all preference pairs
-  pooled (a pair tied in f counts one half; an error rate of 0 is floored at 1 / (2 pairs)).
+  pooled (a pair tied in f counts one half, its expected value under a random order; an error rate
+  of 0 is floored at 1 / (2 pairs)).
 
 With ``signed`` each feature is also read negated (-f orders the other way) and keeps the better
 orientation (its sign is recorded). The orders are those of the raw feature values: normalisation
 by a positive scale per feature or query does not change them.
 
+A feature constant within every query (all the rows of each query share one value: a feature that
+is 0 everywhere, or a query-level one such as the query's IDF) cannot change any ranking: its
+"importance" would be that of a random order, and its tau-b with any feature is undefined on every
+query. It is never selected, and is listed apart (:attr:`GasResult.constant`), found in the same pass
+from each query's smallest and largest value.
+
 Similarity of features i and j (sec. 2.3): the mean over queries of Kendall's tau-b between the
 orders they induce (:mod:`streamrank._native.kendall`). A query on which tau-b is undefined for the
 pair (a constant feature there, or one document) is left out of that pair's mean. A pair no query
-defines gets NaN in the matrix and counts 0 in the selection. With ``signed``: tau-b of the oriented
-features, s_i s_j tau_ij.
+defines has no similarity (NaN in the matrix): it lowers no weight in the selection, and the output
+names such pairs among the chosen. With ``signed``: tau-b of the oriented features, s_i s_j tau_ij.
 
 Selection (sec. 2.4-2.5): max sum_i w_i x_i - c sum_{i != j} e_ij x_i x_j subject to sum_i x_i = t,
-by the paper's greedy algorithm. Take the feature of largest weight, lower every other weight by
-2 c e_ij, remove it, repeat. The weights after k steps are each candidate's marginal gain, so the
-first t of the greedy order are the greedy set of size t for every t. Theorem 1: this is the
-optimum when the optimal set of size t + 1 contains the one of size t.
+by the paper's greedy algorithm over the features that vary within some query. Take the feature of
+largest weight, lower every other weight by 2 c e_ij, remove it, repeat. The weights after k steps
+are each candidate's marginal gain, so the first t of the greedy order are the greedy set of size t
+for every t. Theorem 1: this is the optimum when the optimal set of size t + 1 contains the one of
+size t.
 
 Cost of the pass: O(d l log l) to rank the features per query, O(l log l) per pair of features per
 query for tau-b (d^2 / 2 pairs), and the measure per feature and query. Memory: two d x d
@@ -44,7 +56,7 @@ import h5py
 import numpy as np
 
 from streamrank._native import linalg as la
-from streamrank._native.feature_measures import block_measures
+from streamrank._native import feature_measures as fm
 from streamrank._native.kendall import query_tau_b_rows
 from streamrank.errors import FormatError, InputError, ParameterError
 from streamrank.evaluation.metrics import MAX_GAIN_LABEL, _log_table, _pairwise_in_parts
@@ -58,26 +70,35 @@ log = logging.getLogger("streamrank.selection.gas")
 PROGRESS_SECONDS = 10.0
 
 FORMAT_NAME = "streamrank-gas"
-FORMAT_VERSION = 1
+# 2: the features constant within every query (constant_within_queries, feature_min, feature_max),
+# importance at the expected value over tie orders; version 1 files load (their constant features
+# are those whose similarity with themselves is undefined: the same features)
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)
 
 
 def parse_importance(kind):
-    """('map' | 'ndcg' | 'pairwise', k) from 'map', 'ndcg@10' or 'pairwise'."""
+    """('map' | 'ndcg' | 'p' | 'pairwise', k) from 'map', 'ndcg@10', 'p@10' or 'pairwise'."""
     k = str(kind).strip().lower()
     if k in ("map", "pairwise"):
         return k, None
-    if k.startswith("ndcg@"):
-        try:
-            cut = int(k[5:])
-        except ValueError:
-            cut = 0
-        if 1 <= cut <= MAX_CUT:
-            return "ndcg", cut
-    raise ParameterError(f"importance must be map, ndcg@K (1 <= K <= {MAX_CUT}) or pairwise; got {kind!r}. "
+    for name in ("ndcg", "p"):
+        if k.startswith(name + "@"):
+            try:
+                cut = int(k[len(name) + 1:])
+            except ValueError:
+                cut = 0
+            if 1 <= cut <= MAX_CUT:
+                return name, cut
+    raise ParameterError(f"importance must be map, ndcg@K, p@K (1 <= K <= {MAX_CUT}) or pairwise; got {kind!r}. "
                          f"Use importance=map")
 
 
-# NDCG@K's largest cut: a query's positions are int32 in the kernels (ndcg@2^63 overflowed them)
+# the kernel's code of each GAS-E measure
+_KERNEL_KIND = {"map": fm.AP, "ndcg": fm.NDCG, "p": fm.PRECISION}
+
+
+# NDCG@K's and P@K's largest cut: a query's positions are int32 in the kernels (ndcg@2^63 overflowed them)
 MAX_CUT = 2**31 - 1
 
 
@@ -94,16 +115,53 @@ class GasResult:
     n_queries: int
     fingerprint: str = ""
     source: str = ""
+    constant: np.ndarray = None     # (d,) True: constant within every query (never selected)
+    feature_min: np.ndarray = None  # (d,) each feature's smallest and largest value (NaN: not known)
+    feature_max: np.ndarray = None
+
+    def __post_init__(self):
+        d = self.importance.shape[0]
+        if self.constant is None:  # a feature varies within a query iff tau-b with itself is defined there
+            self.constant = np.array([np.isnan(self.similarity[i, i]) for i in range(d)], bool)
+        self.constant = np.asarray(self.constant, bool)
+        for name in ("feature_min", "feature_max"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.full(d, np.nan))
 
     @property
     def n_features(self):
         return self.importance.shape[0]
 
+    @property
+    def n_selectable(self):
+        """The features that vary within some query: the ones the selection can take."""
+        return int(np.count_nonzero(~self.constant))
+
     def greedy(self, t=None, tradeoff=None):
-        """The greedy selection of ``t`` features (all by default): 0-based feature indices in the
-        order chosen, and each one's largest similarity to those chosen before it."""
+        """The greedy selection of ``t`` features (all that vary within a query by default): 0-based
+        feature indices in the order chosen, and each one's largest similarity to those chosen
+        before it (NaN where none is defined)."""
         return gas_greedy(self.importance, self.similarity, self.tradeoff if tradeoff is None else tradeoff,
-                          self.n_features if t is None else t)
+                          self.n_selectable if t is None else t, candidates=~self.constant)
+
+    def constant_reason(self, f):
+        """Why feature f (0-based) cannot change any ranking, in words."""
+        lo, hi = self.feature_min[f], self.feature_max[f]
+        if np.isnan(lo):
+            return "constant within every query (a GAS file of version 1: its values are not recorded)"
+        if lo == hi:
+            return f"the same value ({lo:g}) on every row"
+        return (f"constant within every query; varies only across queries ({lo:g} to {hi:g}), like a query-level "
+                f"feature")
+
+    def undefined_pairs(self, order):
+        """For each feature of ``order`` (0-based), the ones before it whose similarity to it is
+        undefined on every query (no query where both vary)."""
+        out = []
+        for r, f in enumerate(order):
+            row = np.asarray(self.similarity[int(f)], np.float64)
+            out.append([int(g) for g in order[:r] if np.isnan(row[int(g)])])
+        return out
 
     def save(self, path):
         """Write ``path`` atomically, with a sha256 of the whole content."""
@@ -124,6 +182,10 @@ class GasResult:
                 f.create_dataset("similarity", data=self.similarity)
             f.create_dataset("order", data=order + 1)  # feature ids, 1-based
             f.create_dataset("max_similarity", data=maxsim)
+            # the features never selected (1-based ids), and every feature's range (their reasons)
+            f.create_dataset("constant_within_queries", data=np.flatnonzero(self.constant).astype(np.int64) + 1)
+            f.create_dataset("feature_min", data=np.asarray(self.feature_min, np.float64))
+            f.create_dataset("feature_max", data=np.asarray(self.feature_max, np.float64))
             a[DIGEST_ATTR] = file_digest(f)
 
     @classmethod
@@ -133,48 +195,68 @@ class GasResult:
                 if f.attrs.get("format") != FORMAT_NAME:
                     raise FormatError(f"{path}: not a GAS file (format {f.attrs.get('format')!r}); make one with "
                                       f"streamrank select-features DATA -o {path}")
-                if int(f.attrs.get("version", -1)) != FORMAT_VERSION:
-                    raise FormatError(f"{path}: GAS file version {f.attrs.get('version')} is not {FORMAT_VERSION}; "
-                                      f"upgrade streamrank or select again")
+                version = int(f.attrs.get("version", -1))
+                if version not in READS_VERSIONS:
+                    raise FormatError(f"{path}: GAS file version {f.attrs.get('version')} is not one this streamrank "
+                                      f"reads ({', '.join(map(str, READS_VERSIONS))}); upgrade streamrank or select "
+                                      f"again")
                 if f.attrs.get(DIGEST_ATTR) != file_digest(f):
                     raise FormatError(f"{path}: the GAS file's content does not match its sha256 (damaged); select "
                                       f"again")
                 a = f.attrs
+                d = f["importance"].shape[0]
+                extra = {}
+                if version >= 2:
+                    constant = np.zeros(d, bool)
+                    constant[f["constant_within_queries"][()] - 1] = True
+                    extra = {"constant": constant, "feature_min": f["feature_min"][()],
+                             "feature_max": f["feature_max"][()]}
                 return cls(importance=f["importance"][()], sign=f["sign"][()], similarity=f["similarity"][()],
                            kind=str(a["importance_kind"]), tradeoff=float(a["tradeoff"]), signed=bool(a["signed"]),
-                           n_queries=int(a["n_queries"]), fingerprint=str(a["fingerprint"]), source=str(a["source"]))
+                           n_queries=int(a["n_queries"]), fingerprint=str(a["fingerprint"]), source=str(a["source"]),
+                           **extra)
         except OSError as e:
             raise FormatError(f"{path}: cannot be read as a GAS file ({e})") from None
 
     def to_dict(self, k=None):
         order, maxsim = self.greedy(k)
+        undefined = self.undefined_pairs(order)
         return {"importance_kind": self.kind, "tradeoff": self.tradeoff, "signed": self.signed,
                 "n_queries": self.n_queries, "selected": [
                     {"rank": r + 1, "feature": int(f) + 1, "importance": float(self.importance[f]),
-                     "sign": int(self.sign[f]), "max_similarity_to_chosen": (None if np.isnan(s) else float(s))}
-                    for r, (f, s) in enumerate(zip(order, maxsim))]}
+                     "sign": int(self.sign[f]), "max_similarity_to_chosen": (None if np.isnan(s) else float(s)),
+                     # chosen before it, with no query where both vary: no similarity, no weight lowered
+                     "similarity_undefined_with": [g + 1 for g in u]}
+                    for r, (f, s, u) in enumerate(zip(order, maxsim, undefined))],
+                "constant_within_queries": [{"feature": int(f) + 1, "reason": self.constant_reason(f)}
+                                            for f in np.flatnonzero(self.constant)]}
 
 
-def gas_greedy(w, E, c, t):
-    """Paper 003's greedy algorithm: (order of 0-based indices, largest similarity of each to the
-    ones chosen before it, NaN for the first). Undefined similarities (NaN) count 0; ties in weight
-    go to the lower index. ``E`` is read one row per chosen feature (an array or rows on disk)."""
+def gas_greedy(w, E, c, t, candidates=None):
+    """Paper 003's greedy algorithm over ``candidates`` (a boolean mask; all by default): (order of
+    0-based indices, largest similarity of each to the ones chosen before it, NaN for the first and
+    where none of those is defined). Undefined similarities (NaN) lower no weight; ties in weight go
+    to the lower index. ``E`` is read one row per chosen feature (an array or rows on disk)."""
     w = np.array(w, np.float64)
     d = w.shape[0]
+    avail = np.ones(d, bool) if candidates is None else np.array(candidates, bool)
+    n = int(np.count_nonzero(avail))
     t = int(t)
-    if not 0 <= t <= d:
-        raise ParameterError(f"the number of features to select must be in 0..{d}; got {t}")
+    if not 0 <= t <= n:
+        raise ParameterError(f"the number of features to select must be in 0..{n}" +
+                             ("" if n == d else f" (the {n} of {d} features that vary within a query)") + f"; got {t}")
     if not c >= 0:
         raise ParameterError(f"tradeoff must be >= 0; got {c}. Use tradeoff=0.5")
-    avail = np.ones(d, bool)
     order, maxsim = [], []
     for _ in range(t):
         i = int(np.flatnonzero(avail)[np.argmax(w[avail])])
-        row = np.nan_to_num(np.asarray(E[i], np.float64), nan=0.0)
-        maxsim.append(float(np.max(row[order])) if order else float("nan"))
+        raw = np.asarray(E[i], np.float64)
+        before = raw[order]
+        before = before[~np.isnan(before)]
+        maxsim.append(float(np.max(before)) if before.size else float("nan"))
         order.append(i)
         avail[i] = False
-        w -= 2.0 * c * row  # the punishment of every other node by its similarity to i
+        w -= 2.0 * c * np.nan_to_num(raw, nan=0.0)  # the punishment of every other node by its similarity to i
     return np.array(order, np.int64), np.array(maxsim)
 
 
@@ -222,11 +304,32 @@ class StoredSimilarity:
             self._f = None
 
 
+def fresh_range(d):
+    """The carry's per-feature record of constancy: whether it varies within some query so far,
+    and its smallest and largest value."""
+    return {"varies": np.zeros(d, bool), "lo": np.full(d, np.inf), "hi": np.full(d, -np.inf)}
+
+
+def add_range(c, X, qp):
+    """Fold a block's queries (rows qp[q]:qp[q + 1] of X) into ``c``'s varies, lo and hi: a feature
+    varies within a query where its smallest and largest values there differ."""
+    sizes = np.diff(qp)
+    starts = qp[:-1][sizes > 0]
+    if starts.size == 0:
+        return
+    lo = np.minimum.reduceat(X, starts, axis=0)  # (queries, d): the segments end at the next non-empty query
+    hi = np.maximum.reduceat(X, starts, axis=0)
+    c["varies"] |= np.any(lo != hi, axis=0)
+    c["lo"] = np.minimum(c["lo"], lo.min(axis=0))
+    c["hi"] = np.maximum(c["hi"], hi.max(axis=0))
+
+
 class _GasPass(Pass):
-    """Per query, in query order: the importance measure of each feature (and of its negation) and
-    tau-b of every pair; sums kept in query order (one partition), so the result is the same for
-    any block layout, and for a pass resumed from a checkpoint. ``commit``: called after each
-    block with the carry and the next query (it writes a checkpoint when one is due)."""
+    """Per query, in query order: the importance measure of each feature (and of its negation),
+    whether it varies within the query, and tau-b of every pair; sums kept in query order (one
+    partition), so the result is the same for any block layout, and for a pass resumed from a
+    checkpoint. ``commit``: called after each block with the carry and the next query (it writes a
+    checkpoint when one is due)."""
 
     one_partition = True
     local_only = ("commit",)  # checkpoints are the caller's files: on a cluster, written after each partition
@@ -244,13 +347,14 @@ class _GasPass(Pass):
             return self.carry
         d, r = self.d, self.i1 - self.i0
         return {"imp": np.zeros((2, d)), "pairs": 0, "tau": np.zeros((r, d)), "count": np.zeros((r, d), np.int64),
-                "queries": 0, "rows": 0}
+                "queries": 0, "rows": 0, **fresh_range(d)}
 
     def step(self, c, item):
         block, start, stop = item
         qp = np.ascontiguousarray(block.query_ptr, np.int64)
         X = np.ascontiguousarray(block.X)
         y = np.asarray(block.y, np.float64)
+        add_range(c, X, qp)  # every pass: a few vectorised min/max, and the last pass's covers every query
         if not self.importance:
             pass
         elif self.kind == "pairwise":
@@ -265,7 +369,7 @@ class _GasPass(Pass):
                 raise InputError(f"row {start + r}: label {y[r]:g}: its gain 2^y - 1 overflows float64 (NDCG "
                                  f"evaluates labels up to {MAX_GAIN_LABEL}); use importance=map or pairwise, which "
                                  f"read only the labels' order")
-            block_measures(X, y, qp, self.cut or 1, self.kind == "map", self.signed, self.log_table, c["imp"])
+            fm.block_measures(X, y, qp, self.cut or 1, _KERNEL_KIND[self.kind], self.signed, self.log_table, c["imp"])
         tau = np.empty((self.i1 - self.i0, self.d))
         for q in range(len(qp) - 1):
             a, b = int(qp[q]), int(qp[q + 1])
@@ -410,7 +514,9 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
             digests = list(sc.get("similarity_sha256", []))
             carry = {"imp": np.asarray(ck["w"], np.float64).reshape(2, d), "pairs": int(sc["pairs"]),
                      "tau": np.asarray(ck["extra"]["tau"], np.float64), "queries": int(sc["queries"]),
-                     "count": np.asarray(ck["extra"]["count"], np.int64), "rows": int(sc["rows"])}
+                     "count": np.asarray(ck["extra"]["count"], np.int64), "rows": int(sc["rows"]),
+                     "varies": np.asarray(ck["extra"]["varies"], bool), "lo": np.asarray(ck["extra"]["lo"], np.float64),
+                     "hi": np.asarray(ck["extra"]["hi"], np.float64)}
             if sc.get("first_done"):
                 done = {k: np.asarray(ck["extra"][k]) if k in ("imp",) else sc["first_done"][k]
                         for k in ("imp", "pairs", "queries", "rows")}
@@ -470,7 +576,8 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
                                       "first_done": None if done is None else {
                                           k: int(first[k]) for k in ("pairs", "queries", "rows")}},
                              w=c["imp"].ravel(), g=np.zeros(0),
-                             extra={"tau": c["tau"], "count": c["count"], "imp": np.asarray(first["imp"])})
+                             extra={"tau": c["tau"], "count": c["count"], "imp": np.asarray(first["imp"]),
+                                    "varies": c["varies"].astype(np.uint8), "lo": c["lo"], "hi": c["hi"]})
             save.last = time.perf_counter()
         save.last = time.perf_counter()
         stream = partitioned_stream(ds, executor, block_bytes=block_bytes, queries=(start_q, q1))
@@ -494,7 +601,7 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
             if bi + 1 < len(blocks):  # the next block starts from the top of the data
                 r1 = blocks[bi + 1][1] - blocks[bi + 1][0]
                 save({"imp": c["imp"], "pairs": 0, "queries": 0, "rows": 0, "tau": np.zeros((r1, d)),
-                      "count": np.zeros((r1, d), np.int64)}, q0, bi=bi + 1, force=True)
+                      "count": np.zeros((r1, d), np.int64), **fresh_range(d)}, q0, bi=bi + 1, force=True)
         carry, start_q = None, q0
     secs = time.perf_counter() - t
     imp, sign = _importance(done, kind, signed, d)
@@ -502,9 +609,14 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
     log.info("GAS: %d features over %d queries (%d rows) in %.2f s (%.0f queries/s a pass, %d pass%s)", d, nq,
              done["rows"], secs, nq * len(blocks) / max(secs, 1e-9), len(blocks) - first_block,
              "" if len(blocks) - first_block == 1 else "es")
+    constant = ~c["varies"]  # the last pass saw every query
+    if constant.any():
+        log.info("GAS: %d of %d features are constant within every query and cannot be selected: %s",
+                 int(constant.sum()), d, ", ".join(str(f + 1) for f in np.flatnonzero(constant)))
     return GasResult(importance=imp, sign=sign, similarity=E if store is None else store, kind=importance,
                      tradeoff=float(tradeoff), signed=bool(signed), n_queries=nq, fingerprint=ds.fingerprint,
-                     source=ds.name)
+                     source=ds.name, constant=constant, feature_min=np.asarray(c["lo"], np.float64),
+                     feature_max=np.asarray(c["hi"], np.float64))
 
 
 def parse_features(spec, n_features=None):
@@ -522,9 +634,10 @@ def parse_features(spec, n_features=None):
         if n_features is not None and res.n_features != n_features:
             raise ParameterError(f"features {spec!r}: {path} ranks {res.n_features} features, the data have "
                                  f"{n_features}; select on the same data")
-        if not 1 <= k <= res.n_features:
-            raise ParameterError(f"features {spec!r}: {path} ranks {res.n_features} features; use "
-                                 f"features={path}:{min(max(k, 1), res.n_features)}")
+        if not 1 <= k <= res.n_selectable:
+            raise ParameterError(f"features {spec!r}: {path} ranks {res.n_selectable} features (those that vary "
+                                 f"within a query, of {res.n_features}); use "
+                                 f"features={path}:{min(max(k, 1), max(res.n_selectable, 1))}")
         ids = res.greedy(k)[0] + 1
     else:
         text = spec

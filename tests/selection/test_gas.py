@@ -7,12 +7,13 @@ import json
 
 import numpy as np
 import pytest
+import tie_oracle
 from scipy.stats import kendalltau
 
 import streamrank
 from streamrank.cli import main
 from streamrank.errors import FormatError, ParameterError
-from streamrank.evaluation.metrics import evaluate, pairwise_accuracy_counts
+from streamrank.evaluation.metrics import pairwise_accuracy_counts
 from streamrank.io.convert import convert
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.selection.gas import GasResult, gas_greedy, gas_scores, parse_features
@@ -20,8 +21,9 @@ from streamrank.selection.gas import GasResult, gas_greedy, gas_scores, parse_fe
 
 
 def brute(X, y, qp, kind, signed):
-    """Importance by the letor4 evaluator per feature (or pooled pairwise accuracy), similarity by
-    scipy.stats.kendalltau per query, mean over the queries where it is defined."""
+    """Importance by the expected letor4 measure over the orders of each feature's ties (or pooled
+    pairwise accuracy), similarity by scipy.stats.kendalltau per query, mean over the queries where
+    it is defined."""
     d = X.shape[1]
     imp = np.empty((2, d))
     for f in range(d):
@@ -33,9 +35,9 @@ def brute(X, y, qp, kind, signed):
                     p, c = pairwise_accuracy_counts(y[a:b], s[a:b])
                     pairs, correct = pairs + p, correct + c
                 imp[o, f] = 1.0 / max(1.0 - correct / pairs, 1.0 / (2 * pairs))
-            else:
-                m = evaluate(y, s, qp, convention="letor4", ks=(10,)).means
-                imp[o, f] = m["MAP"] if kind == "map" else m["NDCG@10"]
+            else:  # ties at their expected value: the twin, itself checked against every order of the ties
+                imp[o, f] = np.mean([tie_oracle.expected_measure(s[a:b], y[a:b], kind, 10)
+                                     for a, b in zip(qp[:-1], qp[1:])])
     sign = np.where(signed & (imp[1] > imp[0]), -1, 1)
     w = np.where(sign > 0, imp[0], imp[1]) if signed else imp[0]
     E = np.full((d, d), np.nan)
