@@ -12,9 +12,10 @@ _memory.configure()
 
 # public name -> the module that defines it
 _LAZY = {"Dataset": "streamrank.io.dataset", "open_dataset": "streamrank.io.dataset",
+         "load_ranking": "streamrank.io.load",
          "RankSVM": "streamrank.estimator", "CLSRRank": "streamrank.estimator", "load": "streamrank.estimator"}
 
-__all__ = ["__version__", "Dataset", "open_dataset", "RankSVM", "CLSRRank", "load"]
+__all__ = ["__version__", "Dataset", "open_dataset", "load_ranking", "RankSVM", "CLSRRank", "load"]
 
 
 def __getattr__(name):

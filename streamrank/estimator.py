@@ -508,8 +508,37 @@ def _qids(qid, n):
         return np.zeros(n, np.int64)
     qid = np.asarray(qid)
     if qid.shape != (n,):
-        raise ParameterError(f"qid must give one query id per row of X ({n}); got shape {qid.shape}")
+        raise ParameterError(f"qid must give one query id per row of X ({n}); got shape {qid.shape}"
+                             f"{_per_query_hint(qid, n)}. Or read X, y and a per-row qid from a file at once: "
+                             f"X, y, qid = streamrank.load_ranking(path)")
     return qid
+
+
+def _per_query_hint(qid, n):
+    """What a 1-D ``qid`` shorter than X most likely holds, and its per-row form: a dataset's row
+    offsets (``query_ptr``: n_queries + 1 values from 0 to n), rows per query (``query_sizes``,
+    LightGBM's group: they add up to n) or one id per query (``query_ids``)."""
+    if qid.ndim != 1 or qid.size == 0 or qid.size >= n:
+        return ""
+    per_query = ("np.repeat(query_ids, query_sizes) (a dataset's: ds.row_query_ids(), beside "
+                 "X, y = ds.read(0, ds.n_rows))")
+    if qid.dtype.kind in "iu":
+        v = qid.astype(np.int64)
+        if qid.size > 1 and v[0] == 0 and v[-1] == n and (np.diff(v) >= 0).all():
+            return (f": {qid.size} values from 0 to {n} are the row offsets of {qid.size - 1} queries (query_ptr), "
+                    f"not ids. Per row: np.repeat(np.arange({qid.size - 1}), np.diff(query_ptr))")
+        if (v > 0).all() and int(v.sum()) == n:
+            return (f": {qid.size} values that add up to the {n} rows: if they are the sizes of {qid.size} queries "
+                    f"(query_sizes, LightGBM's group), per row: np.repeat(np.arange({qid.size}), sizes); if they "
+                    f"are one id per query, per row: {per_query}")
+    try:
+        distinct = np.unique(qid).size == qid.size
+    except TypeError:  # ids of kinds that do not compare (an object array of str and int)
+        distinct = False
+    if distinct:
+        return (f": {qid.size} distinct ids for {n} rows, one per query (as Dataset.query_ids holds them), not one "
+                f"per row. Per row: {per_query}")
+    return f": fewer ids than rows. Per row: {per_query}"
 
 
 def _grouped(qid):

@@ -1,6 +1,6 @@
 """Opening a streamrank dataset file: format check, the in-memory query index, fingerprint.
 
-Only the small index (``query_ptr``, ``qid``) lives in memory; rows are read as contiguous
+Only the small index (``query_ptr``, ``query_ids``) lives in memory; rows are read as contiguous
 slices through :class:`streamrank.io.query_stream.QueryStream`.
 """
 
@@ -96,8 +96,19 @@ class Dataset:
     Attributes
     ----------
     n_rows, n_features, n_queries : int
-    query_ptr : int64 array (n_queries + 1,)
+    query_ids : array (n_queries,): ONE PER QUERY
+        The original query ids (int64, or str when not integers), in stored order.
+    query_ptr : int64 array (n_queries + 1,): row offsets
         Rows of query q are ``query_ptr[q]:query_ptr[q+1]``.
+    query_sizes : int64 array (n_queries,): rows per query
+        LightGBM's ``group``, XGBoost's ``set_group``.
+    row_query_ids(start, stop) : array (stop - start,): ONE PER ROW
+        Each row's query id: the ``qid`` that ``fit(X, y, qid=...)``, ``predict`` and ``score``
+        take (``streamrank.load_ranking(path)`` returns it beside X and y).
+    row : int64 array (n_rows,)
+        Each stored row's position in the input text.
+    qid
+        Deprecated: ``query_ids`` (one per query, not per row).
     fingerprint : str
         sha256 of the content (X, y, query_ptr, qid) as written; with version 2's checksums, a
         file that reads without error still holds exactly that content.
@@ -164,7 +175,7 @@ class Dataset:
                 raise _damaged(path, f"its query index /query_ptr is not a non-decreasing list from 0 to "
                                      f"{self.n_rows} rows")
             if self.verified:
-                q = self.qid
+                q = self.query_ids
                 if index_digest(qp, q if q.dtype.kind in "iu" else list(q)) != f.attrs.get("index_sha256"):
                     raise _damaged(path, "its query index (/query_ptr, /qid) does not match index_sha256")
             elif str(path) not in _UNVERIFIED_SAID:
@@ -206,11 +217,39 @@ class Dataset:
         return json.loads(self._file.attrs.get("source", "[]"))
 
     @property
-    def qid(self):
+    def query_ids(self):
+        """The original query ids, ONE PER QUERY (``n_queries``), in stored order: int64, or str
+        (object array) when they are not integers. Per row: :meth:`row_query_ids`."""
         q = self._file["qid"]
         if h5py.check_string_dtype(q.dtype) is not None:
             return q.asstr()[:]
         return q[:]
+
+    @property
+    def query_sizes(self):
+        """Rows of each query (int64 (n_queries,)): ``np.diff(query_ptr)``, LightGBM's ``group``."""
+        return np.diff(self.query_ptr)
+
+    def row_query_ids(self, start=0, stop=None):
+        """The query id of each stored row ``start:stop`` (default every row), ONE PER ROW: the
+        ``qid`` that ``fit(X, y, qid=...)`` takes beside ``X, y = ds.read(start, stop)``."""
+        stop = self.n_rows if stop is None else stop
+        if not 0 <= start <= stop <= self.n_rows:
+            raise IndexError(f"{self.path}: rows {start}:{stop} lie outside its {self.n_rows} rows")
+        # the query of row r is the last q with query_ptr[q] <= r (an empty query holds no row)
+        q = np.searchsorted(self.query_ptr, np.arange(start, stop), side="right") - 1
+        return self.query_ids[q]
+
+    @property
+    def qid(self):
+        """Deprecated alias of :attr:`query_ids`: ONE id PER QUERY, not the per-row ``qid`` that
+        ``fit`` takes (use :meth:`row_query_ids` or ``streamrank.load_ranking`` for that)."""
+        import warnings
+        warnings.warn(f"Dataset.qid is deprecated: it holds one id per query ({self.n_queries} here), not one per row "
+                      f"as fit(X, y, qid=...) takes. Use Dataset.query_ids for the per-query ids, and "
+                      f"Dataset.row_query_ids() or X, y, qid = streamrank.load_ranking(path) for one per row",
+                      DeprecationWarning, stacklevel=2)
+        return self.query_ids
 
     @property
     def row(self):
@@ -241,7 +280,7 @@ class Dataset:
                 self._read_raw(self._rx, X[:b - a], a, b)
                 self._read_raw(self._ry, y[:b - a], a, b)
                 h.update(X[:b - a], y[:b - a])
-            q = self.qid
+            q = self.query_ids
             self._fingerprint = h.hexdigest(self.query_ptr, q if q.dtype.kind in "iu" else list(q))
         return str(self._fingerprint)
 
@@ -331,7 +370,7 @@ class Dataset:
             if "row" in self._file:
                 extra.append(f"input data row {int(self._file['row'][row]) + 1}")
             q = int(np.searchsorted(self.query_ptr, row, side="right")) - 1
-            qid = self.qid[q]
+            qid = self.query_ids[q]
             extra.append(f"qid {qid.decode() if isinstance(qid, bytes) else qid}")
         except (OSError, ValueError, IndexError):  # a damaged /row or /qid: the stored row still names it
             pass
