@@ -39,6 +39,11 @@ class Range:
     integer: bool = False
     example: str = "1"
     overflow: str = ""
+    # how the example is written where it is not a number the check takes: "size" (512MB, read by
+    # units.parse_size), "list" (values of workflow.values), "pairs" (label pair costs); and
+    # words the callers take in place of a number (eta's "auto")
+    form: str = "number"
+    words: tuple = ()
 
     def describe(self):
         what = "an integer" if self.integer else "a finite number"
@@ -76,7 +81,7 @@ RANGES = {
     "degree": Range(1, 64, integer=True, example="3",
                     overflow="poly: (gamma x.y + coef0)^degree must stay finite on the data"),
     # the smooth hinge's band half-width (paper 001): inside (0, 1)
-    "eta": Range(0, 1, open_low=True, open_high=True, example="auto"),
+    "eta": Range(0, 1, open_low=True, open_high=True, example="auto", words=("auto",)),
     # CLSRRank's coefficient penalty (paper 002): > 0 keeps its system positive definite
     "lam": Range(0, INF, open_low=True, example="1e-3"),
     "tol": Range(0, INF, open_low=True, example="1e-3"),
@@ -97,12 +102,12 @@ RANGES = {
     # seconds between commits of a conversion or a selection's pass (0: after every block)
     "commit_seconds": Range(0, INF, example="60"),
     # bytes (memory_budget, block_bytes, cache_size are parsed by units.parse_size, then checked)
-    "memory_budget": Range(1, 2**62, integer=True, example="2GB"),
-    "block_bytes": Range(1, 2**62, integer=True, example="64MB"),
-    "cache_size": Range(1, 2**62, integer=True, example="10GB"),
+    "memory_budget": Range(1, 2**62, integer=True, example="2GB", form="size"),
+    "block_bytes": Range(1, 2**62, integer=True, example="64MB", form="size"),
+    "cache_size": Range(1, 2**62, integer=True, example="10GB", form="size"),
     # a label pair's cost lambda (paper 001) and a query's weight
-    "pair_cost": Range(0, INF, open_low=True, example="0-1:1,1-2:1.3,0-2:2"),
-    "folds": Range(1, _INT32, integer=True, example="1,2,3,4,5"),
+    "pair_cost": Range(0, INF, open_low=True, example="0-1:1,1-2:1.3,0-2:2", form="pairs"),
+    "folds": Range(1, _INT32, integer=True, example="1,2,3,4,5", form="list"),
 }
 
 
@@ -114,8 +119,57 @@ def check(name, value, *, shown=None):
     label = shown or name
     v = _number(value)
     if v is None or (r.integer and not float(v).is_integer()) or not r.holds(v):
-        raise ParameterError(f"{label} must be {r.describe()}; got {value!r}. Use {name}={r.example}")
+        fix = suggest(name, value)
+        raise ParameterError(f"{label} must be {r.describe()}; got {value!r}." + (f" Use {name}={fix}" if fix else ""))
     return int(v) if r.integer else float(v)
+
+
+def suggest(name, value):
+    """The fix a refusal of ``value`` for parameter ``name`` proposes, as text, or None: a value
+    that the same parameter takes (:func:`accepts`), never the refused one.
+
+    Derived from the value where one slip explains it: a sign (-0.5 -> 0.5) or a fraction where a
+    whole number is needed (2.7 -> 3), when the result is in range; otherwise (nan, inf, text, a
+    value past a bound) the table's example, the value that works. ``value`` as a user wrote it
+    (a number or its text)."""
+    r = RANGES[name]
+    v = _number(value)
+    if v is not None and r.form in ("number", "list"):
+        for cand in (v, abs(v)):
+            if r.integer and not float(cand).is_integer():
+                cand = round(cand)  # to the nearest whole number (half to even)
+            if cand != v and r.holds(cand):
+                if r.integer or (float(cand).is_integer() and abs(cand) < 1e15):
+                    return str(int(cand))
+                return repr(float(cand))  # every digit: a value just inside an open bound stays inside
+    return r.example if accepts(name, r.example) else None
+
+
+def accepts(name, text):
+    """Whether parameter ``name`` takes ``text`` as its callers read it: a number in its range, one
+    of its words, a size (``2GB``), a list of values, or label pair costs (``0-1:1,1-2:2``)."""
+    r = RANGES[name]
+    text = str(text).strip()
+    if text in r.words:
+        return True
+    try:
+        if r.form == "size":
+            from streamrank.units import parse_size
+            check(name, parse_size(text, name))
+        elif r.form == "list":
+            check_all(name, [t for t in text.split(",")])
+        elif r.form == "pairs":
+            for item in text.split(","):
+                pair, sep, cost = item.partition(":")
+                low, dash, high = pair.partition("-")
+                if not (sep and dash) or _number(low) is None or _number(high) is None:
+                    return False
+                check(name, cost)
+        else:
+            check(name, text)
+    except ParameterError:
+        return False
+    return True
 
 
 def check_all(name, values, *, shown=None):

@@ -23,7 +23,10 @@ FLAGS = {"C": "--C", "tol": "--tol", "gap_tol": "--gap-tol", "max_iter": "--max-
          "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta", "abs_gtol": "--abs-gtol",
          "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components",
          "features": "--features", "importance": "--importance", "tradeoff": "--tradeoff",
-         "workers": "--workers", "scheduler": "--scheduler", "partition_rows": "--partition-rows"}
+         "workers": "--workers", "scheduler": "--scheduler", "partition_rows": "--partition-rows",
+         "commit_seconds": "--commit-every", "pad_features": "--pad-features", "workdir": "--workdir", "plots": "--plots"}
+# boolean parameters whose flag switches them off: ``use plots=False`` -> ``pass --no-plots``
+FLAGS_OFF = {"plots": "--no-plots"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))
 # only where a message says what to set: after "use", "or", "and", "with" or "(" (descriptions such
 # as "C=0.01: tron eps=..." or "kernel=sigmoid is not PSD" keep the library's words)
@@ -36,9 +39,13 @@ def translate(message):
     --zero-based``, ``(valid=DATA)`` -> ``(--valid DATA)``."""
     def fix(m):
         if m.group(4):  # "with name=True|False"
+            if m.group(5) == "False" and m.group(4) in FLAGS_OFF:
+                return "with " + FLAGS_OFF[m.group(4)]
             return ("with " if m.group(5) == "True" else "without ") + FLAGS[m.group(4)]
         lead, flag, value = m.group(1), FLAGS[m.group(2)], m.group(3)
         word = {"Use ": "Pass ", "use ": "pass "}.get(lead, lead)
+        if value == "False" and m.group(2) in FLAGS_OFF:
+            return word + FLAGS_OFF[m.group(2)]
         if value == "False":
             return word + "no " + flag
         if value == "True":
@@ -59,7 +66,8 @@ def _positive_int(name, example):
     """A parser of flag ``name``'s integer, in its range of the table (streamrank.params; > 0
     for a flag the table does not list)."""
     from streamrank import params
-    r = params.RANGES.get({f: p for p, f in FLAGS.items()}.get(name, name.lstrip("-").replace("-", "_")))
+    param = {f: p for p, f in FLAGS.items()}.get(name, name.lstrip("-").replace("-", "_"))
+    r = params.RANGES.get(param)
 
     def parse(text):
         try:
@@ -67,8 +75,9 @@ def _positive_int(name, example):
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be an integer; got {text!r}") from None
         if not (r.holds(v) if r is not None else v > 0):
+            fix = params.suggest(param, v) if r is not None else (str(-v) if v < 0 else example)
             raise argparse.ArgumentTypeError(f"{name} must be {r.describe() if r is not None else 'an integer > 0'}; "
-                                             f"got {v}. Pass {name} {example}")
+                                             f"got {v}" + (f". Pass {name} {fix}" if fix else ""))
         return v
     return parse
 
@@ -170,14 +179,18 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 class _BarAwareHandler(logging.StreamHandler):
-    """Log lines written above a live progress bar (tqdm.write), not through it."""
+    """Log lines written above a live progress bar (tqdm.write) where bars are drawn; plain lines
+    elsewhere (a log file gets the lines, no bar frames between them)."""
 
     def emit(self, record):
         try:
-            from tqdm import tqdm
-
-            from streamrank.execution.progress import shown
-            tqdm.write(self.format(record), file=self.stream)
+            from streamrank.execution.progress import drawing, shown
+            if drawing():
+                from tqdm import tqdm
+                tqdm.write(self.format(record), file=self.stream)
+            else:
+                self.stream.write(self.format(record) + "\n")
+                self.flush()
             shown()
         except Exception:  # noqa: BLE001 - logging must not raise
             self.handleError(record)
@@ -194,6 +207,11 @@ def _setup_logging(quiet, progress=True):
     h.setFormatter(_TranslatingFormatter("%(message)s"))
     logger.addHandler(h)
     logger.setLevel(logging.WARNING if quiet or not progress else logging.INFO)
+
+
+def shows_progress(args):
+    """Whether the command shows progress: not with --quiet or --json, unless --progress asks."""
+    return bool(getattr(args, "progress", False)) or not (getattr(args, "quiet", False) or getattr(args, "json", False))
 
 
 def _values(name, words=(), integer=False):
@@ -255,6 +273,31 @@ def _os_error(exc):
     return f"{where}{why(exc)}"
 
 
+def emit_json(obj):
+    """``--json``: ``obj`` (a dict) as ONE line of strict JSON, the last of standard output (the
+    README's promise): numpy numbers as numbers, NaN and infinities as null (JSON has none),
+    paths as text."""
+    import json
+    import math
+
+    def plain(v):
+        if isinstance(v, float):
+            return v if math.isfinite(v) else None
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if hasattr(v, "tolist") and not isinstance(v, (str, bytes)):  # numpy scalars and arrays
+            return plain(v.tolist())
+        if isinstance(v, Path):
+            return str(v)
+        return v
+    if not isinstance(obj, dict):
+        raise TypeError(f"--json prints one JSON object; got {type(obj).__name__}")
+    sys.stdout.write(json.dumps(plain(obj), allow_nan=False) + "\n")
+    sys.stdout.flush()
+
+
 def _add_cluster(p):
     """--workers / --scheduler / --partition-rows: where the passes over the data run."""
     from streamrank.execution.partitions import PARTITION_ROWS
@@ -276,6 +319,14 @@ def _add_query_file(p):
 
 
 def _add_json_quiet(p, json_help, quiet_help="no progress, no log lines, no summary"):
-    """--json (one JSON line for machines; no progress bars) and --quiet."""
+    """--json (one JSON line for machines; no progress bars), --quiet and --progress."""
     p.add_argument("--json", action="store_true", help=json_help)
     p.add_argument("--quiet", action="store_true", help=quiet_help)
+    _add_progress(p)
+
+
+def _add_progress(p):
+    """--progress: bars wherever standard error goes (a terminal gets them anyway)."""
+    p.add_argument("--progress", action="store_true",
+                   help="draw progress bars on standard error even when it is not a terminal, and with --json or "
+                        "--quiet (default: bars on a terminal; elsewhere a plain progress line at most every 30 s)")

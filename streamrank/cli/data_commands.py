@@ -1,8 +1,9 @@
 """The data commands: convert, info, eval, demo."""
 
-import json
+from pathlib import Path
 
-from streamrank.cli.common import _add_query_file, _cache_outputs, _check_outputs, _data_inputs, _positive_int
+from streamrank.cli.common import (_add_progress, _add_query_file, _cache_outputs, _check_outputs, _data_inputs,
+                                   _positive_int, emit_json, shows_progress)
 
 
 def _cmd_convert(args):
@@ -10,10 +11,10 @@ def _cmd_convert(args):
     _check_outputs((args.output, "output", False))
     stats = convert(args.inputs, args.output, query_files=args.query_file, zero_based=args.zero_based,
                     n_features=args.n_features, compression=args.compression,
-                    keep_comments=not args.no_comments, memory_budget=args.memory_budget, quiet=args.quiet,
-                    commit_seconds=args.commit_every)
+                    keep_comments=not args.no_comments, memory_budget=args.memory_budget,
+                    quiet=not shows_progress(args), commit_seconds=args.commit_every)
     if args.json:
-        print(json.dumps(stats))
+        emit_json(stats)
     elif not args.quiet:
         print(f"wrote {stats['output']}: {stats['rows']:,} rows, {stats['queries']:,} queries, "
               f"{stats['features']} features in {stats['seconds']:.2f} s "
@@ -40,13 +41,19 @@ def _cmd_info(args):
     from streamrank.state.model_info import format_model_info, is_model_file, model_info
     if is_model_file(args.data):
         info = model_info(args.data)
-        print(json.dumps(info) if args.json else format_model_info(info))
+        if args.json:
+            emit_json(info)
+        else:
+            print(format_model_info(info))
         return 0
     from streamrank.io.dataset import open_dataset
     from streamrank.io.info import dataset_info, format_info
     with open_dataset(args.data) as ds:
         info = dataset_info(ds)
-    print(json.dumps(info) if args.json else format_info(info))
+    if args.json:
+        emit_json(info)
+    else:
+        print(format_info(info))
     return 0
 
 
@@ -55,7 +62,7 @@ def _cmd_eval(args):
     report = evaluate_file(args.data, args.scores, convention=args.convention, cache_dir=args.cache_dir,
                            query_file=args.query_file, memory_budget=args.memory_budget)
     if args.json:
-        print(json.dumps(report.to_dict(per_query=args.per_query)))
+        emit_json(report.to_dict(per_query=args.per_query))
     else:
         print(report.format(per_query=args.per_query))
     return 0
@@ -63,8 +70,29 @@ def _cmd_eval(args):
 
 def _cmd_demo(args):
     from streamrank.demo import run_demo
-    return run_demo(workdir=args.dir, quiet=args.quiet)
+    done = run_demo(workdir=args.workdir, quiet=args.quiet)
+    if not args.quiet:
+        print("\n".join(demo_steps(done["workdir"])))
+    return 0
 
+
+def demo_steps(workdir):
+    """Where the demo's files are, and its steps as the commands that redo them on those files
+    (the same model, scores and metrics)."""
+    import shlex
+    from streamrank.demo import C_EXPONENTS, NORMALIZE
+    d = Path(workdir)
+
+    def at(name):
+        return shlex.quote(str(d / name))
+    lo, hi, step = C_EXPONENTS
+    steps = [f"streamrank convert {at(p + '.txt')} -o {at(p + '.h5')}" for p in ("train", "valid", "test")]
+    steps += [f"streamrank train {at('train.h5')} --valid {at('valid.h5')} --C 2^{lo}:2^{hi}:{step} "
+              f"--normalize {NORMALIZE} -o {at('model.h5')}",
+              f"streamrank predict {at('model.h5')} {at('test.h5')} -o {at('scores.txt')}",
+              f"streamrank eval {at('test.h5')} {at('scores.txt')}"]
+    return [f"The demo's files are in {d}: the text (train.txt, valid.txt, test.txt), the datasets (.h5), "
+            f"model.h5 and scores.txt. The same steps by hand:"] + ["  " + c for c in steps]
 
 
 def register(sub):
@@ -86,6 +114,7 @@ def register(sub):
                         "interrupted continues from its last commit when the same command runs again")
     c.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     c.add_argument("--quiet", action="store_true", help="no progress bar, no summary")
+    _add_progress(c)
     c.set_defaults(func=_cmd_convert, paths=_convert_paths)
 
     i = sub.add_parser("info", help="a dataset's rows, queries, labels and pairs; or a model's method, settings, "
@@ -109,6 +138,8 @@ def register(sub):
     e.set_defaults(func=_cmd_eval, paths=_eval_paths)
 
     d = sub.add_parser("demo", help="generate a small LETOR-like dataset and run the pipeline on it")
-    d.add_argument("--dir", default=None, help="keep the files here (default: a temporary directory)")
+    d.add_argument("--workdir", "--dir", dest="workdir", default=None, metavar="DIR",
+                   help="write the demo's files here and keep them: text, datasets, model.h5, scores.txt (default "
+                        "./streamrank-demo); a folder holding other files is refused, the demo's own is reused")
     d.add_argument("--quiet", action="store_true", help="no progress, no summary")
     d.set_defaults(func=_cmd_demo)

@@ -2,13 +2,14 @@
 command and the one place errors become messages and exit codes."""
 
 import argparse
+import re
 import shlex
 import signal
 import sys
 
 from streamrank._version import __version__
 from streamrank.cli import data_commands, search_commands, train_commands
-from streamrank.cli.common import _check_paths, _os_error, _setup_logging, translate
+from streamrank.cli.common import _check_paths, _os_error, _setup_logging, shows_progress, translate
 from streamrank.cli.signals import Handlers, signal_of
 from streamrank.errors import StreamrankError
 from streamrank.execution.progress import progress
@@ -19,11 +20,18 @@ _WARM_LISTS = {"demo": "demo", "convert": "convert", "train": "train", "grid": "
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser whose usage errors are one line, as every other refusal is: the error and
-    where the options are listed (argparse prints the whole synopsis first, 24 lines for train)."""
+    """argparse's parser whose usage errors are said as git says them: the one line of the error,
+    then where the options are listed (argparse printed the whole synopsis first, 24 lines for
+    train)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a value such as --C -1e-5 or --coef0 -.5e1 is a (negative) number, not an option
+        # (argparse's own pattern misses exponents and said "expected one argument")
+        self._negative_number_matcher = re.compile(r"^-(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists every option)\n")
+        self.exit(2, f"{self.prog}: error: {message}\ntry '{self.prog} --help'\n")
 
 
 def build_parser():
@@ -38,10 +46,11 @@ def build_parser():
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:
-        args = build_parser().parse_args(argv)
+        args = _parse(build_parser(), argv)
     except SystemExit as e:  # --help, --version, or a usage error argparse has printed
         return e.code
     args.command_line = "streamrank " + " ".join(shlex.quote(a) for a in argv)
+    _folders_as_paths(args)
     if getattr(args, "compression", "unset") is None:
         from streamrank.io.hdf5_format import DEFAULT_COMPRESSION
         args.compression = DEFAULT_COMPRESSION
@@ -54,7 +63,8 @@ def main(argv=None):
         warmup.start(_WARM_LISTS.get(args.command))
         _check_paths(args, inputs)  # the inputs, which no output may be or replace
         _setup_logging(getattr(args, "quiet", False), progress=args.command in ("train", "select-features", "grid", "cv"))
-        with progress(not getattr(args, "quiet", False) and not getattr(args, "json", False)):
+        # bars on a terminal or with --progress; plain progress lines in a log (execution.progress)
+        with progress(shows_progress(args), draw=True if getattr(args, "progress", False) else None):
             return args.func(args)
     except (StreamrankError, FileNotFoundError) as exc:
         handlers.acknowledge()
@@ -85,9 +95,38 @@ def main(argv=None):
         handlers.restore()
 
 
+def _parse(parser, argv):
+    """``parser.parse_args(argv)``, with an unknown option refused by the command it was given to
+    (``streamrank train: error: unrecognized arguments: --bogus``, then ``try 'streamrank train
+    --help'``), not by ``streamrank`` itself."""
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        (sub.choices.get(getattr(args, "command", None), parser) if sub else parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
+# options that name a folder (grid's and cv's -o RUN_DIR among them): messages join names to them
+_FOLDERS = ("png_dir", "workdir", "checkpoint", "cache_dir")
+
+
+def _folders_as_paths(args):
+    """A folder as pathlib spells it (``run/`` -> ``run``, ``a//b`` -> ``a/b``; the same folder),
+    so no message shows ``run//model.h5``, whichever way a file's name is joined to it."""
+    from pathlib import Path
+    names = _FOLDERS + (("output",) if args.command in ("grid", "cv") else ())
+    for name in names:
+        v = getattr(args, name, None)
+        if isinstance(v, str) and v not in ("", "-"):
+            setattr(args, name, str(Path(v)))
+
+
 def _end_bars():
     """Close the progress bars the command left open (grid's and cv's, a pass's), so the line that
     ends the command comes after them, not inside one."""
+    from streamrank.execution.progress import close_all
+    close_all()
     tqdm = getattr(sys.modules.get("tqdm"), "tqdm", None)
     for b in list(getattr(tqdm, "_instances", ())):
         try:

@@ -5,9 +5,9 @@ import json
 import sys
 from pathlib import Path
 
-from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _cache_outputs, _check_checkpoint_dir,
-                                   _check_outputs, _checkpoint_outputs, _data_inputs, _executor, _features_inputs,
-                                   _values, _positive_int, _setup_logging)
+from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_progress, _add_query_file, _cache_outputs,
+                                   _check_checkpoint_dir, _check_outputs, _checkpoint_outputs, _data_inputs, _executor,
+                                   _features_inputs, _values, _positive_int, _setup_logging, emit_json)
 
 # the longest line of a score file: %.17g of a float64 (at most 24 characters) and its newline
 SCORE_LINE_BYTES = 25
@@ -147,7 +147,7 @@ def _cmd_train(args):
         print(f"cluster: {c['workers']} workers, {c['passes']} passes, {c['bytes_per_pass'] / 1e3:.1f} kB shipped "
               f"a pass ({c['bytes_shipped'] / 1e6:.2f} MB in all), {c['workers_lost']} worker(s) lost")
     if args.json:
-        print(json.dumps(summary))
+        emit_json(summary)
     return 0
 
 
@@ -238,10 +238,15 @@ def _cmd_predict(args):
     from streamrank.faultpoints import faultpoint
     from streamrank.io.atomic import ensure_space, temp_name, written
     from streamrank.state.model import load
+    if args.json and args.output == "-":
+        from streamrank.errors import ParameterError
+        raise ParameterError("--json and -o - both write to standard output (the JSON line would end the scores); "
+                             "pass -o SCORES.txt with --json")
     model = load(args.model)
     if args.output != "-":
         _check_outputs((args.output, "score file", True))
     with open_data(args.data, args.cache_dir, query_file=args.query_file) as ds, _executor(args) as executor:
+        _check_width(args, model, ds)
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget, executor=executor)
     if args.output == "-":  # scores to standard output, as a pipe's first stage
         np.savetxt(sys.stdout, scores, fmt="%.17g")
@@ -253,8 +258,29 @@ def _cmd_predict(args):
         np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
         faultpoint("scores-write")
     if args.json:
-        print(json.dumps({"output": str(args.output), "rows": int(scores.size)}))
+        emit_json({"output": str(args.output), "rows": int(scores.size)})
     return 0
+
+
+def _check_width(args, model, ds):
+    """Text DATA of another width than the model's is read by SVMlight's rule (missing trailing
+    features are 0, features past the model's are ignored; the scoring says so in one line): text
+    lists a row's nonzero features only, so the last ones may be absent from a whole file. An HDF5
+    dataset records its width: another one is refused unless --pad-features (narrower) or
+    --ignore-extra-features (wider) asks for SVMlight's rule."""
+    import h5py
+    from streamrank.errors import InputError
+    if not h5py.is_hdf5(args.data):
+        return
+    d, width = ds.n_features, model.input_columns
+    if d < width and not args.pad_features:
+        raise InputError(f"{args.data} has {d} features, the model {args.model} {width}: pass --pad-features to read "
+                         f"features {d + 1} to {width} as 0 (SVMlight's rule for text), or convert the data with "
+                         f"--n-features {width}")
+    if d > width and not args.ignore_extra_features:
+        raise InputError(f"{args.data} has {d} features, the model {args.model} {width}: pass --ignore-extra-features "
+                         f"to score without features {width + 1} to {d} (SVMlight's rule for text), or use a model "
+                         f"trained on {d}-feature data")
 
 
 
@@ -307,7 +333,14 @@ def register(sub):
     pr.add_argument("--memory-budget", default="2GB", metavar="SIZE", help="bound on the process's memory (default 2GB)")
     pr.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
     _add_cluster(pr)
+    pr.add_argument("--pad-features", action="store_true",
+                    help="score an HDF5 dataset narrower than the model, its missing trailing features read as 0 "
+                         "(default: refused; text DATA always follows SVMlight's rule, said in one line)")
+    pr.add_argument("--ignore-extra-features", action="store_true",
+                    help="score an HDF5 dataset wider than the model, the features past the model's width ignored "
+                         "(default: refused; text DATA always follows SVMlight's rule, said in one line)")
     pr.add_argument("--json", action="store_true", help="print the output path and row count as one JSON line")
+    _add_progress(pr)
     pr.set_defaults(func=_cmd_predict, paths=_predict_paths)
 
 

@@ -200,8 +200,9 @@ class FeatureMap:
         if X.ndim != 2:
             raise InputError(f"X must be a 2-D array of rows; got shape {X.shape}")
         if X.shape[1] != self.n_features_:
-            raise InputError(f"X has {X.shape[1]} features but the feature map was fitted on "
-                             f"{self.n_features_}; pad or convert the data to {self.n_features_} features")
+            raise InputError(f"X has {X.shape[1]} features, but the {self.kind} feature map is expecting "
+                             f"{self.n_features_} features as input (the rows it was fitted on); give rows of "
+                             f"{self.n_features_} features")
         return X
 
     def chunk_rows(self):

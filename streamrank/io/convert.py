@@ -14,13 +14,11 @@ the same file as an uninterrupted one.
 import logging
 import os
 import queue
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
-from tqdm import tqdm
 
 from streamrank.io import _textparse as tp
 from streamrank._native import parallel
@@ -29,6 +27,8 @@ from streamrank import params
 from streamrank.errors import InputError, ParameterError
 from streamrank._native.memory import trimmer
 from streamrank.io.budget import HEADROOM, STREAM_SLACK, resident_bytes
+from streamrank.execution.progress import PlainBar
+from streamrank.execution.progress import bar as progress_bar
 from streamrank.faultpoints import faultpoint
 from streamrank.io import convert_progress as progress
 from streamrank.io.hdf5_format import (DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESSION, WRITER_CACHE_BYTES, DatasetWriter,
@@ -382,8 +382,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         lock.release(remove=True)
         raise
     resumed_rows = writer.n_rows
-    bar = tqdm(total=total_raw, unit="B", unit_scale=True, desc="convert", dynamic_ncols=True,
-               disable=quiet or not sys.stderr.isatty(), file=sys.stderr)
+    # a bar on a terminal (or with the CLI's --progress), a plain line now and then in a log (execution.progress)
+    bar = PlainBar(total_raw, "convert", "B", silent=True) if quiet else progress_bar(total_raw, "convert", "B", own=True)
     text_bytes, raw_done = pos["text_bytes"], pos["raw_done"]
     group_base = pos["group_base"]
     last_commit = time.perf_counter()

@@ -95,16 +95,32 @@ class LinearModel:
         self.levels = [float(v) for v in levels]
 
     # -- scoring --------------------------------------------------------------------------------
+    @property
+    def input_columns(self):
+        """Features of the rows the model reads: its training data's width (``input_width`` for a
+        model trained on a subset of them)."""
+        return self.n_features if self.input_features is None else self.input_width
+
+    def _width_error(self, where, d, n):
+        """Arrays of another width are refused, as scikit-learn's estimators refuse them (a
+        dataset's rows follow SVMlight's rule instead: :meth:`score_stream`)."""
+        fix = (f"pass X[:, :{n}] if the others are not the model's, or retrain on all {d}" if d > n else
+               f"pad X with zero columns to {n} if the missing features are 0 (SVMlight's rule for trailing "
+               f"features), or retrain on {d}")
+        return InputError(f"{where} has {d} features, but the model is expecting {n} features as input; {fix}")
+
     def _pad(self, X, where="X", extra="error"):
+        """``X`` as rows of the model's width. ``extra="error"`` (arrays): any other width is an
+        error; ``"ignore"`` (a dataset's blocks, whose width the caller checked): SVMlight's
+        rule, missing trailing features are 0 and features past the model's are not read."""
         X = np.asarray(X)
         if X.ndim != 2:
             raise InputError(f"{where} must be a 2-D array of rows; got shape {X.shape}")
         d = X.shape[1]
+        if d != self.n_features and extra != "ignore":
+            raise self._width_error(where, d, self.n_features)
         if d > self.n_features:
-            if extra == "ignore":  # datasets, as SVMrank: features the model does not know have no weight
-                return X[:, :self.n_features]
-            raise InputError(f"{where} has {d} features but the model was trained on {self.n_features}; pass "
-                             f"X[:, :{self.n_features}] if the others are not the model's, or retrain on all {d}")
+            return X[:, :self.n_features]
         if d < self.n_features:  # missing trailing features are zeros, as in SVMlight
             Xp = np.zeros((X.shape[0], self.n_features), X.dtype if X.dtype.kind == "f" else np.float64)
             Xp[:, :d] = X
@@ -125,9 +141,8 @@ class LinearModel:
             X = np.asarray(X)
             if X.ndim != 2:
                 raise InputError(f"X must be a 2-D array of rows; got shape {X.shape}")
-            if X.shape[1] > self.input_width and extra != "ignore":
-                raise InputError(f"X has {X.shape[1]} features but the model reads {self.input_width}-feature "
-                                 f"rows; pass X[:, :{self.input_width}]")
+            if X.shape[1] != self.input_width and extra != "ignore":
+                raise self._width_error("X", X.shape[1], self.input_width)
             X = take_columns(X, self.input_features)
         X = self._pad(X, extra=extra)
         if self._scores_raw_rows(X):
@@ -230,18 +245,12 @@ class LinearModel:
                      quiet_width=False):
         """Scores of every row of ``ds`` in its stored (query-grouped) order, one streamed pass
         through the executor; with ``collect``, each block's (start, stop, scores) is handed to
-        ``collect(k, item)`` instead and None is returned. A dataset wider than the model has its
-        extra features ignored, a narrower one reads the missing ones as 0: said in one log line
-        unless ``quiet_width`` (the caller said it)."""
-        width = self.n_features if self.input_features is None else self.input_width  # of the input rows
-        if quiet_width or ds.n_features == width:
-            pass
-        elif ds.n_features > width:
-            log.warning("%s has %d features, the model %d: features %d to %d are not in the model and are "
-                        "ignored (as SVMrank does)", ds.name, ds.n_features, width, width + 1, ds.n_features)
-        else:
-            log.warning("%s has %d features, the model %d: features %d to %d are read as 0", ds.name, ds.n_features,
-                        width, ds.n_features + 1, width)
+        ``collect(k, item)`` instead and None is returned. A dataset of another width is read by
+        SVMlight's rule (:meth:`width_note`), said in one log line unless ``quiet_width`` (the
+        caller said it; the CLI refuses an HDF5 dataset of another width without --pad-features)."""
+        note = None if quiet_width else self.width_note(ds)
+        if note:
+            log.warning("%s", note)
         out = None
         if collect is None:
             out = np.empty(ds.n_rows)
@@ -253,6 +262,19 @@ class LinearModel:
         executor_or_local(executor).run(_ModelScores(self), partitioned_stream(ds, executor, block_bytes=block_bytes,
                                                                       memory_budget=memory_budget), collect=collect)
         return out
+
+    def width_note(self, ds, name=None):
+        """One line on how rows of ``ds`` of another width are read, or None when the widths agree:
+        SVMlight's rule, missing trailing features are 0, and features past the model's width are
+        not read (SVMlight's classifier drops them too: no weight)."""
+        width, d, name = self.input_columns, ds.n_features, name or ds.name
+        if d == width:
+            return None
+        if d > width:
+            return (f"{name} has {d} features, the model {width}: features {width + 1} to {d} are not in the model "
+                    f"and are ignored (SVMlight's rule)")
+        return (f"{name} has {d} features, the model {width}: features {d + 1} to {width} are read as 0 "
+                f"(SVMlight's rule: missing trailing features are 0)")
 
     # -- file ---------------------------------------------------------------------------------------
     def save(self, path):

@@ -134,22 +134,23 @@ def heatmap(record):
 
 def query_distribution(record):
     """Per-query NDCG@10: validation (grid) or test (cv, per method, folds pooled)."""
-    series = []
+    series, where = [], ""
     if record.get("format") == "streamrank-grid" and record.get("valid_per_query"):
         series.append(("chosen model", record["valid_per_query"]["ndcg@10"]))
         where = "validation"
     elif record.get("format") == "streamrank-cv":
         for m in record["settings"]["methods"]:
-            vals = [v for r in record["results"] if r["method"] == m for v in r["per_query"]["ndcg@10"]]
+            vals = [v for r in record["results"] if r["method"] == m for v in (r.get("per_query") or {}).get("ndcg@10", ())]
             series.append((m, vals))
         where = "test, all folds"
+    # a query the metric skips (None) is left out; a method without any query left has no line
+    series = [(name, v) for name, vals in series if (v := np.array([x for x in vals if x is not None], float)).size]
     if not series:
         return None
     fig = _figure(8, 4)
     ax = fig.subplots()
     bins = np.linspace(0, 1, 21)
-    for (name, vals), color in zip(series, _colors(len(series))):
-        v = np.array([x for x in vals if x is not None], float)
+    for (name, v), color in zip(series, _colors(len(series))):
         ax.hist(v, bins=bins, histtype="step", lw=2, color=color,
                 label=f"{name}: {len(v)} queries, mean {v.mean():.4f}, {np.mean(v == 0):.0%} at 0")
     ax.set(xlabel="NDCG@10 of a query (letor4)", ylabel="number of queries",

@@ -71,6 +71,13 @@ def _write_report(run_dir, output, *, plots, png_dir):
                 if g is not None:
                     figures += [(f"{fold}-{m}-{name}", png, f"{fold}, {m}") for name, png in all_plots(g)
                                 if name in ("convergence", "heatmap")]
+    # one PNG file per figure: a name taken twice (a fold or method named like another's plot)
+    # gets a suffix, so the count said is the count written
+    seen = {}
+    for i, (name, png, where) in enumerate(figures):
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            figures[i] = (f"{name}-{seen[name]}", png, where)
     if png_dir is not None:
         for name, _, _ in figures:  # all refused before the first is written
             check_not_input(Path(png_dir) / f"{name}.png", "PNG folder", within=png_dir)
