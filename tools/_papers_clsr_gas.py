@@ -10,6 +10,11 @@ drawn from the training rows (all 9,600 would need a 0.7 GB system and 2 TFLOP p
 GAS-E / GAS-L in 0.1, 0.3, 1 chosen on vali; a RankSVM on the chosen features (C two-stage on vali),
 and on all 46; letor4 test NDCG@10 and MAP; the GAS pass's seconds.
 
+``--gas`` (and ``--only gas-topk``) also: the selection a user gets from ``streamrank select-features
+train.h5 -k K`` (GAS-E with MAP importance, tradeoff c = 0.5, unsigned: the command's defaults), K = 5
+and 10, on each fold's training data; RankSVM (C two-stage on vali) on those features and on all 46;
+letor4 test metrics in the columns of docs/benchmarks.md's five-fold table, mean and std over folds.
+
 Check: GAS on the whole of MQ2008 Fold1 train against brute force (scipy.stats.kendalltau per
 query and pair of features, the letor4 evaluator per feature), printed with the largest differences.
 
@@ -145,13 +150,70 @@ def gas_quality(args, converted, have_mq2008):
           "and are redundant)")
 
 
+TOPK_COLUMNS = ("NDCG@1", "NDCG@3", "NDCG@5", "NDCG@10", "P@1", "P@3", "P@5", "P@10", "MAP", "MeanNDCG")
+
+
+def gas_topk(args, converted, have_mq2008):
+    """RankSVM on the top 5 and top 10 features of ``select-features -k K`` (map, c = 0.5) beside all
+    46, five folds (module docstring)."""
+    import streamrank
+    from streamrank.evaluation.metrics import evaluate
+    from streamrank.io.feature_subset import FeatureSubset
+    from streamrank.selection.gas import gas_scores
+    from streamrank.training.linear import train_linear
+    from streamrank.training.problem import attach_features, read_labels
+    folds = [int(f) for f in args.folds.split(",")]
+    if not have_mq2008(args.data, folds):
+        return
+    print("\n== RankSVM on the features of `streamrank select-features train.h5 -k K` (GAS-E: MAP importance at its "
+          "expected value over tie orders, c = 0.5, unsigned; constant features never selected), K = 5 and 10, "
+          "beside all 46 features; C two-stage on vali; letor4 test ==")
+    rows, models = [], ["RankSVM, all 46", "RankSVM, GAS top 10", "RankSVM, GAS top 5"]
+    for fold in folds:
+        paths = {p: converted(args.workdir, args.data, fold, p) for p in ("train", "vali", "test")}
+        with streamrank.open_dataset(paths["train"]) as ds, streamrank.open_dataset(paths["vali"]) as vds, \
+                streamrank.open_dataset(paths["test"]) as tds:
+            t = time.perf_counter()
+            res = gas_scores(ds, importance="map", tradeoff=0.5)
+            gas_s = time.perf_counter() - t
+            ty = read_labels(tds)
+            for name, cols in ((models[0], np.arange(ds.n_features)), (models[1], res.greedy(10)[0]),
+                               (models[2], res.greedy(5)[0])):
+                t = time.perf_counter()
+                model, s = train_linear(FeatureSubset(ds, cols), valid=FeatureSubset(vds, cols), C="two-stage",
+                                        tol=1e-3)
+                attach_features(model, cols, ds.n_features)
+                secs = time.perf_counter() - t
+                m = evaluate(ty, model.predict_dataset(tds)[tds.row], tds.query_ptr, convention="letor4",
+                             ks=range(1, 11), qid=tds.qid).means
+                rows.append({"fold": fold, "model": name, **{k: m[k] for k in TOPK_COLUMNS}, "C": s["C"],
+                             "seconds": secs,
+                             "features": "all" if len(cols) == ds.n_features else ",".join(str(c + 1) for c in cols)})
+            print(f"  Fold{fold}: GAS pass {gas_s:.2f} s; constant within every query: "
+                  f"{[int(f) + 1 for f in np.flatnonzero(res.constant)]}; " + "; ".join(
+                      f"{r['model']} [{r['features']}] C={r['C']:g} MAP {r['MAP']:.4f} NDCG@10 {r['NDCG@10']:.4f}"
+                      for r in rows if r["fold"] == fold), flush=True)
+    out = []
+    for name in models:
+        mine = [r for r in rows if r["model"] == name]
+        for stat, f in (("mean", np.mean), ("std", lambda v: np.std(v, ddof=1) if len(v) > 1 else float("nan"))):
+            out.append({"model": name, "fold": stat, **{k: float(f([r[k] for r in mine])) for k in TOPK_COLUMNS}})
+    print()
+    table(out, [("model", "method", None), ("fold", "fold", None)] + [(k, k, "{:.4f}") for k in TOPK_COLUMNS])
+    print("  (std: the sample standard deviation over the folds, ddof = 1, as streamrank cv prints it)")
+
+
 def gas_check(args, converted, have_mq2008):
     """GAS on the whole of MQ2008 Fold1 train against brute force: scipy.stats.kendalltau per query
-    and pair of features, the letor4 evaluator per feature (and per negated feature)."""
+    and pair of features; importance against the NumPy twin of the expected MAP over tie orders
+    (tests/selection/tie_oracle.py, itself checked there against every order of small ties), per
+    feature and per negated feature."""
     import streamrank
+    import sys
     from scipy.stats import kendalltau
-    from streamrank.evaluation.metrics import evaluate
     from streamrank.selection.gas import gas_scores
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "selection"))
+    import tie_oracle
     if not have_mq2008(args.data, (1,)):
         return
     path = converted(args.workdir, args.data, 1, "train")
@@ -164,8 +226,8 @@ def gas_check(args, converted, have_mq2008):
     y = y.astype(np.float64)
     d = X.shape[1]
     t = time.perf_counter()
-    imp = np.array([[evaluate(y, sgn * X[:, f].astype(np.float64), qp, ks=(10,)).means["MAP"] for f in range(d)]
-                    for sgn in (1.0, -1.0)])
+    imp = np.array([[np.mean([tie_oracle.expected_measure(sgn * X[a:b, f], y[a:b], "map")
+                              for a, b in zip(qp[:-1], qp[1:])]) for f in range(d)] for sgn in (1.0, -1.0)])
     sign = np.where(imp[1] > imp[0], -1, 1)
     w = np.where(sign > 0, imp[0], imp[1])
     sums, counts = np.zeros((d, d)), np.zeros((d, d))
@@ -187,7 +249,8 @@ def gas_check(args, converted, have_mq2008):
     ok = ~np.isnan(mine)
     print(f"\n== GAS on the whole of MQ2008 Fold1 train ({ds.n_rows:,} rows, {len(qp) - 1} queries, {d} features) "
           f"against brute force ==")
-    print(f"  importance (MAP, signed): largest difference {np.abs(res.importance - w).max():.1e}; signs equal: "
+    print(f"  importance (expected MAP over tie orders, signed; constant features {np.flatnonzero(res.constant) + 1} "
+          f"never selected): largest difference {np.abs(res.importance - w).max():.1e}; signs equal: "
           f"{bool(np.array_equal(res.sign, sign))}")
     print(f"  similarity ({iu[0].size} pairs): undefined pairs equal: {same_nan}; largest difference "
           f"{np.abs(mine[ok] - E[iu][ok]).max():.1e}")

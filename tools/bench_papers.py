@@ -262,7 +262,8 @@ def main():
     ap.add_argument("--cs-srsvm", action="store_true", help="paper 001: quality table and time against rows")
     ap.add_argument("--clsr", action="store_true", help="paper 002: CLSRRank against RankSVM")
     ap.add_argument("--gas", action="store_true", help="paper 003: RankSVM on GAS-selected features")
-    ap.add_argument("--only", choices=["quality", "timing", "out-of-core"], help="one part of each paper chosen")
+    ap.add_argument("--only", choices=["quality", "timing", "out-of-core", "gas-topk"],
+                    help="one part of each paper chosen (gas-topk: only --gas's RankSVM on the top 5 and 10 features)")
     ap.add_argument("--gas-ooc-scale", type=float, default=45.0, help="mq2007 scale of GAS's out-of-core part")
     ap.add_argument("--ooc-scale", type=float, default=0.5, help="mslr30k scale of the out-of-core part")
     ap.add_argument("--ooc-budget", default="320MB", help="--memory-budget of the out-of-core part")
@@ -291,6 +292,8 @@ def main():
     if args.gas and args.only in (None, "quality"):
         p23.gas_quality(args, converted, have_mq2008)
         p23.gas_check(args, converted, have_mq2008)
+    if args.gas and args.only in (None, "quality", "gas-topk"):
+        p23.gas_topk(args, converted, have_mq2008)
     if (args.clsr or args.gas) and args.only in (None, "timing"):
         p23.timing(args, subsets)
     if (args.clsr or args.gas) and args.only in (None, "out-of-core"):

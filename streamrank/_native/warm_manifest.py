@@ -110,4 +110,18 @@ KERNELS = {
         ('streamrank._native.qprod', '_row_dot8', ('array(float32, 1d, C)', 'array(float64, 1d, C)'), 0.108, (), 15.863),
         ('streamrank._native.qprod', '_rows_dot_range', ('int64', 'int64', 'array(float32, 2d, C)', 'array(float64, 1d, C)', 'array(float64, 1d, C)'), 0.096, (37,), 15.953),
     ],
+    'select-features': [
+        ('streamrank._native.linalg', 'runtime_probe', ('int64',), 0.267, (), 0.402),
+        ('streamrank._native.finite', '_top', ('array(uint32, 1d, C)',), 0.057, (), 0.516),
+        ('streamrank._native.finite', 'first_non_finite', ('array(uint32, 1d, C)',), 0.098, (1,), 0.616),
+        ('streamrank._native.feature_measures', '_disc_term', ('float64', 'int64', 'array(float64, 1d, C)'), 0.045, (), 0.751),
+        ('streamrank._native.feature_measures', '_tied_measure', ('array(float64, 1d, C)', 'array(float64, 1d, C)', 'array(int64, 1d, C)', 'int64', 'int64', 'array(float64, 1d, C)', 'float64'), 0.301, (3,), 1.056),
+        ('streamrank._native.feature_measures', 'block_measures', ('array(float32, 2d, C)', 'array(float64, 1d, C)', 'array(int64, 1d, C)', 'int64', 'int64', 'bool', 'array(float64, 1d, C)', 'array(float64, 2d, C)'), 0.494, (3, 4), 2.361),
+        ('streamrank._native.kendall', '_dense_ranks', ('array(float64, 1d, C)', 'array(int64, 1d, C)', 'array(int64, 1d, C)'), 0.131, (), 2.664),
+        ('streamrank._native.kendall', '_ranks', ('array(float32, 2d, C)',), 0.26, (6,), 2.912),
+        ('streamrank._native.kendall', '_inversions', ('array(int64, 1d, C)', 'array(int64, 1d, C)'), 0.238, (), 3.225),
+        ('streamrank._native.kendall', '_pair_tau', ('array(int64, 2d, C)', 'array(int64, 1d, C)', 'int64', 'int64', 'int64'), 0.492, (8,), 4.168),
+        ('streamrank._native.kendall', 'query_tau_b_rows', ('array(float32, 2d, C)', 'int64', 'int64', 'array(float64, 2d, C)'), 1.18, (7,), 5.328),
+        ('streamrank._native.linalg', 'sum_in_order', ('float64', 'array(float64, 1d, C)'), 0.102, (), 5.769),
+    ],
 }

@@ -180,8 +180,10 @@ class GasResult:
                     ds_[i0:i0 + rows.shape[0]] = rows
             else:
                 f.create_dataset("similarity", data=self.similarity)
-            f.create_dataset("order", data=order + 1)  # feature ids, 1-based
-            f.create_dataset("max_similarity", data=maxsim)
+            # feature ids, 1-based: the greedy order, then the features constant within every query (never selected)
+            last = np.flatnonzero(self.constant)
+            f.create_dataset("order", data=np.concatenate([order, last]) + 1)
+            f.create_dataset("max_similarity", data=np.concatenate([maxsim, np.full(last.size, np.nan)]))
             # the features never selected (1-based ids), and every feature's range (their reasons)
             f.create_dataset("constant_within_queries", data=np.flatnonzero(self.constant).astype(np.int64) + 1)
             f.create_dataset("feature_min", data=np.asarray(self.feature_min, np.float64))

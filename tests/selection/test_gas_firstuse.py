@@ -1,0 +1,82 @@
+"""select-features' first use (issue 31): the first-use helper's list for select-features
+(``streamrank/_native/warm_manifest.py``) holds every kernel the command compiles, so that the
+helper compiles half of them beside the command on a cold numba cache, and the command starts it."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from streamrank._native import warmup
+from streamrank._native.warm_manifest import KERNELS
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# what the list was recorded from (tools/kernel_manifest.py's scenario for select-features): both the
+# GAS-E kernels (map) and GAS-L's (pairwise, signed)
+SCENARIO = ("from streamrank.cli.main import main; "
+            "main(['select-features', '{work}/t.h5', '-k', '5', '--importance', 'map', '--tradeoff', '0.5', '-o', "
+            "'{work}/g.h5', '--quiet']); "
+            "main(['select-features', '{work}/t.h5', '-k', '5', '--importance', 'pairwise', '--signed', '--quiet'])")
+
+PREPARE = """
+from streamrank.io.synthetic import write_hdf5
+write_hdf5("{work}/t.h5", "small", seed=0)
+"""
+
+RUN = """
+import json
+from numba.core import event
+with event.install_recorder("numba:compile") as rec:
+    exec({code!r})
+names = sorted({{ev.data["dispatcher"].py_func.__qualname__ for _, ev in rec.buffer
+                 if ev.data["dispatcher"].py_func.__module__.startswith("streamrank.")}})
+print("COMPILED" + json.dumps(names))
+"""
+
+
+def _env(**extra):
+    root = warmup.helper_command("x")[1]
+    path = os.environ.get("PYTHONPATH")
+    return dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""), **extra)
+
+
+def _python(code, cache, work):
+    p = subprocess.run([sys.executable, "-c", code.replace("{work}", str(work))],
+                       env=_env(NUMBA_CACHE_DIR=str(cache), STREAMRANK_NO_WARMUP="1"), cwd=str(work),
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return p.stdout
+
+
+def test_the_list_covers_what_select_features_compiles(tmp_path):
+    """After the helper has compiled the select-features list into an empty cache, the command
+    compiles nothing of streamrank's itself."""
+    assert KERNELS["select-features"]
+    work, cache = tmp_path / "work", tmp_path / "cache"
+    work.mkdir()
+    _python(PREPARE, tmp_path / "prepare-cache", work)
+    argv, cwd = warmup.helper_command("select-features")
+    subprocess.run(argv, cwd=cwd, env=_env(NUMBA_CACHE_DIR=str(cache)), check=True, timeout=900)
+    out = _python(RUN.format(code=SCENARIO), cache, work)
+    compiled = out.split("COMPILED", 1)[1].strip()
+    assert compiled == "[]", f"select-features compiled {compiled} itself: record its list again"
+
+
+def test_select_features_starts_the_helper_on_a_cold_cache(tmp_path):
+    """The command starts the helper for its own list (and stops it when it ends)."""
+    code = textwrap.dedent("""
+        from streamrank._native import warmup
+        started = []
+        real = warmup.start
+        warmup.start = lambda command: started.append(command) or real(command)
+        from streamrank.cli.main import main
+        from streamrank.io.synthetic import write_hdf5
+        write_hdf5("{work}/t.h5", "small", seed=0)
+        assert main(["select-features", "{work}/t.h5", "-k", "2", "--quiet"]) == 0
+        assert "select-features" in started, started
+    """).replace("{work}", str(tmp_path))
+    env = _env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop(warmup.ENV_OFF, None)
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout + p.stderr
