@@ -78,7 +78,8 @@ def _cmd_cv(args):
                         settings=grid_settings(args), select_metric=args.select_metric, folds=args.folds,
                         executor=executor, cache_dir=args.cache_dir, neutral=NEUTRAL, command=args.command_line)
     if args.json:
-        print(json.dumps(record["table"]))
+        from streamrank.workflow.cv import summary
+        print(json.dumps(summary(record, args.output)))
     elif not args.quiet:
         print("\n".join(table_lines(record)))
         print(f"letor4 test metrics, chosen on vali by {args.select_metric}; {record['seconds']:.1f} s. Written: "
@@ -100,6 +101,26 @@ def _cmd_report(args):
     return 0
 
 
+# cv chooses on each fold's vali file and has no --valid: the training options' help (shared with
+# train and grid, streamrank.cli.train_commands.add_model_options) said so in grid's terms
+_CV_HELP = (("several (with --valid) form a warm-started path", "several form a warm-started path, chosen on "
+             "each fold's vali"), ("what --valid chooses by", "what each fold's vali chooses by"),
+            ("chosen on --valid", "chosen on each fold's vali"),
+            ("where text DATA is converted", "where the folds' text files are converted"))
+# the default gamma grid follows the data (streamrank.workflow.grid.DEFAULT_GAMMA_OFFSETS)
+_GAMMA_DEFAULT = ("one map each (default the method's grid)", "one map each (default: the method's grid around "
+                  "the data's gamma='scale' = 1/(d Var X) after --normalize, docs/methods.md)")
+
+
+def _reword(parser, changes):
+    """Replace phrases in the help of ``parser``'s options (tests/workflow/test_search_help.py
+    checks that cv's help names no --valid and grid's gamma default is the data's)."""
+    for old, new in changes:
+        for a in parser._actions:
+            if a.help and old in a.help:
+                a.help = a.help.replace(old, new)
+
+
 def register(sub):
     """The search commands' parsers."""
     g = sub.add_parser("grid", help="train over a grid of methods and hyper-parameters; choose on --valid")
@@ -110,6 +131,7 @@ def register(sub):
                         "folder per configuration; the same command continues a killed run")
     _add_query_file(g)
     add_model_options(g, many=True)
+    _reword(g, [_GAMMA_DEFAULT])
     _add_cluster(g)
     _add_json_quiet(g, "print the chosen point as one JSON line")
     g.set_defaults(func=_cmd_grid, paths=_grid_paths)
@@ -124,7 +146,9 @@ def register(sub):
                    help="only these folds (default: every FoldK found)")
     add_model_options(c, many=True)
     _add_cluster(c)
-    _add_json_quiet(c, "print the table as one JSON line", "no progress, no log lines, no table")
+    _add_json_quiet(c, "print one JSON object on one line, last: the table's rows (every fold, every method), "
+                    "the mean and the std over folds per method", "no progress, no log lines, no table")
+    _reword(c, _CV_HELP + (_GAMMA_DEFAULT,))
     c.set_defaults(func=_cmd_cv, paths=_cv_paths)
 
     r = sub.add_parser("report", help="one self-contained HTML page of a grid or cv run: settings, data, tables, plots")

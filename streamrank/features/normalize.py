@@ -56,6 +56,29 @@ class _Moments(Pass):
         return [n, ma + delta * (nb / n), sa + sb + delta * delta * (na * nb / n)]
 
 
+class _NormalisedMoments(_Moments):
+    """:class:`_Moments` of the rows as ``normalizer`` maps them (per query for query_minmax: the
+    stream's blocks hold whole queries)."""
+
+    def __init__(self, n_features, normalizer):
+        super().__init__(n_features)
+        self.normalizer = normalizer
+
+    def step(self, carry, item):
+        block = item[0]
+        X = self.normalizer.transform(block.X, block.query_ptr)
+        carry[0] = _welford_rows(np.ascontiguousarray(X), carry[0], carry[1], carry[2])
+
+
+def value_variance(count, mean, m2):
+    """Var X over all n d values of the rows (numpy's ``X.var()``, scikit-learn's gamma='scale')
+    from per-column moments (n, mean_k, M2_k = n var_k): by the law of total variance, the mean of
+    the columns' variances plus the variance of their means (population variances, ddof = 0)."""
+    if count == 0 or len(mean) == 0:
+        return 0.0
+    return float(np.mean(m2) / count + np.var(mean))
+
+
 class Normalizer:
     """Maps a block of raw float32 rows to float64 model inputs.
 
@@ -73,6 +96,7 @@ class Normalizer:
         self.kind = kind
         self.mean_ = None
         self.scale_ = None
+        self.moments_ = None  # (rows, column means, column M2) of the raw rows, once fit (zscore)
 
     @property
     def needs_queries(self):
@@ -88,7 +112,29 @@ class Normalizer:
         std = np.sqrt(m2 / max(n, 1))  # population std, as scikit-learn's StandardScaler
         self.mean_ = mean
         self.scale_ = np.where(std > 0, std, 1.0)
+        self.moments_ = (n, mean, m2)
         return self
+
+    def value_variance(self, stream=None, executor=None):
+        """Var X of every value of the training rows as this normaliser maps them (the kernel's
+        view, for gamma='scale' = 1 / (d Var X)). ``zscore``: from the moments :meth:`fit`
+        accumulated (no pass: column k maps to mean (mu_k - mean_k) / scale_k, variance
+        var_k / scale_k^2, i.e. 0 and 1, or 0 and 0 for a constant column); ``none`` and
+        ``query_minmax``: one pass over ``stream`` (a dataset stream of the training rows, as
+        ``fit`` takes), Welford's moments of the mapped rows."""
+        if self.kind == "zscore":
+            if getattr(self, "moments_", None) is None:
+                raise ValueError("value_variance of a zscore normaliser needs fit() first (its moments)")
+            n, mean, m2 = self.moments_
+            if n == 0:
+                return 0.0
+            return value_variance(n, (mean - self.mean_) / self.scale_, m2 / self.scale_ ** 2)
+        if stream is None:
+            raise ValueError(f"value_variance of normalize={self.kind} reads the rows: pass the training stream")
+        d = stream.dataset.n_features
+        pass_ = _Moments(d) if self.kind == "none" else _NormalisedMoments(d, self)
+        (n, mean, m2), _ = executor_or_local(executor).run(pass_, stream)
+        return value_variance(n, mean, m2)
 
     AFFINE_NONE, AFFINE_GLOBAL, AFFINE_PER_QUERY = 0, 1, 2
 

@@ -113,6 +113,9 @@ class QueryStream:
     def __init__(self, dataset, *, block_bytes=None, memory_budget=None, queries=None, prefetch=True,
                  reuse_buffers=True, row_bytes=None, partition_rows=None, buffer_pool=None):
         self.dataset = dataset
+        # the block's size is the stream's own share of a budget, or a caller's plan (block_bytes)
+        self.planned = block_bytes is not None
+        budget = None
         if block_bytes is None:
             budget = parse_size(memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET)
             block_bytes = int(budget * BLOCK_SHARE_OF_BUDGET)
@@ -137,13 +140,22 @@ class QueryStream:
         oversized = np.flatnonzero(rows * self.row_bytes > self.block_bytes)
         if oversized.size:
             q = int(self.bounds[oversized[0]])
-            # the budget whose block share holds the largest query
-            need = format_size(int(rows.max()) * self.row_bytes / BLOCK_SHARE_OF_BUDGET).replace(" ", "")
+            largest = int(rows.max()) * self.row_bytes
+            if self.planned:
+                # a caller's plan chose the block (training plans count every byte a row costs the
+                # run, so their block is far below an eighth of the budget): only the block size
+                # that holds the largest query is known here, not the budget that would give it
+                fix = (f"the plan that chose the block did not count it; use block_bytes={largest} or more (a "
+                       f"memory plan gives a block that holds the largest query whenever it accepts the budget)")
+            else:  # this stream's own rule: BLOCK_SHARE_OF_BUDGET of memory_budget
+                need = -(-int(largest / BLOCK_SHARE_OF_BUDGET) // 10**6)  # whole MB, up
+                fix = (f"this stream's block is 1/{round(1 / BLOCK_SHARE_OF_BUDGET)} of the memory budget "
+                       f"{format_size(budget)}; use memory_budget={need}MB or more")
             warnings.warn(
                 f"{getattr(dataset, 'name', dataset.path)}: {oversized.size} "
                 f"quer{'y is' if oversized.size == 1 else 'ies are'} larger than the block budget of "
-                f"{format_size(self.block_bytes)} (e.g. query {q} with {int(qp[q + 1] - qp[q])} rows); each is "
-                f"read whole. To stay within the budget, use memory_budget={need}", RuntimeWarning, stacklevel=2)
+                f"{format_size(self.block_bytes)} (e.g. query {q} with {int(qp[q + 1] - qp[q])} rows, "
+                f"{format_size(largest)}); each is read whole, beyond the block: {fix}", RuntimeWarning, stacklevel=2)
 
     def __len__(self):
         return len(self.bounds) - 1

@@ -147,8 +147,10 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
                              + ("" if method == "primal" else f" or fewer components"))
     if given_block:
         return fixed, given_block, resident
-    rows = min(avail, budget * BLOCK_SHARE_OF_BUDGET * BUFFERS) / row  # rows of either kind a block may hold
-    block = int(rows * 4 * (d + 1))  # the raw stream's rows fit, and the mapped stream's are fewer
+    # rows of either kind a block may hold: its share of the budget, and never fewer than the largest
+    # query (avail holds it, checked above), which a stream would otherwise read whole past the block
+    rows = max(min(avail, budget * BLOCK_SHARE_OF_BUDGET * BUFFERS) / row, qmax)
+    block = int(np.ceil(rows * 4 * (d + 1)))  # the raw stream's rows fit, and the mapped stream's are fewer
     return fixed, max(block, 1), resident
 
 

@@ -10,6 +10,7 @@ points and their solutions, so a killed run resumes at the point and iteration i
 and ends with the model of an uninterrupted run.
 """
 
+import contextlib
 import logging
 from dataclasses import dataclass
 
@@ -33,6 +34,21 @@ TRACE_COLUMNS = ("iteration", "seconds", "passes", "objective", "grad_norm", "va
 # best of them (on the validation data)
 TWO_STAGE_DECADES = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1)
 TWO_STAGE_FACTORS = (0.6, 0.8, 1.2, 1.4)
+
+
+# callables told of every path point solved (a grid's progress: streamrank.workflow.grid), innermost last
+_POINT_HOOKS = []
+
+
+@contextlib.contextmanager
+def on_points(callback):
+    """``with on_points(f):`` f() after every point a path in this block solves (not those a
+    resumed run finds solved)."""
+    _POINT_HOOKS.append(callback)
+    try:
+        yield
+    finally:
+        _POINT_HOOKS.remove(callback)
 
 
 def two_stage_refine(candidates, points, valid_key):
@@ -178,6 +194,8 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
                      (valid_key, _last_score(trace, st, lambda: method.score(st.w, gi))),
                      extra=dict(method.point_info(gi, Ck), trace=list(trace)))
         trace = []
+        for hook in list(_POINT_HOOKS):
+            hook()
         points = all_points(candidates)
         k += 1
     if resource is not None:
@@ -323,14 +341,72 @@ def grid_edges(Cs, gammas, C, gamma, c_name="C"):
     return edges
 
 
+# parameter names of the edge advice, in the library's terms (the CLI's translate names the flag)
+_PARAM_OF = {"C": "C", "gamma": "gamma", "lambda": "lam"}
+# how far the advice extends an edge: this many of the grid's steps beyond it
+EXTEND_STEPS = 2
+
+
+def _powers(values):
+    """(base, integer exponents) when every value is an exact integer power of 2 or of 10, else None."""
+    import math
+    for base, log in ((2, math.log2), (10, math.log10)):
+        exps = [round(log(v)) for v in values]
+        if all(float(base) ** e == v for e, v in zip(exps, values)):
+            return base, exps
+    return None
+
+
+def values_text(values):
+    """``values`` written as ``train --gamma`` and ``--C`` read them (streamrank.workflow.values):
+    b^a:b^z:s for integer powers of 2 or 10 in equal steps s, b^e items for other powers, else
+    numbers."""
+    values = list(values)
+    p = _powers(values)
+    if p is None:
+        return ",".join(f"{v:g}" for v in values)
+    base, exps = p
+    if exps == [0]:
+        return "1"
+    steps = {b - a for a, b in zip(exps, exps[1:])}
+    if len(values) > 1 and len(steps) == 1 and min(steps) > 0:
+        step = steps.pop()
+        return f"{base}^{exps[0]}:{base}^{exps[-1]}" + (f":{step}" if step != 1 else "")
+    return ",".join(f"{base}^{e}" for e in exps)
+
+
+def edge_extension(grid, value, side):
+    """(the values that extend ``grid`` past its ``side`` edge, where the chosen ``value`` sits, by
+    EXTEND_STEPS of its steps, the edge value included, and the factor they span): powers keep
+    their base and step, other grids the ratio between the edge value and its neighbour."""
+    grid = sorted(grid)
+    p = _powers(grid)
+    n = EXTEND_STEPS
+    if p is not None:
+        base, exps = p
+        step = min(b - a for a, b in zip(exps, exps[1:]))
+        e = exps[0] if side == "smallest" else exps[-1]
+        ks = range(e - n * step, e + 1, step) if side == "smallest" else range(e, e + n * step + 1, step)
+        return [float(base) ** k for k in ks], float(base) ** (n * step)
+    ratio = grid[1] / grid[0] if side == "smallest" else grid[-1] / grid[-2]
+    ks = range(-n, 1) if side == "smallest" else range(0, n + 1)
+    return [value * ratio ** k for k in ks], ratio ** n
+
+
 def report_grid_edges(summary, Cs, gammas, c_name="C"):
     """Put ``at_grid_edge`` (and ``grid_edge``, e.g. ["C smallest"]) into ``summary`` and log a
-    warning when the chosen point is at the edge of its grid."""
+    warning when the chosen point is at the edge of its grid, naming which way to extend it and by
+    how much, as values the parameter takes (e.g. "use gamma=2^-13:2^-9:2")."""
     edges = grid_edges(Cs, gammas, summary[c_name], summary.get("gamma"), c_name)
     summary["at_grid_edge"] = bool(edges)
     summary["grid_edge"] = [f"{name} {side}" for name, side in edges]
+    grids = {c_name: [v for v in Cs if v is not None], "gamma": [g for g in gammas if g is not None]}
     for name, side in edges:
         value = summary[name]
-        log.warning("the chosen %s=%g is the %s value of its grid: the best %s may lie beyond it; extend the grid "
-                    "past %g", name, value, side, name, value)
+        more, factor = edge_extension(grids[name], value, side)
+        way = "downwards" if side == "smallest" else "upwards"
+        log.warning("the chosen %s=%s is the %s value of its grid (%s): the best %s may lie %s it; extend the grid "
+                    "%s by %d steps (a factor %s), e.g. use %s=%s", name, values_text([value]), side,
+                    values_text(sorted(grids[name])), name, "below" if side == "smallest" else "above", way,
+                    EXTEND_STEPS, f"{factor:g}", _PARAM_OF.get(name, name), values_text(more))
     return summary

@@ -99,6 +99,19 @@ def pair_cost_table(kind, levels):
     return lam
 
 
+def kernel_value_variance(ds, normalize, *, block_bytes, executor=None):
+    """Var X of every value of ``ds``'s rows as a kernel sees them (after ``normalize``), for
+    gamma='scale' (:func:`streamrank.features.kernels.default_gamma`): one streamed pass, the
+    normaliser's statistics pass (Welford's moments per column, combined by the law of total
+    variance: :func:`streamrank.features.normalize.value_variance`)."""
+    from streamrank.features.normalize import Normalizer
+    normalizer = Normalizer(normalize)
+    stream = partitioned_stream(ds, executor, block_bytes=block_bytes)
+    if normalizer.kind == "zscore":  # the fit's moments give the z-scored rows' variance
+        return normalizer.fit(stream, ds.n_features, executor=executor).value_variance()
+    return normalizer.value_variance(stream, executor=executor)
+
+
 def gamma_path(gamma):
     """The gamma values of a path: [None] (the kernel's default) or the given ones, each > 0."""
     if gamma is None:

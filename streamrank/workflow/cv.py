@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from streamrank.errors import InputError
-from streamrank.execution.progress import bar
 from streamrank.io.atomic import check_no_input_inside, check_not_input, reading, write_atomically
-from streamrank.workflow.grid import (APPLIES, configurations, evaluate_model, per_query, run_grid,
-                                      run_outputs as grid_outputs)
+from streamrank.workflow.grid import (APPLIES, WorkBar, configuration_points, configuration_work, configurations,
+                                      evaluate_model, per_query, run_grid, run_outputs as grid_outputs)
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import csv_text, markdown_table, point_text, text_table
 
@@ -122,7 +121,9 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
     from streamrank.state.model import load
     continued = open_run(run_dir, "cv", record_settings)
     results = []
-    outer = bar(len(fold_list) * len(methods), "cv", "grid")
+    works = fold_works(fold_list, methods, axes, open_data)
+    outer = WorkBar([w for fold in works.values() for w, _ in fold.values()],
+                    sum(p for fold in works.values() for _, p in fold.values()), "cv")
     for name, paths in fold_list:
         with open_data(paths["train"]) as ds, open_data(paths["vali"]) as vali, open_data(paths["test"]) as test:
             for method in methods:
@@ -137,7 +138,7 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
                     # the axes given that apply to this method
                     m_axes = method_axes(axes, method)
                     grid = run_grid(ds, vali, out, axes=m_axes, settings=settings, select_metric=select_metric,
-                                    executor=executor, neutral=neutral, command=command)
+                                    executor=executor, neutral=neutral, command=command, progress=outer)
                     rep = evaluate_model(load(out / "model.h5"), test, settings.get("memory_budget", "2GB"))
                     done = {"format": CV_FORMAT + "-test", "version": CV_VERSION, "fold": name, "method": method,
                             "chosen": grid["chosen"], "grid_seconds": grid["seconds"],
@@ -146,8 +147,9 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
                             "per_query": per_query(rep)}
                     write_json(out / "test.json", done)
                     done = read_json(out / "test.json")
+                else:
+                    outer(works[name][method][0])
                 results.append(done)
-                outer.update()
     outer.close()
     record = {"format": CV_FORMAT, "version": CV_VERSION, "command": command, "folds_dir": str(folds_dir),
               "settings": dict(record_settings, settings=settings), "results": results,
@@ -157,6 +159,42 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
     write_atomically(run_dir / "cv.md", "\n".join(markdown_table(record["table"], cols)) + "\n")
     write_atomically(run_dir / "cv.csv", csv_text(record["table"], cols))
     return read_json(run_dir / "cv.json")
+
+
+def fold_works(fold_list, methods, axes, open_data):
+    """{fold: {method: (expected work, grid points)}} of every fold's grids
+    (:func:`streamrank.workflow.grid.configuration_work`, from each training set's rows and
+    features), for cv's bar over all of them."""
+    out = {}
+    for name, paths in fold_list:
+        with open_data(paths["train"]) as ds:
+            rows, d = int(ds.n_rows), int(ds.n_features)
+        out[name] = {}
+        for method in methods:
+            cfgs = configurations(method_axes(axes, method))
+            out[name][method] = (sum(configuration_work(c, rows, d) for c in cfgs),
+                                 sum(configuration_points(c) for c in cfgs))
+    return out
+
+
+def summary(record, run_dir=None):
+    """cv's result as one JSON object (``cv --json``): every fold's row of the table under
+    ``rows``, the mean and the standard deviation over folds (ddof = 1; None with one fold) per
+    method under ``mean`` and ``std``, the settings that made them and where the run is."""
+    metrics = [k for k, _ in METRICS]
+    out = {"command": "cv", "folds_dir": record["folds_dir"], "methods": record["settings"]["methods"],
+           "folds": record["settings"]["folds"], "select_metric": record["settings"]["select_metric"],
+           "convention": "letor4", "metrics": metrics,
+           "rows": [r for r in record["table"] if r["fold"] not in ("mean", "std")], "mean": {}, "std": {}}
+    for method in out["methods"]:
+        for kind in ("mean", "std"):
+            row = next((r for r in record["table"] if r["method"] == method and r["fold"] == kind), None)
+            out[kind][method] = None if row is None else {k: row[k] for k in metrics}
+    out["seconds"] = record["seconds"]
+    out["continued"] = record["continued"]
+    if run_dir is not None:
+        out["run_dir"] = str(run_dir)
+    return out
 
 
 def table_rows(results, methods):

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from streamrank.errors import ParameterError
 from streamrank.execution.progress import bar
+from streamrank.training.path import values_text
 from streamrank.io.atomic import check_no_input_inside, check_not_input, reading, write_atomically, written
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import csv_text
@@ -39,24 +40,67 @@ APPLIES = {"C": ("primal", "nystroem", "rff", "exact"), "gamma": KERNEL_METHODS,
            "eta": ("primal", "nystroem", "rff", "exact")}
 
 # The default grids (docs/methods.md, "Default grids"): those behind the README's MQ2008 table
-# (tools/bench_kernel_approx.py --mq2008-table, tools/bench_papers.py --clsr), chosen wide enough
-# that no MQ2008 fold chose an edge of them.
+# (tools/bench_kernel_approx.py --mq2008-table, tools/bench_papers.py --clsr). A kernel method's
+# gamma grid is not fixed: it follows the data (DEFAULT_GAMMA_OFFSETS).
 DEFAULT_GRIDS = {
     "primal": {"C": [2.0 ** k for k in range(-16, 5, 2)]},
-    "nystroem": {"components": [500, 2000], "gamma": [2.0 ** k for k in range(-9, -2, 2)],
-                 "C": [2.0 ** k for k in range(-12, 3, 2)]},
-    "rff": {"components": [500, 2000], "gamma": [2.0 ** k for k in range(-9, -2, 2)],
-            "C": [2.0 ** k for k in range(-12, 3, 2)]},
-    "exact": {"gamma": [2.0 ** k for k in range(-9, -4, 2)], "C": [2.0 ** k for k in range(-8, 3, 2)]},
-    "clsr": {"components": [2000], "gamma": [2.0 ** k for k in range(-7, 0, 2)],
-             "lam": [10.0 ** k for k in range(-12, -2)]},
+    "nystroem": {"components": [500, 2000], "C": [2.0 ** k for k in range(-12, 3, 2)]},
+    "rff": {"components": [500, 2000], "C": [2.0 ** k for k in range(-12, 3, 2)]},
+    "exact": {"C": [2.0 ** k for k in range(-8, 3, 2)]},
+    "clsr": {"components": [2000], "lam": [10.0 ** k for k in range(-12, -2)]},
 }
 
+# A kernel method's default gamma grid is anchor * 2^k for k in these offsets, where the anchor is
+# scikit-learn's gamma='scale' = 1 / (d Var X) of the training rows as the kernel sees them (after
+# --normalize; Var X over all their values) rounded to a power of two, so that the grid is written
+# in --gamma's 2^k grammar and a grid edge can be extended in it. Var X makes gamma ||x - y||^2 of
+# order one whatever the features' units (raw LETOR features reach 1e4: 2^-9 was then near
+# zero). The offsets keep the grids tuned on MQ2008, whose anchor is 2^-2 on every fold
+# (normalize none: Var X = 0.103..0.108 over 46 columns, gamma='scale' = 2^-2.25..2^-2.31, 3.7
+# octaves above the old grids' centre 2^-6): nystroem and rff 2^-9:2^-3:2, exact 2^-9:2^-5:2 and
+# clsr 2^-7:2^-1:2 there, as before, so MQ2008's chosen values stay where they were.
+DEFAULT_GAMMA_OFFSETS = {"nystroem": (-7, -5, -3, -1), "rff": (-7, -5, -3, -1), "exact": (-7, -5, -3),
+                         "clsr": (-5, -3, -1, 1)}
 
-def configurations(axes):
+
+def gamma_anchor(gamma_scale):
+    """The power of two nearest to ``gamma_scale`` in log2 (halves round up): 2^round(log2 g)."""
+    import math
+    return 2.0 ** math.floor(math.log2(gamma_scale) + 0.5)
+
+
+def default_gamma_grid(method, anchor):
+    """The default gamma grid of ``method`` on data whose gamma anchor is ``anchor``."""
+    return [anchor * 2.0 ** k for k in DEFAULT_GAMMA_OFFSETS[method]]
+
+
+def data_gamma_scale(ds, settings, executor=None):
+    """The facts of the default gamma grids on training data ``ds``: Var X of its rows after
+    ``settings['normalize']`` (over the columns of ``settings['features']``), gamma='scale' =
+    1 / (d Var X) and its anchor; one streamed pass in blocks of the exact path's raw share of
+    the budget (memory_plan.raw_block_bytes). Constant data (Var X = 0) falls back to 1 / d."""
+    from streamrank.features.kernels import default_gamma
+    from streamrank.training.memory_plan import raw_block_bytes
+    from streamrank.training.problem import kernel_value_variance, with_features
+    from streamrank.units import parse_size
+    data, _, _, _ = with_features(ds, None, settings.get("features"))
+    normalize = settings.get("normalize") or "none"
+    var = kernel_value_variance(data, normalize, executor=executor,
+                                block_bytes=raw_block_bytes(parse_size(settings.get("memory_budget") or "2GB")))
+    d = data.n_features
+    g = default_gamma(d, var)
+    out = {"normalize": normalize, "n_features": int(d), "value_var": var, "gamma_scale": g, "anchor": gamma_anchor(g)}
+    if not var > 0:
+        out["fallback"] = "every feature value is the same (Var X = 0): gamma='scale' is undefined; 1 / n_features"
+    return out
+
+
+def configurations(axes, anchor=None):
     """The configurations of ``axes`` (name -> list or None), in grid order: dicts of method, loss,
     components, eta and the inner lists C, gamma, lam (None where an axis does not apply), each
-    with a ``label`` naming its folder. Unset axes take the method's default grid."""
+    with a ``label`` naming its folder. Unset axes take the method's default grid; an unset gamma
+    of a kernel method is marked ``gamma_default`` and is the data's grid around ``anchor``
+    (:func:`default_gamma_grid`; None before the data are read: gamma None then)."""
     methods = list(axes.get("method") or ["primal"])
     for m in methods:
         if m not in METHODS:
@@ -84,6 +128,9 @@ def configurations(axes):
                 for name, fallback in (("C", [1.0]), ("gamma", [None]), ("lam", [1e-3])):  # the path's own axes
                     v = values(name, fallback)
                     cfg[name] = None if v == [None] else v
+                if m in KERNEL_METHODS and axes.get("gamma") is None:
+                    cfg["gamma"] = None if anchor is None else default_gamma_grid(m, anchor)
+                    cfg["gamma_default"] = True
                 cfg["label"] = _label(cfg, len(out))
                 out.append(cfg)
     return out
@@ -145,6 +192,8 @@ def train_configuration(ds, valid, cfg, settings, *, select_metric, checkpoint=N
     from streamrank.training.exact import train_exact
     from streamrank.training.linear import train_linear
     m = cfg["method"]
+    if cfg.get("gamma_default") and cfg["gamma"] is None:
+        raise AssertionError(f"{cfg['label']}: the default gamma grid needs the data's anchor (configurations(axes, anchor))")
     kw = dict(settings, valid=valid, select_metric=select_metric, checkpoint=checkpoint, resume=resume,
               executor=executor, method=m, loss=cfg["loss"], eta=cfg["eta"], gamma=cfg["gamma"])
     if cfg["components"] is not None:
@@ -158,21 +207,76 @@ def train_configuration(ds, valid, cfg, settings, *, select_metric, checkpoint=N
 
 
 def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", executor=None, command=None,
-             neutral=("memory_budget", "cache_dir", "cache_size", "map_cache")):
+             neutral=("memory_budget", "cache_dir", "cache_size", "map_cache"), progress=None):
     """Run the grid of ``axes`` on open datasets ``ds`` (training) and ``valid`` into ``run_dir``;
     return the grid record (also written to ``run_dir/grid.json``; the chosen model is
     ``run_dir/model.h5``). ``settings``: the trainers' other keyword arguments (tol, normalize,
     kernel, memory_budget, ...), the same for every configuration. A rerun with the same
-    arguments (those in ``neutral``, which change no result, may differ) continues a killed run."""
+    arguments (those in ``neutral``, which change no result, may differ) continues a killed run.
+    ``progress(work)``: told the work done (:func:`configuration_work`) as it is done, in place of
+    the grid's own bar (cv's bar over every fold)."""
     if valid is None:
         raise ParameterError("a grid chooses on validation data; use valid=DATA")
     with reading(*_dataset_inputs((ds, "training data"), (valid, "validation data"))):
         check_run_outputs(run_dir, axes)
         return _run_grid(ds, valid, Path(run_dir), axes=axes, settings=settings, select_metric=select_metric,
-                         executor=executor, command=command, neutral=neutral)
+                         executor=executor, command=command, neutral=neutral, progress=progress)
 
 
-def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, command, neutral):
+# Expected work of a configuration, for progress: each (gamma, C) point of a TRON path costs about
+# PASSES_PER_POINT passes over the training rows, a pass rows x width (primal: the d features; a
+# kernel map: its m columns and the d it maps from; exact: a row of Q, one value per training row).
+# CLSRRank's pass per gamma accumulates rows x m^2 / 2 (its m x m system), its lambdas cost no
+# pass. Only the ratios matter (a bar's ETA): they put a primal grid beside a Nystroem one.
+PASSES_PER_POINT = 50
+
+
+def configuration_work(cfg, n_rows, n_features):
+    """The expected work of configuration ``cfg`` on ``n_rows`` training rows of ``n_features``
+    (arbitrary units, see PASSES_PER_POINT)."""
+    m = cfg["method"]
+    gammas = len(DEFAULT_GAMMA_OFFSETS[m]) if cfg.get("gamma_default") else len(cfg["gamma"] or [None])
+    if m == "clsr":
+        comp = cfg["components"] or n_rows
+        return gammas * n_rows * comp * comp / 2.0
+    width = {"primal": n_features, "exact": n_rows}.get(m, (cfg["components"] or 0) + n_features)
+    return gammas * len(cfg["C"] or [None]) * PASSES_PER_POINT * float(n_rows) * width
+
+
+def configuration_points(cfg):
+    """The (gamma, C) or (gamma, lambda) points of ``cfg``."""
+    gammas = len(DEFAULT_GAMMA_OFFSETS[cfg["method"]]) if cfg.get("gamma_default") else len(cfg["gamma"] or [None])
+    return gammas * len(cfg["C"] or cfg["lam"] or [None])
+
+
+class WorkBar:
+    """A bar over grid points weighted by their expected work (:func:`configuration_work`): its
+    total is the number of points, each configuration's share of it its share of the work, so the
+    rate and the ETA count what is left, not how many configurations are (a Nystroem grid of 64
+    points beside a primal one of 11). Uses only a bar's total, update and close."""
+
+    def __init__(self, works, points, desc):
+        total_work = float(sum(works))
+        self.points = int(points)
+        self.scale = self.points / total_work if total_work > 0 else 0.0
+        self.bar = bar(self.points, desc, "point")
+        self.done, self.shown = 0.0, 0
+
+    def __call__(self, work):
+        self.done += work
+        n = min(self.points, int(self.done * self.scale + 1e-9))
+        if n > self.shown:
+            self.bar.update(n - self.shown)
+            self.shown = n
+
+    def close(self):
+        if self.shown < self.points:
+            self.bar.update(self.points - self.shown)
+        self.bar.close()
+
+
+def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, command, neutral, progress):
+    from streamrank.training.path import on_points
     t0 = time.perf_counter()
     configs = configurations(axes)
     record_settings = {"axes": {k: v for k, v in axes.items() if v is not None},
@@ -181,23 +285,42 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
     continued = open_run(run_dir, "grid", record_settings)
     if continued:
         log.info("grid: continuing the run in %s", run_dir)
+    scale = None
+    if any(c.get("gamma_default") for c in configs):
+        scale = data_gamma_scale(ds, settings, executor)
+        configs = configurations(axes, scale["anchor"])
+        for m in dict.fromkeys(c["method"] for c in configs if c.get("gamma_default")):
+            log.info("grid: %s's default gamma grid %s: gamma='scale' = 1 / (%d x Var X %.4g) = %.4g (normalize %s), "
+                     "rounded to %s", m, values_text(default_gamma_grid(m, scale["anchor"])), scale["n_features"],
+                     scale["value_var"], scale["gamma_scale"], scale["normalize"], values_text([scale["anchor"]]))
+        if "fallback" in scale:
+            log.warning("grid: %s", scale["fallback"])
+    works = [configuration_work(c, ds.n_rows, ds.n_features) for c in configs]
+    own = progress is None
+    if own:
+        progress = WorkBar(works, sum(configuration_points(c) for c in configs), "grid")
     results = []
-    outer = bar(len(configs), "grid", "configuration")
     for k, cfg in enumerate(configs):
-        outer.set_postfix_str(cfg["label"], refresh=False)
-        if k:
-            outer.update()
         folder = run_dir / "runs" / cfg["label"]
         done = read_json(folder / "result.json", kind=GRID_FORMAT + "-result")
         if done is not None and (folder / "model.h5").exists():
             log.info("grid: %s finished earlier (kept)", cfg["label"])
             results.append(done)
+            progress(works[k])
             continue
         log.info("grid: configuration %d of %d: %s", k + 1, len(configs), describe(cfg))
         folder.mkdir(parents=True, exist_ok=True)
         ck = folder / "checkpoint"
-        model, summary = train_configuration(ds, valid, cfg, settings, select_metric=select_metric,
-                                             checkpoint=ck, resume=ck.exists(), executor=executor)
+        told = [0.0]
+        per_point = works[k] / max(configuration_points(cfg), 1)
+
+        def point_done(per_point=per_point, told=told):
+            told[0] += per_point
+            progress(per_point)
+        with on_points(point_done):
+            model, summary = train_configuration(ds, valid, cfg, settings, select_metric=select_metric,
+                                                 checkpoint=ck, resume=ck.exists(), executor=executor)
+        progress(max(0.0, works[k] - told[0]))  # points resumed from a checkpoint, CLSRRank's lambdas
         model.save(folder / "model.h5")
         res = {"format": GRID_FORMAT + "-result", "version": GRID_VERSION, "label": cfg["label"],
                "config": {k_: v for k_, v in cfg.items() if k_ != "label"}, "summary": summary}
@@ -205,8 +328,8 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
         check_no_input_inside(ck, "checkpoint directory")
         shutil.rmtree(ck, ignore_errors=True)
         results.append(read_json(folder / "result.json"))  # as a rerun would see it (JSON round trip)
-    outer.update()
-    outer.close()
+    if own:
+        progress.close()
     best = choose(results, select_metric)
     from streamrank.state.model import load
     chosen_model = run_dir / "runs" / results[best]["label"] / "model.h5"
@@ -216,7 +339,8 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
     record = {"format": GRID_FORMAT, "version": GRID_VERSION, "command": command, "select_metric": select_metric,
               "settings": dict(record_settings, settings=settings), "data": {"train": _data_info(ds), "valid": _data_info(valid)},
               "configs": results, "best": best, "chosen": chosen_point(results[best], select_metric),
-              "valid_per_query": per_query(rep), "seconds": time.perf_counter() - t0, "continued": continued}
+              "valid_per_query": per_query(rep), "seconds": time.perf_counter() - t0, "continued": continued,
+              **({"gamma_scale": scale} if scale is not None else {})}
     write_json(run_dir / "grid.json", record)
     rows = candidates_table(record)
     write_atomically(run_dir / "candidates.csv",
@@ -229,7 +353,8 @@ def evaluate_model(model, ds, memory_budget="2GB"):
     from streamrank.evaluation.metrics import evaluate
     from streamrank.training.problem import read_labels
     scores = model.predict_dataset(ds, memory_budget=memory_budget)
-    return evaluate(read_labels(ds), scores[ds.row], ds.query_ptr, convention="letor4", qid=ds.qid)
+    qid = ds.query_ids if hasattr(type(ds), "query_ids") else ds.qid  # one id per query
+    return evaluate(read_labels(ds), scores[ds.row], ds.query_ptr, convention="letor4", qid=qid)
 
 
 def per_query(rep):

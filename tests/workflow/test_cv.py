@@ -61,8 +61,17 @@ def test_methods_side_by_side_and_a_rerun_keeps_the_run(folds, tmp_path, capsys)
     assert "primal:" in out and "nystroem:" in out and "mean" in out and "std" in out
     csv = (tmp_path / "cv" / "cv.csv").read_bytes()
     assert main(argv + ["--json"]) == 0
-    table = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert {t["method"] for t in table} == {"primal", "nystroem"} and len(table) == 2 * (2 + 2)
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and out.count("\n") == 1  # one object on one line, the last of stdout
+    rec = json.loads(out)
+    assert isinstance(rec, dict) and rec["methods"] == ["primal", "nystroem"] and rec["folds"] == ["Fold1", "Fold2"]
+    assert {(r["method"], r["fold"]) for r in rec["rows"]} == {(m, f) for m in ("primal", "nystroem")
+                                                               for f in ("Fold1", "Fold2")}
+    for m in ("primal", "nystroem"):
+        vals = np.array([[r[k] for k in rec["metrics"]] for r in rec["rows"] if r["method"] == m])
+        assert np.allclose(list(rec["mean"][m].values()), vals.mean(0), rtol=0, atol=1e-15)
+        assert np.allclose(list(rec["std"][m].values()), vals.std(0, ddof=1), rtol=0, atol=1e-15)
+        assert list(rec["mean"][m]) == rec["metrics"] == [k for k, _ in METRICS]
     assert (tmp_path / "cv" / "cv.csv").read_bytes() == csv
     assert main(argv[:-2] + ["--normalize", "none"]) == 2
     assert "other settings" in capsys.readouterr().err
