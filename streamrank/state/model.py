@@ -107,7 +107,9 @@ class LinearModel:
         fix = (f"pass X[:, :{n}] if the others are not the model's, or retrain on all {d}" if d > n else
                f"pad X with zero columns to {n} if the missing features are 0 (SVMlight's rule for trailing "
                f"features), or retrain on {d}")
-        return InputError(f"{where} has {d} features, but the model is expecting {n} features as input; {fix}")
+        # scikit-learn's words (its estimator checks match "X has 1 features, but \w+ is expecting 4")
+        return InputError(f"{where} has {d} features, but {type(self).__name__} is expecting {n} features as input; "
+                          f"{fix}")
 
     def _pad(self, X, where="X", extra="error"):
         """``X`` as rows of the model's width. ``extra="error"`` (arrays): any other width is an

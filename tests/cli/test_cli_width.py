@@ -83,6 +83,6 @@ def test_text_of_another_width_follows_svmlight_and_says_so_once(model, tiny, tm
 def test_arrays_of_another_width_are_refused_as_scikit_learn_does(model, tiny, d):
     est = streamrank.load(model)
     X = np.zeros((4, d), np.float32)
-    with pytest.raises(ValueError, match=rf"^X has {d} features, but the model is expecting {D} features as input"):
+    with pytest.raises(ValueError, match=rf"^X has {d} features, but LinearModel is expecting {D} features as input"):
         est.predict(X)
     est.predict(np.zeros((4, D), np.float32))
