@@ -176,9 +176,10 @@ def _row_bytes(k, itemsize):
 def _refuse(name, what, need, budget, resident, fix_more=""):
     from streamrank.io.budget import STREAM_SLACK
     need_mb = -(-int(need) // 10**6)
-    if budget <= resident + STREAM_SLACK:  # below what the process holds before any row: the budget alone
-        raise ParameterError(f"{name}: memory_budget {format_size(budget)} is below the {format_size(resident + STREAM_SLACK)} "
-                             f"this process holds before reading a row; {what}. Use memory_budget={need_mb}MB{fix_more}")
+    base = resident + STREAM_SLACK
+    if budget <= base:  # below what the process holds before any row: the budget alone
+        raise ParameterError(f"{name}: memory_budget {format_size(budget)} is below the {format_size(base)} this "
+                             f"process holds before reading a row; {what}. Use memory_budget={need_mb}MB{fix_more}")
     raise ParameterError(
         f"{name}: {what}; with the {format_size(resident)} this process holds that is {format_size(need)}, more than "
         f"memory_budget {format_size(budget)}. Use memory_budget={need_mb}MB{fix_more}, fewer features (features=...), "

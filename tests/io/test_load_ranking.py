@@ -50,7 +50,8 @@ def test_a_dataset_reads_as_dataset_read_gives_it(files):
     assert X.dtype == y.dtype == np.float32
     assert np.array_equal(X, X0) and np.array_equal(y, y0)
     assert Xs.dtype == ys.dtype == np.float64
-    assert np.array_equal(Xs, X0[:, [2, 0, 19]].astype(np.float64)) and np.array_equal(ys, y0) and np.array_equal(qs, qid)
+    assert np.array_equal(Xs, X0[:, [2, 0, 19]].astype(np.float64))
+    assert np.array_equal(ys, y0) and np.array_equal(qs, qid)
     # the same subset spelled as the estimators' features take it
     assert np.array_equal(streamrank.load_ranking(files / "train.h5", features="3,1,20")[0], X0[:, [2, 0, 19]])
 
@@ -136,7 +137,8 @@ def test_fit_in_one_line_from_a_file(files):
 
 def test_refusals_name_the_file_and_the_fix(files, tmp_path):
     with pytest.raises(ParameterError, match=r"train.h5: memory_budget 1.0 MB is below the .* this process holds "
-                                             r"before reading a row; its 300 rows of 20 features .*Use memory_budget=\d+MB"):
+                                             r"before reading a row; its 300 rows of 20 features .*"
+                                             r"Use memory_budget=\d+MB"):
         streamrank.load_ranking(files / "train.h5", memory_budget="1MB")
     with pytest.raises(ParameterError, match=r"train.txt.gz: memory_budget 1.0 MB is below .* before reading a row; "
                                              r"parsing text takes .* at a time"):
@@ -190,7 +192,8 @@ def test_rows_beyond_the_budget_are_refused_and_the_budget_it_names_reads_them(l
 def test_per_query_and_per_row_names(files):
     with streamrank.open_dataset(files / "train.h5") as ds:
         with pytest.warns(DeprecationWarning, match=r"Dataset.qid is deprecated: it holds one id per query \(6 here\), "
-                                                    r"not one per row .* Dataset.query_ids .* streamrank.load_ranking"):
+                                                    r"not one per row .* Dataset.query_ids .* "
+                                                    r"streamrank.load_ranking"):
             old = ds.qid
         assert np.array_equal(old, ds.query_ids)
         with warnings.catch_warnings():
@@ -207,8 +210,9 @@ def test_a_per_query_qid_is_named_as_such_in_fit(files):
     n = len(y)
     with pytest.raises(ParameterError, match=rf"qid must give one query id per row of X \({n}\); got shape \(6,\): 6 "
                                              rf"distinct ids for {n} rows, one per query \(as Dataset.query_ids holds "
-                                             rf"them\), not one per row. Per row: np.repeat\(query_ids, query_sizes\).* "
-                                             rf"X, y, qid = streamrank.load_ranking\(path\)"):
+                                             rf"them\), not one per row. Per row: "
+                                             rf"np.repeat\(query_ids, query_sizes\).* X, y, qid = "
+                                             rf"streamrank.load_ranking\(path\)"):
         streamrank.RankSVM().fit(X, y, qid=ids)
     with pytest.raises(ParameterError, match=rf"7 values from 0 to {n} are the row offsets of 6 queries \(query_ptr\)"):
         streamrank.RankSVM().fit(X, y, ptr)
@@ -219,3 +223,20 @@ def test_a_per_query_qid_is_named_as_such_in_fit(files):
         streamrank.RankSVM().fit(X, y, qid=ids.astype(str))
     # the fix it names
     streamrank.RankSVM().fit(X, y, qid=np.repeat(ids, sizes))
+
+
+def test_mq2008_fold1_reads_as_scikit_learn_reads_it_and_fits_in_one_line(mq2008, tmp_path):
+    """The issue's case: MQ2008 Fold1's 9,630 training rows in 471 queries."""
+    from sklearn.datasets import load_svmlight_file
+    path = mq2008 / "Fold1" / "train.txt.gz"
+    X, y, qid = streamrank.load_ranking(path)
+    Xs, ys, qs = load_svmlight_file(str(path), query_id=True, dtype=np.float32, zero_based=False)
+    assert X.shape == (9630, 46) and np.unique(qid).size == 471
+    assert np.array_equal(X, Xs.toarray()) and np.array_equal(y, ys) and np.array_equal(qid, qs)
+    convert([path], tmp_path / "mq.h5", quiet=True)
+    with streamrank.open_dataset(tmp_path / "mq.h5") as ds:
+        with pytest.raises(ParameterError, match=r"qid must give one query id per row of X \(9630\); got shape "
+                                                 r"\(471,\): 471 distinct ids for 9630 rows, one per query"):
+            streamrank.RankSVM().fit(X, y, qid=ds.query_ids)
+        assert np.array_equal(ds.row_query_ids(), qid)  # its queries are contiguous in the text
+    streamrank.RankSVM(max_iter=3).fit(*streamrank.load_ranking(tmp_path / "mq.h5"))
