@@ -22,8 +22,9 @@ rounds: tool A, tool B, ..., then again; a peer not found is a row saying "not a
   floor), ``python -c "import streamrank"``, ``python -m streamrank --help``.
 * firstuse: a new venv (``python -m venv``, then ``pip install`` of this checkout, timed once; kept
   in --workdir and reused), then in every round, each run with an empty numba cache of its own
-  (``NUMBA_CACHE_DIR``): ``streamrank demo`` and ``streamrank train fold1.h5 --C 1`` (MQ2008 Fold1,
-  converted beforehand), as a user's first run after installing (numba compiles every kernel the
+  (``NUMBA_CACHE_DIR``): ``streamrank demo``, ``streamrank train fold1.h5 --C 1`` and ``streamrank
+  select-features fold1.h5 -k 10 --importance map --tradeoff 0.5`` (MQ2008 Fold1, converted
+  beforehand; ``--firstuse-commands`` picks some of demo, train, select), as a user's first run after installing (numba compiles every kernel the
   command needs; the first-use helper, ``streamrank/_native/warmup.py``, compiles half of them in
   a second process), the same with the helper off (``STREAMRANK_NO_WARMUP=1``), and a second run
   on the now warm cache.
@@ -1144,6 +1145,8 @@ def main():
     ap.add_argument("--svmrank", default=None, help=f"SVMrank's svm_rank_learn (default {DEFAULT_PEERS['svmrank']} "
                                                     "if present)")
     ap.add_argument("--repeats", type=int, default=3, help="rounds (default 3)")
+    ap.add_argument("--firstuse-commands", default="demo,train,select",
+                    help="firstuse: the commands timed, some of demo, train, select (default all three)")
     ap.add_argument("--only", default=",".join(DEFAULT_ONLY),
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default {','.join(DEFAULT_ONLY)})")
     ap.add_argument("--big-scale", type=float, default=BIG_SCALE,
@@ -1296,6 +1299,11 @@ def main():
                 runs.append(("streamrank train fold1.h5 --C 1", "train",
                              [vpy, "-m", "streamrank", "train", data["h5"], "--C", f"{C:g}", "-o",
                               models / "firstuse.h5", "--quiet"]))
+                runs.append(("streamrank select-features fold1.h5 -k 10 --importance map --tradeoff 0.5", "select",
+                             [vpy, "-m", "streamrank", "select-features", data["h5"], "-k", "10", "--importance",
+                              "map", "--tradeoff", "0.5", "-o", models / "firstuse-gas.h5", "--quiet"]))
+            chosen = {c.strip() for c in args.firstuse_commands.split(",")}
+            runs = [r for r in runs if r[1] in chosen]
             kinds = [("first run", {}), ("first run, helper off", {"STREAMRANK_NO_WARMUP": "1"}), ("warm", None)]
             res = {(key, kind): [] for _, key, _ in runs for kind, _ in kinds}
             for r in range(args.repeats):
