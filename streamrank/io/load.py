@@ -56,7 +56,8 @@ def load_ranking(data, *, features=None, dtype=np.float32, memory_budget=DEFAULT
     memory_budget : str or int, e.g. "2GB"
         Bound on the whole process's memory once the arrays are held (units as ``512MB``, ``4GiB``).
     query_file : path, optional
-        Text only: group sizes, one per line, for text without ``qid:`` (LightGBM's ``.query``).
+        Text only: group sizes, one per line, for text without ``qid:`` (LightGBM's ``.query``;
+        by default ``PATH.query`` beside such text, as the command line takes it).
     zero_based : bool
         Text only: feature indices start at 0.
     n_features : int, optional
@@ -226,7 +227,7 @@ def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
         n_features = params.check("n_features", n_features)
         _check_width(path, ids, n_features)
     cols = None if ids is None else ids - 1
-    qf = None if query_file is None else Path(os.fspath(query_file))
+    qf = _query_file_of(path, query_file)
     if qf is not None and not qf.exists():
         raise InputError(f"{qf}: no such file")
     chunk_bytes = text_chunk_bytes(path)
@@ -247,7 +248,10 @@ def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
             cum = np.cumsum(read_query_file(qf))
         src = TextChunks(path, chunk_bytes, line_ends=True)
         for buf, first_line, ends in src:
-            X, y, qid, _ = parser.parse(path, buf, first_line, qf is None, ends)
+            try:
+                X, y, qid, _ = parser.parse(path, buf, first_line, qf is None, ends)
+            except InputError as e:  # the converter's message, in this function's terms
+                raise InputError(str(e).replace("use query_files=F", "use query_file=F")) from None
             r = X.shape[0]
             if qf is not None:
                 rows = n + np.arange(r, dtype=np.int64)
@@ -295,6 +299,24 @@ def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
         qids.append(qc)
         a = b
     return X, y, _join_qids(qids)
+
+
+def _query_file_of(path, query_file):
+    """``query_file`` as given, else ``PATH.query`` beside text whose first data line has no
+    ``qid:`` (LightGBM's convention, as the command line takes it: the same rule as
+    ``evaluation.score_files.query_file_of``, a layer above this one), else None."""
+    if query_file is not None:
+        return Path(os.fspath(query_file))
+    sibling = Path(str(path) + ".query")
+    if not sibling.is_file():
+        return None
+    from streamrank.io.text_source import TextChunks
+    for buf, _ in TextChunks(path, chunk_bytes=1 << 16):
+        for line in bytes(buf).split(b"\n"):
+            tokens = line.split(b"#", 1)[0].split()
+            if tokens:
+                return None if len(tokens) > 1 and tokens[1].startswith(b"qid:") else sibling
+    return None
 
 
 def text_chunk_bytes(path):

@@ -122,6 +122,11 @@ def test_group_sizes_give_the_rows_their_queries(tmp_path):
     (tmp_path / "t.query").write_text("2\n3\n")
     X, y, qid = streamrank.load_ranking(tmp_path / "t.txt", query_file=tmp_path / "t.query")
     assert qid.tolist() == [0, 0, 1, 1, 1] and y.tolist() == [1, 0, 2, 0, 1] and X.shape == (5, 2)
+    (tmp_path / "t.txt.query").write_text("2\n3\n")  # beside it, LightGBM's way: taken by default
+    assert streamrank.load_ranking(tmp_path / "t.txt")[2].tolist() == [0, 0, 1, 1, 1]
+    (tmp_path / "t.txt.query").unlink()
+    with pytest.raises(InputError, match=r"t.txt:1: missing 'qid:' .*use query_file=F with the group sizes"):
+        streamrank.load_ranking(tmp_path / "t.txt")
     (tmp_path / "bad.query").write_text("2\n2\n")
     with pytest.raises(InputError, match=r"bad.query: the group sizes add up to 4 rows but .*t.txt has more"):
         streamrank.load_ranking(tmp_path / "t.txt", query_file=tmp_path / "bad.query")
