@@ -30,7 +30,8 @@ MIN_INTERVAL = 0.5
 # line per block
 PLAIN_INTERVAL = 30.0
 
-_state = {"on": False, "draw": None, "interval": PLAIN_INTERVAL, "shown": 0.0, "passes": 0, "last_line": 0.0,
+# "on": None outside any progress() (library calls), False inside progress(False) (--json, --quiet)
+_state = {"on": None, "draw": None, "interval": PLAIN_INTERVAL, "shown": 0.0, "passes": 0, "last_line": 0.0,
           "open": []}
 
 
@@ -77,17 +78,14 @@ def _redraws_in_place():
 def bar(total, desc, unit, delay=0.0, leave=True, *, own=False, unit_scale=None):
     """A progress bar of ``total`` (None: unknown) ``unit``: tqdm's where bars are drawn, a
     :class:`PlainBar` where they are not, a disabled one while progress is off. ``own``: a
-    library call's own bar (a conversion's), drawn on a terminal even outside :func:`progress`
-    (as before there was a switch), silent in a file then."""
+    library call's own bar (a conversion's), drawn on a terminal outside any :func:`progress`
+    (a library call), silent in a file then and inside ``progress(False)``."""
     unit_scale = unit in ("rows", "B") if unit_scale is None else unit_scale
-    on = _state["on"] or (own and _redraws_in_place())
-    if on and (drawing() or not _state["on"]):
+    if drawing() or (own and _state["on"] is None and _redraws_in_place()):
         from tqdm import tqdm
         return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit_scale, delay=delay, leave=leave,
                     file=sys.stderr, dynamic_ncols=True, mininterval=MIN_INTERVAL)
-    if on:
-        return PlainBar(total, desc, unit)
-    return PlainBar(total, desc, unit, silent=True)
+    return PlainBar(total, desc, unit, silent=not _state["on"])
 
 
 class PlainBar:

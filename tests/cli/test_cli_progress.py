@@ -99,3 +99,16 @@ def test_plain_lines_come_at_most_once_an_interval(capsys):
 @pytest.mark.parametrize("seconds, text", [(0, "0 s"), (59.4, "59 s"), (72, "1 min 12 s"), (7500, "2 h 5 min")])
 def test_durations_read_as_people_say_them(seconds, text):
     assert progress.duration(seconds) == text
+
+
+def test_a_terminal_gets_bars_unless_json_or_quiet(tiny, tmp_path, capfd, monkeypatch):
+    monkeypatch.setattr(progress, "_redraws_in_place", lambda: True)  # as if standard error were a terminal
+    assert main(["convert", str(tiny["test_txt"]), "-o", str(tmp_path / "t.h5")]) == 0
+    assert re.search(r"convert: +\d+%\|", capfd.readouterr().err)
+    for flag in ("--json", "--quiet"):
+        assert main(["convert", str(tiny["test_txt"]), "-o", str(tmp_path / "t.h5"), flag]) == 0
+        assert not BAR.search(capfd.readouterr().err), flag
+    # a library call outside the CLI keeps its conversion bar on a terminal
+    from streamrank.io.convert import convert
+    convert([tiny["test_txt"]], tmp_path / "u.h5")
+    assert re.search(r"convert: +\d+%\|", capfd.readouterr().err)
