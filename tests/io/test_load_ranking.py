@@ -13,8 +13,8 @@ import pytest
 import streamrank
 from streamrank.errors import InputError, ParameterError
 from streamrank.io.budget import STREAM_SLACK, resident_bytes
-from streamrank.io.convert import CONVERT_BYTES_PER_TEXT_BYTE, convert
-from streamrank.io.load import text_chunk_bytes
+from streamrank.io.convert import convert
+from streamrank.io.load import text_plan
 from streamrank.io.synthetic import write_hdf5, write_text
 
 
@@ -180,7 +180,7 @@ def test_rows_beyond_the_budget_are_refused_and_the_budget_it_names_reads_them(l
     resident = resident_bytes()
     # what the process holds, and half the arrays: refused (the text as soon as its rows pass it)
     if name.endswith(".txt"):  # and a chunk of text with its parse
-        resident += CONVERT_BYTES_PER_TEXT_BYTE * text_chunk_bytes(larger / name)
+        resident += text_plan(larger / name)[1]
     budget = resident + STREAM_SLACK + held // 2
     with pytest.raises(ParameterError, match=rf"{name}: its (first )?[\d,]+ rows (.* )?of 20 features take "
                                              rf".* more than memory_budget .* Use memory_budget=(\d+)MB") as err:
