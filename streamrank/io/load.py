@@ -82,6 +82,9 @@ def load_ranking(data, *, features=None, dtype=np.float32, memory_budget=DEFAULT
     if isinstance(data, Dataset):
         _text_only(data.name, query_file, zero_based, n_features)
         return _from_dataset(data, ids, dtype, budget)
+    if not isinstance(data, (str, os.PathLike)):
+        raise ParameterError(f"data must be a path (a dataset or LETOR/SVMlight text) or a Dataset; got "
+                             f"{type(data).__name__}. Use load_ranking(\"train.h5\")")
     path = Path(os.fspath(data))
     if not path.exists():
         raise InputError(f"{path}: no such file")

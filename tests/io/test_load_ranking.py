@@ -160,6 +160,8 @@ def test_refusals_name_the_file_and_the_fix(files, tmp_path):
         streamrank.load_ranking(files / "train.h5", dtype=np.int64)
     with pytest.raises(ParameterError, match=r"train.h5 is a dataset, .*query_file applies to LETOR/SVMlight text"):
         streamrank.load_ranking(files / "train.h5", query_file=files / "train.txt")
+    with pytest.raises(ParameterError, match=r"data must be a path .* or a Dataset; got ndarray"):
+        streamrank.load_ranking(np.zeros((3, 2)))
     with pytest.raises(InputError, match=r"nothing.h5: no such file"):
         streamrank.load_ranking(tmp_path / "nothing.h5")
 
