@@ -49,8 +49,9 @@ def load_ranking(data, *, features=None, dtype=np.float32, memory_budget=DEFAULT
         content): ``label qid:Q idx:value ... [# comment]``.
     features : None, "3,7,12", "@FILE" or a sequence of int
         Keep only these features, in this order: ids 1-based, as in the text (as ``RankSVM``'s
-        ``features`` and ``train --features`` take them). None: every feature.
-    dtype : numpy floating type
+        ``features`` and ``train --features`` take ids; a GAS file's ``gas.h5:K`` is theirs only).
+        None: every feature.
+    dtype : numpy.float32 or numpy.float64
         Of X and y; float32 by default, what the estimators keep (values are float32(float(token))
         either way, as a dataset stores them).
     memory_budget : str or int, e.g. "2GB"
@@ -103,8 +104,9 @@ def _float_dtype(dtype):
         dt = np.dtype(dtype)
     except TypeError:
         dt = None
-    if dt is None or dt.kind != "f":
-        raise ParameterError(f"dtype must be a floating-point type such as numpy.float32 or numpy.float64; got "
+    # float32 holds every value exactly (they are float32 as read); float16 would round them or overflow
+    if dt is None or dt not in (np.float32, np.float64):
+        raise ParameterError(f"dtype must be numpy.float32 or numpy.float64 (a value read is a float32); got "
                              f"{dtype!r}. Use dtype=numpy.float32")
     return dt
 

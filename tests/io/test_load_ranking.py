@@ -156,8 +156,10 @@ def test_refusals_name_the_file_and_the_fix(files, tmp_path):
         streamrank.load_ranking(files / "train.h5", features=[0, 1])
     with pytest.raises(ParameterError, match=r"load_ranking takes feature ids .*RankSVM\(features='gas.h5:5'\)"):
         streamrank.load_ranking(files / "train.h5", features="gas.h5:5")
-    with pytest.raises(ParameterError, match=r"dtype must be a floating-point type .*got <class 'numpy.int64'>"):
+    with pytest.raises(ParameterError, match=r"dtype must be numpy.float32 or numpy.float64 .*got <class 'numpy.int64'>"):
         streamrank.load_ranking(files / "train.h5", dtype=np.int64)
+    with pytest.raises(ParameterError, match=r"dtype must be numpy.float32 or numpy.float64 .*got 'float16'"):
+        streamrank.load_ranking(files / "train.h5", dtype="float16")
     with pytest.raises(ParameterError, match=r"train.h5 is a dataset, .*query_file applies to LETOR/SVMlight text"):
         streamrank.load_ranking(files / "train.h5", query_file=files / "train.txt")
     with pytest.raises(ParameterError, match=r"data must be a path .* or a Dataset; got ndarray"):
