@@ -73,6 +73,10 @@ Q_BLOCKS_IN_BUDGET = 64
 # kernel runs again (measured: 20 MB of libllvmlite back in the resident set between the drops of
 # io.budget.drop_idle_library_pages) and the allocator's and threads' own (io.budget.STREAM_SLACK)
 EXACT_SLACK = (24 << 20) + STREAM_SLACK
+# a share of the budget the exact path's in-memory tier of Q leaves unplanned: the allocator's
+# fragments and the passes' small temporaries, which grow with the run's scale (measured: generated
+# mq2007, 42,158 rows, 2,000 landmarks, peaked 5 MB above a 2 GB budget planned to the byte)
+EXACT_MARGIN = 0.01
 # float64 vectors of length l alive at once (TRON's w, g, s, r, d, Hd; the objective's z, dz,
 # gradient and trial copies; the pass's state arrays), with room to spare
 VECTORS_PER_ROW = 40
@@ -131,7 +135,8 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond + EXACT_SLACK
     fixed += 2 * (state_bytes_per_row(loss) - STATE_BYTES_PER_ROW) * l  # the band state of two points
     q_bytes = 4 * l * l
-    if resident + q_bytes + fixed + READ_BUFFERS * qblock <= budget:
+    margin = int(EXACT_MARGIN * budget)
+    if resident + q_bytes + fixed + READ_BUFFERS * qblock + margin <= budget:
         _log_exact(budget, resident, fixed, precond, qblock, q_bytes, q_bytes)
         return (qblock, q_bytes, threads) if with_threads else (qblock, q_bytes)  # all of Q in memory
     if threads > 1 and resident + fixed + READ_BUFFERS * qblock > budget:
@@ -161,7 +166,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
                              + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
                                 f"use precondition=off to drop them)" if precond and at_budget - precond <= budget else ""))
     fixed += resident
-    tier = max(0, budget - fixed - READ_BUFFERS * qblock)
+    tier = max(0, budget - fixed - READ_BUFFERS * qblock - margin)
     _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes)
     if threads == 1 and tile_threads() > 1:
         log.info("Q's tiles computed on one thread (two tiles of %s do not fit the budget beside the rest)",
