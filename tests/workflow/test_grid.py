@@ -109,7 +109,9 @@ def test_the_command(pair, tmp_path, capsys):
     assert main(["grid", ds.path, "--valid", valid.path, "-o", str(run), "--method", "primal,nystroem",
                  "--components", "30", "--gamma", "2^-4", "--C", "2^-2:2^2:2", "--normalize", "zscore",
                  "--json"]) == 0
-    chosen = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert chosen["label"] in ("00-primal", "01-nystroem-m30")
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and out.count("\n") == 1  # one object on one line, the last of stdout
+    chosen = json.loads(out)
+    assert isinstance(chosen, dict) and chosen["label"] in ("00-primal", "01-nystroem-m30")
     assert main(["grid", ds.path, "--valid", valid.path, "-o", str(tmp_path / "r2"), "--components", "30"]) == 2
     assert "pass --method nystroem" in capsys.readouterr().err
