@@ -47,7 +47,7 @@ def progress(on=True, *, draw=None, interval=None):
     ``draw``: True draws bars wherever standard error goes (``--progress``), False never, None
     (default) where it redraws a line in place (a terminal or a notebook); elsewhere plain lines,
     at most one every ``interval`` seconds (default :data:`PLAIN_INTERVAL`; tests pass 0)."""
-    before = dict(_state)
+    before, was_open = dict(_state), list(_state["open"])
     _state.update(on=bool(on), draw=draw, interval=PLAIN_INTERVAL if interval is None else float(interval),
                   last_line=time.monotonic())
     shown()
@@ -56,6 +56,7 @@ def progress(on=True, *, draw=None, interval=None):
     finally:
         for k in ("on", "draw", "interval", "last_line"):
             _state[k] = before[k]
+        _state["open"][:] = [b for b in _state["open"] if b in was_open]  # bars an error left open
 
 
 def drawing():

@@ -112,3 +112,12 @@ def test_a_terminal_gets_bars_unless_json_or_quiet(tiny, tmp_path, capfd, monkey
     from streamrank.io.convert import convert
     convert([tiny["test_txt"]], tmp_path / "u.h5")
     assert re.search(r"convert: +\d+%\|", capfd.readouterr().err)
+
+
+def test_bars_an_error_left_open_are_forgotten_with_their_context(capsys):
+    with pytest.raises(RuntimeError):
+        with progress.progress(True, draw=False, interval=0.0):
+            progress.bar(4, "grid", "point").update()  # never closed: the run failed
+            raise RuntimeError
+    assert progress._state["open"] == []
+    assert capsys.readouterr().err.startswith("progress: grid 1/4 points (25%)")
