@@ -1,4 +1,4 @@
-"""Numba kernel: Kendall's tau-b between the orders every pair of features induces on one query.
+"""Numba kernel: Kendall's tau-b between the orders every pair of features induces on each query.
 
 For features i and j over a query's l documents (Knight's O(l log l) algorithm, per pair):
 
@@ -9,9 +9,15 @@ For features i and j over a query's l documents (Knight's O(l log l) algorithm, 
 with n3 the pairs tied in both and n_swaps the strict inversions of j's ranks once the documents
 are sorted by (rank in i, rank in j). tau-b is undefined (NaN) when either feature is constant on
 the query (or l < 2). This is ``scipy.stats.kendalltau``'s default variant, the twin the tests use.
+Every count is an integer, so a pair's tau-b does not depend on the rows' order.
 
-Cost per query: O(d l log l) to rank the features, then O(l log l) per pair of features; the pairs
-run in parallel, each writing its own cell, so the result does not depend on the thread count.
+Cost: O(d l log l) per query to rank the features (once per query), then O(l log l) per pair of
+features: a counting sort by the first feature's ranks of the rows already in the second's order,
+and a merge sort's inversion count. The kernel takes a block of queries, in chunks of about
+``chunk_rows`` rows: one parallel loop over the pairs per chunk (a parallel loop per query cost
+more in thread wake-ups than its work on short queries, on a busy machine most), each pair
+summing its tau-b over the chunk's queries in query order, so the sums do not depend on the
+chunks, the blocks or the thread count.
 """
 
 import numba
@@ -80,70 +86,132 @@ def _inversions(a, tmp):
 
 
 @numba.njit(cache=True, nogil=True)
-def _ranks(X):
-    """(dense ranks (d, l), tied pairs per feature (d,)) of the columns of X. Serial: O(d l log l)
-    beside the pairs' O(d^2 l log l / 2), and a parallel loop here doubled this kernel's compile
-    (1.4 s of a first run's 4 s for query_tau_b_rows)."""
-    l, d = X.shape
-    ranks = np.empty((d, l), np.int64)
-    ties = np.zeros(d, np.int64)
-    for f in range(d):
+def _chunk_ranks(X, qp, q0, q1, ranks, order, ties):
+    """For the queries q0:q1 (rows qp[q]:qp[q + 1] of X, stored from column 0 on): each feature's
+    dense ranks in ``ranks[f]``, the rows in increasing rank in ``order[f]`` (both int32, query by
+    query at the query's offset in the chunk), and its tied pairs per query in ``ties[q - q0, f]``."""
+    d = X.shape[1]
+    base = qp[q0]
+    col = np.empty(qp[q1] - base)
+    for q in range(q0, q1):
+        a = qp[q] - base
+        l = qp[q + 1] - qp[q]
         if l == 0:
             continue
-        col = np.empty(l)
-        for p in range(l):
-            col[p] = X[p, f]
-        order = np.argsort(col, kind="mergesort")
-        ties[f] = _dense_ranks(col, order, ranks[f])
-    return ranks, ties
+        for f in range(d):
+            c = col[:l]
+            for p in range(l):
+                c[p] = X[base + a + p, f]
+            o = np.argsort(c, kind="mergesort")
+            r = 0
+            run = 1
+            t = 0
+            ranks[f, a + o[0]] = 0
+            order[f, a] = o[0]
+            for p in range(1, l):
+                if c[o[p]] != c[o[p - 1]]:
+                    r += 1
+                    t += run * (run - 1) // 2
+                    run = 1
+                else:
+                    run += 1
+                ranks[f, a + o[p]] = r
+                order[f, a + p] = o[p]
+            ties[q - q0, f] = t + run * (run - 1) // 2
 
 
 @numba.njit(cache=True, nogil=True)
-def _pair_tau(ranks, ties, i, j, l):
-    """tau-b of features i and j (NaN when undefined): Knight's algorithm (module docstring)."""
+def _pair_tau_sorted(ri, rj, oj, ti, tj, l, count, seq, tmp):
+    """tau-b of two features on one query (NaN when undefined; Knight's algorithm, module
+    docstring) from their dense ranks ``ri``, ``rj``, the rows in increasing ``rj`` (``oj``) and
+    their tied pairs: a stable counting sort of ``oj`` by ``ri`` orders the rows by (ri, rj), so
+    no comparison sort runs per pair. ``count``, ``seq``, ``tmp``: scratch of at least l + 1, l, l."""
     n0 = l * (l - 1) // 2
-    if l < 2 or ties[i] == n0 or ties[j] == n0:
+    if l < 2 or ti == n0 or tj == n0:
         return np.nan
-    if i == j:
-        return 1.0
-    keys = np.empty(l, np.int64)
+    for v in range(l + 1):
+        count[v] = 0
     for p in range(l):
-        keys[p] = ranks[i, p] * l + ranks[j, p]
-    perm = np.argsort(keys, kind="mergesort")
-    seq = np.empty(l, np.int64)
+        count[ri[p] + 1] += 1
+    for v in range(l):
+        count[v + 1] += count[v]
+    for p in range(l):  # rows in increasing rj; placed by ri, stably
+        row = oj[p]
+        seq[count[ri[row]]] = row
+        count[ri[row]] += 1
     n3 = 0
     run = 1
-    for p in range(l):
-        seq[p] = ranks[j, perm[p]]
-        if p > 0:
-            if keys[perm[p]] == keys[perm[p - 1]]:
-                run += 1
-            else:
-                n3 += run * (run - 1) // 2
-                run = 1
+    for p in range(1, l):
+        if ri[seq[p]] == ri[seq[p - 1]] and rj[seq[p]] == rj[seq[p - 1]]:
+            run += 1
+        else:
+            n3 += run * (run - 1) // 2
+            run = 1
     n3 += run * (run - 1) // 2
-    swaps = _inversions(seq, np.empty(l, np.int64))
-    num = float(n0 - ties[i] - ties[j] + n3 - 2 * swaps)
-    return num / np.sqrt(float(n0 - ties[i]) * float(n0 - ties[j]))
+    for p in range(l):
+        seq[p] = rj[seq[p]]
+    swaps = _inversions(seq[:l], tmp)
+    num = float(n0 - ti - tj + n3 - 2 * swaps)
+    return num / np.sqrt(float(n0 - ti) * float(n0 - tj))
+
+
+@numba.njit(cache=True, nogil=True)
+def _pair_over_chunk(k, d, i0, i1, qp, q0, q1, ranks, order, ties, biggest, tau_sum, count):
+    """Pair k = (i0 + k // d, k % d) of :func:`block_tau_b_rows` over the chunk's queries q0:q1, in
+    query order (a function of its own: the parallel loop's body stays small, and so does its
+    compile)."""
+    a = k // d
+    j = k % d
+    i = i0 + a
+    if i0 <= j < i1 and j < i:
+        return  # added from (j, i)
+    cnt = np.empty(biggest + 1, np.int32)
+    seq = np.empty(biggest, np.int32)
+    tmp = np.empty(biggest, np.int32)
+    base = qp[q0]
+    for q in range(q0, q1):
+        s = qp[q] - base
+        l = qp[q + 1] - qp[q]
+        if l < 2:
+            continue
+        if i == j:  # 1 wherever defined (not constant on the query)
+            t = 1.0 if ties[q - q0, i] != l * (l - 1) // 2 else np.nan
+        else:
+            t = _pair_tau_sorted(ranks[i, s:s + l], ranks[j, s:s + l], order[j, s:s + l], ties[q - q0, i],
+                                 ties[q - q0, j], l, cnt, seq, tmp)
+        if t == t:  # defined
+            tau_sum[a, j] += t
+            count[a, j] += 1
+            if i0 <= j < i1 and j != i:
+                tau_sum[j - i0, i] += t
+                count[j - i0, i] += 1
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def query_tau_b_rows(X, i0, i1, out):
-    """Rows i0:i1 of the tau-b matrix of X's columns into ``out`` (i1 - i0 x d): the pairs (i, j)
-    with i0 <= i < i1 and every j, each computed once (the block's own square from its upper
-    triangle, mirrored)."""
-    l, d = X.shape
-    ranks, ties = _ranks(X)
+def block_tau_b_rows(X, qp, i0, i1, chunk_rows, tau_sum, count):
+    """Add, query by query in query order, tau-b of every pair (i, j) with i0 <= i < i1 and every j
+    over the block's queries (rows qp[q]:qp[q + 1] of X) into ``tau_sum[i - i0, j]`` and 1 into
+    ``count[i - i0, j]`` where it is defined. The queries go in chunks of about ``chunk_rows`` rows
+    (a query longer than that is a chunk of its own): the chunk's ranks are computed once, then
+    the pairs run in parallel, each over the chunk's queries in order, so every cell's sum takes
+    its terms in query order whatever the chunks, the blocks or the threads. Within the block's own
+    square each pair is computed once and added to both of its cells."""
+    d = X.shape[1]
+    nq = qp.shape[0] - 1
     r = i1 - i0
-    n_pairs = r * d
-    for k in prange(n_pairs):
-        a = k // d
-        j = k % d
-        i = i0 + a
-        if i0 <= j < i1 and j < i:
-            continue  # mirrored below from (j, i)
-        out[a, j] = _pair_tau(ranks, ties, i, j, l)
-    for a in range(r):
-        i = i0 + a
-        for j in range(i0, i):
-            out[a, j] = out[j - i0, i]
+    biggest = 0
+    for q in range(nq):
+        biggest = max(biggest, qp[q + 1] - qp[q])
+    width = max(chunk_rows, biggest)
+    ranks = np.empty((d, width), np.int32)
+    order = np.empty((d, width), np.int32)
+    q0 = 0
+    while q0 < nq:
+        q1 = q0 + 1
+        while q1 < nq and qp[q1 + 1] - qp[q0] <= width:
+            q1 += 1
+        ties = np.empty((q1 - q0, d), np.int64)
+        _chunk_ranks(X, qp, q0, q1, ranks, order, ties)
+        for k in prange(r * d):
+            _pair_over_chunk(k, d, i0, i1, qp, q0, q1, ranks, order, ties, biggest, tau_sum, count)
+        q0 = q1

@@ -57,7 +57,7 @@ import numpy as np
 
 from streamrank._native import linalg as la
 from streamrank._native import feature_measures as fm
-from streamrank._native.kendall import query_tau_b_rows
+from streamrank._native.kendall import block_tau_b_rows
 from streamrank.errors import FormatError, InputError, ParameterError
 from streamrank.evaluation.metrics import MAX_GAIN_LABEL, _log_table, _pairwise_in_parts
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
@@ -372,17 +372,10 @@ class _GasPass(Pass):
                                  f"evaluates labels up to {MAX_GAIN_LABEL}); use importance=map or pairwise, which "
                                  f"read only the labels' order")
             fm.block_measures(X, y, qp, self.cut or 1, _KERNEL_KIND[self.kind], self.signed, self.log_table, c["imp"])
-        tau = np.empty((self.i1 - self.i0, self.d))
-        for q in range(len(qp) - 1):
-            a, b = int(qp[q]), int(qp[q + 1])
-            if b == a:
-                continue
-            query_tau_b_rows(X[a:b], self.i0, self.i1, tau)
-            ok = ~np.isnan(tau)
-            c["tau"][ok] += tau[ok]
-            c["count"] += ok
-            c["queries"] += 1
-            c["rows"] += b - a
+        block_tau_b_rows(X, qp, self.i0, self.i1, TAU_CHUNK_ROWS, c["tau"], c["count"])  # in query order
+        sizes = np.diff(qp)
+        c["queries"] += int(np.count_nonzero(sizes))
+        c["rows"] += int(sizes.sum())
         self.reached(c, block.q_stop)
         now = time.perf_counter()
         if now - self.shown >= PROGRESS_SECONDS:  # long passes say how far they are
@@ -427,10 +420,18 @@ def pair_rows(d, budget, resident):
 GAS_BYTES_PER_BLOCK_BYTE = 2.25
 
 
+# rows of the queries whose features the tau-b kernel ranks at once (one parallel loop over the
+# pairs per chunk of queries); a longer query is a chunk of its own
+TAU_CHUNK_ROWS = 1024
+
+
 def query_work_bytes(rows, d):
-    """Bytes of one query's tau-b work: kendall._ranks' int64 dense ranks of every feature (8 l d),
-    and per thread a float64 column, its order, a key and a merge buffer (32 l; 8 threads)."""
-    return 8 * rows * d + 256 * rows
+    """Bytes of the tau-b kernel's work beside a block whose largest query has ``rows`` rows:
+    int32 dense ranks and orders of every feature over a chunk of max(rows, TAU_CHUNK_ROWS) rows
+    (8 bytes a row and feature), a float64 column and its sort order (16 a row), and per thread
+    three int32 scratch arrays of the largest query (12 a row; 8 threads)."""
+    w = max(rows, TAU_CHUNK_ROWS)
+    return 8 * w * d + 16 * w + 96 * rows
 
 
 def gas_plan(ds, budget, resident, queries=None):

@@ -133,22 +133,22 @@ def test_greedy_details():
 
 
 @contextlib.contextmanager
-def killed_at_query(monkeypatch, n):
-    """GAS's tau-b kernel raises KeyboardInterrupt (as Ctrl-C would) at its n-th query, then is restored."""
+def killed_at_block(monkeypatch, n):
+    """GAS's tau-b kernel raises KeyboardInterrupt (as Ctrl-C would) at its n-th block, then is restored."""
     import streamrank.selection.gas as gas
-    real, calls = gas.query_tau_b_rows, [0]
+    real, calls = gas.block_tau_b_rows, [0]
 
-    def dying(X, i0, i1, out):
+    def dying(*args):
         calls[0] += 1
         if calls[0] == n:
             raise KeyboardInterrupt
-        return real(X, i0, i1, out)
+        return real(*args)
 
-    monkeypatch.setattr(gas, "query_tau_b_rows", dying)
+    monkeypatch.setattr(gas, "block_tau_b_rows", dying)
     try:
         yield
     finally:
-        monkeypatch.setattr(gas, "query_tau_b_rows", real)
+        monkeypatch.setattr(gas, "block_tau_b_rows", real)
 
 
 def generated(tmp_path, n_queries=30, seed=0):
@@ -261,7 +261,7 @@ def test_a_killed_pass_resumes_from_its_checkpoint_to_the_same_result(tmp_path, 
     p = generated(tmp_path, n_queries=40)
     with streamrank.open_dataset(p) as ds:
         whole = gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=4000)
-        with killed_at_query(monkeypatch, 25), pytest.raises(KeyboardInterrupt):
+        with killed_at_block(monkeypatch, 3), pytest.raises(KeyboardInterrupt):
             gas_scores(ds, importance="ndcg@10", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
                        commit_seconds=0)
         assert (tmp_path / "ck" / "checkpoint.h5").exists()
@@ -318,7 +318,7 @@ def test_blocks_of_rows_killed_and_resumed(tmp_path, monkeypatch):
     p = generated(tmp_path, n_queries=40)
     with streamrank.open_dataset(p) as ds:
         whole = gas_scores(ds, importance="map", signed=True, block_bytes=4000)
-        with killed_at_query(monkeypatch, 70), pytest.raises(KeyboardInterrupt):
+        with killed_at_block(monkeypatch, 7), pytest.raises(KeyboardInterrupt):
             gas_scores(ds, importance="map", signed=True, block_bytes=4000, checkpoint=tmp_path / "ck",
                        commit_seconds=0, rows_per_pass=2)
         # resumed as a user would: the checkpoint keeps its blocks of rows, whatever the budget says now
@@ -334,7 +334,7 @@ def test_blocks_of_rows_killed_and_resumed(tmp_path, monkeypatch):
 def test_a_blocked_resume_without_its_rows_is_refused(tmp_path, monkeypatch):
     p = generated(tmp_path, n_queries=40)
     with streamrank.open_dataset(p) as ds:
-        with killed_at_query(monkeypatch, 70), pytest.raises(KeyboardInterrupt):
+        with killed_at_block(monkeypatch, 7), pytest.raises(KeyboardInterrupt):
             gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", commit_seconds=0, rows_per_pass=2)
         (tmp_path / "ck" / "similarity.h5").unlink()
         with pytest.raises(FormatError, match="finished blocks .* are gone"):
@@ -346,10 +346,43 @@ def test_a_blocked_resume_over_damaged_rows_is_refused(tmp_path, monkeypatch):
     import h5py
     p = generated(tmp_path, n_queries=40)
     with streamrank.open_dataset(p) as ds:
-        with killed_at_query(monkeypatch, 70), pytest.raises(KeyboardInterrupt):
+        with killed_at_block(monkeypatch, 7), pytest.raises(KeyboardInterrupt):
             gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", commit_seconds=0, rows_per_pass=2)
         with h5py.File(tmp_path / "ck" / "similarity.h5", "r+") as f:
             assert f.attrs["format"] == "streamrank-gas-similarity" and f.attrs["version"] == 1
             f["similarity"][0, 1] += 1e-9
         with pytest.raises(FormatError, match="rows 0..1 differ from those the checkpoint"):
             gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", resume=True)
+
+
+def test_tau_kernel_chunks_and_blocks_of_rows_change_no_bit():
+    """kendall.block_tau_b_rows: the sums over queries in chunks of 1, 7 or all rows, and over the
+    matrix's rows in blocks of 2, equal each other bit for bit and scipy's tau-b per query (ties,
+    a constant column, queries of 0, 1 and 2 rows)."""
+    from streamrank._native.kendall import block_tau_b_rows
+    rng = np.random.default_rng(8)
+    sizes = np.array([5, 0, 1, 2, 9, 3, 12, 4])
+    qp = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    X = np.round(rng.standard_normal((qp[-1], 5)) * 1.5).astype(np.float32)
+    X[:, 3] = 2.0
+    d = X.shape[1]
+    want_sum, want_count = np.zeros((d, d)), np.zeros((d, d), np.int64)
+    for a, b in zip(qp[:-1], qp[1:]):
+        for i in range(d):
+            for j in range(d):
+                t = kendalltau(X[a:b, i], X[a:b, j]).statistic if b - a >= 2 else np.nan
+                if not np.isnan(t):
+                    want_sum[i, j] += t
+                    want_count[i, j] += 1
+    got = []
+    for chunk in (1, 7, 10_000):
+        for rows in ((0, d), (0, 2), (2, 4), (4, 5)):
+            s, c = np.zeros((rows[1] - rows[0], d)), np.zeros((rows[1] - rows[0], d), np.int64)
+            block_tau_b_rows(X, qp, rows[0], rows[1], chunk, s, c)
+            got.append((chunk, rows, s, c))
+    whole = {chunk: s for chunk, rows, s, c in got if rows == (0, d)}
+    for chunk, (i0, i1), s, c in got:
+        assert np.array_equal(s, whole[10_000][i0:i1]), (chunk, i0)
+        np.testing.assert_array_equal(c, want_count[i0:i1])
+        np.testing.assert_allclose(s, want_sum[i0:i1], rtol=1e-12, atol=1e-15)
+    assert np.all(want_count[3] == 0)
