@@ -40,7 +40,7 @@ def test_metrics(model, path):
         t = time.perf_counter()
         sc = model.predict_dataset(tds)
         seconds = time.perf_counter() - t
-        rep = evaluate(read_labels(tds), sc[tds.row], tds.query_ptr, convention="letor4", qid=tds.qid)
+        rep = evaluate(read_labels(tds), sc[tds.row], tds.query_ptr, convention="letor4", qid=tds.query_ids)
     return seconds, {k: float(v) for k, v in rep.means.items()}
 
 

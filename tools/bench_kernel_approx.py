@@ -658,7 +658,7 @@ def section_table(args):
 
     def test_row(fold, model, tds, extra):
         scores = model.predict_dataset(tds)   # input row order
-        rep = evaluate(read_labels(tds), scores[tds.row], tds.query_ptr, convention="letor4", qid=tds.qid)
+        rep = evaluate(read_labels(tds), scores[tds.row], tds.query_ptr, convention="letor4", qid=tds.query_ids)
         return dict({"fold": f"Fold{fold}"}, **{k: rep.means[n] for k, n in keys}, **extra)
 
     for k in folds:

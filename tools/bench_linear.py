@@ -423,7 +423,7 @@ def section_table(args):
             dt = time.perf_counter() - t
             scores = model.predict_dataset(tds)          # input row order
             y = read_labels(tds)
-            rep = evaluate(y, scores[tds.row], tds.query_ptr, convention="letor4", qid=tds.qid)
+            rep = evaluate(y, scores[tds.row], tds.query_ptr, convention="letor4", qid=tds.query_ids)
         m = rep.means
         best = next(c for c in s["candidates"] if c["C"] == s["C"])
         rows.append({"fold": f"Fold{k}", "C": fmt_c(s["C"]), "valid": best["valid_meanndcg"], "n1": m["NDCG@1"],

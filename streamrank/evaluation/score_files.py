@@ -130,7 +130,7 @@ def evaluate_file(data, scores_path, *, convention="letor4", cache_dir=None, que
         y = np.empty(ds.n_rows, np.float32)
         ds.y.read_direct(y)
         row = ds.row
-        qid = ds.qid
+        qid = ds.query_ids
         ptr = ds.query_ptr
     s = read_scores(scores_path, len(y))
     # the dataset groups rows by query; row[i] is row i's line position in the input text

@@ -27,7 +27,7 @@ def write(path, text, mode="plain"):
 def load(path):
     with streamrank.open_dataset(path) as ds:
         X, y = ds.read(0, ds.n_rows)
-        return {"X": X, "y": y, "qid": list(ds.qid), "query_ptr": ds.query_ptr, "row": ds.row,
+        return {"X": X, "y": y, "qid": list(ds.query_ids), "query_ptr": ds.query_ptr, "row": ds.row,
                 "comment": ds.comments(), "fingerprint": ds.fingerprint, "n_features": ds.n_features}
 
 
@@ -290,5 +290,5 @@ def test_query_ids_do_not_depend_on_the_chunk_size(tmp_path, chunk):
     (tmp_path / "a.txt").write_text("\n".join(lines) + "\n")
     convert([tmp_path / "a.txt"], tmp_path / "o.h5", quiet=True, text_chunk_bytes=chunk)
     with streamrank.open_dataset(tmp_path / "o.h5") as ds:
-        assert list(ds.qid) == ["007", "abc", "12", "+12"]
+        assert list(ds.query_ids) == ["007", "abc", "12", "+12"]
         assert np.diff(ds.query_ptr).tolist() == [301, 300, 1, 1]

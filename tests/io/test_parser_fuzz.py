@@ -121,7 +121,7 @@ def test_converter_agrees_with_the_grammar(tmp_path_factory, data):
         Wx[:, :X.shape[1]] = X
         np.testing.assert_array_equal(Wx.view(np.uint32), W.view(np.uint32))
         np.testing.assert_array_equal(ds.query_ptr, want["query_ptr"])
-        assert _ids(ds.qid) == _ids(want["qid"])
+        assert _ids(ds.query_ids) == _ids(want["qid"])
         np.testing.assert_array_equal(ds.row, want["row"])
         assert ds.comments() == [c.decode("utf-8", "replace") for c in want["comment"]]
 

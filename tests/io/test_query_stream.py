@@ -150,7 +150,7 @@ def test_released_v1_file_still_loads(caplog):
         assert not ds.verified and "carries no checksums" in caplog.text
         assert (ds.n_rows, ds.n_queries, ds.n_features) == (6, 3, 4)
         X, y = ds.read(0, ds.n_rows)
-        assert list(ds.qid) == [7, 3, 9] and ds.row.tolist() == [0, 2, 5, 1, 3, 4]
+        assert list(ds.query_ids) == [7, 3, 9] and ds.row.tolist() == [0, 2, 5, 1, 3, 4]
         assert y.tolist() == [2, 1, 0, 0.5, 0, 1]
         assert X[4, 0] == 150 and ds.comments()[0] == "docid = a"
         assert ds.fingerprint == "07d05c83141ba027fe3eeecfb09e05ffcbec9cfa4943a56959b5391ca2cb0722"
@@ -165,6 +165,6 @@ def test_released_v2_file_loads_verified_with_the_content_of_v1(caplog):
         assert v2.fingerprint == v1.fingerprint
         for a, b in zip(v2.read(0, v2.n_rows), v1.read(0, v1.n_rows)):
             np.testing.assert_array_equal(a, b)
-        assert v2.row.tolist() == v1.row.tolist() and list(v2.qid) == list(v1.qid)
+        assert v2.row.tolist() == v1.row.tolist() and list(v2.query_ids) == list(v1.query_ids)
         assert v2.comments() == v1.comments()
     assert "dataset_v2.h5" not in caplog.text

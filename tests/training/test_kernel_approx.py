@@ -88,7 +88,7 @@ def test_saved_model_predicts_identically_and_matches_the_mapped_oracle(parts, t
     model.save(tmp_path / "m.h5")
     back = streamrank.load(tmp_path / "m.h5")
     X, y = ds.read(0, ds.n_rows)
-    assert np.array_equal(back.predict(X, ds.qid.repeat(np.diff(ds.query_ptr))), model.decision_function(X))
+    assert np.array_equal(back.predict(X, ds.row_query_ids()), model.decision_function(X))
     assert back.model_.method == method and back.coef_.shape == (model.fmap.n_components_,)
     # the objective is the linear RankSVM's on the mapped rows (float32 features, as trained)
     Phi = model.fmap.transform(model.normalizer.transform(X), dtype=np.float32).astype(np.float64)

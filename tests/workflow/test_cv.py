@@ -38,7 +38,7 @@ def test_each_fold_is_a_grid_on_train_chosen_on_vali_and_evaluated_on_test(folds
         with open_dataset(f / "train.h5") as ds, open_dataset(f / "vali.h5") as va, open_dataset(f / "test.h5") as te:
             model, s = train_linear(ds, valid=va, C=CS, **SETTINGS)
             scores = model.predict_dataset(te)
-            rep = evaluate(read_labels(te), scores[te.row], te.query_ptr, convention="letor4", qid=te.qid)
+            rep = evaluate(read_labels(te), scores[te.row], te.query_ptr, convention="letor4", qid=te.query_ids)
         assert r["chosen"]["C"] == s["C"]
         assert r["means"] == {k: rep.means[k] for k, _ in METRICS}
         assert len(r["per_query"]["ndcg@10"]) == te.n_queries
