@@ -77,7 +77,7 @@ def test_estimator_conventions():
     est = streamrank.RankSVM(C=-1)  # __init__ stores, fit validates
     assert est.get_params()["C"] == -1
     X, y, qid = arrays()
-    with pytest.raises(ParameterError, match=r"C must be a finite number > 0; got -1. Use C=0.5"):
+    with pytest.raises(ParameterError, match=r"C must be a finite number > 0; got -1. Use C=1$"):
         est.fit(X, y, qid)
     with pytest.raises(ParameterError, match="not fitted"):
         est.predict(X)
