@@ -417,6 +417,11 @@ class Report:
         """Queries in the P/MAP/NDCG averages."""
         return self.n_queries if self.convention == "letor4" else int(self.has_relevant.sum())
 
+    @property
+    def query_ids(self):
+        """One id per query (``qid``, by the name the rest of the API uses)."""
+        return self.qid
+
     def to_dict(self, per_query=False):
         """JSON-ready dict (NaN becomes None).
 
@@ -553,7 +558,7 @@ def _ordered_mean(values, order, mask=None):
     return total / count if count else float("nan")
 
 
-def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=None):
+def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), query_ids=None, qid=None):
     """Evaluate scores against labels, per query and averaged.
 
     Parameters
@@ -569,8 +574,11 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=
         See the module docstring.
     ks : iterable of int
         Cut-offs for P@k and NDCG@k (positive).
+    query_ids : array_like, shape (n_queries,), optional
+        One id per query (``Dataset.query_ids``), used for display order and labelling (integers,
+        strings or bytes). Not one per row: the rows of a query are given by ``query_ptr``.
     qid : array_like, shape (n_queries,), optional
-        Query ids, used for display order and labelling (integers, strings or bytes).
+        The former name of ``query_ids``.
 
     Returns
     -------
@@ -605,12 +613,18 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), qid=
         q = int(np.flatnonzero(sizes <= 0)[0])
         raise InputError(f"query {q} (query_ptr[{q}] = {ptr[q]}) has no rows; "
                          "query_ptr must be strictly increasing")
+    if qid is not None and query_ids is not None:
+        raise ParameterError("give query_ids (one id per query) or its former name qid, not both")
+    qid = query_ids if query_ids is not None else qid
     if qid is None:
         qid = np.arange(n_q, dtype=np.int64)
     else:
         qid = np.asarray(qid)
         if qid.shape != (n_q,):
-            raise ParameterError(f"qid has shape {qid.shape}, expected ({n_q},): one id per query")
+            per_row = qid.shape == (y.size,) and y.size != n_q
+            raise ParameterError(f"query_ids has shape {qid.shape}, expected ({n_q},): one id per query"
+                                 + (" (this looks like one id per row: use its value at each query's first "
+                                    "row, ids[query_ptr[:-1]])" if per_row else ""))
     if np.isnan(s).any():
         r = int(np.flatnonzero(np.isnan(s))[0])
         raise InputError(f"score of row {r} is NaN: a NaN score cannot be ranked")
