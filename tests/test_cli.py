@@ -77,7 +77,7 @@ def test_library_messages_are_printed_in_the_cli_terms(tmp_path, capsys):
     from locations import DATA as data
     assert main(["train", str(data / "dataset_v1.h5"), "-o", str(tmp_path / "m.h5"), "--C", "1", "--tol", "-1"]) == 2
     err = capsys.readouterr().err
-    assert "tol must be a finite number > 0; got -1.0. Pass --tol 1e-3" in err
+    assert "tol must be a finite number > 0; got -1.0. Pass --tol 1" in err  # the sign slip mended (params.suggest)
     assert translate("start again with resume=False; another directory (checkpoint=DIR)") == (
         "start again without --resume; another directory (--checkpoint DIR)")
     assert translate("C=0.01: tron eps=0.001; kernel=poly with coef0=-1") == "C=0.01: tron eps=0.001; kernel=poly with coef0=-1"
@@ -212,8 +212,8 @@ def test_predict_to_standard_output(tmp_path, capfd):
 
 
 def test_a_usage_error_is_one_line_naming_the_flag(capsys):
-    """argparse's synopsis (24 lines for train) is not printed: one line, as every refusal."""
+    """argparse's synopsis (24 lines for train) is not printed: the error's one line, ending where help is (as git's hint)."""
     assert main(["train", "x.h5", "-o", "m.h5", "--C", "inf"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("streamrank train: error: argument --C: C must be finite")
-    assert "streamrank train --help lists every option" in err
+    assert err.startswith("streamrank train: error: argument --C: C must be finite")
+    assert err.endswith("; try 'streamrank train --help'\n") and err.count("\n") == 1

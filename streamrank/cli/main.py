@@ -20,9 +20,9 @@ _WARM_LISTS = {"demo": "demo", "convert": "convert", "train": "train", "grid": "
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse's parser whose usage errors are said as git says them: the one line of the error,
-    then where the options are listed (argparse printed the whole synopsis first, 24 lines for
-    train)."""
+    """argparse's parser whose usage errors are one line, as every other refusal is: the error, then
+    where the options are listed, as git's hint says it (argparse printed the whole synopsis first,
+    24 lines for train)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -31,7 +31,8 @@ class _Parser(argparse.ArgumentParser):
         self._negative_number_matcher = re.compile(r"^-(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message}\ntry '{self.prog} --help'\n")
+        # one line, as every other refusal (issue 30), ending where git's hint would be
+        self.exit(2, f"{self.prog}: error: {message}; try '{self.prog} --help'\n")
 
 
 def build_parser():

@@ -127,7 +127,7 @@ def _feature_ids(features):
         spec = os.fspath(features).strip()
         if ":" in spec and spec.rsplit(":", 1)[0].endswith((".h5", ".hdf5")):
             raise ParameterError(f"features {spec!r}: load_ranking takes feature ids (1-based), not a GAS file; "
-                                 f"list the ids, e.g. features=3,7,12 (streamrank select-features --json prints "
+                                 f"list the ids, e.g. features=3,7,12 (the selection's JSON lists "
                                  f"them), or train on the file: RankSVM(features={spec!r}).fit(path)")
         text = spec
         if spec.startswith("@"):

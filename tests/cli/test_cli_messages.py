@@ -53,8 +53,8 @@ def test_a_suggested_value_is_taken_by_the_same_check(name, value):
     (["--C", "nan"], "must be finite numbers > 0; got 'nan'", "--C nan"),
     (["--C", "-1"], "Pass --C 1 ", None),
     (["--C", "-1e-5"], "Pass --C 1e-05", None),
-    (["--max-iter", "-5"], "Pass --max-iter 5\n", None),
-    (["--max-iter", "0"], "Pass --max-iter 1000\n", None),
+    (["--max-iter", "-5"], "Pass --max-iter 5;", None),
+    (["--max-iter", "0"], "Pass --max-iter 1000;", None),
     (["--tol", "nan"], "got nan. Pass --tol 1e-3", "--tol nan"),
 ])
 def test_cli_suggestions_are_values_that_work(tmp_path, capsys, argv, said, not_said):
@@ -73,12 +73,13 @@ def test_cli_suggestions_are_values_that_work(tmp_path, capsys, argv, said, not_
     (["bogus"], "streamrank"),
 ])
 def test_a_usage_error_is_its_line_and_where_help_is(capsys, argv, command):
-    """As git: the error's one line, then ``try 'streamrank train --help'``; no synopsis."""
+    """One line, as every refusal (issue 30): the error, then git's hint ``try 'streamrank train
+    --help'``; no synopsis."""
     assert main(argv) == 2
     lines = capsys.readouterr().err.splitlines()
-    assert len(lines) == 2, lines
+    assert len(lines) == 1, lines
     assert lines[0].startswith(f"{command}: error: ")
-    assert lines[1] == f"try '{command} --help'"
+    assert lines[0].endswith(f"; try '{command} --help'")
 
 
 def test_translate_says_the_flag_that_switches_plots_off():

@@ -99,8 +99,9 @@ def test_fewer_features_are_padded_with_zeros(fitted, tmp_path, kind):
     X, y, qid = make_arrays(n_queries=4, d=3, seed=5)
     Xpad = np.zeros((X.shape[0], 5), np.float32)
     Xpad[:, :3] = X
-    assert np.array_equal(est.predict(X, qid), est.predict(Xpad, qid))
-    assert np.array_equal(est.model_.decision_function(X, query_ptr_of(qid)),
+    with pytest.raises(InputError, match="X has 3 features, but LinearModel is expecting 5 features as input"):
+        est.predict(X, qid)  # arrays: refused, as scikit-learn refuses them (issue 31)
+    assert np.array_equal(est.model_.decision_function(X, query_ptr_of(qid), extra="ignore"),
                           est.model_.decision_function(Xpad, query_ptr_of(qid)))
     # a dataset with fewer features too (streamed, input order)
     with DatasetWriter(tmp_path / "narrow.h5", n_features=3) as w:
@@ -111,7 +112,8 @@ def test_fewer_features_are_padded_with_zeros(fitted, tmp_path, kind):
 def test_integer_rows_are_padded_as_float(fitted):
     est = fitted["none"]
     X = np.array([[1, 2], [3, 4]])
-    assert np.array_equal(est.predict(X), est.predict(np.array([[1., 2, 0, 0, 0], [3, 4, 0, 0, 0]])))
+    assert np.array_equal(est.model_.decision_function(X, extra="ignore"),
+                          est.predict(np.array([[1., 2, 0, 0, 0], [3, 4, 0, 0, 0]])))
 
 
 def test_more_features_than_the_model_knows(fitted, tmp_path, capsys):
@@ -119,8 +121,8 @@ def test_more_features_than_the_model_knows(fitted, tmp_path, capsys):
     features are ignored with one warning line, as SVMrank's classifier does."""
     est = fitted["none"]
     X, y, qid = make_arrays(n_queries=3, d=6, seed=2)
-    with pytest.raises(InputError, match=r"X has 6 features but the model was trained on 5; pass X\[:, :5\] if the "
-                                         r"others are not the model's, or retrain on all 6"):
+    with pytest.raises(InputError, match=r"X has 6 features, but LinearModel is expecting 5 features as input; pass "
+                                         r"X\[:, :5\] if the others are not the model's, or retrain on all 6"):
         est.predict(X)
     with DatasetWriter(tmp_path / "wide.h5", n_features=6) as w:
         w.append(X, y, qid)
@@ -129,13 +131,18 @@ def test_more_features_than_the_model_knows(fitted, tmp_path, capsys):
     est.save(tmp_path / "m.h5")
     out = tmp_path / "scores.txt"
     capsys.readouterr()
-    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "wide.h5"), "-o", str(out)]) == 0
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "wide.h5"), "-o", str(out)]) == 2
+    assert "pass --ignore-extra-features" in capsys.readouterr().err  # HDF5 of another width: asked for (issue 31)
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "wide.h5"), "-o", str(out),
+                 "--ignore-extra-features"]) == 0
     err = capsys.readouterr().err
     assert err.count("wide.h5 has 6 features, the model 5: features 6 to 6 are not in the model and are ignored") == 1
     np.testing.assert_array_equal(np.loadtxt(out), want)
     with DatasetWriter(tmp_path / "narrow.h5", n_features=4) as w:
         w.append(X[:, :4], y, qid)
-    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "narrow.h5"), "-o", str(out)]) == 0
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "narrow.h5"), "-o", str(out)]) == 2
+    assert "pass --pad-features" in capsys.readouterr().err
+    assert main(["predict", str(tmp_path / "m.h5"), str(tmp_path / "narrow.h5"), "-o", str(out), "--pad-features"]) == 0
     assert "narrow.h5 has 4 features, the model 5: features 5 to 5 are read as 0" in capsys.readouterr().err
 
 
@@ -244,7 +251,9 @@ def test_released_v1_model_file_keeps_loading():
     # a row with 3 features is padded with 0 for feature 4 (raw 0, then normalised)
     x3 = np.array([[0.5, 0.25, 2.0]], np.float32)
     want3 = sum((float(v) - V1_MEAN[j]) / V1_SCALE[j] * V1_W[j] for j, v in enumerate([*x3[0], 0.0]))
-    np.testing.assert_allclose(est.predict(x3), [want3], rtol=1e-13)
+    np.testing.assert_allclose(m.decision_function(x3, extra="ignore"), [want3], rtol=1e-13)
+    with pytest.raises(InputError, match="X has 3 features, but LinearModel is expecting 4"):
+        est.predict(x3)  # arrays of another width: refused, as scikit-learn refuses them
 
 
 # -- streamrank predict: input text order ---------------------------------------------------------
@@ -278,9 +287,9 @@ def test_cli_predict_writes_scores_in_input_text_order(fitted, tmp_path, capsys,
     if kind == "query_minmax":
         for q in np.unique(qid):
             rows = np.flatnonzero(qid == q)
-            want[rows] = model.decision_function(Xt[rows], np.array([0, rows.size]))
+            want[rows] = model.decision_function(Xt[rows], np.array([0, rows.size]), extra="ignore")
     else:
-        want[:] = model.decision_function(Xt)
+        want[:] = model.decision_function(Xt, extra="ignore")  # text: SVMlight's rule, as predict reads it
     # %.17g round-trips float64 exactly
     assert np.array_equal(got, want)
     # and the dataset itself was regrouped (so the /row mapping was needed)
@@ -377,5 +386,5 @@ def test_model_v3_fixture_loads_and_reads_its_input_features():
     want = np.empty(7)
     _qprod.rows_dot(np.ascontiguousarray(X[:, [3, 0, 1]]), model.w, want)
     assert np.array_equal(model.decision_function(X), want)
-    with pytest.raises(InputError, match="reads 5-feature rows"):
+    with pytest.raises(InputError, match="X has 6 features, but LinearModel is expecting 5 features as input"):
         model.decision_function(np.zeros((2, 6), np.float32))
