@@ -14,15 +14,15 @@ Every count is an integer, so a pair's tau-b does not depend on the rows' order.
 Cost: O(d l log l) per query to rank the features (once per query), then O(l log l) per pair of
 features: a counting sort by the first feature's ranks of the rows already in the second's order,
 and a merge sort's inversion count. The kernel takes a block of queries, in chunks of about
-``chunk_rows`` rows: one parallel loop over the pairs per chunk (a parallel loop per query cost
-more in thread wake-ups than its work on short queries, on a busy machine most), each pair
-summing its tau-b over the chunk's queries in query order, so the sums do not depend on the
-chunks, the blocks or the thread count.
+``chunk_rows`` rows, and a range of pairs, each pair summing its tau-b over the queries in query
+order; the caller runs ranges in threads (:func:`pair_ranges`), so the sums do not depend on the
+chunks, the blocks or the thread count. (A numba parallel loop per query, before, woke the threads
+471 times a pass on MQ2008 Fold1, which cost more than its work on a busy machine; and its
+parallel compile took 2.2 of a first run's seconds.)
 """
 
 import numba
 import numpy as np
-from numba import prange
 from streamrank._native import numba_cache
 
 numba_cache.install()  # cached kernels load without numba's compiler registries
@@ -187,18 +187,18 @@ def _pair_over_chunk(k, d, i0, i1, qp, q0, q1, ranks, order, ties, biggest, tau_
                 count[j - i0, i] += 1
 
 
-@numba.njit(cache=True, nogil=True, parallel=True)
-def block_tau_b_rows(X, qp, i0, i1, chunk_rows, tau_sum, count):
-    """Add, query by query in query order, tau-b of every pair (i, j) with i0 <= i < i1 and every j
-    over the block's queries (rows qp[q]:qp[q + 1] of X) into ``tau_sum[i - i0, j]`` and 1 into
-    ``count[i - i0, j]`` where it is defined. The queries go in chunks of about ``chunk_rows`` rows
-    (a query longer than that is a chunk of its own): the chunk's ranks are computed once, then
-    the pairs run in parallel, each over the chunk's queries in order, so every cell's sum takes
-    its terms in query order whatever the chunks, the blocks or the threads. Within the block's own
-    square each pair is computed once and added to both of its cells."""
+@numba.njit(cache=True, nogil=True)
+def block_tau_b_pairs(X, qp, i0, i1, k0, k1, chunk_rows, tau_sum, count):
+    """Add, query by query in query order, tau-b of the pairs k0 <= k < k1, pair k = (i0 + k // d,
+    k % d), over the block's queries (rows qp[q]:qp[q + 1] of X) into ``tau_sum[k // d, k % d]`` and
+    1 into ``count[k // d, k % d]`` where it is defined. Within the block's own square (i0 <= j <
+    i1) each pair is computed once, by k with j >= i, and added to both of its cells, so every cell
+    has one writer: callers run disjoint ranges of k in threads at once (the kernel holds no GIL),
+    and every cell's sum takes its terms in query order whatever the ranges, the chunks or the
+    blocks. The queries go in chunks of about ``chunk_rows`` rows (a longer query is a chunk of its
+    own), the features ranked once per chunk."""
     d = X.shape[1]
     nq = qp.shape[0] - 1
-    r = i1 - i0
     biggest = 0
     for q in range(nq):
         biggest = max(biggest, qp[q + 1] - qp[q])
@@ -212,6 +212,23 @@ def block_tau_b_rows(X, qp, i0, i1, chunk_rows, tau_sum, count):
             q1 += 1
         ties = np.empty((q1 - q0, d), np.int64)
         _chunk_ranks(X, qp, q0, q1, ranks, order, ties)
-        for k in prange(r * d):
+        for k in range(k0, k1):
             _pair_over_chunk(k, d, i0, i1, qp, q0, q1, ranks, order, ties, biggest, tau_sum, count)
         q0 = q1
+
+
+def pair_ranges(r, d, parts):
+    """``parts`` ranges [k0, k1) of the pairs k < r d of :func:`block_tau_b_pairs` holding about as
+    many computed pairs each: row a of the block has d - a of them (a of its cells inside the
+    block's square come from their mirrors)."""
+    work = np.cumsum(d - np.arange(r, dtype=np.float64))  # computed pairs up to the end of each row
+    total = work[-1] if r else 0.0
+    bounds = [0]
+    for t in range(1, parts):
+        target = total * t / parts
+        a = int(np.searchsorted(work, target))  # the row where the share ends
+        before = work[a - 1] if a else 0.0
+        k = a * d + int(d * (target - before) / (d - a))  # within the row: its share of the row's length
+        bounds.append(min(max(k, bounds[-1]), r * d))
+    bounds.append(r * d)
+    return [(bounds[t], bounds[t + 1]) for t in range(parts) if bounds[t + 1] > bounds[t]]

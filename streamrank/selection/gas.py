@@ -57,7 +57,7 @@ import numpy as np
 
 from streamrank._native import linalg as la
 from streamrank._native import feature_measures as fm
-from streamrank._native.kendall import block_tau_b_rows
+from streamrank._native.kendall import block_tau_b_pairs, pair_ranges
 from streamrank.errors import FormatError, InputError, ParameterError
 from streamrank.evaluation.metrics import MAX_GAIN_LABEL, _log_table, _pairwise_in_parts
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
@@ -337,8 +337,9 @@ class _GasPass(Pass):
     local_only = ("commit",)  # checkpoints are the caller's files: on a cluster, written after each partition
 
     def __init__(self, d, kind, cut, signed, log_table, carry=None, commit=None, n_queries=0, rows=None,
-                 importance=True):
+                 importance=True, qmax=1):
         self.d, self.kind, self.cut, self.signed, self.log_table = d, kind, cut, signed, log_table
+        self.chunk_rows = tau_chunk_rows(d, qmax)  # as the memory plan counted it
         self.carry, self.commit, self.n_queries = carry, commit, n_queries
         self.i0, self.i1 = (0, d) if rows is None else rows  # the rows of the similarity matrix this pass sums
         self.importance = importance                         # the first pass also measures each feature
@@ -372,7 +373,7 @@ class _GasPass(Pass):
                                  f"evaluates labels up to {MAX_GAIN_LABEL}); use importance=map or pairwise, which "
                                  f"read only the labels' order")
             fm.block_measures(X, y, qp, self.cut or 1, _KERNEL_KIND[self.kind], self.signed, self.log_table, c["imp"])
-        block_tau_b_rows(X, qp, self.i0, self.i1, TAU_CHUNK_ROWS, c["tau"], c["count"])  # in query order
+        self.tau_b(X, qp, c["tau"], c["count"])  # into each cell in query order
         sizes = np.diff(qp)
         c["queries"] += int(np.count_nonzero(sizes))
         c["rows"] += int(sizes.sum())
@@ -384,9 +385,32 @@ class _GasPass(Pass):
                      c["queries"] / max(now - self.t0, 1e-9))
 
 
+    def tau_b(self, X, qp, tau_sum, count):
+        """Tau-b of the pass's pairs over a block's queries, added to the sums: the pairs in one
+        range per thread (numba's thread count), each run by the nogil kernel in a thread of its
+        own (kendall.block_tau_b_pairs; every cell has one writer)."""
+        ranges = pair_ranges(self.i1 - self.i0, self.d, _threads())
+        if len(ranges) <= 1:
+            for k0, k1 in ranges:
+                block_tau_b_pairs(X, qp, self.i0, self.i1, k0, k1, self.chunk_rows, tau_sum, count)
+            return
+        from concurrent.futures import ThreadPoolExecutor
+        with ThreadPoolExecutor(len(ranges), thread_name_prefix="streamrank-gas") as pool:
+            jobs = [pool.submit(block_tau_b_pairs, X, qp, self.i0, self.i1, k0, k1, self.chunk_rows, tau_sum, count)
+                    for k0, k1 in ranges]
+            for job in jobs:
+                job.result()
+
     def reached(self, c, q_stop):
         if self.commit is not None:
             self.commit(c, q_stop)
+
+
+def _threads():
+    """The threads GAS's tau-b runs in: numba's thread count (NUMBA_NUM_THREADS; streamrank's
+    settings configure it)."""
+    import numba
+    return max(1, int(numba.get_num_threads()))
 
 
 def _importance(c, kind, signed, d):
@@ -420,18 +444,24 @@ def pair_rows(d, budget, resident):
 GAS_BYTES_PER_BLOCK_BYTE = 2.25
 
 
-# rows of the queries whose features the tau-b kernel ranks at once (one parallel loop over the
-# pairs per chunk of queries); a longer query is a chunk of its own
-TAU_CHUNK_ROWS = 1024
+# the tau-b kernel ranks the features of a chunk of queries at once (int32 ranks and orders, 8 bytes a
+# row and feature, in each thread): about 2 of the largest queries, at most 1,024 rows and about
+# this many bytes a thread, at least the largest query
+TAU_CHUNK_BYTES = 4 << 20
+
+
+def tau_chunk_rows(d, qmax):
+    """Rows of the chunks of queries the tau-b kernel ranks at once (``qmax``: the largest query)."""
+    return int(max(qmax, 1, min(2 * qmax, 1024, TAU_CHUNK_BYTES // (8 * max(d, 1)))))
 
 
 def query_work_bytes(rows, d):
-    """Bytes of the tau-b kernel's work beside a block whose largest query has ``rows`` rows:
-    int32 dense ranks and orders of every feature over a chunk of max(rows, TAU_CHUNK_ROWS) rows
-    (8 bytes a row and feature), a float64 column and its sort order (16 a row), and per thread
-    three int32 scratch arrays of the largest query (12 a row; 8 threads)."""
-    w = max(rows, TAU_CHUNK_ROWS)
-    return 8 * w * d + 16 * w + 96 * rows
+    """Bytes of the tau-b kernel's work when the largest query has ``rows`` rows, in each of its
+    threads: int32 dense ranks and orders of every feature over a chunk of tau_chunk_rows(d, rows)
+    rows (8 bytes a row and feature), a float64 column and its sort order (16 a row), three int32
+    scratch arrays of the largest query (12 a row)."""
+    w = tau_chunk_rows(d, rows)
+    return _threads() * (8 * w * d + 16 * w + 12 * rows)
 
 
 def gas_plan(ds, budget, resident, queries=None):
@@ -585,7 +615,8 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
         save.last = time.perf_counter()
         stream = partitioned_stream(ds, executor, block_bytes=block_bytes, queries=(start_q, q1))
         c, _ = executor_or_local(executor).run(
-            _GasPass(d, kind, cut, signed, log_table, carry, save, q1 - q0, rows=(i0, i1), importance=done is None),
+            _GasPass(d, kind, cut, signed, log_table, carry, save, q1 - q0, rows=(i0, i1), importance=done is None,
+                     qmax=int(sizes.max(initial=1))),
             stream)
         if done is None:
             done = {"imp": c["imp"], "pairs": c["pairs"], "queries": c["queries"], "rows": c["rows"]}

@@ -134,21 +134,21 @@ def test_greedy_details():
 
 @contextlib.contextmanager
 def killed_at_block(monkeypatch, n):
-    """GAS's tau-b kernel raises KeyboardInterrupt (as Ctrl-C would) at its n-th block, then is restored."""
+    """GAS's tau-b raises KeyboardInterrupt (as Ctrl-C would) at its n-th block, then is restored."""
     import streamrank.selection.gas as gas
-    real, calls = gas.block_tau_b_rows, [0]
+    real, calls = gas._GasPass.tau_b, [0]
 
-    def dying(*args):
+    def dying(self, *args):
         calls[0] += 1
         if calls[0] == n:
             raise KeyboardInterrupt
-        return real(*args)
+        return real(self, *args)
 
-    monkeypatch.setattr(gas, "block_tau_b_rows", dying)
+    monkeypatch.setattr(gas._GasPass, "tau_b", dying)
     try:
         yield
     finally:
-        monkeypatch.setattr(gas, "block_tau_b_rows", real)
+        monkeypatch.setattr(gas._GasPass, "tau_b", real)
 
 
 def generated(tmp_path, n_queries=30, seed=0):
@@ -355,11 +355,11 @@ def test_a_blocked_resume_over_damaged_rows_is_refused(tmp_path, monkeypatch):
             gas_scores(ds, block_bytes=4000, checkpoint=tmp_path / "ck", resume=True)
 
 
-def test_tau_kernel_chunks_and_blocks_of_rows_change_no_bit():
-    """kendall.block_tau_b_rows: the sums over queries in chunks of 1, 7 or all rows, and over the
-    matrix's rows in blocks of 2, equal each other bit for bit and scipy's tau-b per query (ties,
-    a constant column, queries of 0, 1 and 2 rows)."""
-    from streamrank._native.kendall import block_tau_b_rows
+def test_tau_kernel_chunks_ranges_and_blocks_of_rows_change_no_bit():
+    """kendall.block_tau_b_pairs: the sums over queries in chunks of 1, 7 or all rows, over the
+    pairs in 1, 2 or 5 ranges (pair_ranges), and over the matrix's rows in blocks, equal each other
+    bit for bit and scipy's tau-b per query (ties, a constant column, queries of 0, 1 and 2 rows)."""
+    from streamrank._native.kendall import block_tau_b_pairs, pair_ranges
     rng = np.random.default_rng(8)
     sizes = np.array([5, 0, 1, 2, 9, 3, 12, 4])
     qp = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
@@ -376,13 +376,19 @@ def test_tau_kernel_chunks_and_blocks_of_rows_change_no_bit():
                     want_count[i, j] += 1
     got = []
     for chunk in (1, 7, 10_000):
-        for rows in ((0, d), (0, 2), (2, 4), (4, 5)):
-            s, c = np.zeros((rows[1] - rows[0], d)), np.zeros((rows[1] - rows[0], d), np.int64)
-            block_tau_b_rows(X, qp, rows[0], rows[1], chunk, s, c)
-            got.append((chunk, rows, s, c))
-    whole = {chunk: s for chunk, rows, s, c in got if rows == (0, d)}
-    for chunk, (i0, i1), s, c in got:
-        assert np.array_equal(s, whole[10_000][i0:i1]), (chunk, i0)
+        for parts in (1, 2, 5):
+            for rows in ((0, d), (0, 2), (2, 4), (4, 5)):
+                r = rows[1] - rows[0]
+                s, c = np.zeros((r, d)), np.zeros((r, d), np.int64)
+                ranges = pair_ranges(r, d, parts)
+                assert ranges[0][0] == 0 and ranges[-1][1] == r * d
+                assert all(a1 == b0 for (_, a1), (b0, _) in zip(ranges, ranges[1:]))
+                for k0, k1 in ranges:
+                    block_tau_b_pairs(X, qp, rows[0], rows[1], k0, k1, chunk, s, c)
+                got.append((rows, s, c))
+    whole = got[-1][1] if got[-1][0] == (0, d) else [g for g in got if g[0] == (0, d)][-1][1]
+    for (i0, i1), s, c in got:
+        assert np.array_equal(s, whole[i0:i1]), i0
         np.testing.assert_array_equal(c, want_count[i0:i1])
         np.testing.assert_allclose(s, want_sum[i0:i1], rtol=1e-12, atol=1e-15)
     assert np.all(want_count[3] == 0)
