@@ -107,6 +107,13 @@ _CV_HELP = (("several (with --valid) form a warm-started path", "several form a 
              "each fold's vali"), ("what --valid chooses by", "what each fold's vali chooses by"),
             ("chosen on --valid", "chosen on each fold's vali"),
             ("where text DATA is converted", "where the folds' text files are converted"))
+# grid chooses on its required --valid: "(with --valid)" read as if it were optional; its --valid
+# text is converted into --cache-dir as DATA is
+_GRID_HELP = (("several (with --valid) form a warm-started path", "several form a warm-started path, chosen on "
+               "--valid"), ("where text DATA is converted", "where text DATA and --valid are converted"))
+# both: a list of one or two losses
+_LOSS_HELP = ("one or both of squared_hinge (RankSVM) or smooth_hinge", "one or both of squared_hinge (RankSVM) and "
+              "smooth_hinge")
 # the default gamma grid follows the data (streamrank.workflow.grid.DEFAULT_GAMMA_OFFSETS)
 _GAMMA_DEFAULT = ("one map each (default the method's grid)", "one map each (default: the method's grid around "
                   "the data's gamma='scale' = 1/(d Var X) after --normalize, docs/methods.md)")
@@ -131,14 +138,14 @@ def register(sub):
                         "folder per configuration; the same command continues a killed run")
     _add_query_file(g)
     add_model_options(g, many=True)
-    _reword(g, [_GAMMA_DEFAULT])
+    _reword(g, _GRID_HELP + (_GAMMA_DEFAULT, _LOSS_HELP))
     _add_cluster(g)
     _add_json_quiet(g, "print the chosen point as one JSON line")
     g.set_defaults(func=_cmd_grid, paths=_grid_paths)
 
     c = sub.add_parser("cv", help="the LETOR protocol: per fold a grid on train chosen on vali, evaluated on test")
     c.add_argument("folds_dir", metavar="FOLDS_DIR", help="folder with Fold1..FoldK, each with train, vali and test "
-                   "(LETOR text, .gz, or HDF5)")
+                   "(LETOR text: .txt, .txt.gz or .txt.bz2, or HDF5: .h5)")
     c.add_argument("-o", "--output", required=True, metavar="RUN_DIR",
                    help="the run directory: cv.md, cv.csv, cv.json and each fold's grid; the same command "
                         "continues a killed run")
@@ -148,7 +155,7 @@ def register(sub):
     _add_cluster(c)
     _add_json_quiet(c, "print one JSON object on one line, last: the table's rows (every fold, every method), "
                     "the mean and the std over folds per method", "no progress, no log lines, no table")
-    _reword(c, _CV_HELP + (_GAMMA_DEFAULT,))
+    _reword(c, _CV_HELP + (_GAMMA_DEFAULT, _LOSS_HELP))
     c.set_defaults(func=_cmd_cv, paths=_cv_paths)
 
     r = sub.add_parser("report", help="one self-contained HTML page of a grid or cv run: settings, data, tables, plots")

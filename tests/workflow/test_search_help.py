@@ -22,3 +22,11 @@ def test_the_gamma_default_is_the_datas_grid():
     for command in ("grid", "cv"):
         text = " ".join(help_of(command).split())
         assert "the method's grid around the data's gamma='scale' = 1/(d Var X) after --normalize" in text
+
+
+def test_grid_help_says_valid_chooses_and_what_is_converted():
+    text = " ".join(help_of("grid").split())
+    assert "(with --valid)" not in text and "several form a warm-started path, chosen on --valid" in text
+    assert "where text DATA and --valid are converted" in text
+    for command in ("grid", "cv"):
+        assert "one or both of squared_hinge (RankSVM) and smooth_hinge" in " ".join(help_of(command).split())
