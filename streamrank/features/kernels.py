@@ -154,8 +154,9 @@ def default_gamma(n_features, value_var=None):
     """The DESIGN default gamma = 1 / n_features; with ``value_var``, Var X of every value of the
     training rows as the kernel sees them (after normalisation), scikit-learn's gamma='scale' =
     1 / (n_features Var X), which keeps gamma ||x - y||^2 of order one whatever the features'
-    units (E ||x - y||^2 = 2 d Var X for independent rows of one distribution). Constant data
-    (Var X = 0, or not finite) has no scale: 1 / n_features then."""
+    units (for independent rows of one distribution E ||x - y||^2 = 2 d times the columns' mean
+    variance, at most 2 d Var X). Constant data (Var X = 0, or not finite) has no scale:
+    1 / n_features then."""
     d = max(int(n_features), 1)
     if value_var is None or not (math.isfinite(value_var) and value_var > 0):
         return 1.0 / d
