@@ -392,3 +392,19 @@ def test_tau_kernel_chunks_ranges_and_blocks_of_rows_change_no_bit():
         np.testing.assert_array_equal(c, want_count[i0:i1])
         np.testing.assert_allclose(s, want_sum[i0:i1], rtol=1e-12, atol=1e-15)
     assert np.all(want_count[3] == 0)
+
+
+def test_steps_of_queries_change_no_bit(tmp_path, monkeypatch):
+    """The tau-b of a block in steps of one query each (what bounds a Ctrl-C's wait) sums the same
+    bits as the whole block at once, in one thread or several."""
+    import numba
+    import streamrank.selection.gas as gas
+    p = generated(tmp_path)
+    with streamrank.open_dataset(p) as ds:
+        whole = gas_scores(ds, importance="map", signed=True)
+        monkeypatch.setattr(gas, "TAU_STEP_PAIR_ROWS", 1)
+        for threads in (1, 2):
+            monkeypatch.setattr(gas, "_threads", lambda n=threads: n)
+            steps = gas_scores(ds, importance="map", signed=True)
+            assert np.array_equal(steps.similarity, whole.similarity, equal_nan=True), threads
+    assert numba.get_num_threads() >= 1
