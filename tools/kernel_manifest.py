@@ -66,6 +66,11 @@ SCENARIOS = {
     "convert": "from streamrank.cli.main import main; main(['convert', '{work}/t.txt', '-o', '{work}/c.h5', '--quiet'])",
     "train": ("from streamrank.cli.main import main; main(['train', '{work}/t.h5', '--valid', '{work}/v.h5', "
               "'--C', '0.5,1', '-o', '{work}/m.h5', '--quiet'])"),
+    "select-features": ("from streamrank.cli.main import main; "
+                        "main(['select-features', '{work}/t.h5', '-k', '5', '--importance', 'map', '--tradeoff', '0.5', "
+                        "'-o', '{work}/g.h5', '--quiet']); "
+                        "main(['select-features', '{work}/t.h5', '-k', '5', '--importance', 'pairwise', '--signed', "
+                        "'--quiet'])"),
 }
 PREPARE = """
 from streamrank.io.synthetic import write_text

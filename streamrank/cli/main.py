@@ -16,7 +16,8 @@ from streamrank.execution.progress import progress
 
 
 # the first-use kernel list (streamrank/_native/warm_manifest.py) each command starts with
-_WARM_LISTS = {"demo": "demo", "convert": "convert", "train": "train", "grid": "train", "cv": "train"}
+_WARM_LISTS = {"demo": "demo", "convert": "convert", "train": "train", "grid": "train", "cv": "train",
+               "select-features": "select-features"}
 
 
 class _Parser(argparse.ArgumentParser):
