@@ -83,7 +83,7 @@ def _log_table(n):
 # pairwise accuracy
 # --------------------------------------------------------------------------------------------
 
-def _inversions_by_group(r, first, group_of):
+def _inversions_by_group(r, first, group_of, n_groups=None):
     """Inverted pairs within groups of consecutive positions, counted per group.
 
     Parameters
@@ -94,6 +94,9 @@ def _inversions_by_group(r, first, group_of):
         True where a group (a query) starts; groups are runs of consecutive positions.
     group_of : ndarray of int64
         Group index of each position (non-decreasing), for the per-group totals.
+    n_groups : int, optional
+        Number of groups, empty ones included (default: the last position's group + 1, which
+        misses empty groups at the end: a query list ending in an empty query).
 
     Returns
     -------
@@ -111,7 +114,8 @@ def _inversions_by_group(r, first, group_of):
     position's group is fixed and the counts are summed per position, then per group.
     """
     n = r.size
-    n_groups = int(group_of[-1]) + 1 if n else 0
+    if n_groups is None:
+        n_groups = int(group_of[-1]) + 1 if n else 0
     if n < 2:
         return np.zeros(n_groups, dtype=np.int64)
     idx = np.arange(n, dtype=np.int64)
@@ -202,7 +206,7 @@ def _pairwise_by_query(y, s, ptr):
     ys_new[1:] |= ss[1:] != ss[:-1]
     n_pairs = sizes * (sizes - 1) // 2 - _tied_pairs_by_group(y_new, qidx, n_q)
     tied = tied_s - _tied_pairs_by_group(ys_new, qidx, n_q)     # equal scores, different labels
-    discordant = _inversions_by_group(ss, first, qidx)
+    discordant = _inversions_by_group(ss, first, qidx, n_q)
     return n_pairs, n_pairs - discordant - 0.5 * tied
 
 

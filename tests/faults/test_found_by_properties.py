@@ -177,6 +177,20 @@ def test_pairwise_counts_with_an_empty_query_last():
     assert n.tolist() == [0, 0] and c.tolist() == [0.0, 0.0]
 
 
+def test_pairwise_counts_of_several_rows_before_an_empty_last_query():
+    """Found by the 3000-example run: select-features --importance pairwise on a file whose last
+    query is empty (query_ptr [0, 3, 7, 9, 9]) ended in a broadcast error: the inversion counts
+    had one entry per query up to the last row's, not per query."""
+    from streamrank.evaluation.metrics import _pairwise_by_query, pairwise_accuracy_counts
+    y = np.array([-1, -1, -1, -2, 1, -3, -2, -2, 0], float)
+    s = np.array([0.3, 0.1, 0.2, 0.5, 0.4, 0.9, 0.8, 0.1, 0.2])
+    ptr = np.array([0, 3, 7, 9, 9])
+    n, c = _pairwise_by_query(y, s, ptr)
+    want = [pairwise_accuracy_counts(y[a:b], s[a:b]) if b > a else (0, 0.0) for a, b in zip(ptr[:-1], ptr[1:])]
+    assert n.tolist() == [w[0] for w in want] and c.tolist() == [w[1] for w in want]
+    assert len(n) == 4
+
+
 def test_an_interrupt_raised_inside_a_weakref_callback_prints_no_traceback(capsys):
     """The handler can run inside a weakref callback or __del__, where Python prints the exception
     as 'Exception ignored' with its traceback (CI, under load); the watcher sends the signal again,
