@@ -123,9 +123,11 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
     avail = (budget - resident - STREAM_SLACK) / HEADROOM - state - fixed
     if avail < qmax * row:
         need = resident + STREAM_SLACK + HEADROOM * (state + fixed + qmax * row)
-        if budget < resident + STREAM_SLACK:
+        if budget < resident + STREAM_SLACK and state + fixed <= max(budget, resident):
             # below what the process holds before any work no plan can keep the budget: the
-            # smallest blocks (tests use such budgets for many blocks), and the budget that works
+            # smallest blocks (tests use such budgets for many blocks), and the budget that works.
+            # Not when the run's own arrays are larger than the budget and the whole process (a
+            # map of 10^9 components): that run is refused below, before it allocates them
             log.warning("memory budget %s is below the %s this process holds before any work: blocks of "
                         "%s, and peak RSS will exceed it; use memory_budget=%dMB", format_size(budget),
                         format_size(resident + STREAM_SLACK), format_size(budget * BLOCK_SHARE_OF_BUDGET),

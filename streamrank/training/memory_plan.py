@@ -142,7 +142,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     if threads > 1 and resident + fixed + READ_BUFFERS * qblock > budget:
         threads, fixed, chunk = 1, fixed - chunk + tile, tile  # one tile at a time: slower, the same Q
     need = resident + fixed + READ_BUFFERS * qblock
-    if budget <= resident:
+    if budget <= resident and fixed <= max(budget, resident):
         # below the process itself: no plan can hold it (the linear path's rule, io.budget.block_bytes:
         # said, and the run goes on with Q on disk; tests use such budgets to put Q on disk)
         log.warning("memory budget %s is below what this process holds already (%s): peak RSS will exceed it; "

@@ -224,3 +224,19 @@ def test_unused_kernel_settings_and_gas_commit_seconds_through_the_table(tmp_pat
     assert main(["select-features", str(src), "-o", str(tmp_path / "g.h5"), "--cache-dir", str(tmp_path / "c"),
                  "--commit-every", "1e400"]) == 2
     assert "commit_seconds must be a finite number" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("budget", ["889", "2GB"])
+def test_a_map_larger_than_any_budget_is_refused_before_it_is_drawn(tmp_path, capsys, budget):
+    """Found by the 3000-example run: --components 1000000000 with --memory-budget 889 (bytes,
+    below the process itself) was warned about and run, and drew a 149 GiB matrix (a MemoryError
+    traceback; 51 s before). The run's own arrays larger than the budget and the whole process are
+    refused before any work, whatever the budget, with the budget that would hold them."""
+    from streamrank.io.synthetic import write_hdf5
+    write_hdf5(tmp_path / "t.h5", "small", scale=0.2, seed=0)
+    assert main(["train", str(tmp_path / "t.h5"), "-o", str(tmp_path / "m.h5"), "--method", "rff",
+                 "--cache-dir", str(tmp_path / "c"), "--components", "1000000000", "--memory-budget", budget]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("streamrank train: error: memory_budget")
+    assert "1,000,000,000 components" in err and "or fewer components" in err
+    assert not (tmp_path / "m.h5").exists()
