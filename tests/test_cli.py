@@ -52,8 +52,8 @@ def test_eval_refuses_wrong_number_of_scores(tmp_path, capsys):
     (["--method", "exact", "--kernel", "sigmoid"], "kernel=sigmoid is not positive semi-definite"),
     (["--gamma", "0.5"], "--gamma applies to kernel methods; add --method nystroem or --method rff"),
     (["--method", "rff", "--kernel", "poly"], "--method rff supports --kernel rbf or laplacian"),
-    (["--method", "nystroem", "--gamma", "-1"], "argument --gamma: gamma must be > 0; got -1 (from '-1'). Pass --gamma 1"),
-    (["--C", "-1"], "argument --C: C must be > 0; got -1 (from '-1'). Pass --C 1"),
+    (["--method", "nystroem", "--gamma", "-1"], "argument --gamma: gamma must be a finite number > 0; got -1 (from '-1'). Pass --gamma 1"),
+    (["--C", "-1"], "argument --C: C must be a finite number > 0; got -1 (from '-1'). Pass --C 1"),
     (["--resume"], "--resume needs --checkpoint DIR"),
 ])
 def test_train_refuses_what_is_not_there_yet(tmp_path, capsys, extra, message):

@@ -1,10 +1,10 @@
 """The search commands: grid (hyper-parameters chosen on validation data) and cv (the LETOR
 protocol over folds)."""
 
-import json
+from pathlib import Path
 
 from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _cache_outputs, _data_inputs,
-                                   _executor, _features_inputs, _setup_logging, _values)
+                                   _executor, _features_inputs, _setup_logging, _values, emit_json)
 from streamrank.cli.train_commands import add_model_options, kernel_settings, refuse_inapplicable
 
 # what every configuration shares (the trainers' keyword arguments) and the flags they come from
@@ -63,7 +63,7 @@ def _cmd_grid(args):
                           select_metric=args.select_metric, executor=executor, neutral=NEUTRAL,
                           command=args.command_line)
     if args.json:
-        print(json.dumps(record["chosen"]))
+        emit_json(record["chosen"])
     elif not args.quiet:
         print("\n".join(grid_lines(record, args.output)))
     return 0
@@ -79,11 +79,11 @@ def _cmd_cv(args):
                         executor=executor, cache_dir=args.cache_dir, neutral=NEUTRAL, command=args.command_line)
     if args.json:
         from streamrank.workflow.cv import summary
-        print(json.dumps(summary(record, args.output)))
+        emit_json(summary(record, args.output))
     elif not args.quiet:
         print("\n".join(table_lines(record)))
         print(f"letor4 test metrics, chosen on vali by {args.select_metric}; {record['seconds']:.1f} s. Written: "
-              f"{args.output}/cv.md, cv.csv, cv.json (every fold's grid in {args.output}/FoldK/METHOD)")
+              f"{Path(args.output) / 'cv.md'}, cv.csv, cv.json (every fold's grid in {Path(args.output) / 'FoldK' / 'METHOD'})")
     return 0
 
 

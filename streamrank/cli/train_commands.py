@@ -1,7 +1,6 @@
 """The model commands: train, predict, select-features."""
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -64,7 +63,7 @@ def _cmd_select_features(args):
         res.save(args.output)
     d = res.to_dict(k)
     if args.json:
-        print(json.dumps(d))
+        emit_json(d)
         return 0
     print(f"GAS ({args.importance}{', signed' if args.signed else ''}, tradeoff c={args.tradeoff:g}) over "
           f"{res.n_queries:,} queries: {k} of the {n} features that vary within a query (of {res.n_features}), "

@@ -3,6 +3,7 @@
 import csv
 import io
 import math
+from pathlib import Path
 
 
 def cell(v, fmt=None):
@@ -78,4 +79,4 @@ def grid_lines(record, run_dir):
     n = sum(len(r["summary"]["candidates"]) for r in record["configs"])
     return (text_table(rows, cols) +
             [f"chosen: {best['label']} ({point_text(best)}), valid {metric} {best['valid_' + metric]:.4f}, of {n} candidates in "
-             f"{record['seconds']:.1f} s; model {run_dir}/model.h5, every candidate in {run_dir}/grid.json"])
+             f"{record['seconds']:.1f} s; model {Path(run_dir) / 'model.h5'}, every candidate in {Path(run_dir) / 'grid.json'}"])

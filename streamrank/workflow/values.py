@@ -13,6 +13,7 @@ integer ``k``, so ``2^-5`` is exactly 0.03125.
 
 import re
 
+from streamrank import params
 from streamrank.errors import ParameterError
 
 _NUM = r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
@@ -34,6 +35,13 @@ def parse_values(text, name, *, integer=False):
                     raise ParameterError(f"{name} must be whole numbers; got {v:g} (from {item!r}). "
                                          f"Use {name}={int(v) or 1}")
                 v = int(v)
+            key = name.replace("-", "_")
+            if key in params.RANGES and not params.RANGES[key].holds(v):
+                # the parameter's own range and a fix that range takes (eta lies in (0, 1): -2 is
+                # not mended to 2), from the one table (streamrank.params)
+                fix = params.suggest(key, v)
+                raise ParameterError(f"{name} must be {params.RANGES[key].describe()}; got {v:g} (from {item!r})"
+                                     + (f". Use {name}={fix}" if fix is not None else ""))
             if not v > 0:
                 raise ParameterError(f"{name} must be > 0; got {v:g} (from {item!r}). Use {name}={abs(v) or 1:g}")
             if v not in out:
