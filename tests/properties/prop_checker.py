@@ -316,8 +316,15 @@ class Case:
 
 
 def _fail(case, res, why):
-    raise Violation(f"{why}\n  case: {case.describe()}\n  exit: {res.rc!r} after {res.seconds:.2f} s\n"
-                    f"  stderr: {res.err[-1500:]}\n  stdout: {res.out[-500:]}")
+    err = res.err[-1500:]
+    for mark in ("Traceback", "Exception ignored"):
+        i = res.err.find(mark)
+        if 0 <= i < len(res.err) - 1500:  # a traceback before the tail: shown too (it is the evidence)
+            err = res.err[max(0, i - 300):i + 2500] + "\n  ...\n" + err
+            break
+    raise Violation(f"{why}\n  case: {case.describe()}\n  exit: {res.rc!r} after {res.seconds:.2f} s"
+                    f"{'' if getattr(res, 'sent', None) is None else f', signal {res.sent} sent'}\n"
+                    f"  stderr: {err}\n  stdout: {res.out[-500:]}")
 
 
 def check(case, res, sig=None):
