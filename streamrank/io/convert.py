@@ -65,6 +65,17 @@ SPARSE_MIN_FILL = 0.05
 _F32_MAX = float(np.finfo(np.float32).max)
 
 
+def query_ids_of_rows(cum, first, r, query_file, path):
+    """Group numbers (0-based) of rows ``first .. first + r - 1`` of ``path`` from the cumulative
+    group sizes ``cum`` of its ``query_file`` (LightGBM's layout); InputError when the rows run
+    past the sizes' sum."""
+    rows = first + np.arange(r, dtype=np.int64)
+    if r and rows[-1] >= cum[-1]:
+        raise InputError(f"{query_file}: the group sizes add up to {int(cum[-1])} rows but {path} has more rows "
+                         f"than that")
+    return np.searchsorted(cum, rows, side="right")
+
+
 def _line_text(buf, ls, le, limit=200):
     text = bytes(buf[ls:le]).decode("utf-8", "replace").rstrip("\r\n")
     return text if len(text) <= limit else text[:limit] + " ..."
@@ -405,11 +416,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
                     X, y, qid, comments = parser.parse(path, buf, first_line, query_files is None, ends)
                     r = X.shape[0]
                     if query_files is not None:
-                        pos_rows = rows_in_file + np.arange(r, dtype=np.int64)
-                        if r and pos_rows[-1] >= cum[-1]:
-                            raise InputError(f"{query_files[i]}: the group sizes add up to {int(cum[-1])} "
-                                             f"rows but {path} has more rows than that")
-                        qid = np.searchsorted(cum, pos_rows, side="right") + group_base
+                        qid = query_ids_of_rows(cum, rows_in_file, r, query_files[i], path) + group_base
                     rows_in_file += r
                     if rows_in_file >= 10000 or r == 0:
                         parser.check_density(path)

@@ -225,7 +225,7 @@ def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
     from streamrank import params
     from streamrank.io.atomic import reading
     from streamrank.io.budget import STREAM_SLACK, resident_bytes
-    from streamrank.io.convert import _Parser, read_query_file
+    from streamrank.io.convert import _Parser, query_ids_of_rows, read_query_file
     from streamrank.io.feature_subset import take_columns
     from streamrank.io.text_source import TextChunks
     if n_features is not None:
@@ -259,11 +259,7 @@ def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
                 raise InputError(str(e).replace("use query_files=F", "use query_file=F")) from None
             r = X.shape[0]
             if qf is not None:
-                rows = n + np.arange(r, dtype=np.int64)
-                if r and rows[-1] >= cum[-1]:
-                    raise InputError(f"{qf}: the group sizes add up to {int(cum[-1])} rows but {path} has more rows "
-                                     f"than that")
-                qid = np.searchsorted(cum, rows, side="right")
+                qid = query_ids_of_rows(cum, n, r, qf, path)
             n += r
             if n >= 10000:
                 parser.check_density(path)
