@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from streamrank import params
 from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import executor_or_local, partitioned_stream
@@ -165,11 +166,12 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     if solver not in ("tron", "newton_yuan"):
         raise ParameterError(f"method=exact is solved by tron or newton_yuan; got solver={solver!r}. Use solver=tron")
     cfg = {"method": "exact", "solver": solver, "C_path": Cs, "kernel": kernel, "gamma_path": gammas,
-           "degree": degree, "coef0": coef0, "normalize": normalize, "tol": float(tol), "max_iter": int(max_iter),
-           **({"gap_tol": float(gap_tol)} if gap_tol is not None else {}),  # absent: old checkpoints match
+           "degree": degree, "coef0": coef0, "normalize": normalize, "tol": params.check("tol", tol),
+           "max_iter": params.check("max_iter", max_iter),
+           **({"gap_tol": params.check("gap_tol", gap_tol)} if gap_tol is not None else {}),  # absent: old checkpoints match
            "memory_budget": budget, "block_bytes": block_bytes,
            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
-           "query_weight": query_weight, "select_metric": select_metric, "seed": int(seed),
+           "query_weight": query_weight, "select_metric": select_metric, "seed": params.check("seed", seed),
            "queries": list(queries) if queries is not None else None,
            "valid_fingerprint": valid.fingerprint if valid is not None else None,
            "landmarks": int(landmarks), "loss": loss, "eta": eta, "abs_gtol": abs_gtol, "abs_dtol": abs_dtol}

@@ -240,3 +240,13 @@ def test_a_map_larger_than_any_budget_is_refused_before_it_is_drawn(tmp_path, ca
     assert "Traceback" not in err and err.strip().splitlines()[-1].startswith("streamrank train: error: memory_budget")
     assert "1,000,000,000 components" in err and "or fewer components" in err
     assert not (tmp_path / "m.h5").exists()
+
+
+@pytest.mark.parametrize("name, value", [("tol", "abc"), ("max_iter", "many"), ("tol", -1), ("max_iter", 0.5)])
+def test_exact_refuses_a_setting_out_of_its_range_before_reading_it_as_a_number(name, value):
+    """Found by the second 3000-example run: RankSVM(method="exact", tol="abc").fit raised
+    ValueError from float(tol), not the table's ParameterError."""
+    X = np.random.default_rng(0).random((12, 3)).astype(np.float32)
+    y, qid = np.arange(12.0) % 3, np.repeat([1, 2, 3], 4)
+    with pytest.raises(ParameterError, match=rf"{name} must be"):
+        streamrank.RankSVM(method="exact", **{name: value}).fit(X, y, qid=qid)
