@@ -76,8 +76,11 @@ def block_bytes(budget, n_rows, *, per_row, per_block_byte=BUFFERS, extra=0, res
 # size of the largest mmapped block freed, up to 32 MB: after that every array up to that size
 # comes from the heap or a thread's arena and stays in the resident set when freed, fragmented),
 # and a heap trimmed past TRIM_BYTES. Measured on MQ2008 Fold1's exact path at a 300 MB budget
-# (Q on disk): the heap held 134 MB during the passes, most of it arrays freed long before.
-MMAP_THRESHOLD = 256 << 10
+# (Q on disk): the heap held 134 MB during the passes, most of it arrays freed long before. Not
+# below HDF5's buffer for a chunk (about 1 MB in our files): at 256 KB each chunk read mapped,
+# faulted in and unmapped a fresh buffer, and a linear training's first pass over 1.1M x 136 rows
+# took 705 ms of reading instead of 423 (tools/bench_finite.py, 'parent' against 'none').
+MMAP_THRESHOLD = 4 << 20
 TRIM_BYTES = 4 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _libc = None

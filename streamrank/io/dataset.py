@@ -34,6 +34,20 @@ _UNVERIFIED_SAID = set()
 # what the cache saves: +17 ms in 1 MB pieces, +27 in 16 MB, +21 scanning each block after its
 # read, within this machine's noise of each other (tools/bench_finite.py compares them).
 PIECE_BYTES = 1 << 20
+# a first read of at least two groups of this many bytes of X is scanned by one thread of its own
+# while the next pieces are read (Dataset._read_x_scanned_alongside): the read's own thread pays
+# a hand-off a group, not the scan (tools/bench_finite.py)
+SCAN_GROUP_BYTES = 8 << 20
+_scan_pool = None
+
+
+def _scanner():
+    """The scanning thread (made at first use; a daemon-like worker of a one-thread pool)."""
+    global _scan_pool
+    if _scan_pool is None:
+        from concurrent.futures import ThreadPoolExecutor
+        _scan_pool = ThreadPoolExecutor(1, thread_name_prefix="streamrank-finite")
+    return _scan_pool
 
 
 def _check_format(f, path):
@@ -339,7 +353,9 @@ class Dataset:
             else _first_bad_numpy(y)
         bad_x = -1
         d = self.n_features
-        if d and _fits(X, (stop - start, d)):
+        if d and _fits(X, (stop - start, d)) and (stop - start) * 4 * d >= 2 * SCAN_GROUP_BYTES:
+            bad_x = self._read_x_scanned_alongside(X, start, stop, bad_y)
+        elif d and _fits(X, (stop - start, d)):
             step = self._piece_rows
             p = start
             while p < stop:  # a bounded walk: p grows by at least one row a piece
@@ -361,6 +377,42 @@ class Dataset:
             # at one row, the label is named (as the writer's check does)
             r = bad_y if bad_y >= 0 and (bad_x < 0 or bad_y <= bad_x) else bad_x
             raise self._not_finite(start + r, None if r == bad_y else X[r], float(y[r]))
+
+    def _read_x_scanned_alongside(self, X, start, stop, bad_y):
+        """Read rows ``start:stop`` of X in chunk-aligned pieces; each group of pieces of about
+        ``SCAN_GROUP_BYTES`` is scanned by the scanning thread while the next pieces are read (the
+        scan holds no GIL, HDF5's read does). The index (into X's rows) of the first row holding a
+        value that is not finite, or -1; the groups' results are taken in row order, so it is
+        the same row the serial scan finds."""
+        d, step = self.n_features, self._piece_rows
+        group_rows = max(step, SCAN_GROUP_BYTES // (4 * d) // step * step)
+        pending, bad_x, p, g0 = [], -1, start, start
+        try:
+            while p < stop and bad_x < 0:  # a bounded walk: p grows by at least one row a piece
+                if 0 <= bad_y < p - start:
+                    break  # the label before this piece is the first bad value
+                q = min(stop, (p // step + 1) * step)  # chunk-aligned, so no chunk is read twice
+                self._rx.read(X[p - start:q - start], p, q)
+                p = q
+                if p - g0 >= group_rows or p == stop:
+                    pending.append((g0 - start, _scanner().submit(finite.first_non_finite,
+                                                                  finite.bits_of(X[g0 - start:p - start]))))
+                    g0 = p
+                while pending and pending[0][1].done():  # stop reading at the first bad group found
+                    off, f = pending.pop(0)
+                    j = f.result()
+                    if j >= 0:
+                        bad_x = off + j // d
+                        break
+            while pending and bad_x < 0:
+                off, f = pending.pop(0)
+                j = f.result()
+                if j >= 0:
+                    bad_x = off + j // d
+        finally:
+            for _, f in pending:  # an error or a signal: the scans of this buffer end before it is reused
+                f.cancel() or f.exception()
+        return bad_x
 
     def _not_finite(self, row, x_row, label):
         """The error for stored row ``row``: its first non-finite feature in ``x_row`` (None: its

@@ -111,8 +111,10 @@ STREAMS = [dict(block_bytes=b, prefetch=p, reuse_buffers=r) for b in (1, 100, 70
 
 @pytest.mark.parametrize("version", [1, 2])
 @pytest.mark.parametrize("column", ["X", "y"])
-def test_every_stream_names_the_same_row_and_feature(tmp_path, monkeypatch, version, column):
+@pytest.mark.parametrize("scan_group", [10 ** 9, 150])
+def test_every_stream_names_the_same_row_and_feature(tmp_path, monkeypatch, version, column, scan_group):
     monkeypatch.setattr(dsmod, "PIECE_BYTES", 150)  # pieces of 7 rows (one chunk): several per block
+    monkeypatch.setattr(dsmod, "SCAN_GROUP_BYTES", scan_group)  # 150: the scanning thread, a group a piece
     X, y, qp, qid = clean_data()
     n = len(y)
     bounds_row = int(qp[np.searchsorted(qp, n // 2)])  # a query start: a block boundary for some sizes
@@ -138,9 +140,13 @@ def test_every_stream_names_the_same_row_and_feature(tmp_path, monkeypatch, vers
 
 
 @pytest.mark.parametrize("version", [1, 2])
-def test_the_first_of_several_is_named_whatever_the_block_size(tmp_path, monkeypatch, version):
+@pytest.mark.parametrize("scan_group", [10 ** 9, 40, 300])
+def test_the_first_of_several_is_named_whatever_the_block_size(tmp_path, monkeypatch, version, scan_group):
     """Several bad values, in X and y: the first row holding one, label first at a tie, for every
-    block size and piece size (the reading order of pieces and labels must not matter)."""
+    block size and piece size (the reading order of pieces and labels must not matter), scanned in
+    the reading thread (scan_group 10^9) or by the scanning thread alongside the reads, in groups
+    of one piece and of several."""
+    monkeypatch.setattr(dsmod, "SCAN_GROUP_BYTES", scan_group)
     X, y, qp, qid = clean_data(seed=3, n_queries=60)
     rng = np.random.default_rng(7)
     for trial in range(12):
