@@ -81,6 +81,11 @@ def block_bytes(budget, n_rows, *, per_row, per_block_byte=BUFFERS, extra=0, res
 # faulted in and unmapped a fresh buffer, and a linear training's first pass over 1.1M x 136 rows
 # took 705 ms of reading instead of 423 (tools/bench_finite.py, 'parent' against 'none').
 MMAP_THRESHOLD = 4 << 20
+# the exact path's: its passes keep many arrays of 0.25-4 MB (rows of Q's blocks, the
+# preconditioner's chunks) whose holes in the heap the budget cannot hold: generated mq2007 at a
+# 2 GB budget peaked at 2,018 MB with the 4 MB threshold, 1,986 MB with this one
+EXACT_MMAP_THRESHOLD = 256 << 10
+_threshold = None  # the threshold set in this process: the smallest any plan asked for
 TRIM_BYTES = 4 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _libc = None
@@ -98,14 +103,23 @@ def _glibc():
     return _libc
 
 
-def tune_allocator():
-    """Arrays above MMAP_THRESHOLD are mapped and unmapped when freed, the heap is trimmed past
-    TRIM_BYTES (glibc; elsewhere nothing). A process-wide setting: only the allocation of memory
-    changes, never a value. Returns whether it applied."""
+def tune_allocator(threshold=None):
+    """Arrays above ``threshold`` (default MMAP_THRESHOLD) are mapped and unmapped when freed, the
+    heap is trimmed past TRIM_BYTES (glibc; elsewhere nothing). A process-wide setting: only the
+    allocation of memory changes, never a value. The threshold never rises once set (an exact run
+    after a linear one lowers it; a validation pass inside an exact run keeps the exact path's).
+    Returns whether it applied."""
+    global _threshold
     lib = _glibc()
     if not lib:
         return False
-    return bool(lib.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(lib.mallopt(_M_TRIM_THRESHOLD, TRIM_BYTES))
+    t = int(MMAP_THRESHOLD if threshold is None else threshold)
+    if _threshold is not None and _threshold <= t:
+        return True
+    ok = bool(lib.mallopt(_M_MMAP_THRESHOLD, t)) and bool(lib.mallopt(_M_TRIM_THRESHOLD, TRIM_BYTES))
+    if ok:
+        _threshold = t
+    return ok
 
 
 def release_freed():

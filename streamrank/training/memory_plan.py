@@ -110,8 +110,8 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     it, kernels.parallel_tiles)."""
     # the exact path's modules, here: a linear run imports none of them (issue 17's start-up)
     from streamrank.cache.kernel_cache import READ_BUFFERS
-    from streamrank.io.budget import drop_idle_library_pages, load_kernel_runtime, tune_allocator
-    tune_allocator()  # freed temporaries leave the resident set (io.budget.MMAP_THRESHOLD)
+    from streamrank.io.budget import EXACT_MMAP_THRESHOLD, drop_idle_library_pages, load_kernel_runtime, tune_allocator
+    tune_allocator(EXACT_MMAP_THRESHOLD)  # freed temporaries leave the resident set (io.budget)
     if resident is None:  # LLVM's pages, touched when numba was imported (io.budget.IDLE_LIBRARIES)
         load_kernel_runtime()
         drop_idle_library_pages()

@@ -76,6 +76,30 @@ def test_the_allocator_is_tuned_on_glibc():
     budget.release_freed()
 
 
+def test_the_threshold_never_rises_once_an_exact_plan_lowered_it(monkeypatch):
+    """An exact run's 256 KB threshold holds through the validation passes inside it, which ask
+    for the 4 MB of the streamed paths (an HDF5 chunk buffer of 1 MB kept in the heap)."""
+    if not budget._glibc():
+        pytest.skip("not glibc")
+    calls = []
+    real = budget._glibc()
+
+    class Spy:
+        def mallopt(self, param, value):
+            calls.append((param, value))
+            return 1
+    monkeypatch.setattr(budget, "_libc", Spy())
+    monkeypatch.setattr(budget, "_threshold", None)
+    assert budget.tune_allocator()
+    assert budget._threshold == budget.MMAP_THRESHOLD
+    assert budget.tune_allocator(budget.EXACT_MMAP_THRESHOLD)
+    assert budget._threshold == budget.EXACT_MMAP_THRESHOLD
+    n = len(calls)
+    assert budget.tune_allocator()  # a later streamed pass: no rise, no call
+    assert budget._threshold == budget.EXACT_MMAP_THRESHOLD and len(calls) == n
+    assert (-3, budget.EXACT_MMAP_THRESHOLD) in calls and real
+
+
 def test_a_released_preconditioner_refuses_to_be_used():
     """at_point releases the last point's k x k factors before it makes the next point's (TRON has
     replaced its preconditioner by then); a released one is never used silently."""
