@@ -350,6 +350,8 @@ EXTEND_STEPS = 2
 def _powers(values):
     """(base, integer exponents) when every value is an exact integer power of 2 or of 10, else None."""
     import math
+    if not values or not all(math.isfinite(v) and v > 0 for v in values):
+        return None
     for base, log in ((2, math.log2), (10, math.log10)):
         exps = [round(log(v)) for v in values]
         if all(float(base) ** e == v for e, v in zip(exps, values)):
@@ -379,18 +381,29 @@ def edge_extension(grid, value, side):
     """(the values that extend ``grid`` past its ``side`` edge, where the chosen ``value`` sits, by
     EXTEND_STEPS of its steps, the edge value included, and the factor they span): powers keep
     their base and step, other grids the ratio between the edge value and its neighbour."""
+    import math
     grid = sorted(grid)
     p = _powers(grid)
     n = EXTEND_STEPS
-    if p is not None:
-        base, exps = p
-        step = min(b - a for a, b in zip(exps, exps[1:]))
-        e = exps[0] if side == "smallest" else exps[-1]
-        ks = range(e - n * step, e + 1, step) if side == "smallest" else range(e, e + n * step + 1, step)
-        return [float(base) ** k for k in ks], float(base) ** (n * step)
-    ratio = grid[1] / grid[0] if side == "smallest" else grid[-1] / grid[-2]
-    ks = range(-n, 1) if side == "smallest" else range(0, n + 1)
-    return [value * ratio ** k for k in ks], ratio ** n
+    try:
+        if p is not None:
+            base, exps = p
+            step = min(b - a for a, b in zip(exps, exps[1:]))
+            e = exps[0] if side == "smallest" else exps[-1]
+            ks = range(e - n * step, e + 1, step) if side == "smallest" else range(e, e + n * step + 1, step)
+            more, factor = [float(base) ** k for k in ks], float(base) ** (n * step)
+        else:
+            ratio = grid[1] / grid[0] if side == "smallest" else grid[-1] / grid[-2]
+            ks = range(-n, 1) if side == "smallest" else range(0, n + 1)
+            more, factor = [value * ratio ** k for k in ks], ratio ** n
+    except (OverflowError, ZeroDivisionError):
+        return None, None
+    # a grid at the ends of float64 (C = 5e-324, 1e308) has no extension to propose: values that
+    # round to 0, overflow or repeat are not a grid
+    if not (all(math.isfinite(v) and v > 0 for v in more) and math.isfinite(factor) and factor > 1
+            and len(set(more)) == len(more)):
+        return None, None
+    return more, factor
 
 
 def report_grid_edges(summary, Cs, gammas, c_name="C"):
@@ -405,8 +418,9 @@ def report_grid_edges(summary, Cs, gammas, c_name="C"):
         value = summary[name]
         more, factor = edge_extension(grids[name], value, side)
         way = "downwards" if side == "smallest" else "upwards"
+        advice = ("" if more is None else f" by {EXTEND_STEPS} steps (a factor {factor:g}), e.g. use "
+                  f"{_PARAM_OF.get(name, name)}={values_text(more)}")
         log.warning("the chosen %s=%s is the %s value of its grid (%s): the best %s may lie %s it; extend the grid "
-                    "%s by %d steps (a factor %s), e.g. use %s=%s", name, values_text([value]), side,
-                    values_text(sorted(grids[name])), name, "below" if side == "smallest" else "above", way,
-                    EXTEND_STEPS, f"{factor:g}", _PARAM_OF.get(name, name), values_text(more))
+                    "%s%s", name, values_text([value]), side, values_text(sorted(grids[name])), name,
+                    "below" if side == "smallest" else "above", way, advice)
     return summary

@@ -250,3 +250,26 @@ def test_exact_refuses_a_setting_out_of_its_range_before_reading_it_as_a_number(
     y, qid = np.arange(12.0) % 3, np.repeat([1, 2, 3], 4)
     with pytest.raises(ParameterError, match=rf"{name} must be"):
         streamrank.RankSVM(method="exact", **{name: value}).fit(X, y, qid=qid)
+
+
+@pytest.mark.parametrize("grid, chosen", [([5e-324, 1.0, 1e9], 5e-324), ([2.2250738585072014e-308, 1.0], 2.2250738585072014e-308),
+                                          ([1.0, 1e308], 1e308), ([2.0 ** -5, 2.0 ** -3], 2.0 ** -5)])
+def test_the_grid_edge_advice_at_the_ends_of_float64(grid, chosen, caplog):
+    """Found by the third 3000-example run: grid --C 10481,5e-324,1e9 and cv --C 2.2e-308,...
+    ended in 'math domain error' (the extension below 5e-324 rounds to 0, log(0)). The warning is
+    said, with an extension only where one exists in float64."""
+    from streamrank.training.path import report_grid_edges
+    with caplog.at_level("WARNING"):
+        s = report_grid_edges({"C": chosen, "gamma": None}, grid, [None])
+    assert s["at_grid_edge"] and "extend the grid" in caplog.text
+    if chosen == 2.0 ** -5:
+        assert "e.g. use C=2^-9:2^-5:2" in caplog.text
+    elif chosen == 5e-324:
+        assert "e.g. use" not in caplog.text
+
+
+def test_exact_refuses_a_gamma_that_is_not_a_number():
+    """The third 3000-example run: RankSVM(method='exact', gamma='abc').fit raised ValueError."""
+    X = np.random.default_rng(0).random((12, 3)).astype(np.float32)
+    with pytest.raises(ParameterError, match="gamma must be"):
+        streamrank.RankSVM(method="exact", gamma="abc").fit(X, np.arange(12.0) % 3, qid=np.repeat([1, 2, 3], 4))
