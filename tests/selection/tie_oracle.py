@@ -6,6 +6,7 @@
   the tied documents (itertools.permutations of each tie group), each order a query of its own.
 """
 
+import functools
 import itertools
 import math
 
@@ -66,11 +67,19 @@ def orders(x):
 
 def brute_force(x, y, kind, k=None):
     """The mean of the letor4 evaluator's measure over every order of the tied documents."""
-    y = np.asarray(y, np.float64)
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    means = _means_over_orders(x.tobytes(), y.tobytes())
+    return {"map": means["MAP"], "ndcg": means[f"NDCG@{k}"] if k else None, "p": means[f"P@{k}"] if k else None}[kind]
+
+
+@functools.lru_cache(maxsize=64)
+def _means_over_orders(xb, yb):
+    """The evaluator's means over every order of the tied documents, at every k from 1 to n + 1
+    (one evaluation a query, not one a k)."""
+    x, y = np.frombuffer(xb), np.frombuffer(yb)
     all_orders = list(orders(x))
     n = y.size
     Y = np.concatenate([y[o] for o in all_orders])
     S = np.tile(np.arange(n, 0, -1, dtype=np.float64), len(all_orders))  # the order itself, no ties left
     ptr = np.arange(len(all_orders) + 1) * n
-    means = evaluate(Y, S, ptr, convention="letor4", ks=(k or 1,)).means
-    return {"map": means["MAP"], "ndcg": means[f"NDCG@{k}"] if k else None, "p": means[f"P@{k}"] if k else None}[kind]
+    return evaluate(Y, S, ptr, convention="letor4", ks=range(1, n + 2)).means
