@@ -51,7 +51,15 @@ def translate(message):
         if value == "True":
             return word + flag
         return f"{word}{flag} {value}"
-    return _FIX.sub(fix, message)
+    return _BLOCK_FIX.sub(_BLOCK_ADVICE, _FIX.sub(fix, message))
+
+
+# the stream's advice on a planned block too small for a query names block_bytes, which no flag
+# sets: on the command line the memory plan chose the block, and its own line names the budget
+_BLOCK_FIX = re.compile(r"use block_bytes=\d+ or more \(a memory plan gives a block that holds the largest query "
+                        r"whenever it accepts the budget\)")
+_BLOCK_ADVICE = ("pass a --memory-budget the plan accepts (a planned block holds the largest query; the plan's "
+                 "line names the budget)")
 
 
 class _TranslatingFormatter(logging.Formatter):
