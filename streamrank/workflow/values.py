@@ -30,20 +30,25 @@ def parse_values(text, name, *, integer=False):
             continue
         vals = _item(item, name)
         for v in vals:
-            if integer:
-                if v != int(v):
-                    raise ParameterError(f"{name} must be whole numbers; got {v:g} (from {item!r}). "
-                                         f"Use {name}={int(v) or 1}")
-                v = int(v)
             key = name.replace("-", "_")
-            if key in params.RANGES and not params.RANGES[key].holds(v):
-                # the parameter's own range and a fix that range takes (eta lies in (0, 1): -2 is
-                # not mended to 2), from the one table (streamrank.params)
-                fix = params.suggest(key, v)
-                raise ParameterError(f"{name} must be {params.RANGES[key].describe()}; got {v:g} (from {item!r})"
-                                     + (f". Use {name}={fix}" if fix is not None else ""))
-            if not v > 0:
+            r = params.RANGES.get(key)
+            if r is not None:
+                # the parameter's own range and a fix that range takes, from the one table
+                # (streamrank.params): eta lies in (0, 1), so -2 is not mended to 2; components
+                # are whole, so 2.5 is mended to 2, never to a negative
+                whole = (r.integer or integer) and v != int(v)
+                if whole or not r.holds(v):
+                    fix = params.suggest(key, v)
+                    what = f"whole numbers ({r.describe()})" if whole else r.describe()
+                    raise ParameterError(f"{name} must be {what}; got {v:g} (from {item!r})"
+                                         + (f". Use {name}={fix}" if fix is not None else ""))
+            elif integer and v != int(v):
+                raise ParameterError(f"{name} must be whole numbers; got {v:g} (from {item!r}). "
+                                     f"Use {name}={max(int(abs(v)), 1)}")
+            elif not v > 0:
                 raise ParameterError(f"{name} must be > 0; got {v:g} (from {item!r}). Use {name}={abs(v) or 1:g}")
+            if integer:
+                v = int(v)
             if v not in out:
                 out.append(v)
     if not out:
