@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 
+from compile_children import RUN, child_env, run_python
 from streamrank._native import warmup
 from streamrank._native.warm_manifest import KERNELS
 
@@ -46,43 +47,16 @@ def test_helper_order_goes_backwards_callees_first():
     assert warmup.helper_order([]) == []
 
 
-RUN = """
-import json, sys
-from numba.core import event
-with event.install_recorder("numba:compile") as rec:
-    exec({code!r})
-names = sorted({{ev.data["dispatcher"].py_func.__qualname__ for _, ev in rec.buffer
-                 if ev.data["dispatcher"].py_func.__module__.startswith("streamrank.")}})
-print("COMPILED" + json.dumps(names))
-"""
-
-
-def _env(**extra):
-    """The environment of a child that imports the same streamrank as this process (numba's cache
-    is per source file: a checkout and an installed copy do not share it)."""
-    root = warmup.helper_command("x")[1]
-    path = os.environ.get("PYTHONPATH")
-    return dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""), **extra)
-
-
-def _python(code, cache, work, **extra):
-    env = _env(NUMBA_CACHE_DIR=str(cache), STREAMRANK_NO_WARMUP="1", **extra)
-    p = subprocess.run([sys.executable, "-c", code.replace("{work}", str(work))], env=env, cwd=str(work),
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return p.stdout
-
-
 @pytest.mark.parametrize("command", ["train", "convert"])
 def test_lists_cover_what_the_command_compiles(tmp_path, command):
     """After the helper has compiled a whole list into an empty cache, the command it was recorded
     from compiles nothing of streamrank's: the list is current (else: python tools/kernel_manifest.py)."""
     work, cache = tmp_path / "work", tmp_path / "cache"
     work.mkdir()
-    _python(kernel_manifest.PREPARE, tmp_path / "prepare-cache", work)
+    run_python(kernel_manifest.PREPARE, tmp_path / "prepare-cache", work)
     argv, cwd = warmup.helper_command(command)
-    subprocess.run(argv, cwd=cwd, env=_env(NUMBA_CACHE_DIR=str(cache)), check=True, timeout=900)
-    out = _python(RUN.format(code=kernel_manifest.SCENARIOS[command].replace("{work}", str(work))), cache, work)
+    subprocess.run(argv, cwd=cwd, env=child_env(NUMBA_CACHE_DIR=str(cache)), check=True, timeout=900)
+    out = run_python(RUN.format(code=kernel_manifest.SCENARIOS[command].replace("{work}", str(work))), cache, work)
     compiled = out.split("COMPILED", 1)[1].strip()
     assert compiled == "[]", f"{command} compiled {compiled} itself: rerun python tools/kernel_manifest.py"
 
@@ -115,7 +89,7 @@ def test_compile_locks_keep_every_signature(tmp_path):
                     if p.is_file():
                         p.unlink()
         procs = [subprocess.Popen([sys.executable, "-c", code.format(path=str(tmp_path), which=i, ty=ty)],
-                                  env=_env(NUMBA_CACHE_DIR=str(cache)))
+                                  env=child_env(NUMBA_CACHE_DIR=str(cache)))
                  for i, ty in enumerate(["int64", "float64", "int32", "float32"])]
         assert all(p.wait(timeout=300) == 0 for p in procs)
         check = textwrap.dedent("""
@@ -152,7 +126,7 @@ def test_start_runs_the_helper_once_then_a_stamp_keeps_it_off(tmp_path):
         warmup.start("convert")
         assert warmup._helper is None, "a helper although the list was compiled"
     """)
-    env = {k: v for k, v in _env().items() if k != warmup.ENV_OFF}
+    env = {k: v for k, v in child_env().items() if k != warmup.ENV_OFF}
     env["NUMBA_CACHE_DIR"] = str(tmp_path / "cache")
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 
+from compile_children import RUN, child_env, run_python
 from streamrank._native import warmup
 from streamrank._native.warm_manifest import KERNELS
 
@@ -24,41 +25,16 @@ from streamrank.io.synthetic import write_hdf5
 write_hdf5("{work}/t.h5", "small", seed=0)
 """
 
-RUN = """
-import json
-from numba.core import event
-with event.install_recorder("numba:compile") as rec:
-    exec({code!r})
-names = sorted({{ev.data["dispatcher"].py_func.__qualname__ for _, ev in rec.buffer
-                 if ev.data["dispatcher"].py_func.__module__.startswith("streamrank.")}})
-print("COMPILED" + json.dumps(names))
-"""
-
-
-def _env(**extra):
-    root = warmup.helper_command("x")[1]
-    path = os.environ.get("PYTHONPATH")
-    return dict(os.environ, PYTHONPATH=root + (os.pathsep + path if path else ""), **extra)
-
-
-def _python(code, cache, work):
-    p = subprocess.run([sys.executable, "-c", code.replace("{work}", str(work))],
-                       env=_env(NUMBA_CACHE_DIR=str(cache), STREAMRANK_NO_WARMUP="1"), cwd=str(work),
-                       capture_output=True, text=True, timeout=900)
-    assert p.returncode == 0, p.stdout + p.stderr
-    return p.stdout
-
-
 def test_the_list_covers_what_select_features_compiles(tmp_path):
     """After the helper has compiled the select-features list into an empty cache, the command
     compiles nothing of streamrank's itself."""
     assert KERNELS["select-features"]
     work, cache = tmp_path / "work", tmp_path / "cache"
     work.mkdir()
-    _python(PREPARE, tmp_path / "prepare-cache", work)
+    run_python(PREPARE, tmp_path / "prepare-cache", work)
     argv, cwd = warmup.helper_command("select-features")
-    subprocess.run(argv, cwd=cwd, env=_env(NUMBA_CACHE_DIR=str(cache)), check=True, timeout=900)
-    out = _python(RUN.format(code=SCENARIO), cache, work)
+    subprocess.run(argv, cwd=cwd, env=child_env(NUMBA_CACHE_DIR=str(cache)), check=True, timeout=900)
+    out = run_python(RUN.format(code=SCENARIO), cache, work)
     compiled = out.split("COMPILED", 1)[1].strip()
     assert compiled == "[]", f"select-features compiled {compiled} itself: record its list again"
 
@@ -76,7 +52,7 @@ def test_select_features_starts_the_helper_on_a_cold_cache(tmp_path):
         assert main(["select-features", "{work}/t.h5", "-k", "2", "--quiet"]) == 0
         assert "select-features" in started, started
     """).replace("{work}", str(tmp_path))
-    env = _env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    env = child_env(NUMBA_CACHE_DIR=str(tmp_path / "cache"))
     env.pop(warmup.ENV_OFF, None)
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout + p.stderr
