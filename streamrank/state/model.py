@@ -93,6 +93,7 @@ class LinearModel:
         self.training = dict(training or {})
         self.fingerprint = fingerprint
         self.levels = [float(v) for v in levels]
+        self.content_sha256 = None  # the file's digest, once loaded from one (export names its source)
 
     # -- scoring --------------------------------------------------------------------------------
     @property
@@ -290,31 +291,42 @@ class LinearModel:
         ensure_space(path, sum(np.asarray(a).nbytes for a in arrays if a is not None) +
                      len(json.dumps(self.config)) + len(json.dumps(self.training)))
         with written(path) as tmp, h5py.File(tmp, "w") as f:
-            a = f.attrs
-            a["format"] = FORMAT_NAME
-            # version 3 only when the model reads a subset of its inputs: a reader of version 2
-            # would ignore the subset and score other columns
-            a["version"] = FORMAT_VERSION if self.input_features is None else SUBSET_VERSION
-            if self.input_features is not None:
-                a["input_features"] = json.dumps([int(c) + 1 for c in self.input_features])
-                a["input_width"] = self.input_width
-            a["created_by"] = f"streamrank {__version__}"
-            a["method"] = self.method
-            a["n_features"] = self.n_features
-            a["config"] = json.dumps(self.config, sort_keys=True)
-            a["training"] = json.dumps(self.training, sort_keys=True)
-            a["fingerprint"] = self.fingerprint
-            a["levels"] = json.dumps(self.levels)
-            f.create_dataset("w", data=self.w)
-            self.normalizer.to_h5(f.create_group("normalize"))
-            if self.fmap is None:
-                f.create_group("feature_map").attrs["kind"] = "identity"
-            else:
-                self.fmap.to_h5(f.create_group("feature_map"))
-            a[DIGEST_ATTR] = file_digest(f)
+            self._write(f)
             f.flush()
             faultpoint("model-write")
         return path
+
+    def content_digest(self):
+        """The ``content_sha256`` the model's file would carry (written to an in-memory HDF5 image)."""
+        import uuid
+        with h5py.File(f"streamrank-digest-{uuid.uuid4().hex}.h5", "w", driver="core", backing_store=False) as f:
+            self._write(f)
+            return str(f.attrs[DIGEST_ATTR])
+
+    def _write(self, f):
+        """The model's attributes and datasets into an open, empty HDF5 file, its digest last."""
+        a = f.attrs
+        a["format"] = FORMAT_NAME
+        # version 3 only when the model reads a subset of its inputs: a reader of version 2
+        # would ignore the subset and score other columns
+        a["version"] = FORMAT_VERSION if self.input_features is None else SUBSET_VERSION
+        if self.input_features is not None:
+            a["input_features"] = json.dumps([int(c) + 1 for c in self.input_features])
+            a["input_width"] = self.input_width
+        a["created_by"] = f"streamrank {__version__}"
+        a["method"] = self.method
+        a["n_features"] = self.n_features
+        a["config"] = json.dumps(self.config, sort_keys=True)
+        a["training"] = json.dumps(self.training, sort_keys=True)
+        a["fingerprint"] = self.fingerprint
+        a["levels"] = json.dumps(self.levels)
+        f.create_dataset("w", data=self.w)
+        self.normalizer.to_h5(f.create_group("normalize"))
+        if self.fmap is None:
+            f.create_group("feature_map").attrs["kind"] = "identity"
+        else:
+            self.fmap.to_h5(f.create_group("feature_map"))
+        a[DIGEST_ATTR] = file_digest(f)
 
 
 def load(path):
@@ -360,10 +372,13 @@ def load(path):
                 if cols.shape != (n_features,) or cols.min() < 0 or cols.max() >= width:
                     raise FormatError(f"{path}: the model's input features {list(cols + 1)} do not fit its "
                                       f"{n_features} features of {width}-feature rows; train the model again")
-            return LinearModel(w, Normalizer.from_h5(f["normalize"]), fmap=fmap,
-                               n_features=n_features, config=json.loads(f.attrs["config"]),
-                               training=json.loads(f.attrs["training"]), fingerprint=str(f.attrs["fingerprint"]),
-                               levels=json.loads(f.attrs["levels"]), input_features=cols, input_width=width)
+            model = LinearModel(w, Normalizer.from_h5(f["normalize"]), fmap=fmap,
+                                n_features=n_features, config=json.loads(f.attrs["config"]),
+                                training=json.loads(f.attrs["training"]), fingerprint=str(f.attrs["fingerprint"]),
+                                levels=json.loads(f.attrs["levels"]), input_features=cols, input_width=width)
+            # the file's digest (version 1 files carry none), for exports that name their source
+            model.content_sha256 = str(f.attrs[DIGEST_ATTR]) if DIGEST_ATTR in f.attrs else None
+            return model
         except FormatError:
             raise
         except (KeyError, OSError, ValueError, TypeError, RuntimeError) as exc:
