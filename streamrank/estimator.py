@@ -350,6 +350,14 @@ class RankSVM(_Estimator):
     def save(self, path):
         return self._model().save(path)
 
+    def export(self, path=None, *, format="onnx", feature_names=None, name=None):
+        """Write the fitted model in ``format`` (onnx, solr, elasticsearch, svmrank, liblinear,
+        json; docs/formats.md) to ``path`` and return the path; without ``path``, return the
+        content (bytes for onnx, text for the others). ``feature_names``: a list, or a file with
+        one name per line (default f1..fd); ``name``: the model's name inside the file."""
+        from streamrank.export import export_model
+        return export_model(self._model(), format, path, feature_names=feature_names, name=name)
+
     def _model(self):
         if not hasattr(self, "model_"):
             raise _not_fitted(f"this {type(self).__name__} is not fitted yet; call fit first")

@@ -2,7 +2,7 @@
 other in a cycle. The order is the data flow of DESIGN.md: passes are run by an executor
 (execution), rows are read (io), mapped (features),
 kept between passes (cache), measured (evaluation), turned into an objective (objectives) that a solver minimises
-(solvers); models and checkpoints are files (state); features are chosen (selection, which
+(solvers); models and checkpoints are files (state), which export writes in other programs' formats (export); features are chosen (selection, which
 checkpoints its pass); training runs the path; workflows (grid, cross-validation, report) run many trainings; the faces (CLI,
 estimator, demo) sit on top."""
 
@@ -25,6 +25,7 @@ LAYERS = [
     {"objectives"},
     {"solvers"},
     {"state"},
+    {"export"},
     {"selection"},
     {"training"},
     {"workflow"},

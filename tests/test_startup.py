@@ -1,5 +1,5 @@
 """Start-up imports only what it needs (issue 17): ``import streamrank`` and ``streamrank --help``
-load numpy but not numba, scipy, h5py, dask or scikit-learn; the public names still resolve.
+load numpy but not numba, scipy, h5py, dask, scikit-learn, onnx or onnxruntime; the public names still resolve.
 (How long start-up takes is measured by tools/bench_peers.py, not asserted here.)"""
 
 import subprocess
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-HEAVY = ("numba", "scipy", "h5py", "dask", "sklearn", "matplotlib", "tqdm", "threadpoolctl")
+HEAVY = ("numba", "scipy", "h5py", "dask", "sklearn", "matplotlib", "tqdm", "threadpoolctl", "onnx", "onnxruntime")
 
 PROBE = """
 import sys
@@ -27,7 +27,9 @@ def loaded_after(code):
     "import streamrank.cli; streamrank.cli.build_parser()",
     "from streamrank.cli import main\nassert main(['--help']) == 0",
     "from streamrank.cli import main\nassert main(['train', '--help']) == 0",
-], ids=["import", "parser", "help", "train-help"])
+    "from streamrank.cli import main\nassert main(['export', '--help']) == 0",
+    "import streamrank.export, streamrank.export.common",
+], ids=["import", "parser", "help", "train-help", "export-help", "export-package"])
 def test_start_up_imports_no_heavy_library(code):
     assert loaded_after(code) == ""
 

@@ -8,7 +8,7 @@ import signal
 import sys
 
 from streamrank._version import __version__
-from streamrank.cli import data_commands, search_commands, train_commands
+from streamrank.cli import data_commands, export_commands, search_commands, train_commands
 from streamrank.cli.common import _check_paths, _os_error, _setup_logging, shows_progress, translate
 from streamrank.cli.signals import Handlers, signal_of
 from streamrank.errors import StreamrankError
@@ -40,7 +40,7 @@ def build_parser():
     p = _Parser(prog="streamrank", description="Pairwise ranking SVMs on data larger than memory.")
     p.add_argument("--version", action="version", version=f"streamrank {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
-    for module in (data_commands, train_commands, search_commands):
+    for module in (data_commands, train_commands, search_commands, export_commands):
         module.register(sub)
     return p
 

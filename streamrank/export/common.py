@@ -142,6 +142,8 @@ def settings(model):
 
 
 def finite_json(obj):
-    """``json.dumps`` that refuses NaN and infinity (JSON has neither)."""
-    return json.dumps(obj, allow_nan=False, indent=2, sort_keys=False) + "\n"
-
+    """``obj`` (a dict) as strict JSON (no NaN or infinity, which JSON lacks): one top-level key per
+    line, each value compact (a model's arrays stay one line each rather than one number per line)."""
+    items = [f"  {json.dumps(str(k))}: {json.dumps(v, allow_nan=False, separators=(', ', ': '))}"
+             for k, v in obj.items()]
+    return "{\n" + ",\n".join(items) + "\n}\n"
