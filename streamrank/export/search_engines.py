@@ -31,7 +31,7 @@ import re
 import numpy as np
 
 from streamrank.errors import ParameterError
-from streamrank.export.common import finite_json, linear_weights
+from streamrank.export.common import linear_weights
 from streamrank.features.normalize import Normalizer
 
 SOLR_CLASS = "org.apache.solr.ltr.model.LinearModel"
@@ -43,6 +43,20 @@ _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 # both plugins parse every number into a Java float (Solr: Number.floatValue(); the ES plugin:
 # XContentParser.floatValue()); beyond this a weight becomes infinite there
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def layout(obj, indent=0, width=100):
+    """Strict JSON (no NaN or infinity, which JSON lacks) for people to read: an object or array on
+    one line when it fits in ``width`` characters, else one member per line, recursively."""
+    flat = json.dumps(obj, allow_nan=False, separators=(", ", ": "))
+    if not isinstance(obj, (dict, list)) or not obj or (indent and indent + len(flat) <= width):
+        return flat
+    pad = " " * (indent + 2)
+    if isinstance(obj, dict):
+        members = [f"{pad}{json.dumps(str(k))}: {layout(v, indent + 2, width)}"
+                   for k, v in obj.items()]
+        return "{\n" + ",\n".join(members) + "\n" + " " * indent + "}"
+    return "[\n" + ",\n".join(pad + layout(v, indent + 2, width) for v in obj) + "\n" + " " * indent + "]"
 
 
 def check_name(name, fmt):
@@ -98,7 +112,7 @@ def to_solr(model, *, names, name):
            "name": name + FOLDED_SUFFIX if folded else name,
            "features": [{"name": n} for n in names],
            "params": {"weights": dict(zip(names, weights))}}
-    return finite_json(doc)
+    return layout(doc) + "\n"
 
 
 def to_elasticsearch(model, *, names, name):
@@ -129,4 +143,4 @@ def to_elasticsearch(model, *, names, name):
     inner = {"type": ES_MODEL_TYPE, "definition": definition}
     if normalizers:
         inner["feature_normalizers"] = normalizers
-    return finite_json({"model": {"name": name + FOLDED_SUFFIX if folded else name, "model": inner}})
+    return layout({"model": {"name": name + FOLDED_SUFFIX if folded else name, "model": inner}}) + "\n"

@@ -408,3 +408,61 @@ def test_elasticsearch_standard_deviation_zero_as_float32_refused():
     with pytest.raises(ParameterError, match=r"format=elasticsearch: the standard deviation of feature 'f2' is "
                                              r"1e-50, 0 as the 32-bit float the plugin reads; use format=onnx"):
         render(model, "elasticsearch")
+
+
+# -- the plugins' 32-bit arithmetic ----------------------------------------------------------------
+def float32_scores(text, fmt, X, names):
+    """Scores as both plugins compute them (their source: weights, means and standard deviations
+    parsed into Java floats, the sum accumulated in a float): the documented formulas in float32."""
+    f32 = np.float32
+    if fmt == "solr":
+        doc = json.loads(text)
+        weights, norms = doc["params"]["weights"], {}
+    else:
+        model = json.loads(text)["model"]["model"]
+        weights, norms = json.loads(model["definition"]), model.get("feature_normalizers", {})
+    s = np.zeros(len(X), f32)
+    for j, n in enumerate(names):
+        x = X[:, j].astype(f32)
+        if n in norms:
+            p = norms[n]["standard"]
+            x = (x - f32(p["mean"])) / f32(p["standard_deviation"])
+        s = s + x * f32(weights[n])
+    return s
+
+
+def offset_data(n_queries, seed, offset):
+    """Features whose mean is ``offset`` standard deviations from 0 (a year, a price, a timestamp)."""
+    rng = np.random.default_rng(seed)
+    Z = rng.standard_normal((n_queries * 20, 4))
+    y = np.clip(np.round(Z[:, 0] - 0.5 * Z[:, 1] + 0.3 * rng.standard_normal(len(Z))) + 1, 0, 3)
+    X = Z.copy()
+    X[:, 0] += offset
+    X[:, 1] = 10 * X[:, 1] + 10 * offset
+    return X.astype(np.float32), y, np.repeat(np.arange(n_queries), 20)
+
+
+def test_float32_standard_normaliser_keeps_the_ranking_where_folding_loses_it():
+    """Why elasticsearch keeps zscore as the plugin's standard normaliser: with means 1e5 standard
+    deviations from 0, a folded model evaluated in float32 (Solr's) reorders queries (the constant
+    it dropped cancels digits float32 does not have), while (x - mean) / sd in float32 keeps every
+    query's order. docs/formats.md quotes these counts."""
+    X, y, q = offset_data(30, 1, 1e5)
+    Xt, _, qt = offset_data(300, 2, 1e5)
+    model = streamrank.RankSVM(normalize="zscore").fit(X, y, q)._model()
+    pred = model.decision_function(Xt)
+    names = ["f1", "f2", "f3", "f4"]
+    es = float32_scores(render(model, "elasticsearch"), "elasticsearch", Xt, names)
+    assert_same_ranking(es, pred, qt)
+    solr = float32_scores(render(model, "solr"), "solr", Xt, names)
+    changed = sum(not np.array_equal(dense_ranks(solr[qt == k]), dense_ranks(pred[qt == k])) for k in range(300))
+    assert changed > 10  # 64 of 300 queries when measured
+
+
+def test_layout_is_strict_json_that_reads_back():
+    from streamrank.export.search_engines import layout
+    obj = {"a": [1.5, -0.0, 1e-300, {"b": "é\"x"}], "c": {f"k{j}": j / 7 for j in range(30)}, "d": [], "e": {}}
+    text = layout(obj)
+    assert json.loads(text) == obj and max(map(len, text.splitlines())) <= 100
+    with pytest.raises(ValueError):
+        layout({"w": [float("nan")]})
