@@ -29,7 +29,12 @@ def _cmd_export(args):
     if args.output == "-":
         content = render(model, args.format, feature_names=args.feature_names, name=name)
         if isinstance(content, bytes):
-            sys.stdout.buffer.write(content)
+            out = getattr(sys.stdout, "buffer", None)
+            if out is None or sys.stdout.isatty():
+                raise ParameterError(f"format {args.format} is binary, and standard output is "
+                                     f"{'a terminal' if out is not None else 'a text stream here'}; pass -o FILE "
+                                     f"(e.g. -o model.{args.format}), or redirect standard output to a file")
+            out.write(content)
         else:
             sys.stdout.write(content)
         sys.stdout.flush()

@@ -9,7 +9,7 @@ training data's width; for a model trained on ``--features``, the full rows it p
 
 import hashlib
 import json
-import math
+import unicodedata
 
 import numpy as np
 
@@ -102,7 +102,9 @@ def feature_names(model, names=None, *, source="feature_names"):
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{where}: cannot read the feature names ({exc}); give a UTF-8 text file with one "
                              f"name per line") from None
-        names = text.splitlines()
+        # lines end at \n (or \r\n) only: str.splitlines would also end them at \x1c-\x1e, \x85 and
+        # \u2028, splitting a name the user sees as one
+        names = text.replace("\r\n", "\n").split("\n")
         while names and not names[-1].strip():
             names.pop()  # trailing blank lines
     names = list(names)
@@ -114,6 +116,9 @@ def feature_names(model, names=None, *, source="feature_names"):
         if not isinstance(n, str) or not n.strip() or n != n.strip():
             raise InputError(f"{where}: name {j} is {n!r}; a feature name must be non-empty text without "
                              f"surrounding spaces")
+        if any(unicodedata.category(ch) == "Cc" for ch in n):
+            raise InputError(f"{where}: name {j} is {n!r}, which holds a control character; a feature name must be "
+                             f"printable text (the formats put names in JSON keys, URLs and text lines)")
         if n in seen:
             raise InputError(f"{where}: name {n!r} is given to features {seen[n]} and {j}; names must be unique")
         seen[n] = j

@@ -172,6 +172,9 @@ def test_feature_names_from_a_file_and_their_errors(models, tmp_path):
         feature_names(model, ["a", "b", "a", "c", "d"])
     with pytest.raises(InputError, match="name 2 is ' b'"):
         feature_names(model, ["a", " b", "c", "d", "e"])
+    f.write_text("a\x1eb\nc\r\nd\ne\nf\n")  # lines end at \\n only (found by tests/properties/test_prop_export.py)
+    with pytest.raises(InputError, match="name 1 is 'a\\\\x1eb', which holds a control character"):
+        feature_names(model, f)
     with pytest.raises(InputError, match="cannot read the feature names"):
         feature_names(model, tmp_path / "missing.txt")
 

@@ -569,8 +569,51 @@ def _report_ok(case, res):
         _fail(case, res, "report exited 0 without its page")
 
 
+def _export_ok(case, res):
+    """The exported file read by its consumer's reader: ONNX by onnx's checker and onnxruntime (its
+    scores those of the model), the JSON formats by a JSON parser, the peers' text as numbers."""
+    argv = [str(a) for a in case.argv]
+    fmt = argv[argv.index("--format") + 1].strip().lower()
+    if argv[argv.index("-o") + 1] == "-":
+        content = res.out.encode()
+        if fmt != "onnx" and not content.strip():
+            _fail(case, res, "export -o - printed nothing")
+        return
+    out = Path(case.outputs[0])
+    content = out.read_bytes()
+    if not content:
+        _fail(case, res, "export exited 0 with an empty file")
+    if fmt == "onnx":
+        import onnx
+        import onnxruntime as ort
+        from streamrank.state.model import load
+        m = onnx.load_from_string(content)
+        onnx.checker.check_model(m)
+        model = load(case.inputs[0])
+        X = np.asarray(case.data.X, np.float32)
+        sess = ort.InferenceSession(content, providers=["CPUExecutionProvider"])
+        feed = {sess.get_inputs()[0].name: X}
+        if len(sess.get_inputs()) > 1:
+            feed[sess.get_inputs()[1].name] = np.repeat(np.arange(len(case.data.query_ptr) - 1),
+                                                        np.diff(case.data.query_ptr)).astype(np.int64)
+        got = sess.run(None, feed)[0].reshape(-1).astype(np.float64)
+        want = model.decision_function(X, case.data.query_ptr)
+        if got.shape != want.shape or np.abs(got - want).max(initial=0) > 1e-5 * max(np.abs(want).max(initial=0), 1e-30):
+            _fail(case, res, f"onnxruntime's scores {got[:5]} differ from predict's {want[:5]}")
+    elif fmt in ("json", "solr", "elasticsearch"):
+        try:
+            json.loads(content.decode("utf-8"))
+        except ValueError as e:
+            _fail(case, res, f"export wrote {fmt} that is not JSON: {e}")
+    else:
+        text = content.decode("utf-8")
+        if not text.endswith("\n") or "\r" in text:
+            _fail(case, res, f"{fmt}: a text file that does not end in a newline, or holds a carriage return")
+
+
 SUCCESS = {"train": _train_ok, "grid": _grid_ok, "cv": _cv_ok, "predict": _predict_ok, "eval": _eval_ok,
-           "select-features": _select_ok, "info": _info_ok, "convert": _convert_ok, "report": _report_ok}
+           "select-features": _select_ok, "info": _info_ok, "convert": _convert_ok, "report": _report_ok,
+           "export": _export_ok}
 
 
 COLUMNS = ("tried", "exit 0", "exit 2", "signal", "other", "failed")
