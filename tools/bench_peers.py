@@ -105,7 +105,7 @@ DEFAULT_PEERS = {"liblinear": PEERS / "liblinear-ranksvm" / "train",
                  "libsvm_ranksvm": PEERS / "libsvm-ranksvm" / "svm-train",
                  "svmrank": PEERS / "svm_rank" / "svm_rank_learn"}
 PEER_NAMES = {"liblinear": "LIBLINEAR ranksvm", "libsvm_ranksvm": "libsvm-ranksvm", "svmrank": "SVMrank"}
-SECTIONS = ("startup", "firstuse", "linear", "exact", "big", "convert", "nystroem", "gbdt")
+SECTIONS = ("startup", "firstuse", "linear", "exact", "big", "convert", "nystroem", "gbdt", "export")
 DEFAULT_ONLY = ("startup", "firstuse", "linear", "exact")  # the others on request: --only big,convert,...
 BIG_PRESET, BIG_D = "mslr30k", 136  # streamrank.io.synthetic's MSLR-WEB30K-like preset
 BIG_SCALE = 0.4405  # 1,000,065 rows, 8,334 queries, ~1.7 GB of text
@@ -1176,6 +1176,15 @@ def main():
         ap.error(f"--only takes a comma-separated subset of {','.join(SECTIONS)} (got {args.only!r})")
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
+    if "export" in only:  # issue 32: tools/bench_export.py (its own options: python tools/bench_export.py --help)
+        from bench_export import main as export_main
+        peers_given = [f"--{o}={Path(p).with_name(n)}" for o, p, n in (("liblinear-predict", args.liblinear, "predict"),
+                       ("svmrank-classify", args.svmrank, "svm_rank_classify")) if p]
+        rc = export_main([f"--repeats={args.repeats}", f"--data={args.data}"] + peers_given
+                         + ([f"--workdir={Path(args.workdir) / 'export'}"] if args.workdir else []))
+        only.remove("export")
+        if not only:
+            return rc
 
     import numpy as np
 
