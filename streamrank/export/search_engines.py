@@ -13,7 +13,7 @@ model's ``name`` says so (NAME_zscore_folded_bias_dropped).
 ``elasticsearch``: the Elasticsearch / OpenSearch learning-to-rank plugin's ``model/linear``, as the
 body of ``POST _ltr/_featureset/<featureset>/_createmodel`` ("Uploading a trained model",
 https://elasticsearch-learning-to-rank.readthedocs.io/en/latest/training-models.html and
-https://docs.opensearch.org/latest/search-plugins/ltr/training-models/): ``definition`` is the
+https://opensearch.org/docs/latest/search-plugins/ltr/training-models/): ``definition`` is the
 string of a JSON object {feature: weight}; zscore is the plugin's own ``standard`` feature
 normaliser, value -> (value - mean) / standard_deviation, so the weights are the model's own and
 no constant is lost (score = sum_j w_j (x_j - mean_j) / standard_deviation_j, the model's score

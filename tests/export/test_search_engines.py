@@ -10,7 +10,7 @@ The documentation the scorers follow:
   a feature without ``norm`` is not normalised, IdentityNormalizer);
 - Elasticsearch / OpenSearch LTR: https://elasticsearch-learning-to-rank.readthedocs.io/en/latest/
   training-models.html ("Uploading a model", "Creating a model with Feature Normalization") and
-  https://docs.opensearch.org/latest/search-plugins/ltr/training-models/: the body of
+  https://opensearch.org/docs/latest/search-plugins/ltr/training-models/: the body of
   ``POST _ltr/_featureset/<set>/_createmodel`` is {"model": {"name", "model": {"type":
   "model/linear", "definition": "<JSON object feature -> weight>", "feature_normalizers": {feature:
   {"standard": {"mean", "standard_deviation"}} or {"min_max": {"minimum", "maximum"}}}}}};
@@ -442,13 +442,15 @@ def offset_data(n_queries, seed, offset):
     return X.astype(np.float32), y, np.repeat(np.arange(n_queries), 20)
 
 
-def test_float32_standard_normaliser_keeps_the_ranking_where_folding_loses_it():
-    """Why elasticsearch keeps zscore as the plugin's standard normaliser: with means 1e5 standard
-    deviations from 0, a folded model evaluated in float32 (Solr's) reorders queries (the constant
-    it dropped cancels digits float32 does not have), while (x - mean) / sd in float32 keeps every
-    query's order. docs/formats.md quotes these counts."""
-    X, y, q = offset_data(30, 1, 1e5)
-    Xt, _, qt = offset_data(300, 2, 1e5)
+@pytest.mark.parametrize("offset, least", [(1e3, 0), (1e4, 1), (1e5, 10)])
+def test_float32_standard_normaliser_keeps_the_ranking_where_folding_loses_it(offset, least):
+    """Why elasticsearch keeps zscore as the plugin's standard normaliser: with feature means far
+    from 0 in standard deviations, a folded model evaluated in float32 (Solr's) reorders queries
+    (the constant it dropped cancels digits float32 does not have), while (x - mean) / sd in float32
+    keeps every query's order. docs/formats.md quotes the counts (``-s`` prints them): 0, 11 and 64
+    of 300 queries when measured."""
+    X, y, q = offset_data(30, 1, offset)
+    Xt, _, qt = offset_data(300, 2, offset)
     model = streamrank.RankSVM(normalize="zscore").fit(X, y, q)._model()
     pred = model.decision_function(Xt)
     names = ["f1", "f2", "f3", "f4"]
@@ -456,7 +458,8 @@ def test_float32_standard_normaliser_keeps_the_ranking_where_folding_loses_it():
     assert_same_ranking(es, pred, qt)
     solr = float32_scores(render(model, "solr"), "solr", Xt, names)
     changed = sum(not np.array_equal(dense_ranks(solr[qt == k]), dense_ranks(pred[qt == k])) for k in range(300))
-    assert changed > 10  # 64 of 300 queries when measured
+    print(f"mean / sd {offset:g}: solr's folded float32 scores reorder {changed} of 300 queries, es's 0")
+    assert changed >= least
 
 
 def test_layout_is_strict_json_that_reads_back():
