@@ -63,8 +63,9 @@ def check_name(name, fmt):
     """The model's name, usable unquoted in Solr's ``{!ltr model=NAME}`` and as an ES model id."""
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         fixed = re.sub(r"[^A-Za-z0-9_.:-]+", "_", name if isinstance(name, str) else "").strip("_") or "streamrank"
-        raise ParameterError(f"format={fmt}: name must be letters, digits, '_', '-', '.' or ':' (Solr reads it "
-                             f"unquoted in {{!ltr model=NAME}}); got {name!r}. Use name={fixed}")
+        why = "Solr reads it unquoted in {!ltr model=NAME}" if fmt == "solr" else "an ES model id, named as for solr"
+        raise ParameterError(f"format={fmt}: name must be letters, digits, '_', '-', '.' or ':' ({why}); got "
+                             f"{name!r}. Use name={fixed}")
     return name
 
 

@@ -369,6 +369,18 @@ def test_a_name_solr_cannot_read_unquoted_is_refused_with_a_fix(models, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_command_line_names_the_model_after_its_output(models, fmt, tmp_path):
+    from streamrank.cli.main import main
+    models["primal-zscore"].save(tmp_path / "m.h5")
+    out = tmp_path / "movies.json"
+    assert main(["export", str(tmp_path / "m.h5"), "--format", fmt, "-o", str(out), "--quiet"]) == 0
+    doc = json.loads(out.read_text())
+    name = doc["name"] if fmt == "solr" else doc["model"]["name"]
+    assert name == ("movies_zscore_folded_bias_dropped" if fmt == "solr" else "movies")
+    assert main(["export", str(tmp_path / "m.h5"), "--format", fmt, "-o", str(tmp_path / "my movies.json")]) == 2
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_weights_beyond_float32_refused(fmt):
     """Both plugins parse numbers into Java floats: 1e39 would be infinite there."""
     model = LinearModel(np.array([1.0, 1e39]), Normalizer("none"), n_features=2)
