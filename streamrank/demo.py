@@ -64,14 +64,14 @@ def run_demo(workdir=None, quiet=False, preset="small", seed=0):
     """Run the demo in ``workdir`` (default ``./streamrank-demo``); return a dict of what it wrote:
     ``workdir``, ``paths`` (part -> text and dataset), ``model``, ``scores`` and the test
     ``report``."""
-    from streamrank.cli import _setup_logging
+    from streamrank.console import setup_logging
     from streamrank.io.atomic import written
     from streamrank.io.synthetic import write_text
     from streamrank.training.linear import train_linear
 
     say = (lambda *a: None) if quiet else print
     work = claim_workdir(DEFAULT_WORKDIR if workdir is None else workdir)
-    _setup_logging(True)
+    setup_logging(True)
     t0 = time.perf_counter()
     paths = {}
     for part in PARTS:

@@ -8,6 +8,7 @@ import re
 import sys
 from pathlib import Path
 
+from streamrank.console import setup_logging
 from streamrank.errors import StreamrankError
 
 # library parameter -> command-line flag: library messages name parameters (``C=0.5``,
@@ -62,12 +63,10 @@ _BLOCK_ADVICE = ("pass a --memory-budget the plan accepts (a planned block holds
                  "line names the budget)")
 
 
-class _TranslatingFormatter(logging.Formatter):
-    """Formats library log messages in the CLI's terms (the record itself, which other handlers
-    may also see, is left as the library wrote it)."""
-
-    def format(self, record):
-        return translate(super().format(record))
+def _setup_logging(quiet, progress=True):
+    """Library log lines (and warnings) on stderr in the CLI's terms (:func:`translate`):
+    :func:`streamrank.console.setup_logging` with the CLI's wording."""
+    setup_logging(quiet, progress, wording=translate)
 
 
 def _positive_int(name, example):
@@ -179,42 +178,6 @@ def _check_checkpoint_dir(directory):
         raise InputError(f"{d}: the checkpoint directory cannot be created ({e.strerror})") from None
     _check_outputs((d / CURRENT, "checkpoint", False))
 
-
-
-def _show_warning(message, category, filename, lineno, file=None, line=None):
-    """Library warnings as one log line in the CLI's terms (no source location, no class name)."""
-    logging.getLogger("streamrank").warning("warning: %s", message)
-
-
-class _BarAwareHandler(logging.StreamHandler):
-    """Log lines written above a live progress bar (tqdm.write) where bars are drawn; plain lines
-    elsewhere (a log file gets the lines, no bar frames between them)."""
-
-    def emit(self, record):
-        try:
-            from streamrank.execution.progress import drawing, shown
-            if drawing():
-                from tqdm import tqdm
-                tqdm.write(self.format(record), file=self.stream)
-            else:
-                self.stream.write(self.format(record) + "\n")
-                self.flush()
-            shown()
-        except Exception:  # noqa: BLE001 - logging must not raise
-            self.handleError(record)
-
-
-def _setup_logging(quiet, progress=True):
-    """Library log lines (and warnings) on stderr in the CLI's terms: INFO and up for commands that
-    report progress (``progress``), warnings only otherwise or with --quiet."""
-    import warnings
-    warnings.showwarning = _show_warning
-    logger = logging.getLogger("streamrank")
-    logger.handlers[:] = []
-    h = _BarAwareHandler(sys.stderr)
-    h.setFormatter(_TranslatingFormatter("%(message)s"))
-    logger.addHandler(h)
-    logger.setLevel(logging.WARNING if quiet or not progress else logging.INFO)
 
 
 def shows_progress(args):

@@ -15,7 +15,8 @@ The protocol (every map):
   whatever the size of X (:meth:`work_bytes`).
 - ``n_features_`` (input width), ``n_components_`` (output width), ``params()`` (JSON-able:
   everything that defines the map, with a sha256 of the fitted arrays, for cache keys and
-  model files), ``to_h5(group)`` and :func:`load_map` (``kind`` attribute dispatch). No pickle.
+  model files), ``to_h5(group)`` and :func:`streamrank.features.map_files.load_map` (``kind``
+  attribute dispatch). No pickle.
 
 Maps:
 
@@ -37,7 +38,6 @@ from streamrank.execution.executor import Pass, executor_or_local, partitioned_s
 from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, parallel_tiles, tile_threads,
                       tile_rows)
 
-MAP_KINDS = ("identity", "nystroem", "rff")
 FORMAT_VERSION = 1
 
 # Output columns per block of the Nystroem projection product (see Nystroem._prepare).
@@ -627,27 +627,6 @@ class RandomFourier(FeatureMap):
         self.omega_ = np.ascontiguousarray(arrays["omega"], np.float64)
         self.offset_ = np.ascontiguousarray(arrays["b"], np.float64)
         self.n_components_ = self.omega_.shape[1]
-
-
-_CLASSES = {"identity": IdentityMap, "nystroem": Nystroem, "rff": RandomFourier}
-
-
-def load_map(group):
-    """The feature map saved in an HDF5 group by ``to_h5`` (dispatch on its ``kind`` attr)."""
-    kind = _attr_str(group.attrs.get("kind"))
-    if kind == "exact":  # exact kernel RankSVM: phi(x) = K(x, support rows)
-        from streamrank.features.exact_map import ExactKernelMap
-        return ExactKernelMap.from_h5(group)
-    if kind == "basis":  # CLSRRank: phi(x) = K(x, basis rows)
-        from streamrank.features.basis_map import KernelBasisMap
-        return KernelBasisMap.from_h5(group)
-    if kind not in _CLASSES:
-        raise _format_error(group, f"unknown feature map kind {kind!r} (this streamrank knows "
-                                   f"{', '.join(MAP_KINDS)}); upgrade streamrank")
-    if kind == "identity" and "params" not in group.attrs:
-        # model files written before feature maps existed carry only kind="identity"
-        return IdentityMap()
-    return _CLASSES[kind].from_h5(group)
 
 
 def make_map(method, *, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None, seed=0):

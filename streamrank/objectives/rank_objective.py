@@ -32,6 +32,7 @@ from streamrank._native.memory import trimmer
 from streamrank._native.blas import add_atb
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.normalize import Normalizer
+from streamrank.objectives.block_rows import block_phi as _phi
 
 # Rows of Phi materialised at a time (float64, with L Phi beside them) when forming the dense
 # Hessian: bounds that temporary memory to about 2 x 8 x HESSIAN_ROWS x m bytes.
@@ -478,21 +479,6 @@ class _Line(Pass):
 
     def merge(self, total, c):
         return {k: total[k] + c[k] for k in total}
-
-
-def _phi(b, r0, r1, q, out=None):
-    """Rows r0:r1 (local to block b, whole queries q[0]:q[1]) of Phi as float64 (in ``out``)."""
-    X = b.X[r0:r1]
-    Phi = np.empty(X.shape) if out is None else out
-    Phi[...] = X  # float32 -> float64 is exact
-    if b.affine == 1:
-        Phi -= b.shift[0]
-        Phi *= b.scale[0]
-    elif b.affine == 2:
-        sizes = np.diff(b.qptr[q[0]:q[1] + 1])
-        Phi -= np.repeat(b.shift[q[0]:q[1]], sizes, axis=0)
-        Phi *= np.repeat(b.scale[q[0]:q[1]], sizes, axis=0)
-    return Phi
 
 
 def _l_phi(b, st, r0, r1, q, cost, mu, phi=None, lphi=None):

@@ -351,7 +351,7 @@ def load(path):
             if version >= 2 and file_digest(f) != f.attrs.get(DIGEST_ATTR):
                 raise FormatError(f"{path}: the model file's content does not match its sha256 (damaged or "
                                   f"changed after it was written); train the model again")
-            from streamrank.features.maps import load_map
+            from streamrank.features.map_files import load_map
             fmap = load_map(f["feature_map"])
             n_features = f.attrs["n_features"]
             if not isinstance(n_features, (int, np.integer)) or not 0 < n_features < 2 ** 40:

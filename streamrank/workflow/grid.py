@@ -26,7 +26,7 @@ from streamrank.execution.progress import bar
 from streamrank.training.path import values_text
 from streamrank.io.atomic import check_no_input_inside, check_not_input, reading, write_atomically, written
 from streamrank.workflow.rundir import open_run, read_json, write_json
-from streamrank.workflow.tables import csv_text
+from streamrank.workflow.tables import chosen_point, csv_text
 
 log = logging.getLogger("streamrank.workflow.grid")
 
@@ -370,17 +370,6 @@ def choose(results, select_metric):
     key = "valid_" + select_metric
     scores = [chosen_point(r, select_metric).get(key, float("-inf")) for r in results]
     return max(range(len(results)), key=lambda i: scores[i])
-
-
-def chosen_point(result, select_metric):
-    """The candidate a configuration's training chose (its hyper-parameters and validation score)."""
-    s = result["summary"]
-    key = "lambda" if result["config"]["method"] == "clsr" else "C"
-    for c in s["candidates"]:
-        if c.get(key) == s.get(key) and c.get("gamma") == s.get("gamma"):
-            return dict(c, method=result["config"]["method"], components=result["config"]["components"],
-                        loss=result["config"]["loss"], label=result["label"])
-    raise AssertionError(f"{result['label']}: the chosen point is not among its candidates")
 
 
 def describe(cfg):

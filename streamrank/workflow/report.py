@@ -131,7 +131,8 @@ def _data(items):
 
 
 def _grid_body(rec):
-    from streamrank.workflow.grid import CANDIDATE_COLUMNS, candidates_table, chosen_point
+    from streamrank.workflow.grid import CANDIDATE_COLUMNS, candidates_table
+    from streamrank.workflow.tables import chosen_point
     from streamrank.workflow.tables import grid_columns, point_text
     metric = rec["select_metric"]
     c = rec["chosen"]

@@ -60,6 +60,17 @@ def csv_text(rows, columns):
     return out.getvalue()
 
 
+def chosen_point(result, select_metric):
+    """The candidate a configuration's training chose (its hyper-parameters and validation score)."""
+    s = result["summary"]
+    key = "lambda" if result["config"]["method"] == "clsr" else "C"
+    for c in s["candidates"]:
+        if c.get(key) == s.get(key) and c.get("gamma") == s.get("gamma"):
+            return dict(c, method=result["config"]["method"], components=result["config"]["components"],
+                        loss=result["config"]["loss"], label=result["label"])
+    raise AssertionError(f"{result['label']}: the chosen point is not among its candidates")
+
+
 def grid_columns(select_metric):
     return [("label", "configuration", None), ("gamma", "gamma", None), ("C", "C", None),
             ("lambda", "lambda", None), ("valid_" + select_metric, f"valid {select_metric}", "{:.4f}"),
@@ -68,7 +79,6 @@ def grid_columns(select_metric):
 
 def grid_lines(record, run_dir):
     """What ``streamrank grid`` prints: each configuration's chosen point, and the grid's choice."""
-    from streamrank.workflow.grid import chosen_point
     metric = record["select_metric"]
     rows = []
     for r in record["configs"]:

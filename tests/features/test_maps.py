@@ -12,7 +12,8 @@ import kernel_oracle as oracle
 import streamrank
 from streamrank.features import kernels as kn
 from streamrank.errors import FormatError, InputError, ParameterError
-from streamrank.features.maps import IdentityMap, Nystroem, RandomFourier, Reservoir, load_map
+from streamrank.features.map_files import load_map
+from streamrank.features.maps import IdentityMap, Nystroem, RandomFourier, Reservoir
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.features.normalize import Normalizer
 
