@@ -25,7 +25,8 @@ FLAGS = {"C": "--C", "tol": "--tol", "gap_tol": "--gap-tol", "max_iter": "--max-
          "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components",
          "features": "--features", "importance": "--importance", "tradeoff": "--tradeoff",
          "workers": "--workers", "scheduler": "--scheduler", "partition_rows": "--partition-rows",
-         "commit_seconds": "--commit-every", "pad_features": "--pad-features", "workdir": "--workdir", "plots": "--plots"}
+         "commit_seconds": "--commit-every", "pad_features": "--pad-features", "workdir": "--workdir", "plots": "--plots",
+         "format": "--format", "name": "--name", "feature_names": "--feature-names"}
 # boolean parameters whose flag switches them off: ``use plots=False`` -> ``pass --no-plots``
 FLAGS_OFF = {"plots": "--no-plots"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))

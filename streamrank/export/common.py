@@ -64,7 +64,8 @@ def linear_weights(model, fmt):
     else:
         k = map_kernel(model)
         if k is None or k[0] != "linear" or model.method == "rff":
-            what = "random Fourier features" if model.method == "rff" else f"a {k[0]} kernel ({kind(model)})"
+            article = "an" if k is not None and k[0] in ("rbf",) else "a"
+            what = "random Fourier features" if model.method == "rff" else f"{article} {k[0]} kernel ({kind(model)})"
             raise ParameterError(f"{name} holds one weight per feature, and this model is not linear in its features "
                                  f"({what}); use format=onnx, which holds the kernel map, or format=json")
         if model.method == "nystroem":

@@ -337,9 +337,9 @@ def test_query_minmax_refused_with_what_to_use(models, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("key, what", [("nystroem-rbf", r"a rbf kernel \(nystroem\)"),
+@pytest.mark.parametrize("key, what", [("nystroem-rbf", r"an rbf kernel \(nystroem\)"),
                                        ("rff-rbf", "random Fourier features"),
-                                       ("exact-rbf", r"a rbf kernel \(exact\)")])
+                                       ("exact-rbf", r"an rbf kernel \(exact\)")])
 def test_nonlinear_models_refused_with_what_to_use(models, fmt, key, what):
     with pytest.raises(ParameterError, match=rf"format={fmt} holds one weight per feature, and this model is not "
                                              rf"linear in its features \({what}\); use format=onnx"):
