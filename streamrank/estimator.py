@@ -2,12 +2,16 @@
 
 scikit-learn is optional (the ``sklearn`` extra); ``import streamrank`` never imports it.
 
-Why no ``sklearn.base.BaseEstimator`` base class
-    Importing ``sklearn.base`` after streamrank costs about 0.6 s, more than ``import
-    streamrank`` itself (about 0.5 s; ``python -X importtime -c "import streamrank; import
-    sklearn.base"`` on the project's 2-core machine). A base class taken from scikit-learn
-    whenever it is installed would double every import, the CLI's included; one taken only when
-    scikit-learn happens to be imported already would make the class depend on import order. So :class:`_Estimator`
+Why no ``sklearn.base.BaseEstimator`` base class (weighed again for issue 33)
+    Measured on the project's 2-core machine (session 17; best of 3 fresh processes, 3 rounds):
+    ``import streamrank.estimator`` 0.28 s, ``import sklearn.base`` 0.77-1.01 s, both 0.78-0.86 s.
+    A BaseEstimator base would make the estimator's first use about 0.5 s slower (2.8x), for every
+    user of the Python API, scikit-learn's or not. LightGBM and XGBoost pay it only when
+    scikit-learn is installed (their ``compat.py``), but streamrank's estimators must work
+    without it (the ``sklearn`` extra is optional): two class hierarchies, one per installation,
+    would give the same estimator different behaviour (repr, tags, routing) by what else is
+    installed, and one taken only when scikit-learn happens to be imported already would depend
+    on import order. So :class:`_Estimator`
     implements scikit-learn's estimator protocol in plain Python: ``get_params`` / ``set_params``
     from the ``__init__`` signature (nested ``name__param`` included), the repr of the parameters
     that differ from their defaults, ``__sklearn_tags__`` and the metadata requests. Only the
