@@ -1,6 +1,10 @@
-"""Shared by the benchmark scripts: machine facts, isolated child runs with their peak RSS, tables."""
+"""Shared by the benchmark scripts: machine facts, isolated child runs with their peak RSS, tables,
+and the results data: every benchmark appends what it printed to docs/results/<bench>.jsonl
+(:func:`record`), from which ``python tools/render_benchmarks.py`` draws docs/benchmarks.md and
+its plots."""
 
 import json
+import math
 import os
 import platform
 import subprocess
@@ -29,6 +33,71 @@ def machine_facts():
             f"{platform.release()}; Python {platform.python_version()}, numpy {np.__version__}, "
             f"numba {numba.__version__}, h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version}), "
             f"streamrank {__version__}")
+
+
+RESULTS = REPO / "docs" / "results"
+
+
+def machine_record():
+    """The machine facts of :func:`machine_facts` as a dict, with the commit (``dirty`` when the
+    working tree differs from it) and the date (UTC): the keys a result is filed under."""
+    import h5py
+    import numba
+    import numpy as np
+    from streamrank import __version__
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+    return {"cpu": cpu, "cores": os.cpu_count(),
+            "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
+            "numpy": np.__version__, "numba": numba.__version__, "h5py": h5py.__version__,
+            "streamrank": __version__, "commit": git("rev-parse", "--short", "HEAD") or "unknown",
+            "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "streamrank", "tools")),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+
+
+def record(bench, section, rows, columns, *, notes=(), plot=None, params=None, results_dir=None):
+    """Append one section's results to ``docs/results/<bench>.jsonl`` (one JSON object per line):
+    the machine (:func:`machine_record`), the command line, ``params`` (the section's settings),
+    ``columns`` as :func:`table` takes them ((key, header, format)), the ``rows`` (dicts of
+    JSON-able values: numbers, text, None) and ``notes`` (lines printed with the table). ``plot``
+    (optional) tells tools/render_benchmarks.py how to draw the rows: {"file": "NAME.svg",
+    "title", "x", "y", "series" (the key whose values are the lines), "xlabel", "ylabel", "logx",
+    "logy"}. Returns the record."""
+    out = Path(results_dir or RESULTS)
+    out.mkdir(parents=True, exist_ok=True)
+
+    def plain(v):
+        if isinstance(v, dict):
+            return {str(k): plain(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if hasattr(v, "item") and not isinstance(v, (str, bytes)):
+            v = v.item()  # numpy scalars
+        if isinstance(v, float) and not math.isfinite(v):
+            return None  # JSON has no NaN or infinity
+        return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
+    rec = {"bench": bench, "section": section, "machine": machine_record(),
+           "command": " ".join(["python"] + [str(a) for a in sys.argv]), "params": plain(params or {}),
+           "columns": [list(c) for c in columns], "rows": plain(list(rows)), "notes": list(notes)}
+    if plot:
+        rec["plot"] = plain(plot)
+    line = json.dumps(rec, allow_nan=False, sort_keys=False)
+    with open(out / f"{bench}.jsonl", "a", encoding="utf-8") as f:
+        f.write(line + "\n")
+    return rec
 
 
 def test_metrics(model, path):
