@@ -3,7 +3,7 @@ svmrank and liblinear files, and the speed of onnxruntime on an exported model.
 
     python tools/bench_export.py                              # both parts, 3 rounds
     python tools/bench_peers.py --only export                 # the same, as bench_peers' section
-    python tools/bench_export.py --kernel-rows 1000000        # the Nystroem rows at 1M too (~20 min)
+    python tools/bench_export.py --kernel-rows 1000000        # the Nystroem rows at 1M too (~16 min)
     python tools/bench_export.py --skip-timing                # the agreement table only (seconds)
 
 (a) Agreement. Two linear RankSVM models (normalize none and zscore, C = 0.25) trained on MQ2008
@@ -25,9 +25,10 @@ model (m = --components, default 2,000, zscore; both trained on the preset's tra
   * ``model.decision_function(X)`` in this process on the rows already in memory;
   * onnxruntime (``render(model, "onnx")``, a session with 2 intra-op threads made once, untimed)
     ``session.run`` over batches of --batch rows (linear: --linear-batch) on the same rows.
-The Nystroem rows are the first --kernel-rows (default 250,000, so that the default run stays
-near 10 minutes on 2 cores: one pass over 1M rows takes about 2 minutes; the seconds per 1M rows
-are printed scaled from them). Medians, each run's seconds, ratios against onnxruntime, and ONNX's
+The Nystroem rows are --kernel-rows rows of the same preset (default 250,000, so that the default
+run stays near 6 minutes on 2 cores: each of the three scorers takes about 90 s over 1M rows,
+most of it the n x m x m product with the m x m projection; the seconds per 1M rows are printed
+scaled from them). Medians, each run's seconds, ratios against onnxruntime, and ONNX's
 largest |difference| from decision_function over max|score|. ONNX rows say "not available (...)"
 while streamrank.export.onnx_graph cannot export the model or onnxruntime is missing.
 """
@@ -285,7 +286,7 @@ def main(argv=None):
     ap.add_argument("--repeats", type=int, default=3, help="rounds (default 3)")
     ap.add_argument("--rows", type=int, default=1_000_000, help="rows of the generated test set (default 1M)")
     ap.add_argument("--kernel-rows", type=int, default=250_000,
-                    help="rows the Nystroem model scores (default 250,000; 1000000 for the full set, ~20 min)")
+                    help="rows the Nystroem model scores (default 250,000; 1000000 for the full set, ~16 min)")
     ap.add_argument("--components", type=int, default=2000, help="Nystroem landmarks m (default 2000)")
     ap.add_argument("--batch", type=int, default=4096, help="onnxruntime batch rows, Nystroem (default 4096)")
     ap.add_argument("--linear-batch", type=int, default=1 << 20, help="onnxruntime batch rows, linear (default 2^20)")
