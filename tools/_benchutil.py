@@ -150,3 +150,16 @@ def table(rows, columns):
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
     print("\n".join(lines))
+
+
+def args_params(args, skip=()):
+    """An argparse namespace as :func:`record`'s ``params``: every option but ``skip``, paths as text."""
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in sorted(vars(args).items()) if k not in skip}
+
+
+def table_record(bench, section, rows, columns, *, notes=(), params=None, plot=None):
+    """:func:`table` of the rows, then :func:`record` of the same rows and columns: what a bench
+    prints is what docs/results/<bench>.jsonl keeps. Returns the record."""
+    rows = list(rows)
+    table(rows, columns)
+    return record(bench, section, rows, columns, notes=notes, params=params, plot=plot)

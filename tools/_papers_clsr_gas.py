@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _benchutil import table
+from _benchutil import args_params, table_record
 
 LAMBDAS = [10.0 ** -k for k in range(12, 2, -1)]
 GAMMAS = [2.0 ** -7, 2.0 ** -5, 2.0 ** -3, 2.0 ** -1]
@@ -87,9 +87,10 @@ def clsr_quality(args, converted, have_mq2008):
                       f"({secs:.1f} s)", flush=True)
     rows += _summarise(rows, ["RankSVM", "CLSRRank rbf", "CLSRRank sigmoid"], ("NDCG@10", "MeanNDCG", "MAP"))
     print()
-    table(rows, [("fold", "fold", None), ("model", "model", None), ("setting", "chosen", None),
+    table_record("papers", "clsr quality",
+        rows, [("fold", "fold", None), ("model", "model", None), ("setting", "chosen", None),
                  ("NDCG@10", "NDCG@10", "{:.4f}"), ("MeanNDCG", "MeanNDCG", "{:.4f}"), ("MAP", "MAP", "{:.4f}"),
-                 ("seconds", "train s (all candidates)", "{:.1f}")])
+                 ("seconds", "train s (all candidates)", "{:.1f}")], params=args_params(args))
 
 
 def gas_quality(args, converted, have_mq2008):
@@ -144,8 +145,9 @@ def gas_quality(args, converted, have_mq2008):
     names = ["all 46"] + [f"{n} top {t}" for n in ("GAS-E", "GAS-L", "importance") for t in TOPS]
     rows += _summarise(rows, names, ("NDCG@10", "MeanNDCG", "MAP"))
     print()
-    table([r for r in rows if r["fold"] == "mean"], [("model", "features", None), ("NDCG@10", "NDCG@10", "{:.4f}"),
-                                                    ("MeanNDCG", "MeanNDCG", "{:.4f}"), ("MAP", "MAP", "{:.4f}")])
+    table_record("papers", "gas quality",
+        [r for r in rows if r["fold"] == "mean"], [("model", "features", None), ("NDCG@10", "NDCG@10", "{:.4f}"),
+                                                    ("MeanNDCG", "MeanNDCG", "{:.4f}"), ("MAP", "MAP", "{:.4f}")], params=args_params(args))
     print("  (mean over the folds; the paper's observation: selection helps most when features differ in importance "
           "and are redundant)")
 
@@ -199,7 +201,8 @@ def gas_topk(args, converted, have_mq2008):
         for stat, f in (("mean", np.mean), ("std", lambda v: np.std(v, ddof=1) if len(v) > 1 else float("nan"))):
             out.append({"model": name, "fold": stat, **{k: float(f([r[k] for r in mine])) for k in TOPK_COLUMNS}})
     print()
-    table(out, [("model", "method", None), ("fold", "fold", None)] + [(k, k, "{:.4f}") for k in TOPK_COLUMNS])
+    table_record("papers", "gas topk",
+        out, [("model", "method", None), ("fold", "fold", None)] + [(k, k, "{:.4f}") for k in TOPK_COLUMNS], params=args_params(args))
     print("  (std: the sample standard deviation over the folds, ddof = 1, as streamrank cv prints it)")
 
 
@@ -279,8 +282,9 @@ def timing(args, subsets):
     for r in rows:
         r["clsr_us"] = 1e6 * r["clsr"] / r["rows"]
         r["gas_us"] = 1e6 * r["gas"] / r["rows"]
-    table(rows, [("rows", "rows", "{:,}"), ("queries", "queries", "{:,}"), ("clsr", "CLSRRank m=500 s", "{:.3f}"),
-                 ("clsr_us", "us/row", "{:.1f}"), ("gas", "GAS pass s", "{:.3f}"), ("gas_us", "us/row", "{:.1f}")])
+    table_record("papers", "clsr gas timing",
+        rows, [("rows", "rows", "{:,}"), ("queries", "queries", "{:,}"), ("clsr", "CLSRRank m=500 s", "{:.3f}"),
+                 ("clsr_us", "us/row", "{:.1f}"), ("gas", "GAS pass s", "{:.3f}"), ("gas_us", "us/row", "{:.1f}")], params=args_params(args))
 
 
 def out_of_core(args):
@@ -310,5 +314,6 @@ def out_of_core(args):
             raise RuntimeError(f"{name} failed:\n{err[-2000:]}")
         rows.append({"what": name, "data": f"{preset} x{scale:g} ({shape}, X {x_mb:.0f} MB)", "peak": peak,
                      "wall": wall, "under": peak <= parse_size(args.ooc_budget) / 1e6})
-    table(rows, [("what", "command", None), ("data", "data", None), ("peak", "peak RSS MB", "{:.0f}"),
-                 ("wall", "wall s", "{:.1f}"), ("under", "under budget", None)])
+    table_record("papers", "clsr gas out of core",
+        rows, [("what", "command", None), ("data", "data", None), ("peak", "peak RSS MB", "{:.0f}"),
+                 ("wall", "wall s", "{:.1f}"), ("under", "under budget", None)], params=args_params(args))

@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, run_child, table  # noqa: E402
+from _benchutil import machine_facts, run_child, args_params, table_record  # noqa: E402
 
 JOB = """
 import json, os, time
@@ -94,7 +94,8 @@ def checksums(work, src):
     for row in rows:
         row["ratio"] = row["v2"] / row["v1"]
         row["gbs"] = r["x_mb"] / 1e3 / row["v2"]
-    table(rows, [("what", "pass", None), ("v1", "v1 no checksums s", "{:.3f}"), ("v2", "v2 Fletcher-32 s", "{:.3f}"),
+    table_record("chunking", "checksums",
+        rows, [("what", "pass", None), ("v1", "v1 no checksums s", "{:.3f}"), ("v2", "v2 Fletcher-32 s", "{:.3f}"),
                  ("ratio", "v2 / v1", "{:.2f}"), ("gbs", "v2 GB/s of X", "{:.2f}")])
     print(f"input: {src.name}; X {r['x_mb']:,.0f} MB, default chunks, no compression, file in page cache; best of 7, "
           f"interleaved; the v1 stream checks every row is finite")
@@ -127,10 +128,10 @@ def main():
                          "pass_s": r["pass_s"], "pass_gbs": r["x_mb"] / 1e3 / r["pass_s"]})
             print(f"  {comp} {chunk >> 10} KB done", file=sys.stderr, flush=True)
     print()
-    table(rows, [("compression", "compression", None), ("chunk", "chunk", None),
+    table_record("chunking", "layouts", rows, [("compression", "compression", None), ("chunk", "chunk", None),
                  ("convert_mbs", "convert MB/s", "{:.0f}"), ("file_mb", "file MB", "{:,.0f}"),
                  ("ratio", "file/X", "{:.2f}"), ("pass_s", "pass s", "{:.3f}"),
-                 ("pass_gbs", "pass GB/s of X", "{:.2f}")])
+                 ("pass_gbs", "pass GB/s of X", "{:.2f}")], params=args_params(args))
     print(f"input: {src.name}, {text_mb:,.0f} MB text; passes with --memory-budget 2GB, file in page cache")
     print(machine_facts())
     print(json.dumps({"rows": rows}))

@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, run_child, table  # noqa: E402
+from _benchutil import machine_facts, run_child, args_params, table_record  # noqa: E402
 
 CONVERT = """
 import json, sys
@@ -81,9 +81,10 @@ def main():
                      "rows_s": r["rows"] / r["seconds"], "rss": r["peak_rss_mb"]})
     rows.append({"tool": "LIBLINEAR C parser", "input": "measured separately", "mbs_text": "70-85"})
     print()
-    table(rows, [("tool", "tool", None), ("input", "input", None), ("mb", "text MB", "{:,.0f}"),
+    table_record("convert", "convert",
+        rows, [("tool", "tool", None), ("input", "input", None), ("mb", "text MB", "{:,.0f}"),
                  ("s", "seconds", "{:.2f}"), ("mbs", "MB/s", "{:.1f}"), ("rows_s", "rows/s", "{:,.0f}"),
-                 ("rss", "peak RSS MB", "{:,.0f}")])
+                 ("rss", "peak RSS MB", "{:,.0f}")], params=args_params(args))
     print("(LIBLINEAR's C parser, measured separately on this machine: about 70-85 MB/s, whole matrix in memory)")
     print(f"preset {args.preset} scale {args.scale} seed 0, compression {args.compression}; text in page cache")
     print(machine_facts())

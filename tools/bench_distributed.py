@@ -32,7 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, run_child, table  # noqa: E402
+from _benchutil import machine_facts, run_child, args_params, table_record  # noqa: E402
 
 CHILD = r"""
 import json, os, statistics, time, numpy as np, logging
@@ -137,13 +137,14 @@ def main():
             "workers_end": " / ".join(f"{v:.0f}" for v in r0.get("worker_end_mb", [])) or None,
             "same": "yes" if same else "NO"})
     print()
-    table(rows_out, [("config", "executor", None), ("start", "cluster start s", "{:.1f}"),
+    table_record("distributed", "executors",
+        rows_out, [("config", "executor", None), ("start", "cluster start s", "{:.1f}"),
                      ("train", "training s", "{:.1f}"), ("passes", "passes", None),
                      ("per_pass", "s / Hessian pass", "{:.3f}"), ("per_mrow", "s / pass / M rows", "{:.3f}"),
                      ("partitions", "partitions", None), ("bytes", "bytes / solver pass", "{:,.0f}"),
                      ("driver_rss", "driver peak MB", "{:.0f}"), ("workers_rss", "worker peak MB", None),
                      ("workers_end", "worker MB at end", None),
-                     ("same", "model = local", None)])
+                     ("same", "model = local", None)], params=args_params(args))
     p = {r["config"]: r["per_pass"] for r in rows_out}
     print(f"\nscaling per pass: local / dask 2 = {p['local'] / p['dask 2']:.2f}, dask 1 / dask 2 = "
           f"{p['dask 1'] / p['dask 2']:.2f}; bytes a solver pass per partition: "

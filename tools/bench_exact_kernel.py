@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, run_child, table  # noqa: E402
+from _benchutil import machine_facts, run_child, args_params, table_record  # noqa: E402
 from bench_linear import DEFAULT_DATA, converted, have_mq2008  # noqa: E402
 
 # libsvm-ranksvm (C++, OpenMP, whole Q cached in 740 MB), measured separately on this machine
@@ -185,11 +185,12 @@ def section_fold1(args):
         r.update({k: r["test"][k] for k in ("NDCG@10", "MAP", "MeanNDCG")})
         rows.append(r)
         print(json.dumps({k: v for k, v in r.items() if k != "test"}), flush=True)
-    table(rows, [("setting", "preconditioner", None), ("eps", "eps", "{:g}"), ("total_s", "total s", "{:.2f}"),
+    table_record("exact_kernel", "fold1",
+        rows, [("setting", "preconditioner", None), ("eps", "eps", "{:g}"), ("total_s", "total s", "{:.2f}"),
                  ("kernel_seconds", "Q build s", "{:.2f}"), ("precondition_seconds", "precond s", "{:.2f}"),
                  ("tron_s", "solver s", "{:.2f}"), ("iterations", "TRON it", "{}"), ("cg_steps", "CG", "{}"),
                  ("passes", "passes", "{}"), ("objective", "objective", "{:.6f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}"),
-                 ("NDCG@10", "NDCG@10", "{:.4f}"), ("MAP", "MAP", "{:.4f}"), ("MeanNDCG", "MeanNDCG", "{:.4f}")])
+                 ("NDCG@10", "NDCG@10", "{:.4f}"), ("MAP", "MAP", "{:.4f}"), ("MeanNDCG", "MeanNDCG", "{:.4f}")], params=args_params(args))
     print("test metrics: letor4 convention on Fold1 test; peak RSS includes the interpreter and libraries")
     lim = REF["seconds"] / 3
     for r in rows:
@@ -224,9 +225,10 @@ def section_precond(args):
         for name, tgt in zip(names, targets):
             row[name] = next((c for c, f in x["traj"] if f <= tgt), None)
         out.append(row)
-    table(out, [("setting", "preconditioner", None), ("cg_eps3", "CG to eps=1e-3", "{}")]
+    table_record("exact_kernel", "precond",
+        out, [("setting", "preconditioner", None), ("cg_eps3", "CG to eps=1e-3", "{}")]
           + [(n, "CG to " + n, "{}") for n in names]
-          + [("cg", f"CG to eps={args.precond_eps:g}", "{}"), ("f", "f reached", "{:.8f}"), ("s", "seconds", "{:.1f}")])
+          + [("cg", f"CG to eps={args.precond_eps:g}", "{}"), ("f", "f reached", "{:.8f}"), ("s", "seconds", "{:.1f}")], params=args_params(args))
     print(f"f* = the lowest objective of these runs ({best:.8f}); blank: not reached. uniform: landmarks drawn "
           f"uniformly (session 2's default); rpcholesky: randomly pivoted Cholesky (the default). M ~ Q: "
           f"D + U U^T; M ~ H: D + U (I + C U^T L U) U^T rebuilt at each accepted point (the default), D per row "
@@ -253,11 +255,11 @@ def section_mq2007(args):
     r = train_row({"train": str(path), "kw": kw}, timeout=7200)
     r["setting"] = f"{r['landmarks']} landmarks" if args.mq2007_landmarks else "plain CG"
     print(json.dumps(r), flush=True)
-    table([r], [("setting", "preconditioner", None), ("total_s", "total s", "{:.1f}"),
+    table_record("exact_kernel", "mq2007", [r], [("setting", "preconditioner", None), ("total_s", "total s", "{:.1f}"),
                 ("kernel_seconds", "Q build s", "{:.1f}"), ("precondition_seconds", "precond s", "{:.1f}"),
                 ("tron_s", "solver s", "{:.1f}"), ("iterations", "TRON it", "{}"), ("cg_steps", "CG", "{}"),
                 ("passes", "passes", "{}"), ("objective", "objective", "{:.6f}"), ("in_memory", "Q in memory", "{}"),
-                ("peak_rss_mb", "peak RSS MB", "{:.0f}")])
+                ("peak_rss_mb", "peak RSS MB", "{:.0f}")], params=args_params(args))
     print("targets: under 600 s, peak RSS under 2,500 MB; a second run reuses Q from the cache (no build)")
 
 
@@ -307,9 +309,10 @@ def section_clustered(args):
     for r in runs:
         r["gap"] = (r["f"] - best[r["C"]]) / best[r["C"]]
         r["C_"] = f"2^{np.log2(r['C']):.0f}"
-    table(runs, [("C_", "C", None), ("setting", "preconditioner", None), ("iterations", "TRON it", "{}"),
+    table_record("exact_kernel", "clustered",
+        runs, [("C_", "C", None), ("setting", "preconditioner", None), ("iterations", "TRON it", "{}"),
                  ("rejected", "rejected", "{}"), ("cg", "CG", "{}"), ("f", "objective", "{:.6f}"),
-                 ("gap", "above best", "{:.1e}"), ("seconds", "seconds", "{:.1f}"), ("message", "stop", None)])
+                 ("gap", "above best", "{:.1e}"), ("seconds", "seconds", "{:.1f}"), ("message", "stop", None)], params=args_params(args))
     print("mean: M = mean(diag(R)) I + U A U^T (session 3); rows: M = D + U A U^T, D = diag(R) + jitter + "
           "C diag(L) diag(R)^2 (the default); 500 landmarks (randomly pivoted Cholesky)")
 

@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, run_child, table  # noqa: E402
+from _benchutil import machine_facts, run_child, args_params, table_record  # noqa: E402
 
 TARGET = 0.03  # of a linear pass
 
@@ -191,12 +191,13 @@ def main():
             "peak": statistics.median(r["peak_rss_mb"] for r in runs["read", mode])})
     print()
     ms = "{:.1f}"
-    table([{k: (v * 1e3 if isinstance(v, float) and k not in ("train", "peak") else v) for k, v in r.items()}
+    table_record("finite", "finite check",
+        [{k: (v * 1e3 if isinstance(v, float) and k not in ("train", "peak") else v) for k, v in r.items()}
            for r in rows_out],
           [("mode", "check", None), ("read", "read pass ms", ms), ("read_cpu", "read cpu ms", ms),
            ("peak", "read peak MB", "{:.0f}"), ("train", "training s", "{:.2f}"),
            ("first", "first pass ms", ms), ("first_cpu", "first pass cpu ms", ms),
-           ("hess", "Hessian pass ms", ms), ("hess_cpu", "Hessian cpu ms", ms)])
+           ("hess", "Hessian pass ms", ms), ("hess_cpu", "Hessian cpu ms", ms)], params=args_params(args))
 
     def cost(job, mode, key, base="none"):  # median over rounds of the per-round difference
         return statistics.median(a[key] - b[key] for a, b in zip(runs[job, mode], runs[job, base]))

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchutil import REPO, machine_facts, table  # noqa: E402
+from _benchutil import REPO, machine_facts, args_params, table_record  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "MQ2008"
 
@@ -81,8 +81,9 @@ def main():
     cands = record["configs"][0]["summary"]["candidates"]
     rows = [{"what": k, "median": med[k], "runs": " ".join(f"{x:.2f}" for x in v),
              "ratio": med["grid"] / med[k] if k != "grid" else None} for k, v in times.items()]
-    table(rows, [("what", "run", None), ("median", "median s", "{:.2f}"), ("runs", "each run s", None),
-                 ("ratio", "grid / this", "{:.2f}")])
+    table_record("grid", "grid",
+        rows, [("what", "run", None), ("median", "median s", "{:.2f}"), ("runs", "each run s", None),
+                 ("ratio", "grid / this", "{:.2f}")], params=args_params(args))
     print(f"grid: {len(cands)} candidates, {sum(c['iterations'] for c in cands)} TRON iterations, "
           f"{record['configs'][0]['summary']['passes']} passes; chosen C = {record['chosen']['C']:g} "
           f"(valid MeanNDCG {record['chosen']['valid_meanndcg']:.4f}); train_linear over the same C chose "

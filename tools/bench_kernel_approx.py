@@ -41,7 +41,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, run_child, table  # noqa: E402
+from _benchutil import machine_facts, run_child, args_params, table, table_record  # noqa: E402
+from _kernel_approx_child import RUN  # noqa: E402
 from bench_linear import (DEFAULT_DATA, converted, float_list, fmt_bytes, fmt_c, generated,  # noqa: E402
                           have_mq2008, shape_of)
 
@@ -53,239 +54,6 @@ OOC_MIN_MAPPED_GIB = 8.0
 OOC_PASS_TARGET = 2.0     # TRON per-pass time within this factor of the faster way to get the rows
 OOC_MIN_FREE_GB = 20.0
 
-# Load (or compile into numba's on-disk cache) every kernel the runs use, on a tiny generated set,
-# before anything is timed: linear; Nystroem in memory and streamed (recomputed), both solvers;
-# random Fourier features; prediction and letor4 evaluation.
-WARM = """
-import time, warnings
-_t = time.perf_counter()
-import numpy as np
-import streamrank
-from streamrank.training.linear import train_linear  # noqa: E402
-from streamrank.training.problem import read_labels
-from streamrank.evaluation.metrics import evaluate
-with streamrank.open_dataset(__WARM__) as _ds, warnings.catch_warnings():
-    warnings.simplefilter("ignore")
-    train_linear(_ds, C=[1.0], tol=1e-2)
-    for _solver in ("tron", "newton_cholesky"):
-        for _b in ("2GB", "100KB"):
-            _m, _ = train_linear(_ds, C=[1.0], tol=1e-2, method="nystroem", components=64, solver=_solver,
-                                 memory_budget=_b)
-    _m, _ = train_linear(_ds, C=[1.0], tol=1e-2, method="rff", components=64)
-    _sc = _m.predict_dataset(_ds)
-    evaluate(read_labels(_ds), _sc[_ds.row], _ds.query_ptr, convention="letor4")
-warm_s = time.perf_counter() - _t
-"""
-
-# Instrumentation of the child (module attributes replaced in the child only; the package is not
-# changed): feature-map fits, MappedSource passes (timed whole, tagged by who asked for them), the
-# dense Hessian of newton_cholesky and its pieces, and --solver auto's choice.
-INSTR = """
-import json, os, time, zlib
-import numpy as np
-import streamrank.objectives.mapped_source as _mp, streamrank.features.maps as _fm, streamrank.training.linear as _tr
-import streamrank.objectives.rank_objective as _ob
-_I = {"sources": [], "fits": [], "fit_hwm": [], "passes": [], "hess": [], "hess_prod": [], "phi": [], "choose": []}
-_FLAG = [None]
-
-def _hwm_mb():
-    return int([l for l in open("/proc/self/status") if l.startswith("VmHWM")][0].split()[1]) * 1024 / 1e6  # MB
-
-class _Src(_mp.MappedSource):
-    def __init__(self, *a, **k):
-        super().__init__(*a, **k)
-        _I["sources"].append(self)
-
-    def __iter__(self):
-        kind, first = _FLAG[0] or "pass", self.passes == 0
-        t = time.perf_counter()
-        try:
-            yield from super().__iter__()
-        finally:
-            _I["passes"].append(("first" if first else kind, time.perf_counter() - t))
-_mp.MappedSource = _Src
-
-_make_map = _fm.make_map
-def _make(*a, **k):
-    fmap = _make_map(*a, **k)
-    fit = fmap.fit
-    def timed_fit(*a, **k):
-        t = time.perf_counter()
-        try:
-            return fit(*a, **k)
-        finally:
-            _I["fits"].append(time.perf_counter() - t)
-            _I["fit_hwm"].append(_hwm_mb())
-    fmap.fit = timed_fit
-    return fmap
-_fm.make_map = _make
-
-_choose = _tr.choose_solver
-def _timed_choose(*a, **k):
-    _FLAG[0] = "auto"
-    t = time.perf_counter()
-    try:
-        name, why = _choose(*a, **k)
-    finally:
-        _FLAG[0] = None
-    _I["choose"].append({"solver": name, "why": why, "s": time.perf_counter() - t})
-    return name, why
-_tr.choose_solver = _timed_choose
-
-_hessian = _ob.RankObjective.hessian
-def _timed_hessian(self, *a, **k):
-    prev = _FLAG[0]
-    _FLAG[0] = prev or "hessian"
-    t = time.perf_counter()
-    try:
-        return _hessian(self, *a, **k)
-    finally:
-        _FLAG[0] = prev
-        if prev is None:
-            _I["hess"].append({"s": time.perf_counter() - t, "rows": int(self.hessian_rows), "m": self.n_features})
-_ob.RankObjective.hessian = _timed_hessian
-
-def _timer(key, f, when):
-    def g(*a, **k):
-        t = time.perf_counter()
-        try:
-            return f(*a, **k)
-        finally:
-            if when(a):
-                _I[key].append(time.perf_counter() - t)
-    return g
-_ob.pk.hess_prod = _timer("hess_prod", _ob.pk.hess_prod, lambda a: _FLAG[0] == "hessian" and np.ndim(a[0]) == 2)
-_ob._phi = _timer("phi", _ob._phi, lambda a: _FLAG[0] == "hessian")
-"""
-
-# One training run: open -> train -> (save) -> (letor4 on test) [-> per-pass limits]
-RUN = WARM + INSTR + """
-P = json.loads(__PARAMS__)
-from streamrank.cache.feature_cache import block_name
-R = {"warm_s": warm_s}
-kw = dict(P["kw"])
-t0 = time.perf_counter()
-with streamrank.open_dataset(P["train"]) as ds:
-    vds = streamrank.open_dataset(P["valid"]) if P.get("valid") else None
-    t1 = time.perf_counter()
-    model, s = train_linear(ds, valid=vds, **kw)
-    t2 = time.perf_counter()
-    if P.get("save"):
-        model.save(P["save"])
-    t3 = time.perf_counter()
-    R["rss_train_mb"] = _hwm_mb()
-    R.update(open_s=t1 - t0, train_s=t2 - t1, save_s=t3 - t2, total_s=t3 - t0, n_rows=ds.n_rows)
-    srcs = _I["sources"]
-    R["fit_s"] = sum(_I["fits"])
-    R["rss_fit_mb"] = max(_I["fit_hwm"]) if _I["fit_hwm"] else None
-    R["transform_s"] = sum(x._map_seconds for x in srcs)
-    R["transform_rows"] = sum(x._map_rows for x in srcs)
-    R["map_s"] = R["fit_s"] + R["transform_s"]
-    R["solver_s"] = R["train_s"] - R["map_s"]
-    cands = s["candidates"]
-    R.update(objective=s["objective"], grad_norm=s["grad_norm"], iterations=s["iterations"], passes=s["passes"],
-             cg=sum(c["cg_steps"] for c in cands), solver=s["solver"], map_storage=s.get("map_storage"),
-             components=s.get("components"), C=s["C"], gamma=s["gamma"], message=cands[-1]["message"],
-             tron_s=sum(c["seconds"] for c in cands))
-    if srcs:
-        src = srcs[-1]
-        R["reason"] = src.reason
-        R["n_blocks"] = len(src.stream)
-        R["mapped_bytes"] = src.n_rows * 4 * src.m
-        if src._disk is not None:
-            R["cache_stats"] = src._disk.stats.as_dict()
-            R["cache_dir"] = str(src._disk.dir)
-    R["pass_times"] = _I["passes"]
-    R["hess"] = _I["hess"]
-    R["hess_prod_s"] = sum(_I["hess_prod"])
-    R["phi_s"] = sum(_I["phi"])
-    R["choose"] = _I["choose"]
-    if P.get("test"):
-        from tools._benchutil import test_metrics
-        R["predict_s"], R["test"] = test_metrics(model, P["test"])
-    if P.get("limits") and srcs:
-        src = srcs[-1]
-        L = {}
-        disk = src._disk
-        # (a) read every block file of the cache into one reused buffer (as a pass does), with and
-        #     without the crc32 check that FeatureCache.get applies to every read
-        if disk is not None and disk.complete:
-            files = [disk.dir / block_name(k) for k in range(disk.n_blocks)]
-            buf = np.empty(max(os.path.getsize(f) for f in files), np.uint8)
-            mv = memoryview(buf)
-            def read_all(crc):
-                total = 0
-                for f in files:
-                    with open(f, "rb", buffering=0) as fh:
-                        got = 0
-                        while True:
-                            n = fh.readinto(mv[got:])
-                            if not n:
-                                break
-                            got += n
-                    if crc:
-                        zlib.crc32(mv[:got])
-                    total += got
-                return total
-            for crc in (False, True):
-                ts = []
-                for _ in range(P.get("reps", 2)):
-                    t = time.perf_counter()
-                    nbytes = read_all(crc)
-                    ts.append(time.perf_counter() - t)
-                L["read_crc_s" if crc else "read_s"] = min(ts)
-            L["read_bytes"] = nbytes
-            # (c) numpy's float32 products of one pass (Phi s and Phi^T t) on blocks in memory, from
-            #     the first block file, scaled to all rows
-            r0 = disk.rows(0)
-            Phi = buf[:r0 * src.m * 4].view(np.float32).reshape(r0, src.m)
-            with open(files[0], "rb", buffering=0) as fh:
-                fh.readinto(mv[:r0 * src.m * 4])
-            sv, tv = np.ones(src.m, np.float32), np.ones(r0, np.float32)
-            ts = []
-            for _ in range(3):
-                t = time.perf_counter()
-                Phi @ sv
-                Phi.T @ tv
-                ts.append(time.perf_counter() - t)
-            L["blas_pass_s"] = min(ts) * src.n_rows / r0
-            del Phi, buf, mv
-            # the disk itself: one block with its pages dropped first (posix_fadvise DONTNEED)
-            try:
-                bps = disk.measure_read(0, cold=True)
-                L["cold_read_bps"] = bps
-            except Exception as exc:  # noqa: BLE001
-                L["cold_read_error"] = str(exc)
-        # (b) mapping rate: normalise + transform rows of the first block, as a pass does (best of 2)
-        rows = min(src.stream.max_block_rows, P.get("map_rows", 32768), ds.n_rows)
-        X, _ = ds.read(0, rows)
-        out = np.empty((rows, src.m), np.float32)
-        ts = []
-        for _ in range(2):
-            t = time.perf_counter()
-            src.fmap.transform(src.normalizer.transform(X, None), dtype=np.float32, out=out)
-            ts.append(time.perf_counter() - t)
-        L["map_rps"] = rows / min(ts)
-        L["map_pass_s"] = src.n_rows / L["map_rps"]
-        del X, out
-        # BLAS rate: (4096 x 1024) @ (1024 x 1024), float64 (newton's Hessian) and float32
-        rng = np.random.default_rng(0)
-        for dt, key in ((np.float64, "dgemm"), (np.float32, "sgemm")):
-            A = rng.standard_normal((4096, 1024)).astype(dt)
-            B = rng.standard_normal((1024, 1024)).astype(dt)
-            A @ B
-            ts = []
-            for _ in range(3):
-                t = time.perf_counter()
-                A @ B
-                ts.append(time.perf_counter() - t)
-            L[key + "_gflops"] = 2 * 4096 * 1024 * 1024 / min(ts) / 1e9
-        R["limits"] = L
-    if vds is not None:
-        vds.close()
-R["load_end"] = os.getloadavg()[0]
-print(json.dumps(R, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
-"""
 
 
 def child(args, params, timeout=None):
@@ -352,10 +120,11 @@ def section_fold1(args):
               f"{r['peak_rss_mb']:,.0f} MB", flush=True)
     n, d, nq = shape_of(paths["train"])
     print(f"\nMQ2008 Fold1 train: {n:,} rows x {d} features, {nq} queries; test scored with the trained model")
-    table(rows, [("method", "method", None), ("m", "m", None), ("k", "features", None)] + MAP_COLUMNS +
+    table_record("kernel_approx", "fold1",
+        rows, [("method", "method", None), ("m", "m", None), ("k", "features", None)] + MAP_COLUMNS +
           [("iterations", "TRON iter", None), ("cg", "CG", None), ("passes", "passes", None),
            ("objective", "objective", "{:.8e}"), ("n10", "NDCG@10", "{:.4f}"), ("meanndcg", "MeanNDCG", "{:.4f}"),
-           ("map", "MAP", "{:.4f}"), ("predict_s", "predict s", "{:.2f}"), ("peak_rss_mb", "peak RSS MB", "{:,.0f}")])
+           ("map", "MAP", "{:.4f}"), ("predict_s", "predict s", "{:.2f}"), ("peak_rss_mb", "peak RSS MB", "{:,.0f}")], params=args_params(args))
     print("map fit = landmark sampling + K(L, L) + eigh (Nystroem; random features draw Omega); map rows = "
           "transforming the 9,630 training rows (once: they are kept in memory); solver = the rest of "
           "train_linear; train = all of it; predict = mapping and scoring the test file; features = the map's "
@@ -387,12 +156,13 @@ def section_solvers(args):
     rd = abs(f_n - f_t) / abs(f_t)
     for r in rows:
         r["rel"] = abs(r["objective"] - f_t) / abs(f_t)
-    table(rows, [("name", "solver", None), ("objective", "objective", "{:.12e}"), ("rel", "rel. diff vs TRON", "{:.2e}"),
+    table_record("kernel_approx", "solvers",
+        rows, [("name", "solver", None), ("objective", "objective", "{:.12e}"), ("rel", "rel. diff vs TRON", "{:.2e}"),
                  ("grad_norm", "|grad|", "{:.2e}"), ("iterations", "iter", None), ("cg", "CG / line evals", None),
                  ("passes", "passes", None), ("n_hess", "Hessians", None), ("hess_each", "s/Hessian", "{:.3f}"),
                  ("hess_prod_each", "(wide sweep)", "{:.3f}"), ("phi_each", "(Phi f64)", "{:.3f}"),
                  ("gemm_each", "(Phi^T LPhi etc)", "{:.3f}"), ("hess_gflops", "GF/s", "{:.1f}"), ("map_s", "map s", "{:.2f}"), ("solver_s", "solver s", "{:.2f}"),
-                 ("train_s", "train s", "{:.2f}"), ("peak_rss_mb", "peak RSS MB", "{:,.0f}")])
+                 ("train_s", "train s", "{:.2f}"), ("peak_rss_mb", "peak RSS MB", "{:,.0f}")], params=args_params(args))
     print(f"objective, newton_cholesky vs TRON: {rd:.2e} relative (criterion 1e-6 at eps = {args.oracle_eps:g}: "
           f"{'met' if rd <= 1e-6 else 'NOT met'})")
     print("CG / line evals: TRON's CG steps; for newton_cholesky the line-search evaluations (on scores in "
@@ -427,13 +197,14 @@ def section_mq2007(args):
         rows.append(r)
         print(f"  {r['run']}: {r['total_s']:.2f} s file -> model (map {r['map_s']:.2f} s), {r['passes']} passes, "
               f"load {r['load_end']:.2f}", flush=True)
-    table(rows, [("run", "--solver", None), ("chosen", "ran", None), ("total_s", "file->model s", "{:.2f}"),
+    table_record("kernel_approx", "mq2007",
+        rows, [("run", "--solver", None), ("chosen", "ran", None), ("total_s", "file->model s", "{:.2f}"),
                  ("open_s", "open s", "{:.3f}"), ("fit_s", "map fit s", "{:.2f}"), ("transform_s", "map rows s", "{:.2f}"),
                  ("choose_s", "auto s", "{:.2f}"), ("hess_n", "Hessians", None), ("hess_s", "Hessian s", "{:.2f}"),
                  ("solver_s", "solver s", "{:.2f}"), ("save_s", "save s", "{:.3f}"), ("map_share", "map share", "{:.0%}"),
                  ("iterations", "iter", None), ("cg", "CG/line", None), ("passes", "passes", None),
                  ("objective", "objective", "{:.8e}"), ("peak_rss_mb", "peak RSS MB", "{:,.0f}"),
-                 ("warm_s", "kernel load s", "{:.2f}"), ("load_end", "load avg", "{:.2f}")])
+                 ("warm_s", "kernel load s", "{:.2f}"), ("load_end", "load avg", "{:.2f}")], params=args_params(args))
     for r in rows:
         if r.get("why"):
             print(f"--solver auto chose {r['chosen']} in {r['choose_s']:.2f} s: {r['why']}")
@@ -517,7 +288,8 @@ def section_out_of_core(args):
             shutil.rmtree(cache, ignore_errors=True)
             print(f"deleted {cache} (pass --keep to keep it)")
     print()
-    table(rows, [("run", "run", None), ("chosen", "ran", None), ("map_storage", "storage", None),
+    table_record("kernel_approx", "out of core",
+        rows, [("run", "run", None), ("chosen", "ran", None), ("map_storage", "storage", None),
                  ("n_blocks", "blocks", None), ("fit_s", "map fit s", "{:.1f}"),
                  ("transform_s", "map rows s", "{:.1f}"), ("solver_s", "solver s", "{:.1f}"),
                  ("train_s", "train s", "{:.1f}"), ("iterations", "iter", None), ("cg", "CG", None),
@@ -525,7 +297,7 @@ def section_out_of_core(args):
                  ("per_pass_formula", "(tron s - 1st) / (passes - 1)", "{:.2f}"),
                  ("hess_s", "Hessian s", "{:.1f}"), ("choose_s", "auto s", "{:.1f}"),
                  ("objective", "objective", "{:.8e}"), ("rss_fit_mb", "RSS after map fit MB", "{:,.0f}"),
-                 ("rss_train_mb", "peak RSS MB", "{:,.0f}")])
+                 ("rss_train_mb", "peak RSS MB", "{:,.0f}")], params=args_params(args))
     print("1st pass = mapping every row (and writing the cache; a run that finds the complete cache of an "
           "earlier run maps block 0 only, to time it, and reads the rest); s/pass after = mean wall time of the later "
           "full passes of the solver (fun+grad or a Hessian product), each timed from its first block to its "
@@ -552,12 +324,13 @@ def section_out_of_core(args):
                    "limit": lim, "ratio": (r["per_pass"] / lim) if r["per_pass"] else None,
                    "dgemm": L["dgemm_gflops"], "sgemm": L["sgemm_gflops"]}
             out.append(row)
-        table(out, [("run", "run", None), ("per_pass", "TRON s/pass", "{:.2f}"), ("read", "(a) read s", "{:.2f}"),
+        table_record("kernel_approx", "out of core passes",
+            out, [("run", "run", None), ("per_pass", "TRON s/pass", "{:.2f}"), ("read", "(a) read s", "{:.2f}"),
                     ("read_crc", "(a) read+crc32 s", "{:.2f}"), ("read_gbs", "GB/s", "{:.2f}"),
                     ("cold", "cold GB/s", "{:.2f}"), ("map", "(b) map s", "{:.2f}"), ("map_rps", "rows/s", "{:,.0f}"),
                     ("blas", "(c) f32 BLAS s", "{:.2f}"), ("limit", "min(a, b)", "{:.2f}"),
                     ("ratio", "TRON / limit", "{:.2f}"), ("dgemm", "dgemm GF/s", "{:.1f}"),
-                    ("sgemm", "sgemm GF/s", "{:.1f}")])
+                    ("sgemm", "sgemm GF/s", "{:.1f}")], params=args_params(args))
         print("(a) = reading every block file of the feature cache into one reused buffer (best of 2; the cache "
               "verifies crc32 on every read, so read+crc32 is what a cached pass must do, and is the limit used); "
               "cold = one block after dropping its pages (the disk); (b) = normalise + transform of "
@@ -726,13 +499,15 @@ def section_table(args):
             mean[key] = float(np.mean([r[key] for r in rows]))
         mean["s"] = float(np.sum([r["s"] for r in rows]))
         print(f"\n{name}:")
-        table(rows + [mean], [("fold", "fold", None)] + hp[name] + [("valid", "vali MeanNDCG", "{:.4f}")] +
-              metric_cols + [("s", "tuning s", "{:.1f}")])
+        table_record("kernel_approx", f"table {name}",
+            rows + [mean], [("fold", "fold", None)] + hp[name] + [("valid", "vali MeanNDCG", "{:.4f}")] +
+              metric_cols + [("s", "tuning s", "{:.1f}")], params=args_params(args))
         summary.append(dict(mean, fold={"linear": "linear RankSVM", "nystroem": "Nystroem RankSVM (rbf)",
                                         "exact": "exact kernel RankSVM (rbf)",
                                         "lightgbm": f"LightGBM {lgbm_version} lambdarank"}[name]))
     print(f"\nmeans over folds {','.join(map(str, folds))} (letor4, all test queries):")
-    table(summary, [("fold", "model", None)] + metric_cols + [("s", "tuning s (sum)", "{:.1f}")])
+    table_record("kernel_approx", "table summary",
+        summary, [("fold", "model", None)] + metric_cols + [("s", "tuning s (sum)", "{:.1f}")], params=args_params(args))
     gam = ",".join(fmt_c(g) for g in args.kernel_gamma)
     cs = ",".join(fmt_c(c) for c in args.kernel_C)
     print(f"linear: C in {','.join(map(fmt_c, args.C_grid))} (TRON, tol {args.tol:g}); Nystroem: m in "

@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import REPO, machine_facts, run_child, table  # noqa: E402
+from _benchutil import REPO, machine_facts, run_child, args_params, table, table_record  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 DEFAULT_DATA = SHARED / "data" / "MQ2008"
@@ -281,10 +281,11 @@ def section_oracle(args):
                          "cg": c["cg_steps"], "passes": s["passes"], "s": dt,
                          "rel_f": abs(s["objective"] - f_dense) / abs(f_dense), "rel_w": rel(model.w, w_dense)})
     print(f"{ds.n_rows:,} rows, {ds.n_features} features, {ds.n_queries} queries, {n_pairs:,} preference pairs")
-    table(rows, [("run", "run", None), ("blocks", "blocks", "{:,}"), ("f", "objective", "{:.10e}"),
+    table_record("linear", "oracle",
+        rows, [("run", "run", None), ("blocks", "blocks", "{:,}"), ("f", "objective", "{:.10e}"),
                  ("f_dense_at_w", "dense f(w)", "{:.10e}"), ("gnorm", "|grad|", "{:.2e}"), ("iter", "iter", None),
                  ("cg", "CG", None), ("passes", "passes", None), ("s", "seconds", "{:.2f}"),
-                 ("rel_f", "rel. diff f", "{:.2e}"), ("rel_w", "rel. diff w vs dense", "{:.2e}")])
+                 ("rel_f", "rel. diff f", "{:.2e}"), ("rel_w", "rel. diff w vs dense", "{:.2e}")], params=args_params(args))
     dw = rel(runs["one query per block"], runs["whole file"])
     df = abs(rows[2]["f"] - rows[1]["f"]) / abs(rows[1]["f"])
     print(f"objective, streamrank (whole file) vs dense: {rows[1]['rel_f']:.2e} relative (criterion 1e-6: "
@@ -339,14 +340,14 @@ def section_speed(args):
                 b.update(data=name, budget=f"{bname}: {fmt_bytes(budget)}")
                 breakdown.append(b)
     print()
-    table(rows, [("data", "data", None), ("budget", "budget", None), ("eps", "eps", "{:g}"),
+    table_record("linear", "speed", rows, [("data", "data", None), ("budget", "budget", None), ("eps", "eps", "{:g}"),
                  ("train_s", "solver s", "{:.2f}"), ("read_s", "reading s", "{:.2f}"),
                  ("after_read", "s - reading", "{:.2f}"), ("cpu_s", "CPU s", "{:.2f}"), ("sys_s", "sys s", "{:.2f}"),
                  ("iterations", "TRON iter", None), ("cg", "CG steps", None),
                  ("passes", "passes", None), ("per_pass", "s/pass", "{:.3f}"), ("objective", "objective", "{:.8e}"),
                  ("in_memory", "in memory", None), ("peak_rss_mb", "peak RSS MB", "{:,.0f}"),
                  ("over_floor", "- floor", "{:,.0f}"),
-                 ("rss_ok", "RSS < budget", None)])
+                 ("rss_ok", "RSS < budget", None)], params=args_params(args))
     print("solver s = wall time inside train_linear (labels, first read of the HDF5 file, TRON); reading s = "
           "its time inside the block stream (HDF5 reads, decoding, label ranks, the in-memory copy of X and its "
           "page faults): LIBLINEAR's parsing, which its 1.5 s excludes; CPU s = its "
@@ -354,12 +355,13 @@ def section_speed(args):
           "(fun+grad = 1, Hessian product = 1).")
     if breakdown:
         print("\nWhere one pass goes (seconds per full pass, best of 3):")
-        table(breakdown, [("data", "data", None), ("budget", "budget", None), ("n_blocks", "blocks", None),
+        table_record("linear", "speed breakdown",
+            breakdown, [("data", "data", None), ("budget", "budget", None), ("n_blocks", "blocks", None),
                           ("read", "read f32", "{:.3f}"),
                           ("memory_first", "1st pass", "{:.3f}"), ("memory_first_sys", "(sys)", "{:.3f}"), ("disk_fun", "fun disk", "{:.3f}"), ("disk_hessp", "hessp disk", "{:.3f}"),
                           ("memory_fun", "fun mem", "{:.3f}"), ("memory_hessp", "hessp mem", "{:.3f}"),
                           ("Xw", "f32 BLAS X@w", "{:.3f}"), ("XTv", "f32 BLAS X.T@v", "{:.3f}"),
-                          ("loss_grad", "loss_grad", "{:.3f}"), ("hess_prod", "hess_prod", "{:.3f}")])
+                          ("loss_grad", "loss_grad", "{:.3f}"), ("hess_prod", "hess_prod", "{:.3f}")], params=args_params(args))
         print("read f32 = QueryStream pass (HDF5 in the page cache); 1st pass = the first fun(w) of a fresh "
               "process that keeps every block (float32) in memory (reads, copies, allocates), (sys) its system "
               "time; fun/hessp disk = streamed objective re-reading every block; mem = all blocks kept in memory "
@@ -433,10 +435,11 @@ def section_table(args):
     for key in ("n1", "n3", "n5", "n10", "mean", "map"):
         mean[key] = float(np.mean([r[key] for r in rows]))
     rows.append(mean)
-    table(rows, [("fold", "fold", None), ("C", "chosen C", None), ("valid", "vali MeanNDCG", "{:.4f}"),
+    table_record("linear", "table",
+        rows, [("fold", "fold", None), ("C", "chosen C", None), ("valid", "vali MeanNDCG", "{:.4f}"),
                  ("n1", "NDCG@1", "{:.4f}"), ("n3", "NDCG@3", "{:.4f}"), ("n5", "NDCG@5", "{:.4f}"),
                  ("n10", "NDCG@10", "{:.4f}"), ("mean", "MeanNDCG", "{:.4f}"), ("map", "MAP", "{:.4f}"),
-                 ("s", "train s", "{:.1f}")])
+                 ("s", "train s", "{:.1f}")], params=args_params(args))
     cmd = ["python tools/bench_linear.py --mq2008-table"]
     if Path(args.data).resolve() != DEFAULT_DATA.resolve():
         cmd.append(f"--data {args.data}")

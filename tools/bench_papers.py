@@ -46,7 +46,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, table  # noqa: E402
+from _benchutil import machine_facts, args_params, table_record  # noqa: E402
 from bench_linear import DEFAULT_DATA, converted, have_mq2008  # noqa: E402
 
 COSTS = "0-1:1,1-2:1.3,0-2:2"
@@ -103,7 +103,7 @@ def quality(args):
             ("AvgNDCG", "AvgNDCG", "{:.4f}"), ("AvgPrec", "AvgPrec", "{:.4f}"), ("MAP", "MAP", "{:.4f}"),
             ("NDCG@10", "NDCG@10", "{:.4f}")]
     print()
-    table(rows, cols)
+    table_record("papers", "quality", rows, cols, params=args_params(args))
     print("\nmean +- std over the folds:")
     for r in rows:
         if r["fold"] == "mean":
@@ -192,7 +192,7 @@ def timing(args):
     if args.liblinear:
         cols.append(("liblinear", "LIBLINEAR s (whole run)", "{:.3f}"))
     print()
-    table(rows, cols)
+    table_record("papers", "timing", rows, cols, params=args_params(args))
     per_row = {name: [r[name] / r["rows"] for r in rows] for name in TIMED}
     print()
     for name in TIMED:
@@ -251,8 +251,8 @@ def out_of_core(args):
         rows.append({"budget": budget, "peak": peak, "wall": wall, "w": w,
                      "under": peak <= parse_size(budget) / 1e6})
     same = np.array_equal(rows[0]["w"], rows[1]["w"])
-    table(rows, [("budget", "--memory-budget", None), ("peak", "peak RSS MB", "{:.0f}"),
-                 ("wall", "wall s", "{:.1f}"), ("under", "under budget", None)])
+    table_record("papers", "out of core", rows, [("budget", "--memory-budget", None), ("peak", "peak RSS MB", "{:.0f}"),
+                 ("wall", "wall s", "{:.1f}"), ("under", "under budget", None)], params=args_params(args))
     print(f"  X ({x_bytes / 1e6:.0f} MB) > --memory-budget {args.ooc_budget}: "
           f"{'the same weights, bit for bit' if same else 'WEIGHTS DIFFER'}")
 

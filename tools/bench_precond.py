@@ -17,7 +17,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, table  # noqa: E402
+from _benchutil import machine_facts, args_params, table_record  # noqa: E402
 
 import streamrank  # noqa: E402
 from streamrank._native import pairkernels as pk  # noqa: E402
@@ -116,8 +116,9 @@ def main():
                 for name, a in (("none", 0.0), ("diag a=0.01", 0.01), ("diag a=1", 1.0)):
                     it, cg, f = run(ds, levels, C, eps, a)
                     rows.append({"C": C, "eps": eps, "precond": name, "iter": it, "cg": cg, "f": f})
-    table(rows, [("C", "C", "{:g}"), ("eps", "eps", "{:g}"), ("precond", "preconditioner", None),
-                 ("iter", "TRON iterations", None), ("cg", "CG steps", None), ("f", "objective", "{:.9e}")])
+    table_record("precond", "preconditioners",
+        rows, [("C", "C", "{:g}"), ("eps", "eps", "{:g}"), ("precond", "preconditioner", None),
+                 ("iter", "TRON iterations", None), ("cg", "CG steps", None), ("f", "objective", "{:.9e}")], params=args_params(args))
     print(f"data: {args.data}")
     print(machine_facts())
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _benchutil import REPO, machine_facts, table  # noqa: E402
+from _benchutil import REPO, machine_facts, args_params, table_record  # noqa: E402
 
 # the data: LETOR-like generated folds (mq2007's 46 columns, query-level normalised), every column
 # then multiplied by its own 10^U(3, 4): values up to about 1e4, as in the raw feature files
@@ -118,7 +118,7 @@ def main():
         rows.append({"method": method, "fold": f"{edges} of {args.folds} at an edge", "s": f"{secs:.0f}"})
         print(f"{method}: {' '.join(cmd[1:])}  ({secs:.0f} s)", flush=True)
     cols = [(k, k, None) for k in ("method", "fold", "scale", "anchor", "grid", "chosen", "edge", "NDCG@10", "s")]
-    table(rows, cols)
+    table_record("raw_scale", "raw scales", rows, cols, params=args_params(args))
     print(f"data and runs in {work}")
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "faults"))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _benchutil import machine_facts, table  # noqa: E402
+from _benchutil import machine_facts, args_params, table, table_record  # noqa: E402
 from _rss import cli_peak_rss  # noqa: E402
 
 SECTIONS = ("kills", "damaged", "fuzz", "storage", "memory", "properties")
@@ -207,9 +207,9 @@ def section_damaged(args, work):
                                                                         "--cache-dir", cache, *cache_argv],
                               [work / "m.h5"], ref))
     tally("cache block (train)", outcomes)
-    table(rows, [("file", "damaged file (read by)", None), ("tried", "tried", None),
+    table_record("reliability", "damaged", rows, [("file", "damaged file (read by)", None), ("tried", "tried", None),
                  ("refused", "refused with a message", None), ("identical", "same result as undamaged", None),
-                 ("failed", "other outcome", None)])
+                 ("failed", "other outcome", None)], params=args_params(args))
     print("random single-bit flips anywhere in the file, truncations at random lengths, foreign files and "
           "attributes that lie; 'same result' = exit 0 with exactly the undamaged run's output (a flip in "
           "unused bytes, or a damaged cache block recomputed)")
@@ -253,8 +253,9 @@ def section_fuzz(args, work):
         fuzz.grammar.parse = parse
     row = {"tried": counts["tried"], "refused": counts["refused"], "converted": counts["tried"] - counts["refused"],
            "failed": len(failures)}
-    table([row], [("tried", "documents tried", None), ("converted", "converted to the grammar's values", None),
-                  ("refused", "refused at the grammar's first bad line", None), ("failed", "other outcome", None)])
+    table_record("reliability", "fuzz",
+        [row], [("tried", "documents tried", None), ("converted", "converted to the grammar's values", None),
+                  ("refused", "refused at the grammar's first bad line", None), ("failed", "other outcome", None)], params=args_params(args))
     print("documents of up to 25 lines: valid and hostile numbers (1e400, -0, NUL, unicode digits, 1_0, inf), CRLF, "
           "tabs, comments, duplicate and unsorted feature ids (tests/io/test_parser_fuzz.py); new random "
           "documents on every run (hypothesis)")
@@ -372,7 +373,8 @@ def section_storage(args, work):
                          "clean": "yes" if ok else "NO", "message": (r.stderr.strip().splitlines() or [""])[-1][:90]})
             if not ok:
                 failures.append(f"storage: {name} with a file size limit: rc {r.returncode}: {r.stderr[-500:]}")
-    table(rows, [("case", "case", None), ("clean", "clean", None), ("message", "message (last line)", None)])
+    table_record("reliability", "storage",
+        rows, [("case", "case", None), ("clean", "clean", None), ("message", "message (last line)", None)], params=args_params(args))
     print("clean = exit 2 with a message and no traceback, no output file left (the last whole checkpoint "
           "excepted), and for the filled checkpoint directory: --resume from it gives the uninterrupted model")
     return {"rows": rows}, failures
@@ -455,10 +457,11 @@ def section_memory(args, work):
     rows += _memory_every_method(args, work, budget, failures, parts)
     if "mq2007" in parts:
         rows += _memory_exact_mq2007(work, failures)
-    table(rows, [("command", "command", None), ("data", "data", None), ("mb", "file MB", "{:,.0f}"),
+    table_record("reliability", "memory",
+        rows, [("command", "command", None), ("data", "data", None), ("mb", "file MB", "{:,.0f}"),
                  ("peak", "peak RSS MB", "{:,.0f}"), ("budget", "budget MB", "{:,.0f}"),
                  ("under_budget", "within budget", None), ("tiny", "tiny-data peak", "{:,.0f}"),
-                 ("growth", "growth vs smallest", "{:+,.0f}"), ("s", "wall s", "{:.1f}")])
+                 ("growth", "growth vs smallest", "{:+,.0f}"), ("s", "wall s", "{:.1f}")], params=args_params(args))
     print("peak RSS = the command's VmHWM (MB = 10^6 bytes, the unit of --memory-budget), run as the CLI in a fresh "
           "process; tiny-data peak = the same command on 900 rows (the interpreter, numpy, h5py and numba's runtime); "
           "eval keeps a label and a score per row (48 bytes); exact kernel RankSVM keeps its rows and the "
@@ -561,8 +564,9 @@ def section_properties(args, work):
     cols = [("tried", "tried", None), ("exit 0", "exit 0", None), ("exit 2", "exit 2 (one line)", None),
             ("signal", "128 + signal", None), ("other", "other exit", None), ("failed", "broke a rule", None)]
     rows, kinds = got["counts"]["by_command"], got["counts"]["by_kind"]
-    table(rows, [("command", "command", None)] + cols)
-    table(kinds, [("kind", "kind of input", None)] + cols)
+    table_record("reliability", "properties", rows, [("command", "command", None)] + cols, params=args_params(args))
+    table_record("reliability", "properties by kind",
+        kinds, [("kind", "kind of input", None)] + cols, params=args_params(args))
     print("every example: ends within its bound; exits 0 with a finite model, objective <= f(0), converged or "
           "capped (or the command's finite result), or exits 2 with one error line and no traceback (a signal: "
           "128 + its number with its line); inputs byte-identical; nothing left beside an output. An example has "
@@ -637,9 +641,10 @@ def main():
         results[name] = out
         failures += fails
     print("\n== Summary ==")
-    table([r for name in (args.only or SECTIONS) for r in summary(name, results[name])],
+    table_record("reliability", "summary",
+        [r for name in (args.only or SECTIONS) for r in summary(name, results[name])],
           [("what", "what", None), ("tried", "tried", None), ("ok", "ended as required", None),
-           ("rule", "required", None)])
+           ("rule", "required", None)], params=args_params(args))
     print(f"\n{len(failures)} failure(s); {time.perf_counter() - t0:.0f} s")
     for f in failures:
         print("FAILED", f)
