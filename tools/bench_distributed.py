@@ -135,6 +135,7 @@ def main():
             "driver_rss": statistics.median(r["peak_rss_mb"] for r in rs),
             "workers_rss": " / ".join(f"{v:.0f}" for v in r0.get("worker_rss_mb", [])) or None,
             "workers_end": " / ".join(f"{v:.0f}" for v in r0.get("worker_end_mb", [])) or None,
+            "workers_rss_mb": r0.get("worker_rss_mb"), "workers_end_mb": r0.get("worker_end_mb"),  # the numbers
             "same": "yes" if same else "NO"})
     print()
     table_record("distributed", "executors",

@@ -112,12 +112,13 @@ def main():
             edges += bool(edge)
             sc = grid.get("gamma_scale") or {}
             rows.append({"method": method, "fold": r["fold"], "anchor": log2_text(sc["anchor"]) if sc else "-",
-                         "scale": f"{sc['gamma_scale']:.3g}" if sc else "-",
+                         "scale": sc["gamma_scale"] if sc else None,
                          "grid": ",".join(log2_text(v) for v in gammas), "chosen": log2_text(g),
-                         "edge": edge or "-", "NDCG@10": f"{r['means']['NDCG@10']:.4f}", "s": ""})
-        rows.append({"method": method, "fold": f"{edges} of {args.folds} at an edge", "s": f"{secs:.0f}"})
+                         "edge": edge or "-", "NDCG@10": r["means"]["NDCG@10"], "s": None})
+        rows.append({"method": method, "fold": f"{edges} of {args.folds} at an edge", "s": secs})
         print(f"{method}: {' '.join(cmd[1:])}  ({secs:.0f} s)", flush=True)
-    cols = [(k, k, None) for k in ("method", "fold", "scale", "anchor", "grid", "chosen", "edge", "NDCG@10", "s")]
+    fmt = {"scale": "{:.3g}", "NDCG@10": "{:.4f}", "s": "{:.0f}"}
+    cols = [(k, k, fmt.get(k)) for k in ("method", "fold", "scale", "anchor", "grid", "chosen", "edge", "NDCG@10", "s")]
     table_record("raw_scale", "raw scales", rows, cols, params=args_params(args))
     print(f"data and runs in {work}")
 
