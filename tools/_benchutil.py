@@ -157,9 +157,9 @@ def args_params(args, skip=()):
     return {k: (str(v) if isinstance(v, Path) else v) for k, v in sorted(vars(args).items()) if k not in skip}
 
 
-def table_record(bench, section, rows, columns, *, notes=(), params=None, plot=None):
+def table_record(bench, section, rows, columns, *, notes=(), params=None, plot=None, results_dir=None):
     """:func:`table` of the rows, then :func:`record` of the same rows and columns: what a bench
     prints is what docs/results/<bench>.jsonl keeps. Returns the record."""
     rows = list(rows)
     table(rows, columns)
-    return record(bench, section, rows, columns, notes=notes, params=params, plot=plot)
+    return record(bench, section, rows, columns, notes=notes, params=params, plot=plot, results_dir=results_dir)

@@ -37,7 +37,7 @@ def section_kills(args, work):
     import soak
     print(f"\n== Kills: every fault point and {args.kills} random moments per command ==", flush=True)
     rows, failures = soak.soak(work, args.kills, args.seed)
-    soak.print_table(rows)
+    soak.print_table(rows, params=args_params(args))
     return {"rows": rows}, [f"kills: {f}" for f in failures]
 
 

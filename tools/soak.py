@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "faults"))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from _benchutil import machine_facts, table  # noqa: E402
+from _benchutil import args_params, machine_facts, record, table  # noqa: E402
 import kill_harness as kh  # noqa: E402
 from scenarios import SCENARIOS, make_inputs  # noqa: E402
 
@@ -62,13 +62,17 @@ def soak(base, kills, seed=0):
     return rows, failures
 
 
-def print_table(rows):
-    table(rows, [("scenario", "scenario", None), ("seconds", "run s", "{:.1f}"), ("kills", "kills", None),
-                 ("points", "at fault points", None), ("landed", "landed mid-run", None),
-                 ("identical", "continued to the identical result", None), ("soak_s", "soak s", "{:.0f}")])
-    print("kills: SIGKILL at each fault point of the scenario, then at random moments uniform over 5%..100% of its "
-          "uninterrupted run time (a kill after the command ended counts as not landed); after each: leftovers "
-          "absent or complete, rerun/--resume identical, no temporary file")
+def print_table(rows, params=None):
+    """The kills table, printed and recorded (docs/results/reliability.jsonl, section kills)."""
+    cols = [("scenario", "scenario", None), ("seconds", "run s", "{:.1f}"), ("kills", "kills", None),
+            ("points", "at fault points", None), ("landed", "landed mid-run", None),
+            ("identical", "continued to the identical result", None), ("soak_s", "soak s", "{:.0f}")]
+    table(rows, cols)
+    note = ("kills: SIGKILL at each fault point of the scenario, then at random moments uniform over 5%..100% of its "
+            "uninterrupted run time (a kill after the command ended counts as not landed); after each: leftovers "
+            "absent or complete, rerun/--resume identical, no temporary file")
+    print(note)
+    record("reliability", "kills", rows, cols, notes=[note], params=params)
 
 
 def main():
@@ -81,7 +85,7 @@ def main():
     base = Path(args.workdir or tempfile.mkdtemp(prefix="streamrank-soak-"))
     base.mkdir(parents=True, exist_ok=True)
     rows, failures = soak(base, args.kills, args.seed)
-    print_table(rows)
+    print_table(rows, params=args_params(args))
     for f in failures:
         print("FAILED", f)
     print(machine_facts())
