@@ -105,9 +105,8 @@ def feature_names(model, names=None, *, source="feature_names"):
                              f"name per line") from None
         # lines end at \n (or \r\n) only: str.splitlines would also end them at \x1c-\x1e, \x85 and
         # \u2028, splitting a name the user sees as one
-        names = text.replace("\r\n", "\n").split("\n")
-        while names and not names[-1].strip():
-            names.pop()  # trailing blank lines
+        lines = text.replace("\r\n", "\n").split("\n")
+        names = lines[:max((k + 1 for k, line in enumerate(lines) if line.strip()), default=0)]  # no trailing blanks
     names = list(names)
     if len(names) != d:
         raise InputError(f"{where}: {len(names)} feature names for a model that reads {d} features; give one name "
