@@ -62,6 +62,8 @@ MAX_CHUNK_ROWS = 4096
 # rows j0: of the lower-trapezoidal projection)
 PROJECTION_BLOCK_COLS = 160
 ROW_ALIGN = 16
+# a serialized ModelProto is one protobuf message, at most 2 GiB: the constants with room for the rest
+MAX_CONSTANT_BYTES = (2 << 30) - (16 << 20)
 
 
 def _onnx():
@@ -80,7 +82,7 @@ class _Graph:
     def __init__(self, helper, numpy_helper, counter=None):
         self.helper, self.numpy_helper = helper, numpy_helper
         self.nodes, self.inits = [], []
-        self.counter = counter if counter is not None else [0]
+        self.counter = counter if counter is not None else [0, 0]  # names given, bytes of constants
 
     def name(self, base):
         self.counter[0] += 1
@@ -88,7 +90,9 @@ class _Graph:
 
     def const(self, value, base, dtype=np.float64):
         name = self.name(base)
-        self.inits.append(self.numpy_helper.from_array(np.ascontiguousarray(np.asarray(value, dtype)), name))
+        array = np.ascontiguousarray(np.asarray(value, dtype))
+        self.counter[1] += array.nbytes
+        self.inits.append(self.numpy_helper.from_array(array, name))
         return name
 
     def ints(self, values, base="i"):
@@ -277,6 +281,10 @@ def to_onnx(model, *, names, name="streamrank"):
     else:
         s = _chunked(g, x, model, onnx)
     s = g.op("Reshape", [s, g.ints([-1], "score_shape")], "s64")
+    if g.counter[1] > MAX_CONSTANT_BYTES:
+        raise ParameterError(f"format=onnx: the model's arrays take {g.counter[1] / 2 ** 30:.2f} GiB in the graph, more "
+                             f"than one ONNX file can hold (protobuf's 2 GiB); use format=json, or retrain with fewer "
+                             f"components (--components)")
     g.nodes.append(helper.make_node("Cast", [s], [OUTPUT], name="n_score", to=T.FLOAT))
 
     inputs = [helper.make_tensor_value_info(INPUT, T.FLOAT, ["N", width])]

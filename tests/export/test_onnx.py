@@ -256,3 +256,30 @@ def test_mq2008_fold1_test_rows(mq2008):
         got = np.empty(len(Xt))
         got[order] = ref
         assert_scores(ort_scores(sess, Xt, q), got)
+
+
+def test_the_command_and_the_estimator_write_the_graph(tmp_path):
+    import subprocess
+    import sys
+    X = raw_rows(240, 6, seed=1)
+    y = np.random.default_rng(0).integers(0, 3, len(X)).astype(np.float32)
+    est = streamrank.RankSVM(method="nystroem", n_components=20, normalize="query_minmax").fit(
+        X, y, np.repeat(np.arange(8), 30))
+    model = est.save(tmp_path / "m.h5")
+    p = subprocess.run([sys.executable, "-m", "streamrank", "export", str(model), "--format", "onnx", "-o",
+                        str(tmp_path / "ranker.onnx")], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    data = (tmp_path / "ranker.onnx").read_bytes()
+    assert onnx.load_from_string(data).graph.name == "ranker"
+    assert est.export(format="onnx") == render(est._model(), "onnx")  # bytes, the same graph
+    Xt, ids = raw_rows(60, 6, seed=9), np.repeat([3, 1], 30)
+    sess = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    assert_scores(ort_scores(sess, Xt, ids), est.predict(Xt, qid=ids))
+
+
+def test_a_graph_beyond_protobufs_2_gib_is_refused(monkeypatch):
+    monkeypatch.setattr(onnx_graph, "MAX_CONSTANT_BYTES", 10_000)
+    model = build("nystroem", "rbf", "none", m=40)
+    with pytest.raises(ParameterError, match="more than one ONNX file can hold"):
+        render(model, "onnx")
+    assert render(build("primal", "linear", "zscore"), "onnx")  # a few hundred bytes of constants
