@@ -323,7 +323,7 @@ def main(argv=None):
     finally:
         if tmp is not None:
             tmp.cleanup()
-    print("produced by: python tools/bench_export.py " + " ".join(sys.argv[1:] if argv is None else argv))
+    print("produced by: python " + " ".join(sys.argv))  # bench_export.py's, or bench_peers.py's --only export
     return 1 if bad else 0
 
 
