@@ -13,7 +13,7 @@ and on all 46; letor4 test NDCG@10 and MAP; the GAS pass's seconds.
 ``--gas`` (and ``--only gas-topk``) also: the selection a user gets from ``streamrank select-features
 train.h5 -k K`` (GAS-E with MAP importance, tradeoff c = 0.5, unsigned: the command's defaults), K = 5
 and 10, on each fold's training data; RankSVM (C two-stage on vali) on those features and on all 46;
-letor4 test metrics in the columns of docs/benchmarks.md's five-fold table, mean and std over folds.
+letor4 test metrics in the columns of docs/benchmarks-archive.md's five-fold table, mean and std over folds.
 
 Check: GAS on the whole of MQ2008 Fold1 train against brute force (scipy.stats.kendalltau per
 query and pair of features, the letor4 evaluator per feature), printed with the largest differences.

@@ -19,7 +19,7 @@ the model equals the local one bit for bit.
 A pass's time is the median Hessian-vector product (one read of every row; the first passes also
 decide where rows live and load compiled kernels). The scaling line gives local / dask 2 and
 dask 1 / dask 2 per pass. Everything printed comes from
-this run, with the machine's facts; docs/benchmarks.md keeps the logs and docs/design.md's cluster
+this run, with the machine's facts; docs/benchmarks-archive.md keeps the logs and docs/design.md's cluster
 section its extrapolation.
 """
 

@@ -8,7 +8,7 @@ The kernels are compiled with ``nogil=True``, so the threads run in parallel.
 Why not numba's ``prange``: a ``parallel=True`` kernel is compiled through numba's parfor
 pipeline, which costs far more than the loop itself: on a cold cache the demo compiled its
 kernels in 31.2 s with ``prange`` and in 16.8 s with the same loops serial (numba's compile
-events, as ``tools/kernel_manifest.py --times`` prints them; docs/benchmarks.md), a cost every
+events, as ``tools/kernel_manifest.py --times`` prints them; docs/benchmarks-archive.md), a cost every
 fresh install and every CI run pays once.
 
 Each item (a query, a line segment, a row) writes only its own outputs, and no sum runs across

@@ -106,7 +106,7 @@ def register(sub):
     c.add_argument("--n-features", type=_positive_int("--n-features", 46), metavar="D",
                    help="fix the number of features (train, vali and test must agree; default: the largest id seen)")
     c.add_argument("--compression", choices=["gzip", "lzf", "none"], default=None,
-                   help="HDF5 compression of the rows (default: none; docs/benchmarks.md, \"Storage defaults\")")
+                   help="HDF5 compression of the rows (default: none; docs/benchmarks-archive.md, \"Storage defaults\")")
     c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
     c.add_argument("--memory-budget", default="2GB", metavar="SIZE", help="bound on the memory the conversion uses (default 2GB)")
     c.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",

@@ -56,7 +56,7 @@ FORMAT_NAME = "streamrank-dataset"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1: the same layout without checksums
 
-# Defaults chosen by tools/bench_chunking.py (docs/benchmarks.md, "Storage defaults"): chunks of about 1 MB of
+# Defaults chosen by tools/bench_chunking.py (docs/benchmarks-archive.md, "Storage defaults"): chunks of about 1 MB of
 # rows; no compression, because float32 LETOR features barely compress (lzf saves ~10-20%, gzip
 # ~30%) while both slow down every training pass, which is read many times.
 DEFAULT_COMPRESSION = "none"
