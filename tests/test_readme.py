@@ -190,3 +190,17 @@ def test_the_generated_text_is_the_datasets(workdir):
     with streamrank.open_dataset(workdir / "vali.h5") as ds:
         assert ds.n_features == X.shape[1]
     assert np.unique(qid).size >= 3  # GroupKFold(3) in the README's scikit-learn block
+
+
+def test_the_headline_table_is_short_and_has_its_plot():
+    """Issue 33: under ``## Headline results``, at most 8 rows of at most 220 characters, one plot
+    drawn from the results data, and a link to the page that holds every table."""
+    text = README.read_text()
+    section = text[text.index("## Headline results"):]
+    section = section[:section.index("\n## ", 3)]
+    rows = [ln for ln in section.splitlines() if ln.startswith("|") and not ln.startswith("|---")][1:]
+    assert 1 <= len(rows) <= 8, f"{len(rows)} rows"
+    assert all(len(r) <= 220 for r in rows), [len(r) for r in rows]
+    images = re.findall(r"!\[[^\]]+\]\((docs/img/[^)]+\.(?:svg|png))\)", section)
+    assert len(images) == 1 and (README.parent / images[0]).is_file(), images
+    assert "(docs/benchmarks.md)" in section
