@@ -289,7 +289,7 @@ def to_onnx(model, *, names, name="streamrank"):
     if g.counter[1] > MAX_CONSTANT_BYTES:
         raise ParameterError(f"format=onnx: the model's arrays take {g.counter[1] / 2 ** 30:.2f} GiB in the graph, more "
                              f"than one ONNX file can hold (protobuf's 2 GiB); use format=json, or retrain with fewer "
-                             f"components (--components)")
+                             f"landmarks or support rows (use components=N, N smaller)")
     g.nodes.append(helper.make_node("Cast", [s], [OUTPUT], name="n_score", to=T.FLOAT))
 
     inputs = [helper.make_tensor_value_info(INPUT, T.FLOAT, ["N", width])]

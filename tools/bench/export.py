@@ -200,6 +200,9 @@ def onnx_session(model):
         return None, f"not available (render(model, 'onnx'): {type(exc).__name__}: {str(exc)[:160]})"
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 2
+    # threads that spin between operators take a core from the other process on a shared machine
+    # (docs/formats.md, onnx: "Speed"): measured 1.34x predict with spinning, 0.81x without
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(graph, opts, providers=["CPUExecutionProvider"]), None
 
 
