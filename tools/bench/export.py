@@ -24,7 +24,7 @@ model (m = --components, default 2,000, zscore; both trained on the preset's tra
   * ``streamrank predict MODEL.h5 DATA.h5 -o scores.txt``: a whole process (start-up, reading the
     HDF5 file, scoring, writing one %.17g line a row);
   * ``model.decision_function(X)`` in this process on the rows already in memory;
-  * onnxruntime (``render(model, "onnx")``, a session with 2 intra-op threads made once, untimed)
+  * onnxruntime (``render(model, "onnx")``, a session with 2 intra-op threads that do not spin, made once, untimed)
     ``session.run`` over batches of --batch rows (linear: --linear-batch) on the same rows.
 The Nystroem rows are --kernel-rows rows of the same preset (default 250,000, so that the default
 run stays near 6 minutes on 2 cores: each of the three scorers takes about 90 s over 1M rows,
@@ -32,6 +32,13 @@ most of it the n x m x m product with the m x m projection; the seconds per 1M r
 scaled from them). Medians, each run's seconds, ratios against onnxruntime, and ONNX's
 largest |difference| from decision_function over max|score|. ONNX rows say "not available (...)"
 while streamrank.export.onnx_graph cannot export the model or onnxruntime is missing.
+
+(c) Laplacian's memory. Its L1 distances need a (rows, m, d) difference in standard operators; the
+exported graph computes it in a Scan over chunks of rows (streamrank.export.onnx_graph), so it stays
+within a few tens of MB whatever the batch. Printed: one call over --laplacian-rows rows of a
+laplacian Nystroem model (m = --laplacian-components, d = 46), the exported graph against the same
+graph with the chunk limits lifted (one difference), each in a process of its own: seconds, the
+rise of peak RSS over the process before the call, and the scores' agreement with predict.
 """
 
 import argparse
@@ -45,7 +52,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tools/, for _benchutil
-from _benchutil import REPO, machine_facts, record, table  # noqa: E402
+from _benchutil import REPO, machine_facts, record, run_child, table  # noqa: E402
 
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "MQ2008"
 PEERS = REPO.parent / "peers"
@@ -291,6 +298,59 @@ def section_speed(args, work):
                   f"trained on its train part at scale 0.25; ratio = onnxruntime's median / the row's median"])
 
 
+# the child of section (c): one laplacian Nystroem model scored by onnxruntime, the graph chunked (as
+# exported) or as one (rows, m, d) difference (naive: the chunk limits lifted); peak RSS is the child's
+LAPLACIAN_CHILD = """
+import json, resource, time, numpy as np, onnxruntime as ort
+import streamrank.export.onnx_graph as og
+from streamrank.state.model import LinearModel
+from streamrank.features.normalize import Normalizer
+from streamrank.features.maps import Nystroem
+from streamrank.features.kernels import default_gamma
+from streamrank.export import render
+n, d, m, mode = {n}, {d}, {m}, {mode!r}
+rng = np.random.default_rng(0)
+X = (rng.random((n, d)) * np.logspace(-2, 4, d)).astype(np.float32)
+norm = Normalizer("zscore").fit([X[:5000]], d)
+Xn = norm.transform(X[:5000])
+fmap = Nystroem("laplacian", default_gamma(d, Xn.var()), n_components=m).fit(Xn)
+model = LinearModel(rng.standard_normal(fmap.n_components_), norm, n_features=d, fmap=fmap)
+if mode == "naive":
+    og.LAPLACIAN_CHUNK_BYTES = 1 << 50; og.CHUNK_BYTES = 1 << 50; og.MAX_CHUNK_ROWS = 1 << 40
+chunk = n if mode == "naive" else og.chunk_rows(model)
+so = ort.SessionOptions(); so.intra_op_num_threads = 2
+so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+s = ort.InferenceSession(render(model, "onnx"), so, providers=["CPUExecutionProvider"])
+s.run(None, {{"X": X[:1]}})
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+t = time.perf_counter(); got = s.run(None, {{"X": X}})[0]; t = time.perf_counter() - t
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+ref = model.decision_function(X)
+print(json.dumps({{"seconds": t, "rise_mb": after - before, "chunk": int(chunk),
+                  "err": float(np.abs(got - ref).max() / np.abs(ref).max())}}))
+"""
+
+
+def section_laplacian(args, work):
+    """(c) Laplacian's (rows, m, d) difference: the exported graph bounds it by chunks of rows (a
+    Scan); the naive graph holds it whole. Each mode in a process of its own."""
+    n, d, m = args.laplacian_rows, 46, args.laplacian_components
+    print(f"\n(c) laplacian Nystroem m={m:,}, d={d}, {n:,} rows scored by onnxruntime in one call: the exported graph "
+          f"(chunks of rows) against one (rows, m, d) difference ({n * m * d * 8 / 2**20:,.0f} MiB)")
+    rows = []
+    for mode in ("chunked", "naive"):
+        out = run_child(LAPLACIAN_CHILD.format(n=n, d=d, m=m, mode=mode), timeout=1800)
+        rows.append({"graph": mode, "rows_n": n, "chunk": out["chunk"], "seconds": out["seconds"],
+                     "rise_mb": out["rise_mb"], "peak_mb": out["peak_rss_mb"], "err": out["err"]})
+    cols = [("graph", "graph", None), ("rows_n", "rows", "{:,}"), ("chunk", "rows a step", "{:,}"),
+            ("seconds", "s", "{:.2f}"), ("rise_mb", "RSS rise MB", "{:,.0f}"), ("peak_mb", "peak RSS MB", "{:,.0f}"),
+            ("err", "max |onnx - predict| / max|s|", "{:.1e}")]
+    table(rows, cols)
+    record("export", "laplacian memory", rows, cols, params={"rows": n, "features": d, "components": m},
+           notes=[f"laplacian Nystroem m={m:,}, d={d}: the exported graph's Scan over row chunks against one "
+                  f"(rows, m, d) difference of {n * m * d * 8 / 2**20:,.0f} MiB; each in a process of its own"])
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA), help=f"MQ2008's folder (default {DEFAULT_DATA})")
@@ -306,6 +366,10 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=4096, help="onnxruntime batch rows, Nystroem (default 4096)")
     ap.add_argument("--linear-batch", type=int, default=1 << 20, help="onnxruntime batch rows, linear (default 2^20)")
     ap.add_argument("--skip-timing", action="store_true", help="the agreement table only")
+    ap.add_argument("--laplacian-rows", type=int, default=2000,
+                    help="rows of section (c), laplacian's memory (default 2000; the naive graph holds rows x m x d x 8 "
+                         "bytes twice)")
+    ap.add_argument("--laplacian-components", type=int, default=1000, help="landmarks of section (c) (default 1000)")
     ap.add_argument("--workdir", default=None, help="where data, models and outputs go (default: a temporary "
                                                     "directory, removed at the end; about 300 MB at the defaults)")
     args = ap.parse_args(argv)
@@ -323,6 +387,7 @@ def main(argv=None):
         bad = section_agreement(args, work)
         if not args.skip_timing:
             section_speed(args, work)
+            section_laplacian(args, work)
     finally:
         if tmp is not None:
             tmp.cleanup()
