@@ -157,6 +157,7 @@ def test_a_worker_killed_mid_training_changes_nothing(data, cluster, method):
     cluster.wait_for_workers(2, timeout=60)  # the nanny restarts it for the next test
 
 
+@pytest.mark.slow  # a big equivalence: a whole exact-kernel training on the cluster and locally
 def test_exact_kernel_equals_the_local_model(data, dask_ex, tmp_path):
     """Q built by the workers, each its partitions' rows: the same jitter, passes and model as the
     local run."""
@@ -197,6 +198,7 @@ def test_gas_equals_the_local_scores(data, dask_ex):
     assert "_GasPass" in {name for name, *_ in dask_ex.pass_log}
 
 
+@pytest.mark.slow  # a big equivalence: a wide map trained on the cluster and locally
 def test_a_wide_map_equals_the_local_model(data, dask_ex):
     """m above the preconditioner's one-thread width: its BLAS products run on the threads a process
     has (2 here, 1 on each worker) and still give the local bits."""

@@ -31,7 +31,10 @@ def test_killed_at_a_fault_point(s, point, n, inputs, references, tmp_path):
     kh.kill_at_point(s, tmp_path, inputs, references[s.name][0], point, n)
 
 
-@pytest.mark.parametrize("s", SCENARIOS, ids=[s.name for s in SCENARIOS])
+# an exact-kernel run killed at a random moment takes a whole exact training or more (its fault
+# points stay in the fast tier): the slow tier
+@pytest.mark.parametrize("s", [pytest.param(s, marks=[pytest.mark.slow] if s.name == "train-exact" else [])
+                               for s in SCENARIOS], ids=[s.name for s in SCENARIOS])
 def test_killed_at_a_random_moment(s, inputs, references, tmp_path):
     reference, seconds = references[s.name]
     rng = np.random.default_rng(zlib.crc32(s.name.encode()))

@@ -47,6 +47,8 @@ def test_helper_order_goes_backwards_callees_first():
     assert warmup.helper_order([]) == []
 
 
+# each compiles a command's kernels from an empty numba cache (tens of seconds): the slow tier
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["train", "convert"])
 def test_lists_cover_what_the_command_compiles(tmp_path, command):
     """After the helper has compiled a whole list into an empty cache, the command it was recorded
@@ -61,6 +63,7 @@ def test_lists_cover_what_the_command_compiles(tmp_path, command):
     assert compiled == "[]", f"{command} compiled {compiled} itself: rerun python tools/kernel_manifest.py"
 
 
+@pytest.mark.slow  # compiles from an empty cache in several processes
 def test_compile_locks_keep_every_signature(tmp_path):
     """Two processes save different signatures of one function at the same moment, many times:
     with the lock, every signature is in the index and loads its own code."""

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from compile_children import RUN, child_env, run_python
 from streamrank._native import warmup
 from streamrank._native.warm_manifest import KERNELS
@@ -25,6 +27,7 @@ from streamrank.io.synthetic import write_hdf5
 write_hdf5("{work}/t.h5", "small", seed=0)
 """
 
+@pytest.mark.slow  # compiles select-features' kernels from an empty numba cache
 def test_the_list_covers_what_select_features_compiles(tmp_path):
     """After the helper has compiled the select-features list into an empty cache, the command
     compiles nothing of streamrank's itself."""
@@ -39,6 +42,7 @@ def test_the_list_covers_what_select_features_compiles(tmp_path):
     assert compiled == "[]", f"select-features compiled {compiled} itself: record its list again"
 
 
+@pytest.mark.slow  # a cold numba cache: every kernel compiled
 def test_select_features_starts_the_helper_on_a_cold_cache(tmp_path):
     """The command starts the helper for its own list (and stops it when it ends)."""
     code = textwrap.dedent("""
