@@ -52,6 +52,7 @@ print("LOADED:" + ",".join(sorted(m for m in ("scipy.linalg", "numba.np.arraymat
 """
 
 
+@pytest.mark.slow  # its first run compiles the training kernels into an empty cache
 def test_a_linear_run_from_cached_kernels_imports_no_compiler_registry_nor_scipy_linalg(tmp_path):
     """Cached kernels load without numba's registries (``_native.numba_cache``; numba's own load
     imports them, and scipy.linalg with them) and TRON's preconditioner needs no scipy.linalg:

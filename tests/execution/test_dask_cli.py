@@ -42,6 +42,7 @@ def test_workers_flag_trains_the_local_model_and_reports_the_cluster(data, tmp_p
     np.testing.assert_array_equal(load(tmp_path / "d.h5").w, load(tmp_path / "l.h5").w)
 
 
+@pytest.mark.slow  # waits out the client's timeouts after the scheduler is killed
 def test_a_lost_scheduler_ends_clearly_and_the_checkpoint_resumes_locally(data, tmp_path):
     sched_file = tmp_path / "scheduler.json"
     sched = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
