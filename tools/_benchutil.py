@@ -15,24 +15,22 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def machine_facts():
-    import h5py
-    import numba
-    import numpy as np
-    cpu = "unknown"
+def cpu_model():
+    """The CPU's model name (/proc/cpuinfo), or "unknown"."""
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    from streamrank import __version__
-    return (f"machine: {cpu}, {os.cpu_count()} cores, {mem:.1f} GiB RAM, {platform.system()} "
-            f"{platform.release()}; Python {platform.python_version()}, numpy {np.__version__}, "
-            f"numba {numba.__version__}, h5py {h5py.__version__} (HDF5 {h5py.version.hdf5_version}), "
-            f"streamrank {__version__}")
+    return "unknown"
+
+
+def machine_facts():
+    """The machine and library facts every benchmark prints first, as one line."""
+    m = machine_record()
+    return (f"machine: {m['cpu']}, {m['cores']} cores, {m['mem_gib']:.1f} GiB RAM, {m['os']}; Python {m['python']}, "
+            f"numpy {m['numpy']}, numba {m['numba']}, h5py {m['h5py']} (HDF5 {m['hdf5']}), streamrank {m['streamrank']}")
 
 
 RESULTS = REPO / "docs" / "results"
@@ -45,24 +43,17 @@ def machine_record():
     import numba
     import numpy as np
     from streamrank import __version__
-    cpu = "unknown"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
 
     def git(*args):
         try:
             return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, timeout=30).stdout.strip()
         except (OSError, subprocess.SubprocessError):
             return ""
-    return {"cpu": cpu, "cores": os.cpu_count(),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(),
             "mem_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
             "os": f"{platform.system()} {platform.release()}", "python": platform.python_version(),
             "numpy": np.__version__, "numba": numba.__version__, "h5py": h5py.__version__,
+            "hdf5": h5py.version.hdf5_version,
             "streamrank": __version__, "commit": git("rev-parse", "--short", "HEAD") or "unknown",
             "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", "streamrank", "tools")),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
