@@ -9,7 +9,7 @@ from _benchutil import record, table
 
 from .common import BIG_D, BIG_PRESET, C, EPS
 from .models import read_liblinear_model, read_streamrank_model
-from .objectives import pair_hinge_sums, text_scores
+from .objectives import pair_hinge_sums, settle_objectives, text_scores
 from .run import add_note, data_rows, echoed, json_value, last_json, mark_empty
 
 
@@ -79,13 +79,7 @@ def run(ctx):
             j = last_json(res["out"])
             if row["kind"] == "streamrank" and j and "objective" in j:
                 row["own"] = j["objective"]
-        for row in brows:
-            if id(row) in objs:
-                row["objective"] = statistics.median(objs[id(row)])
-        low = min(r["objective"] for r in brows if r.get("objective") is not None)
-        for r in brows:
-            if r.get("objective") is not None:
-                r["rel"] = (r["objective"] - low) / abs(low)
+        settle_objectives(brows, objs)
         big["pairs"], big["obj_s"] = n_pairs, time.perf_counter() - t
         del S
     by = {r["key"]: r for r in brows}

@@ -1,5 +1,8 @@
 """The data, parsed here, and the objectives and NDCG, all in float64: one function per problem,
 applied to every tool's model file."""
+
+import statistics
+
 from .common import N_FEATURES
 
 
@@ -176,3 +179,18 @@ def rbf_matrix(A, S, gamma, block=2048):
         np.maximum(d2, 0.0, out=d2)
         out[r:r + block] = np.exp(-gamma * d2)
     return out
+
+
+def settle_objectives(rows, objs):
+    """Each row's objective, the median over its rounds (``objs``: id(row) -> values), and ``rel``,
+    its distance above the lowest objective of the rows, relative to it."""
+    for row in rows:
+        if id(row) in objs:
+            row["objective"] = statistics.median(objs[id(row)])
+    have = [r["objective"] for r in rows if r.get("objective") is not None]
+    if not have:
+        return
+    low = min(have)
+    for r in rows:
+        if r.get("objective") is not None:
+            r["rel"] = (r["objective"] - low) / abs(low)

@@ -14,7 +14,7 @@ from _benchutil import record, table
 from .common import BIG_D, BIG_PRESET, C, EPS
 from .generated import generated_text
 from .models import read_liblinear_model, read_streamrank_model
-from .objectives import pair_hinge_sums, text_scores
+from .objectives import pair_hinge_sums, settle_objectives, text_scores
 from .run import add_note, data_rows, json_value, last_json, mark_empty, run_timed
 
 SCALING_ROWS = (10_000, 30_000, 100_000, 300_000)
@@ -72,13 +72,7 @@ def objectives(rows, text):
     objs = {}
     for k, row in enumerate(cols):
         objs.setdefault(id(row), []).append(0.5 * float(Wm[:, k] @ Wm[:, k]) + C * float(tot[k]))
-    for row in rows:
-        if id(row) in objs:
-            row["objective"] = statistics.median(objs[id(row)])
-    low = min(r["objective"] for r in rows if r.get("objective") is not None)
-    for r in rows:
-        if r.get("objective") is not None:
-            r["rel"] = (r["objective"] - low) / abs(low)
+    settle_objectives(rows, objs)
 
 
 def run(ctx):
