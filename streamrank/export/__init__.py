@@ -11,7 +11,7 @@
 - ``json``: a plain, documented description of every model kind (:mod:`streamrank.export.plain_json`).
 
 The formats and what each cannot express: docs/formats.md. ``onnx`` needs the ``export`` extra
-(``pip install streamrank[export]``); the others need nothing beyond streamrank.
+(``pip install 'streamrank[export]'``); the others need nothing beyond streamrank.
 """
 
 import importlib

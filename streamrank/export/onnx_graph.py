@@ -75,7 +75,7 @@ def _onnx():
     try:
         import onnx
     except ImportError:  # the export extra is not installed
-        raise ParameterError("format=onnx needs the onnx package; install it with: pip install streamrank[export]") \
+        raise ParameterError("format=onnx needs the onnx package; install it with: pip install 'streamrank[export]'") \
             from None
     return onnx
 
