@@ -58,3 +58,10 @@ def test_check_reports_a_stale_page(tmp_path):
     assert rb.main(args + ["--check"]) == 0
     bu.record("peers", "scaling", rows(3.0), COLUMNS, plot=PLOT, results_dir=tmp_path)
     assert rb.main(args + ["--check"]) == 1
+
+
+def test_the_committed_page_is_what_the_results_give():
+    """docs/benchmarks.md is redrawn whenever a result is added: the page (its text; the plots'
+    bytes depend on the matplotlib version) equals what the committed results data give."""
+    page, _ = rb.render(rb.RESULTS, rb.IMG)
+    assert rb.PAGE.read_text(encoding="utf-8") == page, "run python tools/render_benchmarks.py"

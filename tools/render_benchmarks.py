@@ -34,6 +34,13 @@ BENCHES = OrderedDict([
     ("convert", ("Conversion", "tools/bench_convert.py")),
     ("distributed", ("Distributed passes", "tools/bench_distributed.py")),
     ("reliability", ("Reliability", "tools/bench_reliability.py")),
+    ("limits", ("The machine's limits: memory bandwidth, disk, dense products", "tools/bench_limits.py")),
+    ("papers", ("The papers' experiments", "tools/bench_papers.py")),
+    ("grid", ("Grids on one map", "tools/bench_grid.py")),
+    ("precond", ("Preconditioners", "tools/bench_precond.py")),
+    ("raw_scale", ("Raw feature scales and the default gamma grid", "tools/bench_raw_scale.py")),
+    ("chunking", ("Storage: HDF5 chunks and compression", "tools/bench_chunking.py")),
+    ("finite", ("The finiteness check", "tools/bench_finite.py")),
 ])
 
 
