@@ -24,6 +24,11 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+# the environment as the user started this script: importing streamrank here (machine_facts) sets
+# defaults in os.environ (OPENBLAS_THREAD_TIMEOUT, NUMBA_SLP_VECTORIZE) that each tree's own
+# import must decide for itself, or the old tree would run with the new one's settings
+BASE_ENV = dict(os.environ)
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
@@ -55,7 +60,7 @@ RESUMED = [
 def cli(tree, args, log):
     """Run ``streamrank ARGS`` with ``tree``'s package (numba's cache kept per tree under the work
     directory, so each tree compiles once); raise with its log on failure."""
-    env = dict(os.environ, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(NUMBA_CACHE / Path(tree).name))
+    env = dict(BASE_ENV, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(NUMBA_CACHE / Path(tree).name))
     code = "import sys; from streamrank.cli import main; sys.exit(main(sys.argv[1:]))"
     with open(log, "a") as fh:
         r = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, stdout=fh, stderr=fh, cwd=tree)
@@ -115,7 +120,10 @@ def _strip_volatile(text):
 
     def strip(o):
         if isinstance(o, dict):
-            return {k: strip(v) for k, v in o.items() if not any(t in k for t in VOLATILE)}
+            # a candidate's trace rows are (iteration, seconds, passes, objective, grad_norm, valid)
+            # (training.path.TRACE_COLUMNS): the seconds column is dropped, the rest compared
+            return {k: ([[x for j, x in enumerate(row) if j != 1] for row in v] if k == "trace" else strip(v))
+                    for k, v in o.items() if not any(t in k for t in VOLATILE)}
         if isinstance(o, list):
             return [strip(v) for v in o]
         return o
