@@ -35,6 +35,7 @@ BENCHES = OrderedDict([
     ("distributed", ("Distributed passes", "tools/bench_distributed.py")),
     ("reliability", ("Reliability", "tools/bench_reliability.py")),
     ("limits", ("The machine's limits: memory bandwidth, disk, dense products", "tools/bench_limits.py")),
+    ("pass", ("Linear passes against the time to read X once", "tools/bench_pass.py")),
     ("papers", ("The papers' experiments", "tools/bench_papers.py")),
     ("grid", ("Grids on one map", "tools/bench_grid.py")),
     ("precond", ("Preconditioners", "tools/bench_precond.py")),
