@@ -30,21 +30,3 @@ def mq2008():
     if not MQ2008.exists():
         pytest.skip("../shared/data/MQ2008 is not available")
     return MQ2008
-
-
-# Modules whose module- or session-scoped fixtures are costly (a session environment of trained
-# models, killed-run references, a dask cluster): under pytest-xdist's --dist loadgroup each group
-# runs on one worker, so the fixture is built once instead of once per worker; every other test is
-# handed out one at a time as usual.
-XDIST_GROUPS = {"properties": "properties", "faults/test_kills.py": "kills", "execution/test_dask.py": "dask",
-                "execution/test_dask_cli.py": "dask-cli", "faults/test_signals.py": "signals"}
-
-
-def pytest_collection_modifyitems(config, items):
-    root = Path(__file__).resolve().parent
-    for item in items:
-        rel = item.path.resolve().relative_to(root).as_posix() if item.path.is_relative_to(root) else ""
-        for prefix, group in XDIST_GROUPS.items():
-            if rel == prefix or rel.startswith(prefix + "/"):
-                item.add_marker(pytest.mark.xdist_group(group))
-                break
