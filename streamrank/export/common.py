@@ -7,7 +7,6 @@ given to an exported model are the raw rows the model reads: ``input_columns`` f
 training data's width; for a model trained on ``--features``, the full rows it picks them from).
 """
 
-import hashlib
 import json
 import unicodedata
 
@@ -38,9 +37,11 @@ def map_kernel(model):
     return fmap.kernel, float(fmap.gamma_), int(getattr(fmap, "degree", 3)), float(getattr(fmap, "coef0", 1.0))
 
 
-def linear_weights(model, fmt):
+def linear_weights(model, fmt, *, fold_zscore=True):
     """(v, c): the model as s(x) = x . v + c over raw input rows x of :func:`input_width` features
-    (float64), equal to the model's scores in exact arithmetic.
+    (float64), equal to the model's scores in exact arithmetic. With ``fold_zscore=False`` a zscore
+    model's v weighs the normalised columns instead, (x_j - mean_j) / scale_j, and c is 0 (for a
+    format with a normaliser of its own: Elasticsearch's ``standard``).
 
     - the subset of columns a ``--features`` model reads is scattered into the full width (the
       other features get weight 0);
@@ -74,7 +75,7 @@ def linear_weights(model, fmt):
             rows = fmap.support_ if model.method == "exact" else fmap.basis_
             v = rows.T @ w
     c = 0.0
-    if norm.kind == "zscore":
+    if norm.kind == "zscore" and fold_zscore:
         v = v / norm.scale_[:v.size]
         c = -float(norm.mean_[:v.size] @ v)
     if model.input_features is not None:
@@ -146,9 +147,21 @@ def settings(model):
     return out
 
 
+def layout(obj, indent=0, width=100, depth=None):
+    """Strict JSON (no NaN or infinity, which JSON lacks) for people to read: an object or array on
+    one line when it fits in ``width`` characters, else one member per line, recursively; below
+    ``depth`` levels of members every value stays on one line (a model's arrays)."""
+    flat = json.dumps(obj, allow_nan=False, separators=(", ", ": "))
+    if not isinstance(obj, (dict, list)) or not obj or depth == 0 or (indent and indent + len(flat) <= width):
+        return flat
+    pad, deeper = " " * (indent + 2), None if depth is None else depth - 1
+    if isinstance(obj, dict):
+        members = [f"{pad}{json.dumps(str(k))}: {layout(v, indent + 2, width, deeper)}" for k, v in obj.items()]
+        return "{\n" + ",\n".join(members) + "\n" + " " * indent + "}"
+    return "[\n" + ",\n".join(pad + layout(v, indent + 2, width, deeper) for v in obj) + "\n" + " " * indent + "]"
+
+
 def finite_json(obj):
-    """``obj`` (a dict) as strict JSON (no NaN or infinity, which JSON lacks): one top-level key per
-    line, each value compact (a model's arrays stay one line each rather than one number per line)."""
-    items = [f"  {json.dumps(str(k))}: {json.dumps(v, allow_nan=False, separators=(', ', ': '))}"
-             for k, v in obj.items()]
-    return "{\n" + ",\n".join(items) + "\n}\n"
+    """``obj`` (a dict) as strict JSON: one top-level key per line, each value on one line (a
+    model's arrays stay one line each rather than one number per line)."""
+    return layout(obj, depth=1) + "\n"

@@ -24,15 +24,13 @@ Every number is the float64 the model holds, written so that it reads back to th
 (Java ``float``), so a number beyond float32's range is refused.
 """
 
-import copy
 import json
 import re
 
 import numpy as np
 
 from streamrank.errors import ParameterError
-from streamrank.export.common import linear_weights
-from streamrank.features.normalize import Normalizer
+from streamrank.export.common import layout, linear_weights
 
 SOLR_CLASS = "org.apache.solr.ltr.model.LinearModel"
 ES_MODEL_TYPE = "model/linear"
@@ -43,20 +41,6 @@ _NAME = re.compile(r"[A-Za-z0-9_.:-]+")
 # both plugins parse every number into a Java float (Solr: Number.floatValue(); the ES plugin:
 # XContentParser.floatValue()); beyond this a weight becomes infinite there
 FLOAT32_MAX = float(np.finfo(np.float32).max)
-
-
-def layout(obj, indent=0, width=100):
-    """Strict JSON (no NaN or infinity, which JSON lacks) for people to read: an object or array on
-    one line when it fits in ``width`` characters, else one member per line, recursively."""
-    flat = json.dumps(obj, allow_nan=False, separators=(", ", ": "))
-    if not isinstance(obj, (dict, list)) or not obj or (indent and indent + len(flat) <= width):
-        return flat
-    pad = " " * (indent + 2)
-    if isinstance(obj, dict):
-        members = [f"{pad}{json.dumps(str(k))}: {layout(v, indent + 2, width)}"
-                   for k, v in obj.items()]
-        return "{\n" + ",\n".join(members) + "\n" + " " * indent + "}"
-    return "[\n" + ",\n".join(pad + layout(v, indent + 2, width) for v in obj) + "\n" + " " * indent + "]"
 
 
 def check_name(name, fmt):
@@ -88,9 +72,7 @@ def _unfolded_zscore(model, fmt):
     marks the columns the model reads (the others have weight 0 and no normaliser). None when a
     column read twice (a --features list naming it twice) has two different statistics."""
     norm = model.normalizer
-    plain = copy.copy(model)
-    plain.normalizer = Normalizer("none")
-    u, _ = linear_weights(plain, fmt)  # the map and the subset, on the normalised values (no constant)
+    u, _ = linear_weights(model, fmt, fold_zscore=False)  # the map and the subset, on the normalised values
     d = u.size
     mean, std = np.zeros(d), np.ones(d)
     normalised = np.zeros(d, bool)

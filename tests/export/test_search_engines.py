@@ -475,7 +475,7 @@ def test_float32_standard_normaliser_keeps_the_ranking_where_folding_loses_it(of
 
 
 def test_layout_is_strict_json_that_reads_back():
-    from streamrank.export.search_engines import layout
+    from streamrank.export.common import layout
     obj = {"a": [1.5, -0.0, 1e-300, {"b": "é\"x"}], "c": {f"k{j}": j / 7 for j in range(30)}, "d": [], "e": {}}
     text = layout(obj)
     assert json.loads(text) == obj and max(map(len, text.splitlines())) <= 100
