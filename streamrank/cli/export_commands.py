@@ -4,8 +4,7 @@ import sys
 from pathlib import Path
 
 from streamrank.cli.common import _check_outputs, emit_json
-
-FORMATS = ("onnx", "solr", "elasticsearch", "svmrank", "liblinear", "json")
+from streamrank.export import FORMATS  # the list alone: the formats' modules load when one is written
 
 
 def _export_paths(args):

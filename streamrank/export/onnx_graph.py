@@ -46,6 +46,7 @@ import numpy as np
 from streamrank._version import __version__
 from streamrank.errors import ParameterError
 from streamrank.export.common import input_width, kind, map_kernel, model_digest, settings
+from streamrank.features.maps import projection_blocks
 
 # opset 18: ScatterElements' min / max reductions (query_minmax) and Pad, ReduceSum,
 # ReduceSumSquare with their axes as inputs; IR version 8 is the oldest that carries opset 18
@@ -63,10 +64,6 @@ CHUNK_BYTES = 16 << 20
 # bytes each, whatever the batch (the naive graph holds N x m x d doubles twice)
 LAPLACIAN_CHUNK_BYTES = 32 << 20
 MAX_CHUNK_ROWS = 4096
-# column blocks of the Nystroem projection, as Nystroem._prepare cuts them (a block reads only the
-# rows j0: of the lower-trapezoidal projection)
-PROJECTION_BLOCK_COLS = 160
-ROW_ALIGN = 16
 # a serialized ModelProto is one protobuf message, at most 2 GiB: the constants with room for the rest
 MAX_CONSTANT_BYTES = (2 << 30) - (16 << 20)
 
@@ -167,17 +164,6 @@ def _round32(g, v):
     return g.op("Cast", [f], "phi", to=onnx.TensorProto.DOUBLE)
 
 
-def _projection_blocks(P):
-    """(j0, j1, r0): output column blocks [j0, j1) of x P, each read from rows r0: of P (r0 = j0 for
-    a lower-trapezoidal P, else 0), as Nystroem._prepare cuts them."""
-    m, k = P.shape
-    triangular = not np.any(np.triu(P, 1))
-    n_blocks = max(1, min(16, -(-k // PROJECTION_BLOCK_COLS)))
-    inner = (np.linspace(0, k, n_blocks + 1)[1:-1].astype(np.int64) // ROW_ALIGN) * ROW_ALIGN
-    edges = np.unique(np.r_[0, inner, k])
-    return [(int(j0), int(j1), int(j0) if triangular else 0) for j0, j1 in zip(edges[:-1], edges[1:])]
-
-
 def _map_scores(g, x, model):
     """The score (float64 (rows, 1)) of the float64 normalised rows ``x`` for a model with a map."""
     fmap = model.fmap
@@ -196,7 +182,7 @@ def _map_scores(g, x, model):
     # Nystroem: phi = K P in column blocks; block [j0, j1) reads K's columns r0: only
     P = np.asarray(fmap.projection_, np.float64)
     parts = []
-    for j0, j1, r0 in _projection_blocks(P):
+    for j0, j1, r0 in projection_blocks(P):
         Kb = K if r0 == 0 else g.op("Slice", [K, g.ints([r0]), g.ints([P.shape[0]]), g.ints([1])], "Kb")
         z = g.op("MatMul", [Kb, g.const(P[r0:, j0:j1], "proj")], "zb")
         parts.append(g.op("MatMul", [_round32(g, z), g.const(w[j0:j1, None], "wb")], "sb"))
