@@ -41,6 +41,7 @@ _POW10 = np.array([10.0 ** k for k in range(23)])
 _MAX_EXACT_MANTISSA = 2 ** 53
 # significant digits accumulated into an int64 mantissa; beyond that the token is slow
 _MAX_DIGITS = 18
+_U1 = np.uint64(1)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -113,6 +114,12 @@ def _parse_number(buf, s, e):
         e10 += -ex if eneg else ex
     if i != e:
         return _NAN, 0.0
+    return _number_value(m, e10, dropped, neg)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _number_value(m, e10, dropped, neg):
+    """(status, value) of the decimal (-1)^neg m 10^e10 (``dropped``: nonzero digits beyond m's)."""
     if m == 0:
         return _OK, -0.0 if neg else 0.0
     if dropped or m > _MAX_EXACT_MANTISSA or e10 > 22 or e10 < -22:
@@ -155,32 +162,90 @@ def _starts_with_qid(buf, p, q):
 @numba.njit(cache=True, nogil=True)
 def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int, qid_s, qid_e,
                 qid_isint, com_s, com_e, err, err_s, err_e, slow, nnz, maxcol, marker):
-    # the comment: everything after the first '#', without surrounding white space
+    # One pass over the line: a token ends at white space, at the first '#' (the comment's start,
+    # h) or at the line's end. A feature of the common form (index digits ':' [sign] digits
+    # [. digits]) is read in that pass; any other token (the label, the qid, an exponent, a bad
+    # character) is read again from its start by the general path below, which reports the
+    # errors. Scanning loops stop at the line's '\n' (buf[le], the caller's guarantee) without a
+    # bound check, and the fast path's positions are unsigned: numba indexes those without its
+    # negative-index wraparound (three instructions a byte). Measured on generated mslr30k text,
+    # one thread: 35 ns a feature with a separate pass for the comment and for each token's end,
+    # ':', index and value; 11 ns like this.
     h = le
-    for t in range(ls, le):
-        if buf[t] == 35:
-            h = t
-            break
-    if h < le:
-        a, b = h + 1, le
-        while a < b and _is_ws(buf[a]):
-            a += 1
-        while b > a and _is_ws(buf[b - 1]):
-            b -= 1
-        com_s[k], com_e[k] = a, b
-    else:
-        com_s[k], com_e[k] = le, le
     p = ls
     t = 0
+    xrow = X[row]
     cnt = 0
     mc = -1
     while True:
-        while p < h and _is_ws(buf[p]):
-            p += 1
-        if p >= h:
+        u = np.uint64(p)
+        while _is_ws(buf[u]):  # stops at the line's '\n' at the latest
+            u += _U1
+        p = np.int64(u)
+        if p >= le or buf[u] == 35:
+            h = p
             break
+        if t >= 2 or (t == 1 and not want_qid):
+            # fast path: index digits (1 to 18), ':', [+-] digits [. digits] with at most 18 digits
+            # in all, then a token end. No digit is dropped, so m and e10 are exactly what
+            # _parse_number accumulates for the token, and the value is its value
+            i = np.uint64(p)
+            idx = 0
+            while 48 <= buf[i] <= 57:
+                idx = idx * 10 + (buf[i] - 48)
+                i += _U1
+            ni = np.int64(i) - p
+            if 0 < ni <= _MAX_DIGITS and buf[i] == 58:
+                i += _U1
+                neg = buf[i] == 45
+                if neg or buf[i] == 43:
+                    i += _U1
+                m = 0
+                d0 = i
+                while 48 <= buf[i] <= 57:
+                    m = m * 10 + (buf[i] - 48)
+                    i += _U1
+                nd = np.int64(i - d0)
+                e10 = 0
+                if buf[i] == 46:
+                    i += _U1
+                    f0 = i
+                    while 48 <= buf[i] <= 57:
+                        m = m * 10 + (buf[i] - 48)
+                        i += _U1
+                    e10 = -np.int64(i - f0)
+                    nd -= e10
+                c = buf[i]
+                if 0 < nd <= _MAX_DIGITS and (_is_ws(c) or c == 35 or c == 10):
+                    q = np.int64(i)
+                    col = idx - base
+                    if col < 0:
+                        err[k], err_s[k], err_e[k] = E_INDEX_ZERO, p, q
+                        return
+                    if fixed and col >= width:
+                        err[k], err_s[k], err_e[k] = E_BEYOND, p, q
+                        return
+                    if col < width:
+                        uc = np.uint64(col)
+                        # a column above every earlier one of the line is new to it
+                        if col <= mc and marker[uc] == k + 1:
+                            err[k], err_s[k], err_e[k] = E_DUPLICATE, p, q
+                            return
+                        marker[uc] = k + 1
+                        st, v = _number_value(m, e10, False, neg)
+                        if st == _SLOW:
+                            slow[k] = 1
+                            v = np.nan
+                        xrow[uc] = v
+                    if col > mc:
+                        mc = col
+                    cnt += 1
+                    t += 1
+                    p = q
+                    continue
+        # the general path: the token's end first, then its parts
         q = p
-        while q < h and not _is_ws(buf[q]):
+        while q < le and not _is_ws(buf[q]) and buf[q] != 35:
             q += 1
         if t == 0:
             st, v = _parse_number(buf, p, q)
@@ -254,6 +319,16 @@ def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int
     if want_qid and t < 2:
         err[k], err_s[k], err_e[k] = E_MISSING_QID, ls, h
         return
+    # the comment: everything after the first '#', without surrounding white space
+    if h < le:
+        a, b = h + 1, le
+        while a < b and _is_ws(buf[a]):
+            a += 1
+        while b > a and _is_ws(buf[b - 1]):
+            b -= 1
+        com_s[k], com_e[k] = a, b
+    else:
+        com_s[k], com_e[k] = le, le
     nnz[k] = cnt
     maxcol[k] = mc
 
@@ -262,7 +337,8 @@ def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int
 def parse_lines(k0, k1, buf, line_start, line_end, row_of_line, base, width, fixed, want_qid, X, y,
                 qid_int, qid_s, qid_e, qid_isint, com_s, com_e, err, err_s, err_e, slow, nnz, maxcol):
     """Parse the data lines k0:k1 of ``buf`` into row ``row_of_line[k]`` of X and y (the caller
-    runs line ranges side by side, :mod:`streamrank._native.parallel`).
+    runs line ranges side by side, :mod:`streamrank._native.parallel`). ``line_end[k]`` is the
+    position of line k's b'\\n' (the kernels read up to it without a bound check).
 
     Columns at or beyond ``width`` are not stored when ``fixed`` is False: ``maxcol`` tells the
     caller to widen X and parse again. One duplicate-index marker array per call (marker[col] =
