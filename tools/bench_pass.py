@@ -41,6 +41,7 @@ def timed_executor():
             self.log = []
 
         def run(self, p, source, **kw):
+            self.source = source
             t = time.perf_counter()
             out = super().run(p, source, **kw)
             self.log.append((type(p).__name__, time.perf_counter() - t))
@@ -61,6 +62,7 @@ def main(argv=None):
     import numpy as np
     import streamrank
     from streamrank.io.synthetic import write_hdf5
+    from streamrank.objectives.rank_objective import _Scores
     from streamrank.training.linear import train_linear
     from bench_limits import memory_bandwidth, read_seconds, summarize
     print(machine_facts())
@@ -86,17 +88,26 @@ def main(argv=None):
                     times.setdefault(name, []).append(secs)
                 seen.add(name)
             ws.append(model.w)
+            # where a pass goes: the rows alone (u = Phi s, the first half of a Hessian pass and
+            # of fun + grad; the rest is the pair sweep and Phi^T t), on the same blocks
+            scores_pass = _Scores(np.random.default_rng(0).standard_normal(ds.n_features))
+            for _ in range(5):
+                t = time.perf_counter()
+                ex.run(scores_pass, ex.source)
+                times.setdefault("_Scores", []).append(time.perf_counter() - t)
         same = all(np.array_equal(ws[0], w) for w in ws[1:])
         bw = memory_bandwidth(rows=ds.n_rows, cols=ds.n_features, repeats=7, threads=(2,), float64=False)
         limits = summarize(bw)
         bound = read_seconds(xbytes, limits)
         rows = []
-        for name, label in (("_HessProd", "Hessian-vector pass"), ("_LossGrad", "fun + grad pass")):
+        for name, label in (("_HessProd", "Hessian-vector pass"), ("_LossGrad", "fun + grad pass"),
+                            ("_Scores", "of which the rows: u = Phi s alone (a scores pass)")):
             secs = times.get(name, [])
             med = statistics.median(secs) if secs else None
+            part = name == "_Scores"  # a part of the passes above: no target of its own
             rows.append({"pass": label, "passes": len(secs), "median_s": med, "x_mb": xbytes / 1e6, "bound_s": bound,
-                         "ratio": None if med is None else med / bound, "target": TARGET,
-                         "met": None if med is None else bool(med / bound <= TARGET)})
+                         "ratio": None if med is None else med / bound, "target": None if part else TARGET,
+                         "met": None if med is None or part else bool(med / bound <= TARGET)})
         cols = [("pass", "pass", None), ("passes", "passes timed", None), ("median_s", "median s", "{:.4f}"),
                 ("x_mb", "X MB", "{:,.0f}"), ("bound_s", "X once s", "{:.4f}"), ("ratio", "x the bound", "{:.2f}"),
                 ("target", "target", "{:.0f}x"), ("met", "met", None)]

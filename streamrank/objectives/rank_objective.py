@@ -215,10 +215,10 @@ class RankObjective:
         # one set of active sets alive, as the memory plan counts: the last trial's and the
         # accepted point's go before this pass makes new ones (hessp after a rejected trial makes
         # the accepted point's again: _accepted_states)
+        prev = self._states if self._states is not None else (self._trial[3] if self._trial else None)
         self._trial = None
         self._states = None
-        carry, kept = self.executor.run(_LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores),
-                                        self.source)
+        carry, kept = self._loss_grad(w, prev)
         loss, acc = carry["loss"], carry["acc"]
         f = 0.5 * float(w @ w) + self.C * loss
         self._trial = (w.copy(), f, w + self.C * acc, kept, loss)
@@ -240,10 +240,18 @@ class RankObjective:
         if self._states is None:
             if self._accepted is None:
                 raise RuntimeError("hessp needs fun(w) and grad(w) at a point first (solver contract)")
-            self._trial = None  # the rejected trial's sets go first
-            _, self._states = self.executor.run(_LossGrad(self._accepted, self.n_features, self._cost_args(),
-                                                          self.mu, self.keep_scores), self.source)
+            prev = self._trial[3] if self._trial else None
+            self._trial = None  # the rejected trial's sets go first (overwritten in place)
+            _, self._states = self._loss_grad(self._accepted, prev)
         return self._states
+
+    def _loss_grad(self, w, prev):
+        """One fun + grad pass at w; ``prev``, the last pass's outputs per block (or None), become
+        its state arrays, so that their sort order starts the new sort (no value depends on it)."""
+        p = _LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores)
+        if prev is None:
+            return self.executor.run(p, self.source)
+        return self.executor.run(p, self.source, kept=(prev,))
 
     def hessp(self, s):
         s = np.ascontiguousarray(s, np.float64)
@@ -361,14 +369,20 @@ class _LossGrad(Pass):
     def start(self):
         return {"acc": np.zeros(self.m), "loss": 0.0}
 
-    def step(self, carry, b):
+    def step(self, carry, b, prev=None):
         n = b.X.shape[0]
-        st = pk.state_arrays(n, self.cost_args[6])
+        # the previous pass's active sets of this block, when the objective hands them over, are
+        # overwritten in place: their sort order starts this pass's sort (fused_loss_grad's warm)
+        # and no second set is allocated (the memory plan counts one)
+        fresh = pk.state_arrays(n, self.cost_args[6])
+        warm = prev is not None and all(a.shape == f.shape and a.dtype == f.dtype for a, f in zip(prev[0], fresh))
+        st = prev[0] if warm else fresh
+        del fresh
         z = np.empty(n) if self.keep_scores else None
         for g in _query_groups(b, self.m):
             zg = z[g.r0:g.r1] if z is not None else g.z  # kept for line searches, or scratch
             par.run(fz.fused_loss_grad, g.nq, g.X, self.w, g.shift, g.scale, b.affine, g.qptr, g.rank,
-                    *self.cost_args, self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.loss, g.partials, zg,
+                    *self.cost_args, self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.loss, g.partials, zg, warm,
                     weights=g.qptr)
             carry["loss"] = la.sum_in_order(carry["loss"], g.loss)
             la.add_rows_in_order(carry["acc"], g.partials)

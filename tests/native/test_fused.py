@@ -40,7 +40,7 @@ def test_fused_passes_equal_numpy(kind, eta):
     st = pk.state_arrays(n, eta)
     loss_q, P = np.empty(nq), np.empty((nq, d))
     zz = np.empty(n)
-    fz.fused_loss_grad(0, nq, X, w, shift, scale, mode, qp, rank, *c, np.ones(nq), *st, loss_q, P, zz)
+    fz.fused_loss_grad(0, nq, X, w, shift, scale, mode, qp, rank, *c, np.ones(nq), *st, loss_q, P, zz, False)
     assert np.array_equal(zz, z)
     loss, dz, state = pk.loss_grad(Phi @ w, rank, qp, cost, 1.0)
     assert loss_q.sum() == pytest.approx(loss, rel=1e-12)
@@ -68,7 +68,7 @@ def test_same_bits_for_any_block_split(eta):
             lq, P = np.empty(b - a), np.empty((b - a, X.shape[1]))
             st = pk.state_arrays(r1 - r0, eta)
             fz.fused_loss_grad(0, b - a, X[r0:r1], w, *ident, qp[a:b + 1] - r0, rank[r0:r1], *c, np.ones(b - a), *st, lq, P,
-                               np.empty(r1 - r0))
+                               np.empty(r1 - r0), False)
             loss = la.sum_in_order(loss, lq)
             la.add_rows_in_order(acc, P)
         return loss, acc
@@ -78,3 +78,4 @@ def test_same_bits_for_any_block_split(eta):
     for cuts in ([0, 1, nq], [0, nq // 2, nq], list(range(nq + 1))):
         got = grad(cuts)
         assert got[0] == whole[0] and np.array_equal(got[1], whole[1])
+

@@ -286,3 +286,41 @@ def test_preconditioner_is_the_sample_hessian_and_independent_of_blocks(fold1_su
     assert cg[0] < cg[1] / 2, cg
     with pytest.raises(streamrank.errors.ParameterError, match="precondition must be one of"):
         train_linear(ds, C=1.0, queries=(0, nq), precondition="yes")
+
+
+@pytest.mark.parametrize("block_bytes", [700, 10**9])
+def test_sort_from_the_last_pass_changes_no_bit(tmp_path, monkeypatch, block_bytes):
+    """fun starts each query's sort from the order the last pass left in its state arrays (and
+    overwrites them): along a solver-like path with a rejected trial, every f, gradient, Hessian
+    product and active set equals a fresh objective's (a cold sort) bit for bit."""
+    from streamrank._native import fused as fz
+    kernel, starts = fz.fused_loss_grad, []
+
+    def spy(*args):
+        starts.append(args[-1])
+        return kernel(*args)
+    monkeypatch.setattr(fz, "fused_loss_grad", spy)
+    ds = random_dataset(tmp_path / "d.h5", n_queries=40, levels=(0, 1, 2, 3, 4))
+    rng = np.random.default_rng(5)
+    obj = make_objective(ds, block_bytes=block_bytes)
+    w = rng.standard_normal(ds.n_features)
+    s = rng.standard_normal(ds.n_features)
+    for step in range(6):
+        trial = step == 3  # a trial point that is rejected: the next hessp remakes the accepted sets
+        w_next = w + (2.0 if trial else 0.05) * rng.standard_normal(ds.n_features)
+        cold = make_objective(ds, block_bytes=block_bytes)
+        assert obj.fun(w_next) == cold.fun(w_next)
+        if trial:
+            h_warm = obj.hessp(s)  # after the rejected trial: the accepted point's sets, warm
+            cold_w = make_objective(ds, block_bytes=block_bytes)
+            cold_w.fun(w)
+            cold_w.grad(w)
+            assert np.array_equal(h_warm, cold_w.hessp(s))
+            continue
+        assert np.array_equal(obj.grad(w_next), cold.grad(w_next))
+        assert np.array_equal(obj.hessp(s), cold.hessp(s))
+        for (st_w, _), (st_c, _) in zip(obj._states, cold._states):
+            for a, b in zip(st_w, st_c):
+                assert np.array_equal(a, b)
+        w = w_next
+    assert True in starts and False in starts  # warm starts were taken (and cold ones)
