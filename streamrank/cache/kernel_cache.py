@@ -14,11 +14,19 @@ C of a path (and later runs) reuse the same Q. A damaged or foreign cache is dis
 rebuilt by FeatureCache; a block that fails its check is recomputed and stored again.
 
 Memory: the first blocks that fit in ``memory_bytes`` stay in memory (a fixed set: passes scan
-the blocks cyclically, where LRU would never hit); the others are read from disk every pass into
-three reused buffers by a background thread one block ahead (explicit reads, no memory maps:
-pages of a mapped file count in RSS). Blocks are read with ``verify="once"``: the CRC is checked
-on a block's first read in the process, then trusted while the file's inode, size and mtime are
-unchanged (a pass re-reads all of Q, and the CRC would cost about 40% of the read).
+the blocks cyclically, where LRU would never hit); the others come from disk every pass, one block
+ahead of the pass, mapped from the cache's files (:meth:`KernelCache._mapped`: a read-only shared
+mapping of the file's pages in the page cache, populated at once), at most MAPPED_AHEAD mappings
+handed out at a time: pages of a mapped file count in RSS only while mapped, so the pass holds what
+three read buffers would. A read() copies every byte into a buffer that the pass then reads again:
+on generated mq2007 (6 GB of Q from the page cache per pass, 2 cores) the copy took one core for
+0.6 s a pass beside the products, where a mapping costs the page table (about 24 GB/s). A block
+that is not stored (no cache directory) or fails its check is read or computed into reused
+buffers as before. Blocks are checked with ``verify="once"``: the CRC is checked on a block's first
+read in the process, then trusted while the file's inode, size and mtime are unchanged (a pass
+re-reads all of Q, and the CRC would cost about 40% of the read). The files are only ever replaced
+by a rename (a new inode; a mapping keeps the old one alive), never written in place: a file
+truncated in place by another program during a pass would end the process (SIGBUS).
 
 Row independence: Q's row i is K(Xn[i], Xn) computed by :class:`~streamrank.features.kernels.PreparedKernel`
 in the tile of ``tile_rows`` rows that holds row i of Xn, at position i mod tile_rows (a fixed
@@ -29,7 +37,11 @@ one tile: at most ``kernels.TILE_BYTES`` unless l is so large that ROW_ALIGN row
 """
 
 import logging
+import mmap
+import os
+import threading
 import time
+import zlib
 
 import numba
 import numpy as np
@@ -51,6 +63,13 @@ log = logging.getLogger("streamrank.cache.kernel_cache")
 
 # block buffers for reads from disk: the one in use, the one queued, the one being read
 READ_BUFFERS = 3
+# mapped blocks handed out and not yet given back (the one in use, the one ahead); the pass's last
+# block stays mapped until the consumer drops it, so at most MAPPED_AHEAD + 1 <= READ_BUFFERS are
+# mapped at once (the memory plan's READ_BUFFERS blocks)
+MAPPED_AHEAD = 2
+# False: every block from disk is read into buffers (tests compare the two)
+MAP_BLOCKS = True
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 # Q is stored as float32(K - c) with a shift c (below), and the objective works with
 # Q' = float32(K - c) + c 1 1^T + jitter I. The rounding error E = float32(K - c) - (K - c) (plus
 # the float64 evaluation error of K, below) makes float32(K - c) + c 1 1^T indefinite where K's
@@ -383,8 +402,9 @@ class KernelCache(FeatureCache):
             for k in self.own:
                 a, b = self.layout[k]
                 if b > a and np.isnan(self._row_err[a]):
-                    buf = np.empty((b - a, self.l), np.float32)
-                    self._note(k, self.get(k) if self.in_memory(k) else self._fetch(k, buf))
+                    Qk = self.get(k) if self.in_memory(k) else self._mapped(k) if MAP_BLOCKS else None
+                    self._note(k, Qk if Qk is not None else self._fetch(k, np.empty((b - a, self.l), np.float32)))
+                    Qk = None
             # the rows' sums and the columns' over the blocks this cache holds (all of Q, except
             # for a partition's cache on a worker, whose jitter RoundingBounds makes)
             rows = [self._row_err[a:b] + self._col_err[a:b] for a, b in (self.layout[k] for k in self.own)]
@@ -413,6 +433,41 @@ class KernelCache(FeatureCache):
     def all_in_memory(self):
         return all(self.in_memory(k) for k in self.own)
 
+    def _mapped(self, k):
+        """Block k as a read-only float32 array over its stored file (mmap, shared, read-only,
+        populated), or None when it is not stored here or its file is not what the manifest says
+        (size; the CRC on its first use in this process, or every use with ``verify="always"``):
+        the caller then reads it (which drops a damaged block) or computes it. The mapping ends
+        when the last reference to the array goes."""
+        if self.dir is None:
+            return None
+        with self._state:
+            entry = self._blocks.get(k)
+        if entry is None or entry["bytes"] != self._nbytes(k) or entry["bytes"] == 0:
+            return None
+        try:
+            fd = os.open(self.dir / entry["file"], os.O_RDONLY)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if st.st_size != entry["bytes"]:
+                return None
+            m = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if self.verify != "once" or self._verified.get(k) != sig:
+            if zlib.crc32(m) != entry["crc32"]:
+                m.close()
+                return None
+            self._verified[k] = sig
+        self.stats.disk_reads += 1
+        self.stats.bytes_read += st.st_size
+        return np.frombuffer(m, np.float32).reshape(self.rows(k), self.l)  # read-only: m is
+
     def _fetch(self, k, out):
         Qk = self.get(k, out=out)
         if Qk is None:  # absent, damaged or evicted: compute it again and store it
@@ -428,31 +483,43 @@ class KernelCache(FeatureCache):
     def blocks(self):
         """(k, row start, row stop, read-only float32 block) for every block, in row order.
 
-        Blocks in memory are returned as they are; the others are read (or recomputed) by a
-        background thread into reused buffers, one block ahead: a block is valid until the
-        next one is asked for.
+        Blocks in memory are returned as they are; the others are mapped from their files (or,
+        when not stored, read or recomputed into reused buffers) by a background thread, one
+        block ahead: a block is valid until the next one is asked for.
         """
         disk = [k for k in self.own if not self.in_memory(k)]
-        if disk and self._buffers is None:
-            self._buffers = [np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
+        tokens = threading.Semaphore(MAPPED_AHEAD)
+
+        def buffer(n, k):
+            if self._buffers is None:
+                self._buffers = [np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
+            return self._buffers[n % READ_BUFFERS][:self.rows(k)]
 
         def read():
             for n, k in enumerate(disk):
-                yield k, self._fetch(k, self._buffers[n % READ_BUFFERS][:self.rows(k)])
+                tokens.acquire()  # given back when the consumer asks for the block after it
+                Qk = self._mapped(k) if MAP_BLOCKS else None
+                yield k, (self._fetch(k, buffer(n, k)) if Qk is None else Qk)
 
         ahead = background(read(), depth=1, name="streamrank-kernel-prefetch") if disk else (x for x in ())
+        held = False
         try:
             for k in self.own:
                 if self.in_memory(k):
                     Qk = self.get(k)
                 else:
+                    if held:
+                        tokens.release()
+                    Qk = None  # this generator's reference to the last mapping goes first
                     kk, Qk = next(ahead)
+                    held = True
                     assert kk == k
                     Qk = Qk.view()
                     Qk.flags.writeable = False  # one numba specialisation for every block
                 a, b = self.layout[k]
                 yield k, a, b, Qk
         finally:
+            tokens.release(MAPPED_AHEAD + 1)  # a reader waiting for a token sees the stop
             ahead.close()
 
 

@@ -66,9 +66,26 @@ LANDMARKS_STEP = 1000
 LANDMARKS_MIN = 500
 LANDMARKS_MAX = 4000
 # rows of U per chunk of the products A = I + C U^T L U and U^T D^-1 U (whole queries; the float64
-# rows of U, L U and D^-1 U in the chunk are the temporaries): at most this many bytes for the three
-# (8 MB: 333 rows for k = 1,000, still a BLAS-3 product; 32 MB before issue 30's memory budget)
+# rows of U, L U and D^-1 U in the chunk are the temporaries, 24 bytes per row and landmark): about
+# 1/A_CHUNKS of the rows, at least A_CHUNK_BYTES and at most A_CHUNK_MAX bytes for the three
+# (a_chunk_bytes). Each chunk's product is added to a k x k float64 sum (32 MB at k = 2,000), which
+# a chunk of few rows reads and writes for little arithmetic: on generated mq2007 (42,158 rows,
+# 2,000 landmarks) an update took 58-59 s in 8 MB chunks (166 rows) on the loaded 2-core machine,
+# 30.6 s in 64 MB chunks (1,333 rows), 24.8 s in 128 MB (issue 34). MQ2008 Fold1 (9,630 rows, 1,000
+# landmarks) keeps its 8 MB chunks (333 rows; l / 32 is less), and with them its 300 MB plan. The
+# chunks are fixed by l, k and these constants alone, never by the budget (the model does not
+# depend on it); the memory plan counts a_chunk_bytes(l, k).
 A_CHUNK_BYTES = 8 << 20
+A_CHUNK_MAX = 64 << 20
+A_CHUNKS = 32
+
+
+def a_chunk_bytes(l, k):
+    """Bytes of the float64 temporaries of one chunk of :meth:`NystroemPreconditioner.at_point`'s
+    products for l rows and k landmarks (the comment above A_CHUNK_BYTES); 0 without landmarks."""
+    if not k or not l:
+        return 0
+    return min(24 * l * k, max(A_CHUNK_BYTES, min(A_CHUNK_MAX, 24 * k * -(-l // A_CHUNKS))))
 # randomly pivoted Cholesky: candidates drawn per block, and the residual (relative to the largest
 # diagonal entry) below which a pivot is rounding noise
 RPC_BLOCK = 128
@@ -260,7 +277,7 @@ class NystroemPreconditioner:
             self._last = None
         A, G = np.zeros((k, k)), np.zeros((k, k))
         D = np.empty(l)
-        bounds = query_groups(query_ptr, l, max(1, A_CHUNK_BYTES // (24 * max(k, 1))))
+        bounds = query_groups(query_ptr, l, max(1, a_chunk_bytes(l, k) // (24 * max(k, 1))))
         for qa, qb in zip(bounds[:-1], bounds[1:]):
             r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
             local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)

@@ -116,7 +116,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
         load_kernel_runtime()
         drop_idle_library_pages()
     from streamrank.features.kernels import tile_rows, tile_threads
-    from streamrank.objectives.kernel_precond import A_CHUNK_BYTES
+    from streamrank.objectives.kernel_precond import a_chunk_bytes
     def qblock_of(b):  # a stored block of Q grows with the budget (a fixed share of it)
         return int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, b // Q_BLOCKS_IN_BUDGET))
     qblock = qblock_of(budget)
@@ -130,7 +130,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     # U^T D^-1 U, R_A, B's factor and a temporary; the last point's are released first) and the
     # chunks of their products (kernel_precond); its float64 build-time factor (8 l m) is freed
     # before the tier of Q fills memory
-    precond = (4 * l * m + 24 * l + 40 * m * m + min(A_CHUNK_BYTES, 24 * l * m)) if m else 0
+    precond = (4 * l * m + 24 * l + 40 * m * m + a_chunk_bytes(l, m)) if m else 0
     resident = resident_bytes() if resident is None else resident
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond + EXACT_SLACK
     fixed += 2 * (state_bytes_per_row(loss) - STATE_BYTES_PER_ROW) * l  # the band state of two points
