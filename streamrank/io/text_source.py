@@ -151,6 +151,15 @@ class TextChunks:
         if isinstance(base, bytearray) and len(base) == max(1, self.chunk_bytes) and len(self._free) < 4:
             self._free.append(base)
 
+    @staticmethod
+    def _grown(buf, filled, size):
+        """A new buffer of ``size`` bytes holding buf's first ``filled``. Not ``buf.extend``: buf
+        may be a recycled chunk whose array the consumer has not dropped yet, and a bytearray
+        with an export cannot be resized (BufferError, found with 64-byte chunks)."""
+        out = bytearray(size)
+        out[:filled] = memoryview(buf)[:filled]
+        return out
+
     def _too_long(self, line):
         raise InputError(f"{self.path}:{line + 1}: the line is longer than {MAX_LINE_BYTES >> 20} MiB without a "
                          f"line end (read {self.text_bytes:,} bytes of text before it): not LETOR/SVMlight text, "
@@ -188,7 +197,7 @@ class TextChunks:
                 if filled == len(buf):  # one line longer than a chunk: room for more of it
                     if filled > MAX_LINE_BYTES:  # buf holds part of one line alone (no newline in it)
                         self._too_long(line)
-                    buf.extend(bytes(len(buf)))
+                    buf = self._grown(buf, filled, 2 * len(buf))
                 n = f.readinto(memoryview(buf)[filled:filled + min(RAW_READ_BYTES, len(buf) - filled)])
                 if not n:
                     break
@@ -210,9 +219,8 @@ class TextChunks:
         if filled:
             if buf[filled - 1] != 10:
                 if filled == len(buf):
-                    buf.append(10)
-                else:
-                    buf[filled] = 10
+                    buf = self._grown(buf, filled, filled + 1)
+                buf[filled] = 10
                 filled += 1
             self.text_bytes += filled
             yield self._item(np.frombuffer(buf, np.uint8, count=filled), line)
