@@ -107,8 +107,19 @@ def h5_differences(a, b):
             if isinstance(x, h5py.Dataset):
                 u, v = x[()], y[()]
                 if u.dtype != v.dtype or u.shape != v.shape or np.asarray(u).tobytes() != np.asarray(v).tobytes():
-                    out.append(n)
+                    out.append(n + _size(u, v))
     return out
+
+
+def _size(u, v):
+    """' (max rel 1.2e-15)': the largest difference of two float arrays of one shape relative to the
+    old one's largest magnitude (a stated change of summation order is measured by it); '' else."""
+    u, v = np.asarray(u), np.asarray(v)
+    if u.shape != v.shape or u.dtype.kind != "f" or v.dtype.kind != "f" or not u.size:
+        return ""
+    top = float(np.max(np.abs(u)))
+    gap = float(np.max(np.abs(u.astype(np.float64) - v.astype(np.float64))))
+    return f" (max rel {gap / top:.1e})" if top > 0 else f" (max abs {gap:.1e})"
 
 
 def _strip_volatile(text):
@@ -151,7 +162,11 @@ def run_case(trees, work, name, args, data, valid, resumed=False):
     (m_old, s_old), (m_new, s_new) = outs
     diffs = h5_differences(m_old, m_new)
     if s_old.read_bytes() != s_new.read_bytes():
-        diffs.append("scores")
+        try:
+            size = _size(np.loadtxt(s_old, ndmin=1), np.loadtxt(s_new, ndmin=1))
+        except ValueError:
+            size = ""
+        diffs.append("scores" + size)
     return diffs
 
 

@@ -22,11 +22,14 @@ def _generic_passes(X, w, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r
                     loss_q, grad_p, hess_p, z_out, order, cut_pref, cut_less, cut_band, zsort):
     """fused_loss_grad then fused_hess as they were before the column sweeps: every query
     through pairkernels._query_loss_grad / _query_hess with an (l, 1) payload."""
+    wf, vf = np.empty(w.shape[0]), np.empty(v.shape[0])
     for q in range(qptr.shape[0] - 1):
         s, e = qptr[q], qptr[q + 1]
         l = e - s
+        cw = fz._fold(w, shift, scale, affine, q, wf)
+        cv = fz._fold(v, shift, scale, affine, q, vf)
         for i in range(s, e):
-            z_out[i] = fz._row_dot(X, i, w, shift, scale, affine, q)
+            z_out[i] = fz._raw_dot(X, i, wf) - cw
         if pk._single_level(rank[s:e]):
             loss_q[q] = 0.0
             grad_p[q, :] = 0.0
@@ -42,7 +45,7 @@ def _generic_passes(X, w, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r
         fz._query_rmatvec(X, s, e, dz, shift, scale, affine, q, grad_p[q])
         u = np.empty((l, 1))
         for i in range(l):
-            u[i, 0] = fz._row_dot(X, s + i, v, shift, scale, affine, q)
+            u[i, 0] = fz._raw_dot(X, s + i, vf) - cv
         t = np.empty((l, 1))
         pk._query_hess(u, rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], order[s:e], cut_pref[s:e],
                        cut_less[s:e], cut_band, zsort, t)

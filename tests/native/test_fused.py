@@ -79,3 +79,38 @@ def test_same_bits_for_any_block_split(eta):
         got = grad(cuts)
         assert got[0] == whole[0] and np.array_equal(got[1], whole[1])
 
+
+@pytest.mark.parametrize("kind", ["zscore", "query_minmax"])
+def test_folded_normalisation_within_its_stated_bound(kind):
+    """The fused kernels fold (shift, scale) into the vectors (Phi w = X (scale w) - shift .
+    (scale w)): on features far from zero (offsets up to 1e6 times their spread) every score and
+    X^T product stays within the bound the module states, a few eps64 sum |x scale w|, of the
+    exact value (fractions), and far inside the float32 storage's own eps32 |x scale w|."""
+    from fractions import Fraction
+    rng = np.random.default_rng(7)
+    n, d = 120, 9
+    spread = 10.0 ** rng.uniform(-3, 3, d)
+    offset = spread * 10.0 ** rng.uniform(0, 6, d) * rng.choice([-1, 1], d)
+    X = (offset + spread * rng.standard_normal((n, d))).astype(np.float32)
+    qp = np.array([0, 30, 31, 75, n], np.int64)
+    norm, (shift, scale, mode) = affine(kind, X, qp)
+    w, t = rng.standard_normal(d), rng.standard_normal(n)
+    z = np.empty(n)
+    fz.fused_scores(0, len(qp) - 1, X, w, shift, scale, mode, qp, z)
+    eps = np.finfo(np.float64).eps
+    for q in range(len(qp) - 1):
+        r = q if mode == 2 else 0
+        sh, sc = shift[r], scale[r]
+        for i in range(qp[q], qp[q + 1]):
+            exact = sum(((Fraction(float(X[i, k])) - Fraction(sh[k])) * Fraction(sc[k]) * Fraction(w[k])
+                         for k in range(d)), Fraction(0))
+            size = sum(abs(float(X[i, k]) * sc[k] * w[k]) + abs(sh[k] * sc[k] * w[k]) for k in range(d))
+            assert abs(float(Fraction(z[i]) - exact)) <= 4 * d * eps * size
+            assert abs(float(Fraction(z[i]) - exact)) <= 1e-6 * np.finfo(np.float32).eps * size
+        out = np.empty(d)
+        fz._query_rmatvec(X, qp[q], qp[q + 1], t[qp[q]:qp[q + 1]], shift, scale, mode, q, out)
+        for k in range(d):
+            exact = sum(((Fraction(float(X[i, k])) - Fraction(sh[k])) * Fraction(sc[k]) * Fraction(t[i])
+                         for i in range(qp[q], qp[q + 1])), Fraction(0))
+            size = sum(abs(float(X[i, k]) * t[i]) + abs(sh[k] * t[i]) for i in range(qp[q], qp[q + 1])) * sc[k]
+            assert abs(float(Fraction(out[k]) - exact)) <= 4 * (qp[q + 1] - qp[q] + 2) * eps * size
