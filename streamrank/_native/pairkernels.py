@@ -810,6 +810,13 @@ def state_arrays(n, eta=0.0):
             np.empty(nb))
 
 
+def is_state(st, n, eta=0.0):
+    """True when ``st`` has the shapes and types :func:`state_arrays` gives ``n`` rows."""
+    nb = n if eta > 0.0 else 0
+    want = ((n, np.int32), (n, np.int32), (n, np.int32), (nb, np.int32), (nb, np.float64))
+    return len(st) == 5 and all(a.shape == (m,) and a.dtype == t for a, (m, t) in zip(st, want))
+
+
 def state_bytes_per_row(eta=0.0):
     """Bytes per row of one state (:func:`state_arrays`)."""
     return 12 + (12 if eta > 0.0 else 0)

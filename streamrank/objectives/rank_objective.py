@@ -374,10 +374,8 @@ class _LossGrad(Pass):
         # the previous pass's active sets of this block, when the objective hands them over, are
         # overwritten in place: their sort order starts this pass's sort (fused_loss_grad's warm)
         # and no second set is allocated (the memory plan counts one)
-        fresh = pk.state_arrays(n, self.cost_args[6])
-        warm = prev is not None and all(a.shape == f.shape and a.dtype == f.dtype for a, f in zip(prev[0], fresh))
-        st = prev[0] if warm else fresh
-        del fresh
+        warm = prev is not None and pk.is_state(prev[0], n, self.cost_args[6])
+        st = prev[0] if warm else pk.state_arrays(n, self.cost_args[6])
         z = np.empty(n) if self.keep_scores else None
         for g in _query_groups(b, self.m):
             zg = z[g.r0:g.r1] if z is not None else g.z  # kept for line searches, or scratch
