@@ -10,6 +10,7 @@ lists are stale.
     python tools/kernel_manifest.py              # all scenarios, rewrite the manifest
     python tools/kernel_manifest.py --print      # print, do not write
     python tools/kernel_manifest.py --times      # also print each kernel's compile seconds
+    python tools/kernel_manifest.py --only select-features   # record these lists, keep the others
 """
 
 import argparse
@@ -96,6 +97,14 @@ def record(name, work):
     return json.loads(line[len("MANIFEST"):])
 
 
+def current_lists():
+    """The manifest's lists as :func:`record` gives them (read from its text: importing the package
+    would import numba here)."""
+    scope = {}
+    exec(compile(MANIFEST.read_text(), str(MANIFEST), "exec"), scope)
+    return {name: [list(e) for e in entries] for name, entries in scope["KERNELS"].items()}
+
+
 def render(lists):
     body = []
     for name, entries in lists.items():
@@ -126,12 +135,20 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--print", action="store_true", help="print the manifest instead of writing it")
     ap.add_argument("--times", action="store_true", help="print each top-level compile's seconds")
+    ap.add_argument("--only", default=",".join(SCENARIOS),
+                    help=f"comma-separated lists to record, the others kept as the manifest has them (default all: "
+                         f"{','.join(SCENARIOS)})")
     args = ap.parse_args()
+    only = [n.strip() for n in args.only.split(",") if n.strip()]
+    if not only or any(n not in SCENARIOS for n in only):
+        ap.error(f"--only takes a comma-separated subset of {','.join(SCENARIOS)}; got {args.only!r}")
     with tempfile.TemporaryDirectory(prefix="streamrank-manifest-") as work:
         run(PREPARE, work, Path(work) / "cache-prepare")
-        lists = {name: record(name, work) for name in SCENARIOS}
+        recorded = {name: record(name, work) for name in only}
+    kept = current_lists() if set(only) != set(SCENARIOS) else {}
+    lists = {name: recorded[name] if name in recorded else kept.get(name, []) for name in SCENARIOS}
     if args.times:
-        for name, entries in lists.items():
+        for name, entries in recorded.items():
             print(f"{name}: {len(entries)} compiles, {sum(e[3] for e in entries):.1f} s")
             for module, qualname, _, sec, callees, _ in entries:
                 print(f"  {sec:6.2f}  {module}.{qualname} calls {callees}")
