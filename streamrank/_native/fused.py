@@ -105,24 +105,21 @@ def _longest_query(q0, q1, qptr):
     return n
 
 
-@numba.njit(cache=True, nogil=True)
 def fused_loss_grad(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                     order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout, warm):
     """... and zout = Phi w (the scores, kept by the objective for line searches).
 
     ``warm``: ``order`` holds the previous pass's sort of these rows (a start for this one's,
-    :func:`column_sweeps.sort_query`); no value depends on it.
+    :func:`query_sort.sort_query`); no value depends on it.
 
     The common case (per-level accumulators, squared hinge) runs the one-column sweeps of
-    :mod:`column_sweeps`; the others the generic ones. Each case is a function of its own: one
-    body holding both compiled the row and X^T loops 1.5x slower (measured on MSLR's rows).
+    :mod:`column_sweeps`, the others the generic ones, each in a kernel of its own chosen here:
+    one body holding both compiled the row and X^T loops 1.5x slower, and a run compiles only the
+    case it uses (numba compiles every callee of a kernel on its first call).
     """
-    if mode == MODE_LEVELS and eta == 0.0:
-        _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, lam_r, mu, order, cut_pref,
-                          cut_less, loss_q, partials, zout, warm)
-    else:
-        _loss_grad_generic(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
-                           order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout)
+    k = _loss_grad_levels if mode == MODE_LEVELS and eta == 0.0 else _loss_grad_generic
+    k(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu, order, cut_pref,
+      cut_less, cut_band, zsort, loss_q, partials, zout, warm)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -140,8 +137,8 @@ def _no_pairs(X, wf, c, q, s, e, order, cut_pref, cut_less, loss_q, partials, zo
 
 
 @numba.njit(cache=True, nogil=True)
-def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, lam_r, mu, order, cut_pref, cut_less,
-                      loss_q, partials, zout, warm):
+def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
+                      order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout, warm):
     wf = np.empty(w.shape[0])  # w with the normalisation folded in (_fold)
     c = _fold(w, shift, scale, affine, q0, wf) if affine != 2 else 0.0
     lmax = _longest_query(q0, q1, qptr)
@@ -171,7 +168,7 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, lam_r
 
 @numba.njit(cache=True, nogil=True)
 def _loss_grad_generic(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
-                       order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout):
+                       order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout, warm):
     wf = np.empty(w.shape[0])  # w with the normalisation folded in (_fold)
     c = _fold(w, shift, scale, affine, q0, wf) if affine != 2 else 0.0
     band = eta > 0.0  # the smooth hinge's state arrays exist (else they are empty)
@@ -197,21 +194,17 @@ def _loss_grad_generic(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c
         _query_rmatvec(X, s, e, dz, shift, scale, affine, q, partials[q])
 
 
-@numba.njit(cache=True, nogil=True)
 def fused_hess(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                order, cut_pref, cut_less, cut_band, zsort, partials):
-    """As fused_loss_grad, the common case and the others in functions of their own."""
-    if mode == MODE_LEVELS and eta == 0.0:
-        _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, lam_r, mu, order, cut_pref, cut_less,
-                     partials)
-    else:
-        _hess_generic(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
-                      order, cut_pref, cut_less, cut_band, zsort, partials)
+    """As fused_loss_grad: the common case's kernel or the generic one."""
+    k = _hess_levels if mode == MODE_LEVELS and eta == 0.0 else _hess_generic
+    k(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu, order, cut_pref,
+      cut_less, cut_band, zsort, partials)
 
 
 @numba.njit(cache=True, nogil=True)
-def _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, lam_r, mu, order, cut_pref, cut_less,
-                 partials):
+def _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
+                 order, cut_pref, cut_less, cut_band, zsort, partials):
     wf = np.empty(v.shape[0])  # v with the normalisation folded in (_fold)
     c = _fold(v, shift, scale, affine, q0, wf) if affine != 2 else 0.0
     lmax = _longest_query(q0, q1, qptr)
