@@ -39,6 +39,16 @@ def test_every_entry_names_a_cached_kernel_and_decodes():
             assert seconds >= 0 and end >= seconds and all(j < i for j in callees)
 
 
+def test_recording_some_lists_keeps_the_others_as_written():
+    """``tools/kernel_manifest.py --only LISTS`` keeps the lists it does not record: the manifest read
+    back and written again is the same text, and its lists are those the package imports."""
+    kept = kernel_manifest.current_lists()
+    assert set(kept) == set(kernel_manifest.SCENARIOS) == set(KERNELS)
+    assert kernel_manifest.render(kept) == kernel_manifest.MANIFEST.read_text()
+    for name, entries in KERNELS.items():
+        assert [tuple(e) for e in kept[name]] == [tuple(e) for e in entries], name
+
+
 def test_helper_order_goes_backwards_callees_first():
     # post-order: a, b -> P; c -> Q; R calls P (compiled before it, under P)
     names = [("a", ()), ("b", ()), ("P", (0, 1)), ("c", ()), ("Q", (3,)), ("R", (2,))]
