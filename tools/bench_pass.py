@@ -10,8 +10,10 @@ tol 1e-3, zscore, TRON, a --memory-budget that holds the rows) through an execut
 pass, --repeats times, and prints per pass kind the median seconds of the passes after each
 training's first (the first reads the file and compiles), X's bytes, the bound (X's bytes / the
 float32 X @ v bandwidth of tools/bench_limits.py, measured in this run on a matrix of the same
-shape) and the ratio: the target is a Hessian pass (and fun+grad) at most 3x the bound. The
-model's weights are checked equal over the repeats (bits). Recorded in docs/results/pass.jsonl.
+shape) and the ratio: the target is a Hessian pass (and fun+grad) at most 3x the bound. A third
+row times the rows alone (u = Phi s, a scores pass over the same blocks): the first half of both
+passes; the rest of a pass is its pair sweep (and fun's sort) and the X^T product. The model's
+weights are checked equal over the repeats (bits). Recorded in docs/results/pass.jsonl.
 
 numba's cache does not record how a kernel was compiled (SLP vectorisation on or off,
 streamrank._native.memory): to measure the current settings, give the run an empty cache
