@@ -247,9 +247,13 @@ class RankObjective:
 
     def _loss_grad(self, w, prev):
         """One fun + grad pass at w; ``prev``, the last pass's outputs per block (or None), become
-        its state arrays, so that their sort order starts the new sort (no value depends on it)."""
+        its state arrays, so that their sort order starts the new sort (no value depends on it).
+
+        Not on a remote executor: there kept outputs carry their lineage (the pass and the kept
+        outputs it read, to remake them on a new worker), and each pass's would hold the last
+        one's, a chain back to the first pass that a lost worker would replay."""
         p = _LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores)
-        if prev is None:
+        if prev is None or self.executor.remote:
             return self.executor.run(p, self.source)
         return self.executor.run(p, self.source, kept=(prev,))
 
