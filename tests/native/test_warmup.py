@@ -49,12 +49,44 @@ def test_recording_some_lists_keeps_the_others_as_written():
         assert [tuple(e) for e in kept[name]] == [tuple(e) for e in entries], name
 
 
-def test_helper_order_goes_backwards_callees_first():
+def _entries(spec):
+    """(name, seconds, callees) -> manifest entries, the command's other work between them none."""
+    out, end = [], 0.0
+    for name, sec, calls in spec:
+        end += sec
+        out.append(("m", name, (), sec, calls, end))
+    return out
+
+
+def test_backwards_order_goes_backwards_callees_first():
     # post-order: a, b -> P; c -> Q; R calls P (compiled before it, under P)
-    names = [("a", ()), ("b", ()), ("P", (0, 1)), ("c", ()), ("Q", (3,)), ("R", (2,))]
-    entries = [("m", n, (), 1.0, calls, float(i + 1)) for i, (n, calls) in enumerate(names)]
-    assert [e[1] for e in warmup.helper_order(entries)] == ["c", "Q", "b", "a", "P", "R"]
+    entries = _entries([("a", 1.0, ()), ("b", 1.0, ()), ("P", 1.0, (0, 1)), ("c", 1.0, ()), ("Q", 1.0, (3,)),
+                        ("R", 1.0, (2,))])
+    assert [entries[i][1] for i in warmup.backwards_order(entries)] == ["c", "Q", "b", "a", "P", "R"]
+    assert [entries[i][1] for i in warmup.tree_order(entries)] == ["b", "a", "P", "R", "c", "Q"]
     assert warmup.helper_order([]) == []
+
+
+def test_simulated_end_by_hand():
+    # alone, the command ends when the recording did
+    entries = _entries([("a", 1.0, ()), ("b", 2.0, ()), ("c", 0.5, (0,))])
+    assert warmup.simulated_end(entries, []) == 3.5
+    # the helper takes c's tree from the back: b is the command's (it gets there first), c waits for a
+    assert warmup.simulated_end(entries, [0, 2, 1]) == 3.0
+    # two independent kernels: one each, both done after one second
+    assert warmup.simulated_end(_entries([("a", 1.0, ()), ("b", 1.0, ())]), [1]) == 1.0
+
+
+def test_helper_order_takes_the_order_that_ends_sooner():
+    # select-features' shape: m is a callee of M (needed first) and of B (needed last, the largest).
+    # Backwards starts on t and m, which the command needs next, and it waits: t, m, B, M, p ends at 4 s;
+    # B's tree first (m, B) leaves t and M to the command: 3 s
+    entries = _entries([("p", 1.0, ()), ("m", 1.0, ()), ("t", 1.0, ()), ("M", 1.0, (1, 2)), ("B", 2.0, (1,))])
+    backwards, tree = warmup.backwards_order(entries), warmup.tree_order(entries)
+    assert [entries[i][1] for i in backwards] == ["t", "m", "B", "M", "p"]
+    assert [entries[i][1] for i in tree] == ["m", "B", "t", "M", "p"]
+    assert warmup.simulated_end(entries, backwards) == 4.0 and warmup.simulated_end(entries, tree) == 3.0
+    assert [e[1] for e in warmup.helper_order(entries)] == ["m", "B", "t", "M", "p"]
 
 
 # each compiles a command's kernels from an empty numba cache (tens of seconds): the slow tier
