@@ -104,7 +104,10 @@ def input_of(path):
     for in_resolved, in_ident, what, shown in entries:
         if resolved == in_resolved:
             return what, shown, "is a symbolic link to" if os.path.islink(path) else "is"
-        if ident is not None and ident == in_ident:
+        # the same (device, inode) is a hard link only while the input still has it: a deleted
+        # input's inode is free for a new file (a later output), and a replaced one's (still open
+        # here, or freed) is not what its path names any more
+        if ident is not None and ident == in_ident and _identity(in_resolved)[1] == in_ident:
             return what, shown, "is a hard link to"
     return None
 

@@ -35,3 +35,28 @@ def test_atomic_replace_and_temp_name(tmp_path):
     tmp.write_bytes(b"x")
     atomic_replace(tmp, target)
     assert target.read_bytes() == b"x" and not tmp.exists()
+
+
+def test_a_deleted_inputs_inode_given_to_a_new_file_is_not_a_hard_link(tmp_path):
+    """A registration outliving its file (a deleted input) must not refuse a new output that the
+    file system gave the freed (device, inode): found when one test's output got another's deleted
+    input's inode on a busy xdist worker. A real hard link to a live input is still refused."""
+    from streamrank.errors import InputError
+    from streamrank.io import atomic
+    src = tmp_path / "in.h5"
+    src.write_bytes(b"input")
+    link = tmp_path / "link.h5"
+    os.link(src, link)
+    with atomic.reading((src, "DATA")):
+        with pytest.raises(InputError, match="hard link"):
+            atomic.check_not_input(link)
+        link.unlink()
+        src.unlink()
+        new = tmp_path / "new.h5"
+        new.write_bytes(b"output")
+        with atomic._INPUTS_LOCK:  # as if the file system reused the deleted input's inode for new.h5
+            for token, (res, ident, what, shown) in list(atomic._INPUTS.items()):
+                atomic._INPUTS[token] = (res, atomic._identity(new)[1], what, shown)
+        atomic.check_not_input(new)  # not refused: in.h5 does not exist any more
+        src.write_bytes(b"replaced")  # a new file at the input's path: another inode
+        atomic.check_not_input(new)
