@@ -32,7 +32,7 @@ numba_cache.install()  # cached kernels load without numba's compiler registries
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _sweep_pref(zs, rs, lam, cut, lin, mom):
     """``pairkernels._sweep_loss_grad_levels`` with ``thr = 0`` in the preferred frame."""
     for r in range(mom.shape[0]):
@@ -56,7 +56,7 @@ def _sweep_pref(zs, rs, lam, cut, lin, mom):
     return total
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _sweep_mirror(zs, rs, lam_r, cut, lin, mom):
     """The same sweep in the mirrored frame, read from the preferred one: position ``p`` of the
     mirror is ``l-1-p`` of ``zs`` with score ``-zs[l-1-p]`` and rank ``L-1-rs[l-1-p]``."""

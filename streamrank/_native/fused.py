@@ -122,7 +122,7 @@ def fused_loss_grad(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, 
       cut_less, cut_band, zsort, loss_q, partials, zout, warm)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True, nogil=True, inline="always")
 def _no_pairs(X, wf, c, q, s, e, order, cut_pref, cut_less, loss_q, partials, zout):
     """A query of one label level: scores, no loss, no gradient, the identity state."""
     for i in range(s, e):

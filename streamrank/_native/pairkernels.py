@@ -727,6 +727,43 @@ def _hess_prod_kernel(q0, q1, u, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode
                     order[s:e], cut_pref[s:e], cut_less[s:e], cut_band[bs:be], zsort[bs:be], out[s:e])
 
 
+@njit(cache=True, nogil=True)
+def _query_hess_levels(uq, rq, lam, lam_r, muq, order, tq, cut_pref, cut_less):
+    """:func:`_query_hess` for ``MODE_LEVELS`` and the squared hinge: the same operations in the
+    same order (so the same bits), without the other modes' and the band's code, which numba
+    would compile on a first run that never uses them."""
+    l = uq.shape[0]
+    m = uq.shape[1]
+    tq[:, :] = 0.0
+    if _single_level(rq):
+        return
+    rs, rm = _gather_ranks(rq, order, lam.shape[0])
+    us = np.empty((l, m))
+    um = np.empty((l, m))
+    for p in range(l):
+        for k in range(m):
+            us[p, k] = uq[order[p], k]
+            um[l - 1 - p, k] = us[p, k]
+    ts = np.zeros((l, m))
+    tm = np.zeros((l, m))
+    _sweep_hess_levels(us, rs, cut_pref, lam, 2.0 * muq, ts)
+    _sweep_hess_levels(um, rm, cut_less, lam_r, 2.0 * muq, tm)
+    for p in range(l):
+        for k in range(m):
+            tq[order[p], k] = ts[p, k] + tm[l - 1 - p, k]
+
+
+@njit(cache=True, nogil=True)
+def _hess_prod_levels_kernel(q0, q1, u, y_rank, query_ptr, lam, g, c0, lam_r, g_r, mode, eta, mu,
+                             order, cut_pref, cut_less, cut_band, zsort, out):
+    """:func:`_hess_prod_kernel` for ``MODE_LEVELS`` and ``eta == 0`` (same arguments)."""
+    for q in range(q0, q1):
+        s = query_ptr[q]
+        e = query_ptr[q + 1]
+        _query_hess_levels(u[s:e], y_rank[s:e], lam, lam_r, mu[q], order[s:e], out[s:e], cut_pref[s:e],
+                           cut_less[s:e])
+
+
 # --------------------------------------------------------------------------------------------
 # Python API
 # --------------------------------------------------------------------------------------------
@@ -960,7 +997,9 @@ def hess_prod(u, y_rank, query_ptr, lam, mu, state, *, out=None):
         out = np.empty(u.shape)
     if out.shape != u.shape or out.dtype != np.float64 or not out.flags.c_contiguous:
         raise ParameterError("out must be a C-contiguous float64 array of u's shape")
-    parallel.run(_hess_prod_kernel, query_ptr.size - 1, u2, y_rank, query_ptr, cost.lam, cost.g, cost.c0,
+    # the common case's kernel, or the generic one: a run compiles only the one it uses
+    kernel = _hess_prod_levels_kernel if cost.mode == MODE_LEVELS and cost.eta == 0.0 else _hess_prod_kernel
+    parallel.run(kernel, query_ptr.size - 1, u2, y_rank, query_ptr, cost.lam, cost.g, cost.c0,
                  cost.lam_r, cost.g_r, cost.mode, cost.eta, mu, *state.arrays, out.reshape(n, -1),
                  weights=query_ptr)
     return out

@@ -78,7 +78,7 @@ def _merge_sort_into(z, a, b):
     return a
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _warm_sort_into(z, prev, a):
     """Insertion sort of the permutation ``prev`` into ``a`` by (decreasing z, increasing index).
 

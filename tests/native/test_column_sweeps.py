@@ -194,3 +194,28 @@ def test_nan_scores_fall_back_to_the_merge_sort():
     assert not qs._warm_sort_into(z, np.arange(4, dtype=np.int32), np.empty(4, np.int64))
     assert np.array_equal(qs.sort_query(z, np.arange(4, dtype=np.int32), True, a, b)[:4], cold)
     assert np.array_equal(cold, qs.argsort_decreasing(z))
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_lev=st.integers(2, pk.LEVELS_MAX), m=st.integers(1, 5), ties=st.booleans())
+def test_levels_hessian_kernel_equals_the_generic_one(seed, n_lev, m, ties):
+    """pairkernels.hess_prod's kernel for the common case (MODE_LEVELS, squared hinge) gives the
+    generic kernel's bits on payloads of m columns (the preconditioner's L Phi)."""
+    rng = np.random.default_rng(seed)
+    lens = rng.integers(1, 60, rng.integers(1, 8))
+    qptr = np.concatenate(([0], np.cumsum(lens))).astype(np.int64)
+    n = int(qptr[-1])
+    z = rng.standard_normal(n)
+    if ties:
+        z = np.round(z)
+    rank = rng.integers(0, n_lev, n).astype(np.int32)
+    cost = pk.pair_cost(rng.uniform(0, 3, (n_lev, n_lev)))
+    mu = rng.uniform(0.1, 3.0, len(lens))
+    _, _, state = pk.loss_grad(z, rank, qptr, cost, mu)
+    u = rng.standard_normal((n, m))
+    args = (u, rank, qptr, cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r, cost.mode, cost.eta, mu, *state.arrays)
+    generic, levels = np.empty((n, m)), np.empty((n, m))
+    pk._hess_prod_kernel(0, len(lens), *args, generic)
+    pk._hess_prod_levels_kernel(0, len(lens), *args, levels)
+    assert np.array_equal(_bits(generic), _bits(levels))
+    assert np.array_equal(_bits(pk.hess_prod(u, rank, qptr, cost, mu, state)), _bits(generic))
