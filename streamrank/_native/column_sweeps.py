@@ -11,18 +11,17 @@ allocations and loops were half of a Hessian pass (issue 34's profile: the sweep
 These are the same sweeps for the common case, the per-level accumulator (``MODE_LEVELS``,
 any cost table of at most ``LEVELS_MAX`` label levels) and the squared hinge (``eta == 0``):
 the same floating-point operations in the same order, so every value equals the generic
-kernels' bit for bit (``tests/native/test_column_sweeps.py`` holds them equal). The mirrored
-frame (paper 004 appendix B: ``(-z, L-1-r)`` in reversed order) is read through index
-arithmetic instead of a reversed copy; negation is exact, so the tests are the same numbers.
+kernels' bit for bit (``tests/native/test_column_sweeps.py`` holds them equal). The loss sweep
+is pairkernels' own, on arrays in scratch; the Hessian's reads the mirrored frame (paper 004
+appendix B: ``(-z, L-1-r)`` in reversed order) through index arithmetic, not a reversed copy.
 
 The sort starts from the previous pass's order (:func:`query_sort.sort_query`).
 """
 
-import numpy as np
 from numba import njit
 
 from streamrank._native import numba_cache
-from streamrank._native.pairkernels import _levels_terms, _mom_push
+from streamrank._native.pairkernels import _sweep_loss_grad_levels
 from streamrank._native.query_sort import sort_query
 
 numba_cache.install()  # cached kernels load without numba's compiler registries
@@ -32,79 +31,34 @@ numba_cache.install()  # cached kernels load without numba's compiler registries
 # --------------------------------------------------------------------------------------------
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _sweep_pref(zs, rs, lam, cut, lin, mom):
-    """``pairkernels._sweep_loss_grad_levels`` with ``thr = 0`` in the preferred frame."""
-    for r in range(mom.shape[0]):
-        mom[r, 0] = 0.0
-        mom[r, 1] = 0.0
-        mom[r, 2] = 0.0
-    total = 0.0
-    ptr = 0
-    n = zs.shape[0]
-    for p in range(n):
-        zi = zs[p]
-        end = ptr
-        while end < n and (zs[end] - zi) + 1.0 > 0.0:
-            end += 1
-        for k in range(ptr, end):
-            _mom_push(mom, rs[k], 1.0, zs[k])
-        ptr = end
-        cut[p] = ptr
-        sq, lin[p] = _levels_terms(mom, lam, rs[p], zi)
-        total += sq
-    return total
-
-
-@njit(cache=True, nogil=True, inline="always")
-def _sweep_mirror(zs, rs, lam_r, cut, lin, mom):
-    """The same sweep in the mirrored frame, read from the preferred one: position ``p`` of the
-    mirror is ``l-1-p`` of ``zs`` with score ``-zs[l-1-p]`` and rank ``L-1-rs[l-1-p]``."""
-    for r in range(mom.shape[0]):
-        mom[r, 0] = 0.0
-        mom[r, 1] = 0.0
-        mom[r, 2] = 0.0
-    n_lev = lam_r.shape[0]
-    total = 0.0
-    ptr = 0
-    n = zs.shape[0]
-    last = n - 1
-    for p in range(n):
-        zi = -zs[last - p]
-        end = ptr
-        while end < n and (-zs[last - end] - zi) + 1.0 > 0.0:
-            end += 1
-        for k in range(ptr, end):
-            _mom_push(mom, n_lev - 1 - rs[last - k], 1.0, -zs[last - k])
-        ptr = end
-        cut[p] = ptr
-        sq, lin[p] = _levels_terms(mom, lam_r, n_lev - 1 - rs[last - p], zi)
-        total += sq
-    return total
-
-
 @njit(cache=True, nogil=True)
-def query_loss_grad(zq, rq, lam, lam_r, muq, dzq, order, cut_pref, cut_less, warm, a, b, zs, rs, lin, mom):
-    """``pairkernels._query_loss_grad`` for ``MODE_LEVELS`` and ``eta == 0``, bit for bit.
+def query_loss_grad(zq, rq, lam, lam_r, muq, dzq, order, cut_pref, cut_less, warm, a, b, zs, rs, lin, zm, rm):
+    """``pairkernels._query_loss_grad`` for ``MODE_LEVELS`` and ``eta == 0``, bit for bit: its
+    sweeps, with the sort from the previous order and the arrays in scratch.
 
     ``order`` holds the previous pass's order when ``warm`` (read, then overwritten with this
-    one); ``a``, ``b`` (int64), ``zs``, ``lin`` (float64), ``rs`` (int32) are scratch of at
-    least ``l``, ``mom`` a ``(L, 3)`` scratch. The caller has excluded single-level queries.
+    one); ``a``, ``b`` (int64), ``zs``, ``zm``, ``lin`` (float64), ``rs``, ``rm`` (int32) are
+    scratch of at least ``l``. The caller has excluded single-level queries.
     """
     l = zq.shape[0]
+    n_lev = lam.shape[0]
     o = sort_query(zq, order, warm, a, b)
     zs = zs[:l]
     rs = rs[:l]
+    zm = zm[:l]
+    rm = rm[:l]
     lin = lin[:l]
     for p in range(l):
         k = o[p]
         order[p] = k
         zs[p] = zq[k]
         rs[p] = rq[k]
-    loss = _sweep_pref(zs, rs, lam, cut_pref, lin, mom)
+        zm[l - 1 - p] = -zs[p]  # mirrored frame: exact negation, reversed order
+        rm[l - 1 - p] = n_lev - 1 - rs[p]
+    loss = _sweep_loss_grad_levels(zs, rs, lam, 0.0, cut_pref, lin)
     for p in range(l):
         dzq[o[p]] = -2.0 * muq * lin[p]
-    _sweep_mirror(zs, rs, lam_r, cut_less, lin, mom)
+    _sweep_loss_grad_levels(zm, rm, lam_r, 0.0, cut_less, lin)
     for p in range(l):
         dzq[o[l - 1 - p]] += 2.0 * muq * lin[p]
     return muq * loss
@@ -113,6 +67,39 @@ def query_loss_grad(zq, rq, lam, lam_r, muq, dzq, order, cut_pref, cut_less, war
 # --------------------------------------------------------------------------------------------
 # Generalised Hessian product (paper 004 (B.3)) from the stored prefix lengths
 # --------------------------------------------------------------------------------------------
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _hess_frame(us, rs, cut, lam, two_mu, acc, out, mirror):
+    """One frame of :func:`query_hess`: ``out[p] += 2 mu (W u_p - U)`` over the partners of
+    position ``p`` (the positions ``< cut[p]`` of lower rank, per-level sums in ``acc``). With
+    ``mirror`` (a constant at each call) position ``p`` is ``l-1-p`` of ``us``, ``rs`` with
+    rank ``L-1-r``: the mirrored frame read from the preferred one's arrays."""
+    l = us.shape[0]
+    n_lev = lam.shape[0]
+    last = l - 1
+    for r in range(n_lev):
+        acc[r, 0] = 0.0
+        acc[r, 1] = 0.0
+    ptr = 0
+    for p in range(l):
+        c = cut[p]
+        for j in range(ptr, c):
+            jj = last - j if mirror else j
+            r = n_lev - 1 - rs[jj] if mirror else rs[jj]
+            acc[r, 0] += 1.0
+            acc[r, 1] += us[jj]
+        ptr = max(ptr, c)
+        pp = last - p if mirror else p
+        a = n_lev - 1 - rs[pp] if mirror else rs[pp]
+        wsum = 0.0
+        usum = 0.0
+        for bb in range(a):
+            cc = lam[a, bb]
+            wsum += cc * acc[bb, 0]
+            usum += cc * acc[bb, 1]
+        if wsum != 0.0:
+            out[p] += two_mu * (wsum * us[pp] - usum)
 
 
 @njit(cache=True, nogil=True)
@@ -125,56 +112,13 @@ def query_hess(uq, rq, lam, lam_r, muq, order, cut_pref, cut_less, tq, us, rs, t
     The caller has excluded single-level queries.
     """
     l = uq.shape[0]
-    n_lev = lam.shape[0]
-    two_mu = 2.0 * muq
     for p in range(l):
         k = order[p]
         us[p] = uq[k]
         rs[p] = rq[k]
         ts[p] = 0.0
         tm[p] = 0.0
-    # preferred frame: partners of position p are the positions < cut_pref[p] of lower rank
-    for r in range(n_lev):
-        acc[r, 0] = 0.0
-        acc[r, 1] = 0.0
-    ptr = 0
+    _hess_frame(us[:l], rs[:l], cut_pref, lam, 2.0 * muq, acc, ts, False)
+    _hess_frame(us[:l], rs[:l], cut_less, lam_r, 2.0 * muq, acc, tm, True)
     for p in range(l):
-        c = cut_pref[p]
-        for j in range(ptr, c):
-            r = rs[j]
-            acc[r, 0] += 1.0
-            acc[r, 1] += us[j]
-        ptr = max(ptr, c)
-        a = rs[p]
-        wsum = 0.0
-        usum = 0.0
-        for bb in range(a):
-            cc = lam[a, bb]
-            wsum += cc * acc[bb, 0]
-            usum += cc * acc[bb, 1]
-        if wsum != 0.0:
-            ts[p] += two_mu * (wsum * us[p] - usum)
-    # mirrored frame, position p = l-1-p of the preferred one, rank L-1-r, costs lam_r
-    for r in range(n_lev):
-        acc[r, 0] = 0.0
-        acc[r, 1] = 0.0
-    last = l - 1
-    ptr = 0
-    for p in range(l):
-        c = cut_less[p]
-        for j in range(ptr, c):
-            r = n_lev - 1 - rs[last - j]
-            acc[r, 0] += 1.0
-            acc[r, 1] += us[last - j]
-        ptr = max(ptr, c)
-        a = n_lev - 1 - rs[last - p]
-        wsum = 0.0
-        usum = 0.0
-        for bb in range(a):
-            cc = lam_r[a, bb]
-            wsum += cc * acc[bb, 0]
-            usum += cc * acc[bb, 1]
-        if wsum != 0.0:
-            tm[p] += two_mu * (wsum * us[last - p] - usum)
-    for p in range(l):
-        tq[order[p]] = ts[p] + tm[last - p]
+        tq[order[p]] = ts[p] + tm[l - 1 - p]

@@ -147,7 +147,8 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
     szs = np.empty(lmax)
     srs = np.empty(lmax, np.int32)
     slin = np.empty(lmax)
-    mom = np.empty((lam.shape[0], 3))
+    szm = np.empty(lmax)
+    srm = np.empty(lmax, np.int32)
     for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
@@ -162,7 +163,7 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
             z[i] = _raw_dot(X, s + i, wf) - c
         dz = np.empty(l)  # fresh, not a slice of scratch: the X^T loop then vectorises (1.3x)
         loss_q[q] = cs.query_loss_grad(z, rank[s:e], lam, lam_r, mu[q], dz, order[s:e], cut_pref[s:e],
-                                       cut_less[s:e], warm, sa, sb, szs, srs, slin, mom)
+                                       cut_less[s:e], warm, sa, sb, szs, srs, slin, szm, srm)
         _query_rmatvec(X, s, e, dz, shift, scale, affine, q, partials[q])
 
 

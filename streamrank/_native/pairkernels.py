@@ -680,6 +680,22 @@ def _sweep_hess(us, rs, cut, lam, g, c0, mode, two_mu, ts):
         _sweep_hess_separable(us, rs, cut, g, two_mu, ts)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _hess_frames(uq, rq, order, n_lev):
+    """Both frames' ranks and payloads in sorted order, and their zeroed results: ``(rs, rm, us,
+    um, ts, tm)`` (the mirrored frame reversed, ranks ``L-1-r``)."""
+    l = uq.shape[0]
+    m = uq.shape[1]
+    rs, rm = _gather_ranks(rq, order, n_lev)
+    us = np.empty((l, m))
+    um = np.empty((l, m))
+    for p in range(l):
+        for k in range(m):
+            us[p, k] = uq[order[p], k]
+            um[l - 1 - p, k] = us[p, k]
+    return rs, rm, us, um, np.zeros((l, m)), np.zeros((l, m))
+
+
 @njit(cache=True, nogil=True)
 def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, order, cut_pref, cut_less, cut_band, zsort,
                 tq):
@@ -696,15 +712,7 @@ def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, order, cut_pref,
     tq[:, :] = 0.0
     if _single_level(rq):
         return
-    rs, rm = _gather_ranks(rq, order, lam.shape[0])
-    us = np.empty((l, m))
-    um = np.empty((l, m))
-    for p in range(l):
-        for k in range(m):
-            us[p, k] = uq[order[p], k]
-            um[l - 1 - p, k] = us[p, k]
-    ts = np.zeros((l, m))
-    tm = np.zeros((l, m))
+    rs, rm, us, um, ts, tm = _hess_frames(uq, rq, order, lam.shape[0])
     _sweep_hess(us, rs, cut_pref, lam, g, c0, mode, 2.0 * muq, ts)
     _sweep_hess(um, rm, cut_less, lam_r, g_r, c0, mode, 2.0 * muq, tm)
     if eta > 0.0:
@@ -737,15 +745,7 @@ def _query_hess_levels(uq, rq, lam, lam_r, muq, order, tq, cut_pref, cut_less):
     tq[:, :] = 0.0
     if _single_level(rq):
         return
-    rs, rm = _gather_ranks(rq, order, lam.shape[0])
-    us = np.empty((l, m))
-    um = np.empty((l, m))
-    for p in range(l):
-        for k in range(m):
-            us[p, k] = uq[order[p], k]
-            um[l - 1 - p, k] = us[p, k]
-    ts = np.zeros((l, m))
-    tm = np.zeros((l, m))
+    rs, rm, us, um, ts, tm = _hess_frames(uq, rq, order, lam.shape[0])
     _sweep_hess_levels(us, rs, cut_pref, lam, 2.0 * muq, ts)
     _sweep_hess_levels(um, rm, cut_less, lam_r, 2.0 * muq, tm)
     for p in range(l):
