@@ -16,9 +16,10 @@ rebuilt by FeatureCache; a block that fails its check is recomputed and stored a
 Memory: the first blocks that fit in ``memory_bytes`` stay in memory (a fixed set: passes scan
 the blocks cyclically, where LRU would never hit); the others come from disk every pass, one block
 ahead of the pass, mapped from the cache's files (:meth:`KernelCache._mapped`: a read-only shared
-mapping of the file's pages in the page cache, populated at once), at most MAPPED_AHEAD mappings
-handed out at a time: pages of a mapped file count in RSS only while mapped, so the pass holds what
-three read buffers would. A read() copies every byte into a buffer that the pass then reads again:
+mapping of the file's pages in the page cache, populated at once) as the pass reaches them
+(SYNC_MAP), or by a thread with at most MAPPED_AHEAD mappings handed out at a time: pages of a
+mapped file count in RSS only while mapped, so the pass holds at most what three read buffers
+would. A read() copies every byte into a buffer that the pass then reads again:
 on generated mq2007 (6 GB of Q from the page cache per pass, 2 cores) the copy took one core for
 0.6 s a pass beside the products, where a mapping costs the page table (about 24 GB/s). A block
 that is not stored (no cache directory) or fails its check is read or computed into reused
@@ -69,6 +70,12 @@ READ_BUFFERS = 3
 MAPPED_AHEAD = 2
 # False: every block from disk is read into buffers (tests compare the two)
 MAP_BLOCKS = True
+# True: blocks are mapped in the pass's own thread as it reaches them (populating 31 MB costs about
+# 1.3 ms), not by a thread one block ahead. On the quiet 2-core machine, a hessp pass over generated
+# mq2007's Q (6 GB mapped, 1 GB in memory) took 1.06 s on two threads mapped here, against 1.99 to
+# 10.5 s with the thread mapping ahead (OpenMP's workers spin between the pass's parallel loops and
+# starve it), and 1.37-1.40 s on one thread either way
+SYNC_MAP = True
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)
 # Q is stored as float32(K - c) with a shift c (below), and the objective works with
 # Q' = float32(K - c) + c 1 1^T + jitter I. The rounding error E = float32(K - c) - (K - c) (plus
@@ -488,6 +495,9 @@ class KernelCache(FeatureCache):
         block ahead: a block is valid until the next one is asked for.
         """
         disk = [k for k in self.own if not self.in_memory(k)]
+        if MAP_BLOCKS and SYNC_MAP and self.dir is not None:
+            yield from self._blocks_mapped_here(disk)
+            return
         tokens = threading.Semaphore(MAPPED_AHEAD)
 
         def buffer(n, k):
@@ -521,6 +531,27 @@ class KernelCache(FeatureCache):
         finally:
             tokens.release(MAPPED_AHEAD + 1)  # a reader waiting for a token sees the stop
             ahead.close()
+
+
+    def _blocks_mapped_here(self, disk):
+        """:meth:`blocks` with the blocks on disk mapped in this thread (SYNC_MAP): the consumer's
+        block and the one being mapped are the only mappings alive."""
+        n = 0
+        for k in self.own:
+            if self.in_memory(k):
+                Qk = self.get(k)
+            else:
+                Qk = None  # this generator's reference to the last mapping goes first
+                Qk = self._mapped(k)
+                if Qk is None:
+                    if self._buffers is None:
+                        self._buffers = [np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
+                    Qk = self._fetch(k, self._buffers[n % READ_BUFFERS][:self.rows(k)])
+                n += 1
+                Qk = Qk.view()
+                Qk.flags.writeable = False
+            a, b = self.layout[k]
+            yield k, a, b, Qk
 
 
 def built_kernel_cache(**kwargs):

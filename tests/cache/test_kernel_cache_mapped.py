@@ -64,8 +64,10 @@ def test_products_are_the_same_bits_mapped_read_or_in_memory_and_match_the_dense
     rng = np.random.default_rng(2)
     beta, v = rng.standard_normal(len(y)), rng.standard_normal(len(y))
     results = []
-    for where, memory, mapped in ((tmp_path, 0, True), (tmp_path, 0, False), (tmp_path, 6000, True), (None, 1 << 30, True)):
+    for where, memory, mapped, here in ((tmp_path, 0, True, True), (tmp_path, 0, True, False), (tmp_path, 0, False, True),
+                                        (tmp_path, 6000, True, True), (None, 1 << 30, True, True)):
         monkeypatch.setattr(kcm, "MAP_BLOCKS", mapped)
+        monkeypatch.setattr(kcm, "SYNC_MAP", here)
         kc = make(rows, where, memory_bytes=memory)
         obj = _objective(kc, rows)
         f = obj.fun(beta)
@@ -92,7 +94,9 @@ def test_products_are_the_same_bits_mapped_read_or_in_memory_and_match_the_dense
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/maps"), reason="counts mappings in /proc/self/maps (Linux)")
-def test_a_pass_holds_at_most_read_buffers_mapped_blocks(rows, tmp_path):
+@pytest.mark.parametrize("here", [True, False])
+def test_a_pass_holds_at_most_read_buffers_mapped_blocks(rows, tmp_path, here, monkeypatch):
+    monkeypatch.setattr(kcm, "SYNC_MAP", here)  # mapped in the pass's thread, or by a thread ahead
     kc = make(rows, tmp_path)
     name = str(kc.dir)
 
@@ -112,7 +116,9 @@ def test_a_pass_holds_at_most_read_buffers_mapped_blocks(rows, tmp_path):
     kc.close()
 
 
-def test_a_pass_stopped_early_leaves_nothing_waiting(rows, tmp_path):
+@pytest.mark.parametrize("here", [True, False])
+def test_a_pass_stopped_early_leaves_nothing_waiting(rows, tmp_path, here, monkeypatch):
+    monkeypatch.setattr(kcm, "SYNC_MAP", here)
     kc = make(rows, tmp_path)
     want = full(kc)
     for stop in (0, 1, 3):
