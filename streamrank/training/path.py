@@ -245,7 +245,8 @@ def tron_state_from_checkpoint(ck):
                      iteration=sc["iteration"], n_steps=sc["n_steps"], n_cg=sc["n_cg"],
                      n_fun=sc["n_fun"], n_grad=sc["n_grad"], n_hessp=sc["n_hessp"],
                      seconds=sc["seconds"], history=[tuple(h) for h in sc["history"]],
-                     converged=sc.get("converged", False), message=sc.get("message", ""))
+                     converged=sc.get("converged", False), message=sc.get("message", ""),
+                     gap=sc.get("gap"), gap_kind=sc.get("gap_kind", ""))
 
 
 def checkpoint_scalars(st, **extra):
@@ -253,7 +254,7 @@ def checkpoint_scalars(st, **extra):
     return {"f": st.f, "delta": st.delta, "gnorm0": st.gnorm0, "iteration": st.iteration,
             "n_steps": st.n_steps, "n_cg": st.n_cg, "n_fun": st.n_fun, "n_grad": st.n_grad,
             "n_hessp": st.n_hessp, "seconds": st.seconds, "history": st.history,
-            "converged": st.converged, "message": st.message, **extra}
+            "converged": st.converged, "message": st.message, "gap": st.gap, "gap_kind": st.gap_kind, **extra}
 
 
 def resume_point(checkpoint, config, fingerprint, points):

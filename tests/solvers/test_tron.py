@@ -259,3 +259,31 @@ def test_the_first_step_is_not_truncated_its_length_sets_the_radius():
     c = tron(SquaredHinge(X, 10.0), np.zeros(X.shape[1]), eps=1e-8, max_iter=2, cg_stop="quadratic")
     d = tron(SquaredHinge(X, 10.0), np.zeros(X.shape[1]), eps=1e-8, max_iter=2)
     assert c.n_cg < d.n_cg  # from the second step on it truncates
+
+
+def test_the_returned_gap_is_the_last_log_lines_and_a_run_resumed_at_its_end_reports_it():
+    """The returned point's gap estimate is the last iteration's (its preconditioner built at this
+    or the previous point): no preconditioner is built for it alone (a whole update on the exact
+    kernel path), and a run resumed from the final state, as a checkpoint restores it, reports
+    the same number. A preconditioner that depends on the point makes the two differ if either
+    rule breaks."""
+    import copy
+    A = spd(25, 1e3, seed=7)
+    b = np.random.default_rng(8).standard_normal(25)
+    obj = Quadratic(A, b)
+    built = []
+
+    def precond():  # depends on the last point f was evaluated at
+        built.append(1)
+        w = getattr(obj, "_last", np.zeros(25))
+        return _Jacobi(np.diag(A) * (1.0 + 0.1 * np.tanh(np.abs(w))))
+
+    fun = obj.fun
+    obj.fun = lambda w: (setattr(obj, "_last", np.array(w)), fun(w))[1]
+    obj.preconditioner = precond
+    st = tron(obj, np.zeros(25), eps=1e-6, precondition=True)
+    assert st.converged and st.gap_kind == "estimate" and st.gap is not None
+    accepted = sum(1 for h in st.history if h[4])
+    assert len(built) == 1 + accepted - 1  # one at the start, one after each accepted step but the last
+    resumed = tron(obj, st.w, state=copy.deepcopy(st), precondition=True)
+    assert resumed.gap == st.gap and resumed.gap_kind == st.gap_kind
