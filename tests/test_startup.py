@@ -102,3 +102,18 @@ def test_openblas_threads_spin_briefly_when_streamrank_loads_numpy(code, env, wa
     out = subprocess.run([sys.executable, "-c", code + "; import os; print(os.environ.get('OPENBLAS_THREAD_TIMEOUT'))"],
                          env={**clean, **env}, capture_output=True, text=True, check=True).stdout.strip()
     assert out == str(want)
+
+
+@pytest.mark.parametrize("code,env,want", [
+    ("import streamrank", {}, "PASSIVE"),
+    ("import numba, streamrank", {}, None),  # numba came first: left alone
+    ("import streamrank", {"OMP_WAIT_POLICY": "ACTIVE"}, "ACTIVE"),
+])
+def test_openmp_workers_sleep_between_loops_when_streamrank_loads_numba(code, env, want):
+    """numba's OpenMP workers spun between prange loops and took the core from the exact path's
+    block mapping (streamrank._native.memory)."""
+    import os
+    clean = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code + "; import os; print(os.environ.get('OMP_WAIT_POLICY'))"],
+                         env={**clean, **env}, capture_output=True, text=True, check=True).stdout.strip()
+    assert out == str(want)

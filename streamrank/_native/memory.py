@@ -24,6 +24,13 @@ kind; with no fastmath anywhere (qprod, linalg) LLVM may not reassociate a sum, 
 gives the same bits (tools/check_bit_identity.py). When streamrank is imported before numba, it is
 switched on (numba reads it once, when it loads); a value already set is kept. Kernels cached
 before keep their code until their source changes.
+
+numba's OpenMP threading layer (the ``prange`` loops of the kernel paths: Q's blocks, the
+kernel maps) keeps its workers spinning between parallel loops (libgomp's default wait policy).
+On two cores the spinning workers took the core from the thread that maps the next block of Q,
+and the exact kernel path's first two-thread pass took about 10 s instead of 1 (generated
+mq2007, issue 34). When streamrank is imported before numba, ``OMP_WAIT_POLICY=PASSIVE`` lets
+them sleep; libgomp reads it once, when it loads; a value already set is kept.
 """
 
 import os
@@ -38,6 +45,7 @@ def configure():
         os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_SPIN_LOG2)
     if "numba" not in sys.modules:
         os.environ.setdefault("NUMBA_SLP_VECTORIZE", "1")
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if os.environ.get("STREAMRANK_NUMPY_HUGEPAGES", "") == "1":
         return
     try:
