@@ -76,7 +76,11 @@ MAP_BLOCKS = True
 # 10.5 s with the thread mapping ahead (OpenMP's workers spin between the pass's parallel loops and
 # starve it), and 1.37-1.40 s on one thread either way
 SYNC_MAP = True
-_POPULATE = getattr(mmap, "MAP_POPULATE", 0)
+# mmap flags beyond MAP_SHARED: none. MAP_POPULATE faulted each block's pages in at mapping time,
+# in the one thread that maps, while the pass's threads waited (about 1.3 ms per 31 MB block,
+# 0.25 s a pass on generated mq2007); faulted where the products first touch them, the two
+# threads share the work: a hessp pass 1.15 -> 0.90 s (4 passes each, quiet machine; same bits)
+_MAP_FLAGS = 0
 # Q is stored as float32(K - c) with a shift c (below), and the objective works with
 # Q' = float32(K - c) + c 1 1^T + jitter I. The rounding error E = float32(K - c) - (K - c) (plus
 # the float64 evaluation error of K, below) makes float32(K - c) + c 1 1^T indefinite where K's
@@ -460,7 +464,7 @@ class KernelCache(FeatureCache):
             st = os.fstat(fd)
             if st.st_size != entry["bytes"]:
                 return None
-            m = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED | _POPULATE, prot=mmap.PROT_READ)
+            m = mmap.mmap(fd, st.st_size, flags=mmap.MAP_SHARED | _MAP_FLAGS, prot=mmap.PROT_READ)
         except (OSError, ValueError):
             return None
         finally:
