@@ -20,6 +20,10 @@ from streamrank.io.synthetic import write_hdf5
 # of work after the first checkpoint appears (40 points of 1.15x left 0.47 s, which a poller starved
 # on a loaded machine missed once in CI: the run ended with exit 0; 150 points of 1.04x, about 2 s)
 C_PATH = ",".join(f"{0.01 * 1.04 ** k:.6g}" for k in range(150))
+# the grid's: after issue 34's faster passes its 150 points ended once between the first checkpoint
+# and the signal (CI at 3504fdc: "interrupted by SIGTERM" with no configuration's checkpoint left);
+# 250 points of 1.025x over about the same range leave about 1.7 times the work
+GRID_C_PATH = ",".join(f"{0.01 * 1.025 ** k:.6g}" for k in range(250))
 DEADLINE = 300.0  # seconds a poll waits at most (a bound against a hang, not a timing)
 
 
@@ -107,7 +111,8 @@ def test_a_signal_keeps_the_checkpoint_and_says_so(data, reference, tmp_path, si
 
 def test_sigterm_during_grid_names_the_configurations_checkpoint(data, tmp_path):
     run = tmp_path / "run"
-    argv = ["grid", str(data / "t.h5"), "--valid", str(data / "v.h5"), "--C", C_PATH, "--tol", "1e-8", "-o", str(run)]
+    argv = ["grid", str(data / "t.h5"), "--valid", str(data / "v.h5"), "--C", GRID_C_PATH, "--tol", "1e-8", "-o",
+            str(run)]
     ck = run / "runs" / "00-primal" / "checkpoint"
     p = start(argv, tmp_path)
     assert wait_for(p, lambda: (ck / "checkpoint.h5").exists()), "the grid ended before its first checkpoint"
