@@ -696,6 +696,16 @@ def _hess_frames(uq, rq, order, n_lev):
     return rs, rm, us, um, np.zeros((l, m)), np.zeros((l, m))
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _combine_frames(tq, order, ts, tm):
+    """Row ``order[p]`` of ``tq`` gets the preferred frame's ``ts[p]`` plus the mirrored frame's
+    ``tm[l-1-p]`` (the same document)."""
+    l = ts.shape[0]
+    for p in range(l):
+        for k in range(ts.shape[1]):
+            tq[order[p], k] = ts[p, k] + tm[l - 1 - p, k]
+
+
 @njit(cache=True, nogil=True)
 def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, order, cut_pref, cut_less, cut_band, zsort,
                 tq):
@@ -707,8 +717,6 @@ def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, order, cut_pref,
     invariant under ``z -> -z``, so ``u`` is used as is, in reversed order).  With ``eta > 0`` the
     band pairs add their own weights ``2 mu lam (p'^2 + p p'')`` (:func:`_band_hess`).
     """
-    l = uq.shape[0]
-    m = uq.shape[1]
     tq[:, :] = 0.0
     if _single_level(rq):
         return
@@ -717,9 +725,7 @@ def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, order, cut_pref,
     _sweep_hess(um, rm, cut_less, lam_r, g_r, c0, mode, 2.0 * muq, tm)
     if eta > 0.0:
         _band_hess(us, rs, zsort, lam, eta, 2.0 * muq, cut_pref, cut_band, ts)
-    for p in range(l):
-        for k in range(m):
-            tq[order[p], k] = ts[p, k] + tm[l - 1 - p, k]
+    _combine_frames(tq, order, ts, tm)
 
 
 @njit(cache=True, nogil=True)
@@ -740,17 +746,13 @@ def _query_hess_levels(uq, rq, lam, lam_r, muq, order, tq, cut_pref, cut_less):
     """:func:`_query_hess` for ``MODE_LEVELS`` and the squared hinge: the same operations in the
     same order (so the same bits), without the other modes' and the band's code, which numba
     would compile on a first run that never uses them."""
-    l = uq.shape[0]
-    m = uq.shape[1]
     tq[:, :] = 0.0
     if _single_level(rq):
         return
     rs, rm, us, um, ts, tm = _hess_frames(uq, rq, order, lam.shape[0])
     _sweep_hess_levels(us, rs, cut_pref, lam, 2.0 * muq, ts)
     _sweep_hess_levels(um, rm, cut_less, lam_r, 2.0 * muq, tm)
-    for p in range(l):
-        for k in range(m):
-            tq[order[p], k] = ts[p, k] + tm[l - 1 - p, k]
+    _combine_frames(tq, order, ts, tm)
 
 
 @njit(cache=True, nogil=True)
