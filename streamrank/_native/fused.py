@@ -76,6 +76,28 @@ def _fold(w, shift, scale, affine, q, wf):
     return acc
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _start_fold(w, shift, scale, affine, q0):
+    """(wf, c) for a call's queries from q0: made here once, or per query by :func:`_refold`
+    (affine 2)."""
+    wf = np.empty(w.shape[0])
+    return wf, (_fold(w, shift, scale, affine, q0, wf) if affine != 2 else 0.0)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _refold(w, shift, scale, affine, q, wf, c):
+    """The folded constant for query q: per query with affine 2 (query_minmax), else ``c``, made
+    once per call (``wf`` is rewritten with it)."""
+    return _fold(w, shift, scale, affine, q, wf) if affine == 2 else c
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _scores(X, s, e, wf, c, out):
+    """out[i - s] = Phi_i . w for the rows s:e, ``w`` folded into ``wf`` and ``c``."""
+    for i in range(s, e):
+        out[i - s] = _raw_dot(X, i, wf) - c
+
+
 @numba.njit(cache=True, nogil=True)
 def _query_rmatvec(X, s, e, v, shift, scale, affine, q, out):
     """out[k] = sum_{i in s:e} Phi_ik v_{i-s}: rows in order, the normalisation folded
@@ -125,8 +147,7 @@ def fused_loss_grad(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _no_pairs(X, wf, c, q, s, e, order, cut_pref, cut_less, loss_q, partials, zout):
     """A query of one label level: scores, no loss, no gradient, the identity state."""
-    for i in range(s, e):
-        zout[i] = _raw_dot(X, i, wf) - c
+    _scores(X, s, e, wf, c, zout[s:e])
     loss_q[q] = 0.0
     for p in range(e - s):
         order[s + p] = p
@@ -139,8 +160,7 @@ def _no_pairs(X, wf, c, q, s, e, order, cut_pref, cut_less, loss_q, partials, zo
 @numba.njit(cache=True, nogil=True)
 def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                       order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout, warm):
-    wf = np.empty(w.shape[0])  # w with the normalisation folded in (_fold)
-    c = _fold(w, shift, scale, affine, q0, wf) if affine != 2 else 0.0
+    wf, c = _start_fold(w, shift, scale, affine, q0)  # w with the normalisation folded in
     lmax = _longest_query(q0, q1, qptr)
     sa = np.empty(lmax, np.int64)  # the sweeps' scratch, made once per call
     sb = np.empty(lmax, np.int64)
@@ -152,15 +172,13 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
     for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
-        if affine == 2:
-            c = _fold(w, shift, scale, affine, q, wf)
+        c = _refold(w, shift, scale, affine, q, wf, c)
         l = e - s
         if _single_level(rank[s:e]):
             _no_pairs(X, wf, c, q, s, e, order, cut_pref, cut_less, loss_q, partials, zout)
             continue
         z = zout[s:e]
-        for i in range(l):
-            z[i] = _raw_dot(X, s + i, wf) - c
+        _scores(X, s, e, wf, c, z)
         dz = np.empty(l)  # fresh, not a slice of scratch: the X^T loop then vectorises (1.3x)
         loss_q[q] = cs.query_loss_grad(z, rank[s:e], lam, lam_r, mu[q], dz, order[s:e], cut_pref[s:e],
                                        cut_less[s:e], warm, sa, sb, szs, srs, slin, szm, srm)
@@ -170,14 +188,12 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
 @numba.njit(cache=True, nogil=True)
 def _loss_grad_generic(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                        order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout, warm):
-    wf = np.empty(w.shape[0])  # w with the normalisation folded in (_fold)
-    c = _fold(w, shift, scale, affine, q0, wf) if affine != 2 else 0.0
+    wf, c = _start_fold(w, shift, scale, affine, q0)  # w with the normalisation folded in
     band = eta > 0.0  # the smooth hinge's state arrays exist (else they are empty)
     for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
-        if affine == 2:
-            c = _fold(w, shift, scale, affine, q, wf)
+        c = _refold(w, shift, scale, affine, q, wf, c)
         l = e - s
         bs, be = (s, e) if band else (0, 0)
         if _single_level(rank[s:e]):
@@ -187,8 +203,7 @@ def _loss_grad_generic(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c
                 zsort[s + p] = 0.0
             continue
         z = zout[s:e]
-        for i in range(l):
-            z[i] = _raw_dot(X, s + i, wf) - c
+        _scores(X, s, e, wf, c, z)
         dz = np.empty(l)
         loss_q[q] = _query_loss_grad(z, rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], dz,
                                      order[s:e], cut_pref[s:e], cut_less[s:e], cut_band[bs:be], zsort[bs:be])
@@ -206,8 +221,7 @@ def fused_hess(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r
 @numba.njit(cache=True, nogil=True)
 def _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                  order, cut_pref, cut_less, cut_band, zsort, partials):
-    wf = np.empty(v.shape[0])  # v with the normalisation folded in (_fold)
-    c = _fold(v, shift, scale, affine, q0, wf) if affine != 2 else 0.0
+    wf, c = _start_fold(v, shift, scale, affine, q0)  # v with the normalisation folded in
     lmax = _longest_query(q0, q1, qptr)
     sus = np.empty(lmax)  # the sweep's scratch, made once per call
     srs = np.empty(lmax, np.int32)
@@ -217,16 +231,14 @@ def _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam
     for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
-        if affine == 2:
-            c = _fold(v, shift, scale, affine, q, wf)
+        c = _refold(v, shift, scale, affine, q, wf, c)
         l = e - s
         if _single_level(rank[s:e]):
             for k in range(partials.shape[1]):
                 partials[q, k] = 0.0
             continue
         u = np.empty(l)  # u and t fresh, not slices of scratch: the X^T loop then vectorises (1.3x)
-        for i in range(l):
-            u[i] = _raw_dot(X, s + i, wf) - c
+        _scores(X, s, e, wf, c, u)
         t = np.empty(l)
         cs.query_hess(u, rank[s:e], lam, lam_r, mu[q], order[s:e], cut_pref[s:e], cut_less[s:e], t,
                       sus, srs, sts, stm, acc)
@@ -236,35 +248,29 @@ def _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam
 @numba.njit(cache=True, nogil=True)
 def _hess_generic(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                   order, cut_pref, cut_less, cut_band, zsort, partials):
-    wf = np.empty(v.shape[0])  # v with the normalisation folded in (_fold)
-    c = _fold(v, shift, scale, affine, q0, wf) if affine != 2 else 0.0
+    wf, c = _start_fold(v, shift, scale, affine, q0)  # v with the normalisation folded in
     band = eta > 0.0
     for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
-        if affine == 2:
-            c = _fold(v, shift, scale, affine, q, wf)
+        c = _refold(v, shift, scale, affine, q, wf, c)
         l = e - s
         bs, be = (s, e) if band else (0, 0)
         if _single_level(rank[s:e]):
             for k in range(partials.shape[1]):
                 partials[q, k] = 0.0
             continue
-        u = np.empty((l, 1))
-        for i in range(l):
-            u[i, 0] = _raw_dot(X, s + i, wf) - c
+        u = np.empty(l)
+        _scores(X, s, e, wf, c, u)
         t1 = np.empty(l)
-        _query_hess(u, rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], order[s:e], cut_pref[s:e],
+        _query_hess(u.reshape((l, 1)), rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], order[s:e], cut_pref[s:e],
                     cut_less[s:e], cut_band[bs:be], zsort[bs:be], t1.reshape((l, 1)))
         _query_rmatvec(X, s, e, t1, shift, scale, affine, q, partials[q])
 
 
 @numba.njit(cache=True, nogil=True)
 def fused_scores(q0, q1, X, w, shift, scale, affine, qptr, out):
-    wf = np.empty(w.shape[0])
-    c = _fold(w, shift, scale, affine, q0, wf) if affine != 2 else 0.0
+    wf, c = _start_fold(w, shift, scale, affine, q0)  # w with the normalisation folded in
     for q in range(q0, q1):
-        if affine == 2:
-            c = _fold(w, shift, scale, affine, q, wf)
-        for i in range(qptr[q], qptr[q + 1]):
-            out[i] = _raw_dot(X, i, wf) - c
+        c = _refold(w, shift, scale, affine, q, wf, c)
+        _scores(X, qptr[q], qptr[q + 1], wf, c, out[qptr[q]:qptr[q + 1]])
