@@ -74,7 +74,11 @@ def _hess_frame(us, rs, cut, lam, two_mu, acc, out, mirror):
     """One frame of :func:`query_hess`: ``out[p] += 2 mu (W u_p - U)`` over the partners of
     position ``p`` (the positions ``< cut[p]`` of lower rank, per-level sums in ``acc``). With
     ``mirror`` (a constant at each call) position ``p`` is ``l-1-p`` of ``us``, ``rs`` with
-    rank ``L-1-r``: the mirrored frame read from the preferred one's arrays."""
+    rank ``L-1-r``: the mirrored frame read from the preferred one's arrays.
+
+    ``pairkernels._sweep_hess_levels`` on (l, 1) views of scratch gives the same bits but its
+    m-wide loops and per-call accumulators made the Hessian pass 1.37x slower (400k MSLR-like
+    rows, one thread: 28.3 against 20.6 ms)."""
     l = us.shape[0]
     n_lev = lam.shape[0]
     last = l - 1
