@@ -215,7 +215,7 @@ class RankObjective:
         # one set of active sets alive, as the memory plan counts: the last trial's and the
         # accepted point's go before this pass makes new ones (hessp after a rejected trial makes
         # the accepted point's again: _accepted_states)
-        prev = self._states if self._states is not None else (self._trial[3] if self._trial else None)
+        prev = _active_sets(self._states if self._states is not None else (self._trial[3] if self._trial else None))
         self._trial = None
         self._states = None
         carry, kept = self._loss_grad(w, prev)
@@ -240,7 +240,7 @@ class RankObjective:
         if self._states is None:
             if self._accepted is None:
                 raise RuntimeError("hessp needs fun(w) and grad(w) at a point first (solver contract)")
-            prev = self._trial[3] if self._trial else None
+            prev = _active_sets(self._trial[3] if self._trial else None)
             self._trial = None  # the rejected trial's sets go first (overwritten in place)
             _, self._states = self._loss_grad(self._accepted, prev)
         return self._states
@@ -360,6 +360,13 @@ def preconditioner_bytes(m):
 
 
 # -- the passes (streamrank.execution): what one block contributes, and how partitions add up -------
+
+
+def _active_sets(outputs):
+    """A fun pass's outputs per block (active sets, scores) without the scores: the next pass
+    reuses the sets, and the scores go now (they are 8 bytes a row; the memory plan counts one
+    set of them alive)."""
+    return None if outputs is None else [out[:1] for out in outputs]
 
 
 class _LossGrad(Pass):

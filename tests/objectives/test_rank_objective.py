@@ -324,3 +324,29 @@ def test_sort_from_the_last_pass_changes_no_bit(tmp_path, monkeypatch, block_byt
                 assert np.array_equal(a, b)
         w = w_next
     assert True in starts and False in starts  # warm starts were taken (and cold ones)
+
+
+def test_the_last_passs_scores_are_freed_before_the_next_pass(tmp_path, monkeypatch):
+    """fun hands the last pass's active sets to the next pass (its sort's start) but not its kept
+    scores: with keep_scores (Newton's line search) they are 8 bytes a row, and the memory plan
+    counts one set of them alive. A pass that still held them would see the weak reference alive."""
+    import weakref
+    from streamrank._native import fused as fz
+    ds = random_dataset(tmp_path / "d.h5")
+    obj = make_objective(ds, block_bytes=3000)
+    assert obj.keep_scores
+    w = np.full(ds.n_features, 0.1)
+    obj.fun(w)
+    obj.grad(w)
+    old = [weakref.ref(z) for _, z in obj._states]
+    orders = [st[0] for st, _ in obj._states]
+    kernel, alive = fz.fused_loss_grad, []
+
+    def spy(*args):
+        alive.append(sum(r() is not None for r in old))
+        return kernel(*args)
+    monkeypatch.setattr(fz, "fused_loss_grad", spy)
+    obj.fun(w + 0.05)
+    assert alive and max(alive) == 0
+    # the active sets themselves were taken over: the new pass wrote into the old arrays
+    assert all(st[0] is order for (st, _), order in zip(obj._trial[3], orders))
