@@ -841,19 +841,23 @@ class PairState:
         return sum(a.nbytes for a in self.arrays)
 
 
+def _state_layout(n, eta):
+    """(length, dtype) of each state array for ``n`` rows: ``order, cut_pref, cut_less, cut_band,
+    zsort``, the last two empty for the squared hinge (``eta == 0``)."""
+    nb = n if eta > 0.0 else 0
+    return ((n, np.int32), (n, np.int32), (n, np.int32), (nb, np.int32), (nb, np.float64))
+
+
 def state_arrays(n, eta=0.0):
     """Fresh state arrays for ``n`` rows: ``(order, cut_pref, cut_less, cut_band, zsort)``;
     the last two are empty for the squared hinge (``eta == 0``)."""
-    nb = n if eta > 0.0 else 0
-    return (np.empty(n, np.int32), np.empty(n, np.int32), np.empty(n, np.int32), np.empty(nb, np.int32),
-            np.empty(nb))
+    return tuple(np.empty(m, t) for m, t in _state_layout(n, eta))
 
 
 def is_state(st, n, eta=0.0):
     """True when ``st`` has the shapes and types :func:`state_arrays` gives ``n`` rows."""
-    nb = n if eta > 0.0 else 0
-    want = ((n, np.int32), (n, np.int32), (n, np.int32), (nb, np.int32), (nb, np.float64))
-    return len(st) == 5 and all(a.shape == (m,) and a.dtype == t for a, (m, t) in zip(st, want))
+    want = _state_layout(n, eta)
+    return len(st) == len(want) and all(a.shape == (m,) and a.dtype == t for a, (m, t) in zip(st, want))
 
 
 def state_bytes_per_row(eta=0.0):

@@ -123,8 +123,6 @@ def sort_query(z, prev, warm, a, b):
     return _merge_sort_into(z, a[:n], b[:n])
 
 
-
-
 @njit(cache=True, nogil=True)
 def argsort_decreasing(z):
     """The order of ``z`` by decreasing value, ties in index order, in fresh arrays."""

@@ -14,12 +14,12 @@ C of a path (and later runs) reuse the same Q. A damaged or foreign cache is dis
 rebuilt by FeatureCache; a block that fails its check is recomputed and stored again.
 
 Memory: the first blocks that fit in ``memory_bytes`` stay in memory (a fixed set: passes scan
-the blocks cyclically, where LRU would never hit); the others come from disk every pass, one block
-ahead of the pass, mapped from the cache's files (:meth:`KernelCache._mapped`: a read-only shared
-mapping of the file's pages in the page cache, populated at once) as the pass reaches them
-(SYNC_MAP), or by a thread with at most MAPPED_AHEAD mappings handed out at a time: pages of a
-mapped file count in RSS only while mapped, so the pass holds at most what three read buffers
-would. A read() copies every byte into a buffer that the pass then reads again:
+the blocks cyclically, where LRU would never hit); the others come from disk every pass, mapped
+from the cache's files (:meth:`KernelCache._mapped`: a read-only shared mapping of the file's
+pages in the page cache, faulted in where the products touch them) as the pass reaches them
+(SYNC_MAP), or one block ahead by a thread with at most MAPPED_AHEAD mappings handed out at a
+time: pages of a mapped file count in RSS only while mapped, so the pass holds at most what three
+read buffers would. A read() copies every byte into a buffer that the pass then reads again:
 on generated mq2007 (6 GB of Q from the page cache per pass, 2 cores) the copy took one core for
 0.6 s a pass beside the products, where a mapping costs the page table (about 24 GB/s). A block
 that is not stored (no cache directory) or fails its check is read or computed into reused
@@ -70,8 +70,8 @@ READ_BUFFERS = 3
 MAPPED_AHEAD = 2
 # False: every block from disk is read into buffers (tests compare the two)
 MAP_BLOCKS = True
-# True: blocks are mapped in the pass's own thread as it reaches them (populating 31 MB costs about
-# 1.3 ms), not by a thread one block ahead. On the quiet 2-core machine, a hessp pass over generated
+# True: blocks are mapped in the pass's own thread as it reaches them, not by a thread one block
+# ahead. On the quiet 2-core machine, a hessp pass over generated
 # mq2007's Q (6 GB mapped, 1 GB in memory) took 1.06 s on two threads mapped here, against 1.99 to
 # 10.5 s with the thread mapping ahead (OpenMP's workers spin between the pass's parallel loops and
 # starve it), and 1.37-1.40 s on one thread either way
@@ -445,8 +445,7 @@ class KernelCache(FeatureCache):
         return all(self.in_memory(k) for k in self.own)
 
     def _mapped(self, k):
-        """Block k as a read-only float32 array over its stored file (mmap, shared, read-only,
-        populated), or None when it is not stored here or its file is not what the manifest says
+        """Block k as a read-only float32 array over its stored file (mmap, shared, read-only), or None when it is not stored here or its file is not what the manifest says
         (size; the CRC on its first use in this process, or every use with ``verify="always"``):
         the caller then reads it (which drops a damaged block) or computes it. The mapping ends
         when the last reference to the array goes."""
@@ -535,7 +534,6 @@ class KernelCache(FeatureCache):
         finally:
             tokens.release(MAPPED_AHEAD + 1)  # a reader waiting for a token sees the stop
             ahead.close()
-
 
     def _blocks_mapped_here(self, disk):
         """:meth:`blocks` with the blocks on disk mapped in this thread (SYNC_MAP): the consumer's
