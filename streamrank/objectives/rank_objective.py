@@ -215,7 +215,7 @@ class RankObjective:
         # one set of active sets alive, as the memory plan counts: the last trial's and the
         # accepted point's go before this pass makes new ones (hessp after a rejected trial makes
         # the accepted point's again: _accepted_states)
-        prev = _active_sets(self._states if self._states is not None else (self._trial[3] if self._trial else None))
+        prev = self._reusable(self._states if self._states is not None else (self._trial[3] if self._trial else None))
         self._trial = None
         self._states = None
         carry, kept = self._loss_grad(w, prev)
@@ -240,20 +240,28 @@ class RankObjective:
         if self._states is None:
             if self._accepted is None:
                 raise RuntimeError("hessp needs fun(w) and grad(w) at a point first (solver contract)")
-            prev = _active_sets(self._trial[3] if self._trial else None)
+            prev = self._reusable(self._trial[3] if self._trial else None)
             self._trial = None  # the rejected trial's sets go first (overwritten in place)
             _, self._states = self._loss_grad(self._accepted, prev)
         return self._states
 
-    def _loss_grad(self, w, prev):
-        """One fun + grad pass at w; ``prev``, the last pass's outputs per block (or None), become
-        its state arrays, so that their sort order starts the new sort (no value depends on it).
+    def _reusable(self, outputs):
+        """The active sets of a fun pass's outputs per block (or None), for the next pass to reuse:
+        their sort order starts its sort, and it overwrites them (no value depends on either).
+        Without the outputs' kept scores, which go now (8 bytes a row; the memory plan counts one
+        set of them alive).
 
-        Not on a remote executor: there kept outputs carry their lineage (the pass and the kept
+        None on a remote executor: there kept outputs carry their lineage (the pass and the kept
         outputs it read, to remake them on a new worker), and each pass's would hold the last
         one's, a chain back to the first pass that a lost worker would replay."""
+        if outputs is None or self.executor.remote:
+            return None
+        return [out[:1] for out in outputs]
+
+    def _loss_grad(self, w, prev):
+        """One fun + grad pass at w, reusing ``prev`` (:meth:`_reusable`) when given."""
         p = _LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores)
-        if prev is None or self.executor.remote:
+        if prev is None:
             return self.executor.run(p, self.source)
         return self.executor.run(p, self.source, kept=(prev,))
 
@@ -360,13 +368,6 @@ def preconditioner_bytes(m):
 
 
 # -- the passes (streamrank.execution): what one block contributes, and how partitions add up -------
-
-
-def _active_sets(outputs):
-    """A fun pass's outputs per block (active sets, scores) without the scores: the next pass
-    reuses the sets, and the scores go now (they are 8 bytes a row; the memory plan counts one
-    set of them alive)."""
-    return None if outputs is None else [out[:1] for out in outputs]
 
 
 class _LossGrad(Pass):
