@@ -16,10 +16,10 @@ When streamrank is imported before numpy, the spin is cut to 2^20 cycles (OpenBL
 ``OPENBLAS_THREAD_TIMEOUT`` once, when numpy loads it); a value already set is kept.
 
 numba leaves LLVM's SLP vectoriser off by default (``NUMBA_SLP_VECTORIZE=0``), so the row dots'
-four interleaved partial sums (``_native.fused``) compile to scalar multiply-adds: the linear
+interleaved partial sums (``_native.fused``; four lanes then) compile to scalar multiply-adds: the linear
 Hessian pass on 1.1M x 136 rows in memory took 0.078 s, 5.8x the time to read X once, scaling
 1.96x from one thread to two (arithmetic, not bandwidth; tools/bench_limits.py, issue 34). With
-SLP on, the same sums run four lanes at a time. SLP only packs independent operations of the same
+SLP on, the same sums run several lanes at a time. SLP only packs independent operations of the same
 kind; with no fastmath anywhere (qprod, linalg) LLVM may not reassociate a sum, so every kernel
 gives the same bits (tools/check_bit_identity.py). When streamrank is imported before numba, it is
 switched on (numba reads it once, when it loads); a value already set is kept. Kernels cached
