@@ -22,6 +22,8 @@ from collections import OrderedDict
 
 import numpy as np
 
+from streamrank._native.memory import aligned_empty
+
 # Arrays at least this large travel once per worker (by digest); smaller ones go with every message
 # (w of a 220-feature model is 1.7 KB: cheaper to send than to look up) ...
 RESIDENT_MIN_BYTES = 1 << 16
@@ -142,7 +144,7 @@ class BufferPool:
         a = self._arrays.get(key)
         size = int(np.prod(shape))
         if a is None or a.size < size or a.dtype != dtype:
-            a = self._arrays[key] = np.empty(size, dtype)
+            a = self._arrays[key] = aligned_empty(size, dtype)
         return a[:size].reshape(shape)
 
 

@@ -13,6 +13,7 @@ import h5py
 import numpy as np
 
 from streamrank._native import finite
+from streamrank._native.memory import aligned_empty
 from streamrank.errors import FormatError, InputError
 from streamrank.io.atomic import forget_input, register_input
 from streamrank.io.h5_edc import RowReader, no_check_dxpl
@@ -310,7 +311,7 @@ class Dataset:
         if not 0 <= start <= stop <= self.n_rows:
             raise IndexError(f"{self.path}: rows {start}:{stop} lie outside its {self.n_rows} rows")
         if out is None:
-            X = np.empty((stop - start, self.n_features), np.float32)
+            X = aligned_empty((stop - start, self.n_features), np.float32)
             y = np.empty(stop - start, np.float32)
         else:
             X, y = out[0][:stop - start], out[1][:stop - start]

@@ -42,14 +42,14 @@ def _generic_passes(X, w, v, shift, scale, affine, qptr, rank, lam, g, c0, lam_r
         dz = np.empty(l)
         loss_q[q] = pk._query_loss_grad(z_out[s:e], rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], dz,
                                         order[s:e], cut_pref[s:e], cut_less[s:e], cut_band, zsort)
-        fz._query_rmatvec(X, s, e, dz, shift, scale, affine, q, grad_p[q])
+        fz._query_rmatvec(X, s, e, dz, shift, scale, affine, q, np.empty(X.shape[1]), grad_p[q])
         u = np.empty((l, 1))
         for i in range(l):
             u[i, 0] = fz._raw_dot(X, s + i, vf) - cv
         t = np.empty((l, 1))
         pk._query_hess(u, rank[s:e], lam, g, c0, lam_r, g_r, mode, eta, mu[q], order[s:e], cut_pref[s:e],
                        cut_less[s:e], cut_band, zsort, t)
-        fz._query_rmatvec(X, s, e, t[:, 0], shift, scale, affine, q, hess_p[q])
+        fz._query_rmatvec(X, s, e, t[:, 0], shift, scale, affine, q, np.empty(X.shape[1]), hess_p[q])
 
 
 def _bits(a):

@@ -108,7 +108,7 @@ def test_folded_normalisation_within_its_stated_bound(kind):
             assert abs(float(Fraction(z[i]) - exact)) <= 4 * d * eps * size
             assert abs(float(Fraction(z[i]) - exact)) <= 1e-6 * np.finfo(np.float32).eps * size
         out = np.empty(d)
-        fz._query_rmatvec(X, qp[q], qp[q + 1], t[qp[q]:qp[q + 1]], shift, scale, mode, q, out)
+        fz._query_rmatvec(X, qp[q], qp[q + 1], t[qp[q]:qp[q + 1]], shift, scale, mode, q, np.empty(d), out)
         for k in range(d):
             exact = sum(((Fraction(float(X[i, k])) - Fraction(sh[k])) * Fraction(sc[k]) * Fraction(t[i])
                          for i in range(qp[q], qp[q + 1])), Fraction(0))
