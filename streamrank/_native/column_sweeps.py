@@ -21,7 +21,7 @@ The sort starts from the previous pass's order (:func:`query_sort.sort_query`).
 from numba import njit
 
 from streamrank._native import numba_cache
-from streamrank._native.pairkernels import _sweep_loss_grad_levels
+from streamrank._native.pairkernels import _levels_terms, _mom_push, _sweep_loss_grad_levels
 from streamrank._native.query_sort import sort_query
 
 numba_cache.install()  # cached kernels load without numba's compiler registries
@@ -31,14 +31,57 @@ numba_cache.install()  # cached kernels load without numba's compiler registries
 # --------------------------------------------------------------------------------------------
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _mirror_cuts(cut_pref, cut_less, cnt):
+    """The mirrored frame's prefix lengths from the preferred frame's, without a comparison.
+
+    Position ``k`` (sorted by decreasing score) has the partners ``p < cut_pref[k]``: those with
+    ``(z_p - z_k) + 1.0 > 0``. In the mirrored frame (``-z``, reversed) the partners of ``p``
+    are the ``k`` with ``(-z_k - -z_p) + 1.0 > 0``, the same floating-point number, so
+    ``cut_less[l-1-p] = #{k: cut_pref[k] > p}``: a count of each ``cut_pref`` value (``cnt``,
+    scratch of ``l + 1``) summed from the top. The sweep's own comparisons found the same
+    counts, one unpredictable branch a document later.
+    """
+    l = cut_pref.shape[0]
+    for c in range(l + 1):
+        cnt[c] = 0
+    for k in range(l):
+        cnt[cut_pref[k]] += 1
+    acc = 0
+    for p in range(l - 1, -1, -1):
+        acc += cnt[p + 1]
+        cut_less[l - 1 - p] = acc
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _grad_sweep(zs, rs, lam, cut, lin, mom):
+    """``lin`` of ``pairkernels._sweep_loss_grad_levels`` (not its loss) with the prefix lengths
+    ``cut`` known: the same pushes (``_mom_push``) and terms (``_levels_terms``) in the same
+    order, so the same bits; ``mom`` is an ``(L, 3)`` scratch."""
+    for r in range(mom.shape[0]):
+        mom[r, 0] = 0.0
+        mom[r, 1] = 0.0
+        mom[r, 2] = 0.0
+    ptr = 0
+    for p in range(zs.shape[0]):
+        c = cut[p]
+        for k in range(ptr, c):
+            _mom_push(mom, rs[k], 1.0, zs[k])
+        ptr = max(ptr, c)
+        lin[p] = _levels_terms(mom, lam, rs[p], zs[p])[1]
+
+
 @njit(cache=True, nogil=True)
-def query_loss_grad(zq, rq, lam, lam_r, muq, dzq, order, cut_pref, cut_less, warm, a, b, zs, rs, lin, zm, rm):
+def query_loss_grad(zq, rq, lam, lam_r, muq, dzq, order, cut_pref, cut_less, warm, a, b, zs, rs, lin, zm, rm, cnt,
+                    mom):
     """``pairkernels._query_loss_grad`` for ``MODE_LEVELS`` and ``eta == 0``, bit for bit: its
-    sweeps, with the sort from the previous order and the arrays in scratch.
+    sweeps, with the sort from the previous order, the mirrored frame's prefix lengths from the
+    preferred frame's (:func:`_mirror_cuts`) and the arrays in scratch.
 
     ``order`` holds the previous pass's order when ``warm`` (read, then overwritten with this
-    one); ``a``, ``b`` (int64), ``zs``, ``zm``, ``lin`` (float64), ``rs``, ``rm`` (int32) are
-    scratch of at least ``l``. The caller has excluded single-level queries.
+    one); ``a``, ``b``, ``cnt`` (int64; ``cnt`` at least ``l + 1``), ``zs``, ``zm``, ``lin``
+    (float64), ``rs``, ``rm`` (int32) are scratch of at least ``l``, ``mom`` of ``(L, 3)``. The
+    caller has excluded single-level queries.
     """
     l = zq.shape[0]
     n_lev = lam.shape[0]
@@ -58,7 +101,8 @@ def query_loss_grad(zq, rq, lam, lam_r, muq, dzq, order, cut_pref, cut_less, war
     loss = _sweep_loss_grad_levels(zs, rs, lam, 0.0, cut_pref, lin)
     for p in range(l):
         dzq[o[p]] = -2.0 * muq * lin[p]
-    _sweep_loss_grad_levels(zm, rm, lam_r, 0.0, cut_less, lin)
+    _mirror_cuts(cut_pref, cut_less, cnt)
+    _grad_sweep(zm, rm, lam_r, cut_less, lin, mom)
     for p in range(l):
         dzq[o[l - 1 - p]] += 2.0 * muq * lin[p]
     return muq * loss

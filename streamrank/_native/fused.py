@@ -210,6 +210,8 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
     slin = np.empty(lmax)
     szm = np.empty(lmax)
     srm = np.empty(lmax, np.int32)
+    scnt = np.empty(lmax + 1, np.int64)
+    smom = np.empty((lam.shape[0], 3))
     for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
@@ -222,7 +224,7 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
         _scores(X, s, e, wf, c, z)
         dz = np.empty(l)  # fresh, not a slice of scratch: the X^T loop then vectorises (1.3x)
         loss_q[q] = cs.query_loss_grad(z, rank[s:e], lam, lam_r, mu[q], dz, order[s:e], cut_pref[s:e],
-                                       cut_less[s:e], warm, sa, sb, szs, srs, slin, szm, srm)
+                                       cut_less[s:e], warm, sa, sb, szs, srs, slin, szm, srm, scnt, smom)
         _query_rmatvec(X, s, e, dz, shift, scale, affine, q, xacc, partials[q])
 
 
