@@ -113,12 +113,25 @@ def query_loss_grad(zq, rq, lam, lam_r, muq, dzq, order, cut_pref, cut_less, war
 # --------------------------------------------------------------------------------------------
 
 
+# Prefix lengths one window of the Hessian frames' per-level sums spans (rows of their scratch,
+# made once per call; 16 KB at 5 levels)
+HESS_WINDOW = 200
+
+
 @njit(cache=True, nogil=True, inline="always")
-def _hess_frame(us, rs, cut, lam, two_mu, acc, out, mirror):
+def _hess_frame(us, rs, cut, lam, two_mu, pre, out, mirror):
     """One frame of :func:`query_hess`: ``out[p] += 2 mu (W u_p - U)`` over the partners of
-    position ``p`` (the positions ``< cut[p]`` of lower rank, per-level sums in ``acc``). With
-    ``mirror`` (a constant at each call) position ``p`` is ``l-1-p`` of ``us``, ``rs`` with
-    rank ``L-1-r``: the mirrored frame read from the preferred one's arrays.
+    position ``p`` (the positions ``< cut[p]`` of lower rank; per level, their count W and sum
+    of u U). With ``mirror`` (a constant at each call) position ``p`` is ``l-1-p`` of ``us``,
+    ``rs`` with rank ``L-1-r``: the mirrored frame read from the preferred one's arrays.
+
+    The per-level sums of every prefix length in a window are built first (``pre[i]``: the
+    first ``base + i`` positions, each row the last plus one position, in position order), then
+    each ``p`` whose ``cut[p]`` (non-decreasing, as the sweeps write it) falls in the window
+    reads its row. The same additions in the same order as pushing positions up to ``cut[p]``
+    before ``p``, so the same bits, without that loop's varying trip count: its exit was a
+    mispredicted branch per position (measured, 400k MSLR-like rows, one thread: the sweep
+    10.2 -> 8.7 ms).
 
     ``pairkernels._sweep_hess_levels`` on (l, 1) views of scratch gives the same bits but its
     m-wide loops and per-call accumulators made the Hessian pass 1.37x slower (400k MSLR-like
@@ -126,36 +139,49 @@ def _hess_frame(us, rs, cut, lam, two_mu, acc, out, mirror):
     l = us.shape[0]
     n_lev = lam.shape[0]
     last = l - 1
+    win = pre.shape[0] - 1
     for r in range(n_lev):
-        acc[r, 0] = 0.0
-        acc[r, 1] = 0.0
-    ptr = 0
-    for p in range(l):
-        c = cut[p]
-        for j in range(ptr, c):
+        pre[0, r, 0] = 0.0
+        pre[0, r, 1] = 0.0
+    base = 0
+    p = 0
+    while p < l:  # each turn answers the p whose prefix ends in base..top, then slides
+        top = min(l, base + win)
+        for j in range(base, top):
+            i = j - base
+            for r in range(n_lev):
+                pre[i + 1, r, 0] = pre[i, r, 0]
+                pre[i + 1, r, 1] = pre[i, r, 1]
             jj = last - j if mirror else j
             r = n_lev - 1 - rs[jj] if mirror else rs[jj]
-            acc[r, 0] += 1.0
-            acc[r, 1] += us[jj]
-        ptr = max(ptr, c)
-        pp = last - p if mirror else p
-        a = n_lev - 1 - rs[pp] if mirror else rs[pp]
-        wsum = 0.0
-        usum = 0.0
-        for bb in range(a):
-            cc = lam[a, bb]
-            wsum += cc * acc[bb, 0]
-            usum += cc * acc[bb, 1]
-        if wsum != 0.0:
-            out[p] += two_mu * (wsum * us[pp] - usum)
+            pre[i + 1, r, 0] += 1.0
+            pre[i + 1, r, 1] += us[jj]
+        while p < l and cut[p] <= top:
+            i = cut[p] - base
+            pp = last - p if mirror else p
+            a = n_lev - 1 - rs[pp] if mirror else rs[pp]
+            wsum = 0.0
+            usum = 0.0
+            for bb in range(a):
+                cc = lam[a, bb]
+                wsum += cc * pre[i, bb, 0]
+                usum += cc * pre[i, bb, 1]
+            if wsum != 0.0:
+                out[p] += two_mu * (wsum * us[pp] - usum)
+            p += 1
+        for r in range(n_lev):
+            pre[0, r, 0] = pre[top - base, r, 0]
+            pre[0, r, 1] = pre[top - base, r, 1]
+        base = top
 
 
 @njit(cache=True, nogil=True)
-def query_hess(uq, rq, lam, lam_r, muq, order, cut_pref, cut_less, tq, us, rs, ts, tm, acc):
+def query_hess(uq, rq, lam, lam_r, muq, order, cut_pref, cut_less, tq, us, rs, ts, tm, pre):
     """``pairkernels._query_hess`` for one column, ``MODE_LEVELS`` and ``eta == 0``, bit for bit.
 
-    ``us``, ``ts``, ``tm`` (float64) and ``rs`` (int32) are scratch of at least ``l``, ``acc`` a
-    ``(L, 2)`` scratch (per level: partner count, sum of u). Row ``i`` of ``tq`` gets
+    ``us``, ``ts``, ``tm`` (float64) and ``rs`` (int32) are scratch of at least ``l``, ``pre`` a
+    ``(w + 1, L, 2)`` scratch (per level: partner count, sum of u; ``w >= 1`` prefix lengths a
+    window, :data:`HESS_WINDOW` in the passes). Row ``i`` of ``tq`` gets
     ``sum_{j: (i,j) act} 2 mu lam (u_i - u_j) + sum_{k: (k,i) act} 2 mu lam (u_i - u_k)``.
     The caller has excluded single-level queries.
     """
@@ -166,7 +192,7 @@ def query_hess(uq, rq, lam, lam_r, muq, order, cut_pref, cut_less, tq, us, rs, t
         rs[p] = rq[k]
         ts[p] = 0.0
         tm[p] = 0.0
-    _hess_frame(us[:l], rs[:l], cut_pref, lam, 2.0 * muq, acc, ts, False)
-    _hess_frame(us[:l], rs[:l], cut_less, lam_r, 2.0 * muq, acc, tm, True)
+    _hess_frame(us[:l], rs[:l], cut_pref, lam, 2.0 * muq, pre, ts, False)
+    _hess_frame(us[:l], rs[:l], cut_less, lam_r, 2.0 * muq, pre, tm, True)
     for p in range(l):
         tq[order[p]] = ts[p] + tm[l - 1 - p]

@@ -272,7 +272,7 @@ def _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam
     srs = np.empty(lmax, np.int32)
     sts = np.empty(lmax)
     stm = np.empty(lmax)
-    acc = np.empty((lam.shape[0], 2))
+    pre = np.empty((cs.HESS_WINDOW + 1, lam.shape[0], 2))
     for q in range(q0, q1):
         s = qptr[q]
         e = qptr[q + 1]
@@ -286,7 +286,7 @@ def _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam
         _scores(X, s, e, wf, c, u)
         t = np.empty(l)
         cs.query_hess(u, rank[s:e], lam, lam_r, mu[q], order[s:e], cut_pref[s:e], cut_less[s:e], t,
-                      sus, srs, sts, stm, acc)
+                      sus, srs, sts, stm, pre)
         _query_rmatvec(X, s, e, t, shift, scale, affine, q, xacc, partials[q])
 
 

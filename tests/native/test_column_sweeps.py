@@ -219,3 +219,33 @@ def test_levels_hessian_kernel_equals_the_generic_one(seed, n_lev, m, ties):
     pk._hess_prod_levels_kernel(0, len(lens), *args, levels)
     assert np.array_equal(_bits(generic), _bits(levels))
     assert np.array_equal(_bits(pk.hess_prod(u, rank, qptr, cost, mu, state)), _bits(generic))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n_lev=st.integers(2, pk.LEVELS_MAX), l=st.integers(2, 300),
+       window=st.integers(1, 40), ties=st.booleans())
+def test_hessian_frames_same_bits_for_any_window(seed, n_lev, l, window, ties):
+    """The Hessian frames build their per-level prefix sums a window of prefix lengths at a time
+    (column_sweeps.HESS_WINDOW in the passes): any window, down to one length, gives the generic
+    kernel's bits, whether a query's partners lie inside one window or across many."""
+    from streamrank._native import column_sweeps as cs
+    rng = np.random.default_rng(seed)
+    z = rng.standard_normal(l) * rng.choice([0.1, 1.0, 30.0])
+    if ties:
+        z = np.round(z)
+    rank = rng.integers(0, n_lev, l).astype(np.int32)
+    if rank.min() == rank.max():
+        rank[0] = (rank[0] + 1) % n_lev  # the callers exclude single-level queries
+    cost = pk.pair_cost(rng.uniform(0, 3, (n_lev, n_lev)))
+    qptr = np.array([0, l], np.int64)
+    _, _, state = pk.loss_grad(z, rank, qptr, cost, 1.7)
+    order, cut_pref, cut_less = state.arrays[:3]
+    u = rng.standard_normal(l)
+    want = np.empty((l, 1))
+    pk._query_hess(u.reshape(l, 1), rank, cost.lam, cost.g, cost.c0, cost.lam_r, cost.g_r, cost.mode, cost.eta, 1.7,
+                   order, cut_pref, cut_less, state.arrays[3], state.arrays[4], want)
+    for w in (window, l):
+        got = np.empty(l)
+        cs.query_hess(u, rank, cost.lam, cost.lam_r, 1.7, order, cut_pref, cut_less, got, np.empty(l),
+                      np.empty(l, np.int32), np.empty(l), np.empty(l), np.empty((w + 1, n_lev, 2)))
+        assert np.array_equal(_bits(got), _bits(want[:, 0]))
