@@ -140,6 +140,8 @@ def _hess_frame(us, rs, cut, lam, two_mu, pre, out, mirror):
     n_lev = lam.shape[0]
     last = l - 1
     win = pre.shape[0] - 1
+    if win < 1:
+        raise ValueError("the Hessian frames' scratch needs at least two rows (one prefix length a window)")
     for r in range(n_lev):
         pre[0, r, 0] = 0.0
         pre[0, r, 1] = 0.0

@@ -249,3 +249,15 @@ def test_hessian_frames_same_bits_for_any_window(seed, n_lev, l, window, ties):
         cs.query_hess(u, rank, cost.lam, cost.lam_r, 1.7, order, cut_pref, cut_less, got, np.empty(l),
                       np.empty(l, np.int32), np.empty(l), np.empty(l), np.empty((w + 1, n_lev, 2)))
         assert np.array_equal(_bits(got), _bits(want[:, 0]))
+
+
+def test_hessian_frames_refuse_a_scratch_without_a_window():
+    """A scratch of one row would leave the frames no prefix length to advance by: refused, not
+    a loop that never ends."""
+    from streamrank._native import column_sweeps as cs
+    l, cost = 5, pk.pair_cost(np.ones((3, 3)))
+    cut = np.arange(1, l + 1, dtype=np.int32)
+    with pytest.raises(ValueError, match="at least two rows"):
+        cs.query_hess(np.ones(l), np.array([0, 1, 2, 1, 0], np.int32), cost.lam, cost.lam_r, 1.0,
+                      np.arange(l, dtype=np.int32), cut, cut, np.empty(l), np.empty(l), np.empty(l, np.int32),
+                      np.empty(l), np.empty(l), np.empty((1, 3, 2)))
