@@ -15,9 +15,10 @@ row times the rows alone (u = Phi s, a scores pass over the same blocks): the fi
 passes; the rest of a pass is its pair sweep (and fun's sort) and the X^T product. The model's
 weights are checked equal over the repeats (bits). Recorded in docs/results/pass.jsonl.
 
-numba's cache does not record how a kernel was compiled (SLP vectorisation on or off,
-streamrank._native.memory): to measure the current settings, give the run an empty cache
-(``NUMBA_CACHE_DIR=$(mktemp -d) python tools/bench_pass.py``).
+streamrank's kernels are cached under the settings that compiled them (SLP vectorisation on or
+off, streamrank._native.numba_cache), so a cache filled by another process measures the same;
+an empty one (``NUMBA_CACHE_DIR=$(mktemp -d) python tools/bench_pass.py``) still keeps a source
+change's stale callees out (numba keys a function by its own bytecode only).
 """
 
 import argparse

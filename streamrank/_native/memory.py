@@ -23,7 +23,8 @@ SLP on, the same sums run several lanes at a time. SLP only packs independent op
 kind; with no fastmath anywhere (qprod, linalg) LLVM may not reassociate a sum, so every kernel
 gives the same bits (tools/check_bit_identity.py). When streamrank is imported before numba, it is
 switched on (numba reads it once, when it loads); a value already set is kept. Kernels cached
-before keep their code until their source changes.
+by a process that compiled them otherwise are kept under their own key and not loaded
+(:mod:`streamrank._native.numba_cache`).
 
 numba's OpenMP threading layer (the ``prange`` loops of the kernel paths: Q's blocks, the
 kernel maps) keeps its workers spinning between parallel loops (libgomp's default wait policy).

@@ -13,6 +13,15 @@ linear`` times the whole process).
 leaves every other function's load as numba has it. A compile still refreshes the contexts
 itself (numba's ``CompilerBase``), so a process that loads some kernels and compiles others gets
 the registries when it first compiles. Each module that defines kernels imports this one.
+
+numba keys a cached function by its signature, the CPU and its bytecode, not by how LLVM was
+told to compile it. streamrank switches LLVM's SLP vectoriser on when it is imported before
+numba (:mod:`streamrank._native.memory`); a process that imported numba first (a notebook that
+loaded another numba user, a test module) compiled the kernels without it and cached them, and
+every later run, however it started, loaded that code: the row dots 2.5x slower (measured,
+issue 34). :func:`install` adds the settings that shape the code (``NUMBA_OPT``,
+``NUMBA_SLP_VECTORIZE``, ``NUMBA_LOOP_VECTORIZE``) to the key of streamrank's functions, so code
+compiled under other settings sits beside it under its own key and is never loaded for it.
 """
 
 from numba.core import caching
@@ -50,7 +59,21 @@ def install():
 
     load_overload._streamrank_fast = True
     cls.load_overload = load_overload
+    if hasattr(cls, "_index_key"):
+        numba_key = cls._index_key
+
+        def _index_key(self, sig, codegen):
+            key = numba_key(self, sig, codegen)
+            return key + (compile_settings(),) if _ours(self) else key
+
+        cls._index_key = _index_key
     cls._streamrank_fast = True
+
+
+def compile_settings():
+    """The numba settings that change the machine code of a kernel, as read at compile time."""
+    from numba.core import config
+    return ("opt", int(config.OPT), "slp", bool(config.SLP_VECTORIZE), "loop", bool(config.LOOP_VECTORIZE))
 
 
 
