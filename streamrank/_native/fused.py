@@ -31,7 +31,8 @@ Summation orders are fixed by the data (as in ``_linalg``): sixteen interleaved 
 row dot product (``_raw_dot``), rows in order within a query; the caller adds P[q] in query
 order. Sixteen, not the four of before issue 34's last change: the four lanes' add chains (34
 long on 136 columns) bounded the rows at 2.5x the time sixteen take with X in cache, and the
-scores pass on 1.1M x 136 rows went from 1.59x to 1.34x the time to read X once. The sums'
+scores pass on 1.1M x 136 rows went from 1.59x to 1.34x the time to read X once (1.03x with the
+rows prefetched, :func:`_scores`). The sums'
 order changed with it, so a model's last bits did: on MQ2008 Fold1 the linear models' w moved
 by at most 5.6e-14 relative and their scores by 1.6e-14, the Nystroem and RFF models' by 3.8e-15
 (``tools/check_bit_identity.py --old 7427036``); the exact kernel's models kept theirs. The plain
