@@ -83,3 +83,16 @@ def dense_optimum(Q, y, qp, C):
     Phi = V * np.sqrt(np.maximum(s, 0.0))
     dense = DenseRankSVM(Phi, y, qp, C)
     return dense.fun(dense.solve())
+
+
+def nystroem_precond_dense(K, U, diag_floor, y, qp, z, C, ridge):
+    """The exact path's preconditioner at a point, densely from explicit pairs (paper 005's
+    M = D + U (I + C U^T L U) U^T): R = diag(K - U U^T), D = max(R + ridge + C diag(L) R^2,
+    ``diag_floor``), L = 2 A_act^T diag(c_act) A_act over the pairs active at scores z."""
+    r = np.diag(K - U @ U.T)
+    A, c = explicit_pairs(y, qp)
+    A = A.toarray()
+    act = (1.0 - A @ z) > 0
+    L = 2.0 * A[act].T @ (c[act, None] * A[act])
+    k = U.shape[1]
+    return np.diag(np.maximum(r + ridge + C * np.diag(L) * r * r, diag_floor)) + U @ (np.eye(k) + C * U.T @ L @ U) @ U.T

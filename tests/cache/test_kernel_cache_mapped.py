@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from dense_oracle import explicit_pairs
+from dense_oracle import explicit_pairs, nystroem_precond_dense
 from streamrank._native import pairkernels as pk
 from streamrank.cache import kernel_cache as kcm
 from streamrank.cache.feature_cache import block_name
@@ -162,18 +162,11 @@ def test_preconditioner_in_chunks_is_its_dense_formula(rows, chunk_rows, monkeyp
     monkeypatch.setattr(kp, "A_CHUNKS", 1)
     K = kernel_matrix(X, kernel="rbf", gamma=0.4)
     P = kp.NystroemPreconditioner(X, kernel="rbf", gamma=0.4, landmarks=k, ridge=ridge)
-    U = P.U.astype(np.float64)
-    r = np.diag(K - U @ U.T)
     rank = np.searchsorted(np.unique(y), y).astype(np.int32)
     cost, mu = pk.pair_cost(np.ones((3, 3))), np.ones(len(qp) - 1)
     z = np.random.default_rng(4).standard_normal(l)
     _, _, st = pk.loss_grad(z, rank, qp, cost, mu)
-    A, c = explicit_pairs(y, qp)
-    A = A.toarray()
-    act = (1.0 - A @ z) > 0
-    L = 2.0 * A[act].T @ (c[act, None] * A[act])
-    want = (np.diag(np.maximum(r + ridge + C * np.diag(L) * r * r, P.diag.min()))
-            + U @ (np.eye(k) + C * U.T @ L @ U) @ U.T)
+    want = nystroem_precond_dense(K, P.U.astype(np.float64), P.diag.min(), y, qp, z, C, ridge)
     M = P.at_point(C, rank, qp, cost, mu, st.arrays)
     eye = np.eye(l)
     got = np.array([[M.mdot(eye[i], eye[j]) for j in range(l)] for i in range(l)])

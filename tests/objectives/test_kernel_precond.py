@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dense_oracle import explicit_pairs
+from dense_oracle import explicit_pairs, nystroem_precond_dense
 from streamrank._native import pairkernels as pk
 from streamrank.io.synthetic import generate_batches
 from streamrank.objectives.kernel_precond import NystroemPreconditioner, auto_landmarks, rpcholesky
@@ -96,12 +96,8 @@ def test_at_point_with_few_landmarks_is_its_formula(rows, ridge):
     cost, mu = pk.pair_cost(np.ones((len(levels),) * 2)), np.ones(len(qp) - 1)
     z = np.random.default_rng(4).standard_normal(l)
     _, _, st = pk.loss_grad(z, rank, qp, cost, mu)
-    A_pairs, c = explicit_pairs(y, qp)
-    A_pairs = A_pairs.toarray()
-    act = (1.0 - A_pairs @ z) > 0
-    L = 2.0 * A_pairs[act].T @ (c[act, None] * A_pairs[act])
     eye = np.eye(l)
-    want = np.diag(np.maximum(r + ridge + C * np.diag(L) * r * r, P.diag.min())) + U @ (eye[:12, :12] + C * U.T @ L @ U) @ U.T
+    want = nystroem_precond_dense(K, U, P.diag.min(), y, qp, z, C, ridge)
     M = P.at_point(C, rank, qp, cost, mu, st.arrays)
     Mdense = np.array([[M.mdot(eye[i], eye[j]) for j in range(l)] for i in range(l)])
     np.testing.assert_allclose(Mdense, want, rtol=1e-7, atol=1e-9 * np.abs(want).max())
