@@ -36,7 +36,8 @@ rows prefetched, :func:`_scores`). The sums'
 order changed with it, so a model's last bits did: on MQ2008 Fold1 the linear models' w moved
 by at most 5.6e-14 relative and their scores by 1.6e-14, the Nystroem and RFF models' by 3.8e-15
 (``tools/check_bit_identity.py --old 7427036``); the exact kernel's models kept theirs. The plain
-NumPy twin is ``tests/linalg_oracle.py`` via the unfused objective in the tests.
+NumPy twin is in ``tests/native/test_fused.py``: Phi w and Phi^T t in NumPy around
+pairkernels' per-query sweeps.
 """
 
 import numba
@@ -45,6 +46,7 @@ import numpy as np
 from streamrank._native import column_sweeps as cs
 from streamrank._native.pairkernels import MODE_LEVELS, _query_hess, _query_loss_grad, _single_level
 from streamrank._native import numba_cache
+from streamrank._native.memory import ALIGN
 from streamrank._native.prefetch import prefetch
 
 numba_cache.install()  # cached kernels load without numba's compiler registries
@@ -138,18 +140,16 @@ def _scores(X, s, e, wf, c, out):
         out[i - s] = _raw_dot(X, i, wf) - c
 
 
-# The X^T product's running sums live in a 64-byte aligned scratch, not in the caller's output row:
-# they are loaded and stored again for every row, and a full-width store that straddles two cache
-# lines costs two (measured, 136 columns held in cache: 7.5 ns a row aligned, 9.5-10 misaligned,
-# and numpy's rows of partials start 16 bytes past a line)
-ACC_ALIGN = 64
+# The X^T product's running sums live in a scratch aligned to memory.ALIGN, not in the caller's
+# output row: they are loaded and stored again for every row, and numpy's rows of partials start
+# 16 bytes past a cache line
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _aligned_acc(d):
-    """Scratch of ``d`` float64 starting on an ``ACC_ALIGN`` boundary (made once per call)."""
-    buf = np.empty(d + ACC_ALIGN // 8)
-    off = ((-buf.ctypes.data) % ACC_ALIGN) // 8
+    """Scratch of ``d`` float64 starting on an ``ALIGN`` boundary (made once per call)."""
+    buf = np.empty(d + ALIGN // 8)
+    off = ((-buf.ctypes.data) % ALIGN) // 8
     return buf[off:off + d]
 
 
