@@ -19,6 +19,7 @@ partial sums added in query order, per-query losses added in query order. fun, g
 therefore bit-identical for any block size or memory budget, and so is the whole TRON trajectory.
 """
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -389,13 +390,17 @@ class _LossGrad(Pass):
         warm = prev is not None and pk.is_state(prev[0], n, self.cost_args[6])
         st = prev[0] if warm else pk.state_arrays(n, self.cost_args[6])
         z = np.empty(n) if self.keep_scores else None
-        for g in _query_groups(b, self.m):
+        groups = _query_groups(b, self.m)
+        for g in groups:
             zg = z[g.r0:g.r1] if z is not None else g.z  # kept for line searches, or scratch
-            par.run(fz.fused_loss_grad, g.nq, g.X, self.w, g.shift, g.scale, b.affine, g.qptr, g.rank,
-                    *self.cost_args, self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.loss, g.partials, zg, warm,
-                    weights=g.qptr)
+            g.args = (g.X, self.w, g.shift, g.scale, b.affine, g.qptr, g.rank, *self.cost_args,
+                      self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.loss, g.partials, zg, warm)
+
+        def add(g):  # in query order
             carry["loss"] = la.sum_in_order(carry["loss"], g.loss)
             la.add_rows_in_order(carry["acc"], g.partials)
+
+        par.run_groups(fz.fused_loss_grad, groups, add, depth=GROUP_BUFFERS)
         return st, z
 
     def merge(self, total, carry):
@@ -413,10 +418,11 @@ class _HessProd(Pass):
 
     def step(self, acc, b, out):
         st = out[0]
-        for g in _query_groups(b, self.m):
-            par.run(fz.fused_hess, g.nq, g.X, self.s, g.shift, g.scale, b.affine, g.qptr, g.rank, *self.cost_args,
-                    self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.partials, weights=g.qptr)
-            la.add_rows_in_order(acc, g.partials)
+        groups = _query_groups(b, self.m)
+        for g in groups:
+            g.args = (g.X, self.s, g.shift, g.scale, b.affine, g.qptr, g.rank, *self.cost_args,
+                      self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.partials)
+        par.run_groups(fz.fused_hess, groups, lambda g: la.add_rows_in_order(acc, g.partials), depth=GROUP_BUFFERS)
 
     def merge(self, total, acc):
         return total + acc
@@ -426,16 +432,24 @@ class _HessProd(Pass):
 # gradient partials, 8 m bytes a query, and the scores, 8 bytes a row) are bounded by the group,
 # not by the block. The per-query values and their order of addition are the same either way.
 GROUP_ROWS = 1 << 16
+# and at most this many bytes of partials (a wide feature map's queries of a few rows each made
+# 8 m bytes a query of a 2^16-row group 131 MB at m = 2000)
+GROUP_PARTIALS_BYTES = 2 << 20
+# sets of those buffers per block: the threads start group k + 1 while group k's partials are
+# added (parallel.run_groups)
+GROUP_BUFFERS = 2
 
 
 class _Group:
     """Queries qa:qb of block b (whole, at most GROUP_ROWS rows or one query) as views for a
-    kernel call: rows r0:r1, local query offsets, and reused buffers for the call's outputs."""
+    kernel call: rows r0:r1, local query offsets, and reused buffers for the call's outputs.
+    ``n`` and ``weights`` are its items (queries) and their rows, for parallel.run_groups."""
 
     def __init__(self, b, qa, qb, buf):
         self.qa, self.qb, self.nq = qa, qb, qb - qa
         self.r0, self.r1 = int(b.qptr[qa]), int(b.qptr[qb])
         self.qptr = b.qptr[qa:qb + 1] - self.r0
+        self.n, self.weights = self.nq, self.qptr
         self.X, self.rank = b.X[self.r0:self.r1], b.rank[self.r0:self.r1]
         per_query = b.affine == 2  # query_minmax: a (shift, scale) row per query
         self.shift = b.shift[qa:qb] if per_query else b.shift
@@ -449,17 +463,41 @@ class _Group:
         return tuple(a[self.r0:self.r1] if a.shape[0] else a for a in st)
 
 
+_buffers = threading.local()
+
+
+def _group_buffers(most_q, most_r, m):
+    """GROUP_BUFFERS sets of a pass's group buffers, kept by the thread for its next pass, grown
+    when too small and never shrunk (blocks differ in their largest group). Made afresh per
+    block, their pages were mapped and faulted in again: 850 faults a fun + grad pass on 1.1M
+    MSLR rows in 5 blocks. GROUP_BUFFERS x (GROUP_PARTIALS_BYTES + 8 GROUP_ROWS) bytes at most
+    (5 MB; more only for a query longer than GROUP_ROWS, 8 bytes a row), in the memory plan's
+    slack (io.budget.STREAM_SLACK)."""
+    have = getattr(_buffers, "sets", None)
+    if have is not None and have[0]["partials"].shape[1] == m:
+        if have[0]["loss"].shape[0] >= most_q and have[0]["z"].shape[0] >= most_r:
+            return have
+        most_q, most_r = max(most_q, have[0]["loss"].shape[0]), max(most_r, have[0]["z"].shape[0])  # grow only
+    have = [{"loss": np.empty(most_q), "partials": np.empty((most_q, m)), "z": np.empty(most_r)}
+            for _ in range(GROUP_BUFFERS)]
+    _buffers.sets = have
+    return have
+
+
 def _query_groups(b, m):
-    """The groups of block b in query order, sharing one set of buffers."""
-    from streamrank.objectives.linear_precond import query_groups
+    """The groups of block b in query order; group k uses buffer set k mod GROUP_BUFFERS."""
     qp = b.qptr
     nq = b.q1 - b.q0
-    bounds = [int(k) for k in query_groups(qp, int(qp[-1]), GROUP_ROWS)] if nq else [0]
+    max_q = max(1, GROUP_PARTIALS_BYTES // (8 * max(m, 1)))
+    bounds = [0]
+    while bounds[-1] < nq:  # whole queries: at most GROUP_ROWS rows (or one query), max_q queries
+        q = bounds[-1]
+        k = int(np.searchsorted(qp, qp[q] + GROUP_ROWS, side="right")) - 1
+        bounds.append(min(max(k, q + 1), q + max_q, nq))
     most_q = max((bounds[k + 1] - bounds[k] for k in range(len(bounds) - 1)), default=0)
     most_r = max((int(qp[bounds[k + 1]] - qp[bounds[k]]) for k in range(len(bounds) - 1)), default=0)
-    buf = {"loss": np.empty(most_q), "partials": np.empty((most_q, m)), "z": np.empty(most_r)}
-    for k in range(len(bounds) - 1):
-        yield _Group(b, bounds[k], bounds[k + 1], buf)
+    bufs = _group_buffers(most_q, most_r, m)
+    return [_Group(b, bounds[k], bounds[k + 1], bufs[k % GROUP_BUFFERS]) for k in range(len(bounds) - 1)]
 
 
 class _Scores(Pass):

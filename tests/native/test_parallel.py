@@ -101,3 +101,116 @@ print("ok")
 """
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert p.returncode == 0 and p.stdout.strip() == "ok", p.stderr
+
+
+class _G:
+    def __init__(self, n, weights=None, args=()):
+        self.n, self.weights, self.args = n, weights, args
+
+
+def _run_groups_log(sizes, depth, threads, fail_at=None, fail_in=None, slow=0.0):
+    """run_groups over groups of ``sizes`` items, each reduction taking ``slow`` seconds at least (the
+    other thread then runs ahead); returns the event log (under a lock) and the items' hit counts."""
+    import time
+    lock = threading.Lock()
+    log = []
+    hits = [np.zeros(n, np.int64) for n in sizes]
+
+    def kernel(i0, i1, gi):
+        with lock:
+            log.append(("start", gi, i0, i1))
+        if fail_in == "kernel" and gi == fail_at:
+            raise ValueError(f"bad group {gi}")
+        hits[gi][i0:i1] += 1
+        with lock:
+            log.append(("end", gi, i0, i1))
+
+    def reduce(g):
+        gi = g.args[0]
+        with lock:
+            log.append(("reduce", gi))
+        if fail_in == "reduce" and gi == fail_at:
+            raise ValueError(f"bad reduce {gi}")
+        time.sleep(slow)
+        with lock:
+            log.append(("reduced", gi))
+
+    groups = [_G(n, np.cumsum(np.r_[0, np.arange(n) % 3 + 1]), (gi,)) for gi, n in enumerate(sizes)]
+    with parallel.limit(threads):
+        parallel.run_groups(kernel, groups, reduce, depth=depth)
+    return log, hits
+
+
+def _check_order(log, sizes, depth):
+    reduced = set()
+    done = {gi: 0 for gi in range(len(sizes))}
+    order = []
+    reducing = None
+    for ev in log:
+        if ev[0] == "start":
+            assert ev[1] - depth < 0 or ev[1] - depth in reduced, f"{ev} before group {ev[1] - depth} was reduced"
+        elif ev[0] == "end":
+            done[ev[1]] += ev[3] - ev[2]
+        elif ev[0] == "reduce":
+            assert done[ev[1]] == sizes[ev[1]], f"group {ev[1]} reduced before its last chunk"
+            assert reducing is None, f"group {ev[1]} reduced while group {reducing} was"
+            reducing = ev[1]
+            order.append(ev[1])
+        else:
+            reduced.add(ev[1])
+            reducing = None
+    return order
+
+
+def test_run_groups_hypothesis_every_item_once_reductions_in_order():
+    """Every item of every group runs once, each group is reduced once, in group order, after its
+    last chunk, and no chunk of group k starts before group k - depth was reduced (its buffers)."""
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.integers(0, 300), min_size=0, max_size=12), st.integers(1, 3), st.integers(1, 2),
+           st.integers(0, 64), st.sampled_from([0.0, 0.002]))
+    def check(sizes, depth, threads, serial_work, slow):
+        parallel.SERIAL_WORK = serial_work
+        log, hits = _run_groups_log(sizes, depth, threads, slow=slow)
+        assert all(np.all(h == 1) for h in hits)
+        assert _check_order(log, sizes, depth) == list(range(len(sizes)))
+
+    before = parallel.SERIAL_WORK
+    try:
+        check()
+    finally:
+        parallel.SERIAL_WORK = before
+
+
+@pytest.mark.parametrize("where", ["kernel", "reduce"])
+def test_run_groups_raises_the_first_error_and_stays_usable(monkeypatch, where):
+    monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
+    sizes = [200] * 8
+    with pytest.raises(ValueError, match=f"bad {'group' if where == 'kernel' else 'reduce'} 2"):
+        _run_groups_log(sizes, 2, 2, fail_at=2, fail_in=where)
+    log, hits = _run_groups_log(sizes, 2, 2)  # the pool still works
+    assert all(np.all(h == 1) for h in hits)
+    assert _check_order(log, sizes, 2) == list(range(8))
+
+
+def test_run_groups_stops_reducing_after_an_error(monkeypatch):
+    monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
+    lock = threading.Lock()
+    events = []
+
+    def kernel(i0, i1, gi):
+        with lock:
+            events.append(("start", gi))
+        if gi == 3:
+            raise ValueError("bad")
+
+    def reduce(g):
+        with lock:
+            events.append(("reduce", g.args[0]))
+
+    with parallel.limit(2), pytest.raises(ValueError, match="bad"):
+        parallel.run_groups(kernel, [_G(100, None, (gi,)) for gi in range(10)], reduce, depth=1)
+    assert ("reduce", 3) not in events and not any(e[0] == "reduce" and e[1] > 3 for e in events)
+    # depth 1: group 5's chunks wait for group 4's reduction, which never comes
+    assert not any(e[0] == "start" and e[1] >= 5 for e in events)
