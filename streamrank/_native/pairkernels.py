@@ -294,18 +294,22 @@ def _mom_fenwick_prefix(tree, rank):
 # inside the loop (with the unused accumulators in scope) made them 5-10x slower.
 
 
-@njit(cache=True, nogil=True)
-def _active_end(zs, ptr, zi, thr):
-    """Advance ``ptr`` over the sorted scores ``zs`` while ``(zs[ptr] - zi) + 1.0 > thr``.
-
-    THE active test (module docstring): the pair (i, j), ``i`` preferred, has margin
+@njit(cache=True, nogil=True, inline="always")
+def _active(zj, zi, thr):
+    """THE active test (module docstring): the pair (i, j), ``i`` preferred, has margin
     ``m_ij = (z_j - z_i) + 1.0`` and is in the quadratic region iff ``m_ij > eta`` (``thr = eta``;
     0 for the squared hinge), in the smooth hinge's band or beyond iff ``m_ij > -eta``.  Written
     here once for both sweep directions; the mirrored frame passes negated scores, for which the
     same expression is the same floating-point number.
     """
+    return (zj - zi) + 1.0 > thr
+
+
+@njit(cache=True, nogil=True)
+def _active_end(zs, ptr, zi, thr):
+    """Advance ``ptr`` over the sorted scores ``zs`` while the pair (i, ptr) is :func:`_active`."""
     n = zs.shape[0]
-    while ptr < n and (zs[ptr] - zi) + 1.0 > thr:
+    while ptr < n and _active(zs[ptr], zi, thr):
         ptr += 1
     return ptr
 
@@ -339,15 +343,27 @@ def _levels_terms(mom, lam, a, zi):
 @njit(cache=True, nogil=True)
 def _sweep_loss_grad_levels(zs, rs, lam, thr, cut, lin):
     """Sweep with one moment slot per label level; any cost table, O(L) per document."""
-    mom = np.zeros((lam.shape[0], 3))
+    return _sweep_levels_into(zs, rs, lam, thr, cut, lin, np.empty((lam.shape[0], 3)))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _sweep_levels_into(zs, rs, lam, thr, cut, lin, mom):
+    """:func:`_sweep_loss_grad_levels` with its moments in ``mom`` (``(L, 3)`` scratch the caller
+    makes once: an allocation per query cost 0.3 ms of a 4.8 ms sweep over 400k MSLR rows)."""
+    for r in range(mom.shape[0]):
+        mom[r, 0] = 0.0
+        mom[r, 1] = 0.0
+        mom[r, 2] = 0.0
     total = 0.0
     ptr = 0
-    for p in range(zs.shape[0]):
+    n = zs.shape[0]
+    for p in range(n):
         zi = zs[p]
-        end = _active_end(zs, ptr, zi, thr)
-        for k in range(ptr, end):
-            _mom_push(mom, rs[k], 1.0, zs[k])
-        ptr = end
+        # the pushes inside the search (the same pushes, in the same order): one loop exit per
+        # document to mispredict, not two (the search's and the push loop's)
+        while ptr < n and _active(zs[ptr], zi, thr):
+            _mom_push(mom, rs[ptr], 1.0, zs[ptr])
+            ptr += 1
         cut[p] = ptr
         sq, lin[p] = _levels_terms(mom, lam, rs[p], zi)
         total += sq

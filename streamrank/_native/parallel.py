@@ -27,11 +27,11 @@ CHUNKS_PER_THREAD = 4
 # below this much work (rows, or the weight the caller gives) one call in the calling thread
 # costs less than handing chunks to the pool (about 20 us per chunk)
 SERIAL_WORK = 4096
-# chunks per thread of each group in run_groups, and of its last: between groups no thread waits
-# for another, so fewer, longer chunks (fewer kernel calls, each with its set-up) balance as well
-# but at the block's end
+# chunks per thread of each group in run_groups: between groups no thread waits for another, so
+# fewer, longer chunks (fewer kernel calls, each with its set-up) balance as well; the last
+# group's shrink (tapered) so that the threads finish together
 GROUP_CHUNKS_PER_THREAD = 2
-LAST_GROUP_CHUNKS_PER_THREAD = CHUNKS_PER_THREAD
+LAST_GROUP_ROUNDS = 4
 
 _local = threading.local()
 _pool_lock = threading.Lock()
@@ -86,17 +86,35 @@ def _mark_worker():
     _local.worker = True
 
 
-def bounds(n, parts, weights=None):
+def bounds(n, parts, weights=None, fractions=None):
     """Cut points 0 = b_0 <= ... <= b_parts = n of ``parts`` contiguous chunks of ``0..n`` of about
     equal weight; ``weights`` is the cumulative weight at each item edge (length n + 1, such as a
-    block's query offsets), equal item counts without it."""
+    block's query offsets), equal item counts without it. ``fractions`` (rising, 0 to 1, length
+    parts + 1) puts the cuts at those shares of the weight instead of equal ones."""
+    f = np.arange(parts + 1) / parts if fractions is None else np.asarray(fractions, np.float64)
     if weights is None:
-        return np.linspace(0, n, parts + 1).round().astype(np.int64)
-    weights = np.asarray(weights)
-    targets = weights[0] + (weights[n] - weights[0]) * np.arange(parts + 1) / parts
-    b = np.searchsorted(weights, targets, side="left")  # rising targets <= weights[n]: in 0..n, rising
+        b = (f * n).round().astype(np.int64)
+    else:
+        weights = np.asarray(weights)
+        targets = weights[0] + (weights[n] - weights[0]) * f
+        b = np.searchsorted(weights, targets, side="left")  # rising targets <= weights[n]: in 0..n, rising
     b[0], b[-1] = 0, n
     return b
+
+
+def tapered(threads, rounds):
+    """Shares of a block's last group for :func:`run_groups`: ``threads`` chunks of a quarter, then
+    of an eighth, ... (``rounds`` rounds, each half the last), the rest in ``threads`` equal
+    chunks; the thread that finishes last waits for at most the smallest chunk."""
+    f = [0.0]
+    rest = 1.0
+    for _ in range(rounds):
+        for _ in range(threads):
+            f.append(f[-1] + rest / (2 * threads))
+        rest /= 2
+    for k in range(1, threads + 1):
+        f.append(1.0 - rest + rest * k / threads)
+    return f
 
 
 def run(kernel, n, *args, weights=None, item_cost=1):
@@ -166,9 +184,14 @@ def run_groups(kernel, groups, reduce, depth=2, item_cost=1):
     chunks = []  # (group, i0, i1) in group order; a group of no items still has its (empty) call
     for gi, g in enumerate(groups):
         work = (g.n if g.weights is None else int(g.weights[g.n] - g.weights[0])) * item_cost
-        per_thread = LAST_GROUP_CHUNKS_PER_THREAD if gi == len(groups) - 1 else GROUP_CHUNKS_PER_THREAD
-        parts = 1 if g.n <= 1 or work < SERIAL_WORK else min(g.n, t * per_thread)
-        b = bounds(g.n, parts, g.weights)
+        if g.n <= 1 or work < SERIAL_WORK:
+            b = bounds(g.n, 1)
+        elif gi == len(groups) - 1:  # the block's end: the threads finish together
+            f = tapered(t, LAST_GROUP_ROUNDS)
+            b = bounds(g.n, len(f) - 1, g.weights, f)
+        else:
+            b = bounds(g.n, min(g.n, t * GROUP_CHUNKS_PER_THREAD), g.weights)
+        parts = len(b) - 1
         chunks.extend((gi, int(b[k]), int(b[k + 1])) for k in range(parts) if b[k + 1] > b[k] or g.n == 0)
     left = [0] * len(groups)  # chunks of each group not yet done
     for gi, _, _ in chunks:
