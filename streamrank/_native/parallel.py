@@ -17,6 +17,7 @@ items inside a kernel, so neither the chunking nor the thread count changes a va
 
 import os
 import threading
+from collections import deque
 from contextlib import contextmanager
 
 import numpy as np
@@ -164,88 +165,176 @@ def run(kernel, n, *args, weights=None, item_cost=1):
 def run_groups(kernel, groups, reduce, depth=2, item_cost=1):
     """``kernel(i0, i1, *g.args)`` over the chunks of each group ``g`` (``g.n`` items, ``g.weights``
     as in :func:`bounds`) and ``reduce(g)`` once per group, in group order, after its last chunk:
-    :func:`run` per group with no wait between groups.
+    :func:`run` per group with no wait between groups (a :class:`Pipeline` of one batch)."""
+    pipe = Pipeline(kernel, depth, item_cost)
+    try:
+        pipe.add(groups, reduce)
+    finally:
+        pipe.finish()
 
-    The threads take the groups' chunks in order, so while one thread finishes group k's last
-    chunk (or reduces it) the others start on group k + 1; :func:`run` per group made every
-    thread wait for the slowest at each group's end and for the reduction (issue 34: 1.8 ms of a
-    37.7 ms fun + grad pass on 1.1M rows in 17 groups). A chunk of group k starts only after
-    ``reduce`` of group ``k - depth`` has returned, so group k may reuse that group's buffers:
-    ``depth`` buffer sets suffice. Every value is as :func:`run`'s: each item writes only its
-    own outputs and the reductions run one at a time, in order. The first error is raised once
-    every thread has stopped; no chunk starts after it.
+
+class Pipeline:
+    """Groups of chunks run by the pool as they are added, a batch at a time (the blocks of a pass).
+
+    ``add(groups, reduce)`` queues a batch: ``kernel(i0, i1, *g.args)`` over the chunks of each
+    group ``g`` (``g.n`` items, ``g.weights`` as in :func:`bounds`), then ``reduce(g)`` once per
+    group, in the order the groups were added, after the group's last chunk. The caller's thread
+    works on the chunks too and returns from ``add`` when none is left to start, without waiting
+    for the other threads' last ones, which run on while it makes the next batch; ``finish()``
+    returns when every group is reduced.
+
+    The threads take the chunks in order, so while one thread finishes group k's last chunk (or
+    reduces it) the others start on group k + 1. :func:`run` per group made every thread wait for
+    the slowest at each group's end and for the reduction, and a batch per call at each block's
+    end (issue 34: 1.8 ms of a 37.7 ms fun + grad pass on 1.1M rows in 17 groups and 5 blocks).
+    A chunk of group k (counted over all batches) starts only after ``reduce`` of group
+    ``k - depth`` has returned, so group k may reuse that group's buffers: ``depth`` buffer sets
+    suffice. Every value is as :func:`run`'s: each item writes only its own outputs and the
+    reductions run one at a time, in order.
+
+    The first error stops the pipeline: no chunk starts after it, ``add`` raises it in the
+    caller (at once or at its next call) and ``finish`` once every thread has stopped.
     """
-    t = threads()
-    if t <= 1 or getattr(_local, "worker", False):
-        for g in groups:
-            kernel(0, g.n, *g.args)
-            reduce(g)
-        return
-    chunks = []  # (group, i0, i1) in group order; a group of no items still has its (empty) call
-    for gi, g in enumerate(groups):
-        work = (g.n if g.weights is None else int(g.weights[g.n] - g.weights[0])) * item_cost
+
+    def __init__(self, kernel, depth=2, item_cost=1):
+        self.kernel, self.depth, self.item_cost = kernel, depth, item_cost
+        self.t = threads()
+        self.serial = self.t <= 1 or getattr(_local, "worker", False)
+        self.items = []  # (group, its reduce), in the order added
+        self.n_serial = 0  # groups run in the caller's thread alone (one thread in force)
+        self.queue = deque()  # (group index, i0, i1) cut and not yet taken
+        self.left = []  # chunks of each group not yet done (-1: not yet cut)
+        self.cond = threading.Condition()
+        self.cut = 0  # groups cut into chunks so far
+        self.reduced = -1  # the last group reduced
+        self.reducing = False
+        self.closed = False
+        self.error = None
+        self.raised = False
+        self.futures = None
+
+    @property
+    def added(self):
+        """Groups added so far (the index the next batch's first group gets)."""
+        return self.n_serial + len(self.items)
+
+    def add(self, groups, reduce):
+        if self.serial:
+            for g in groups:
+                self.kernel(0, g.n, *g.args)
+                reduce(g)
+                self.n_serial += 1
+            return
+        with self.cond:
+            self._check()
+            first = len(self.items)
+            for g in groups:
+                self.items.append((g, reduce))
+                self.left.append(-1)
+            self.cond.notify_all()
+        if self.futures is None:
+            self.futures = [_executor().submit(self._runner, True) for _ in range(self.t - 1)]
+        # the caller works on the earlier batches' chunks only, and leaves this one's to the
+        # others while it makes the next batch: taking the last ones itself left them idle for
+        # the 0.1-0.3 ms of a block's set-up (and waiting for the interpreter's lock after it)
+        self._runner(False, upto=first)
+        with self.cond:
+            self._check()
+
+    def finish(self):
+        """Wait for every group to be reduced (the caller works too); raise the first error."""
+        if self.serial:
+            return
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+        self._runner(False)
+        for f in self.futures or ():
+            f.result()  # the runners catch their errors (self.error)
+        with self.cond:
+            self._check()
+
+    def _check(self):
+        # called under cond: raise the first error once
+        if self.error is not None and not self.raised:
+            self.raised = True
+            raise self.error
+
+    def _chunks_of(self, gi):
+        # (i0, i1) of group gi's chunks; a group of no items still has its (empty) call
+        g = self.items[gi][0]
+        work = (g.n if g.weights is None else int(g.weights[g.n] - g.weights[0])) * self.item_cost
         if g.n <= 1 or work < SERIAL_WORK:
-            b = bounds(g.n, 1)
-        elif gi == len(groups) - 1:  # the block's end: the threads finish together
-            f = tapered(t, LAST_GROUP_ROUNDS)
+            return [(0, g.n)]
+        if gi == len(self.items) - 1 and self.closed:  # the end: the threads finish together
+            f = tapered(self.t, LAST_GROUP_ROUNDS)
             b = bounds(g.n, len(f) - 1, g.weights, f)
         else:
-            b = bounds(g.n, min(g.n, t * GROUP_CHUNKS_PER_THREAD), g.weights)
-        parts = len(b) - 1
-        chunks.extend((gi, int(b[k]), int(b[k + 1])) for k in range(parts) if b[k + 1] > b[k] or g.n == 0)
-    left = [0] * len(groups)  # chunks of each group not yet done
-    for gi, _, _ in chunks:
-        left[gi] += 1
-    cond = threading.Condition()
-    st = {"next": 0, "reduced": -1, "reducing": False, "error": None}
+            b = bounds(g.n, min(g.n, self.t * GROUP_CHUNKS_PER_THREAD), g.weights)
+        return [(int(b[k]), int(b[k + 1])) for k in range(len(b) - 1) if b[k + 1] > b[k]]
 
-    def fail(exc):
-        with cond:
-            st["error"] = st["error"] or exc
-            st["next"] = len(chunks)  # no chunk starts after an error
-            cond.notify_all()
+    def _take(self):
+        # the next chunk in group order, or None (under cond). The chunks are cut a group at a
+        # time as the threads reach it: cutting every group's first kept both threads idle for
+        # 85 us a block (18 groups' bounds)
+        if not self.queue and self.cut < len(self.items) and self.error is None:
+            gi = self.cut
+            cs = self._chunks_of(gi)
+            self.left[gi] = len(cs)
+            self.queue.extend((gi, i0, i1) for i0, i1 in cs)
+            self.cut = gi + 1
+        return self.queue.popleft() if self.queue else None
 
-    def reduce_ready():
-        # called with st["reducing"] claimed: reduce every finished group in order
+    def _fail(self, exc):
+        with self.cond:
+            self.error = self.error or exc
+            self.queue.clear()  # no chunk starts after an error
+            self.cut = len(self.items)
+            self.cond.notify_all()
+
+    def _reduce_ready(self):
+        # called with self.reducing claimed: reduce every finished group in order
         while True:
-            with cond:
-                gi = st["reduced"] + 1
-                if st["error"] is not None or gi >= len(groups) or left[gi]:
-                    st["reducing"] = False
+            with self.cond:
+                gi = self.reduced + 1
+                if self.error is not None or gi >= len(self.items) or self.left[gi] != 0:
+                    self.reducing = False
                     return
-            reduce(groups[gi])
-            with cond:
-                st["reduced"] = gi
-                cond.notify_all()
+            g, reduce = self.items[gi]
+            reduce(g)
+            with self.cond:
+                self.reduced = gi
+                self.cond.notify_all()
 
-    def runner():
+    def _runner(self, pool_thread, upto=None):
+        """Take and run chunks. The caller's thread returns when no chunk of a group before
+        ``upto`` is left to start (None: no chunk at all); a pool thread waits for the next batch
+        when none is left, and returns once the pipeline is closed."""
         try:
             while True:
-                with cond:
-                    if st["next"] >= len(chunks):
+                with self.cond:
+                    if upto is not None and (self.queue[0][0] if self.queue else self.cut) >= upto:
                         return
-                    gi, i0, i1 = chunks[st["next"]]
-                    st["next"] += 1
-                    while st["reduced"] < gi - depth and st["error"] is None:  # group gi - depth's buffers
-                        cond.wait()
-                    if st["error"] is not None:
+                    c = self._take()
+                    while c is None and pool_thread and not self.closed and self.error is None:
+                        self.cond.wait()
+                        c = self._take()
+                    if c is None:
                         return
-                kernel(i0, i1, *groups[gi].args)
-                with cond:
-                    left[gi] -= 1
-                    nxt = st["reduced"] + 1  # the next group to reduce: finished, and no one reducing?
-                    claim = not st["reducing"] and nxt < len(groups) and left[nxt] == 0
+                    gi, i0, i1 = c
+                    while self.reduced < gi - self.depth and self.error is None:  # group gi - depth's buffers
+                        self.cond.wait()
+                    if self.error is not None:
+                        return
+                g = self.items[gi][0]
+                self.kernel(i0, i1, *g.args)
+                with self.cond:
+                    self.left[gi] -= 1
+                    nxt = self.reduced + 1  # the next group to reduce: finished, and no one reducing?
+                    claim = not self.reducing and nxt < len(self.items) and self.left[nxt] == 0
                     if claim:
-                        st["reducing"] = True
+                        self.reducing = True
                 if claim:
-                    reduce_ready()
-        except BaseException as exc:  # noqa: B036 - re-raised by the caller after the others stop
-            fail(exc)
-
-    pool = _executor()
-    futures = [pool.submit(runner) for _ in range(min(t, len(chunks)) - 1)]
-    runner()
-    for f in futures:
-        f.result()
-    if st["error"] is not None:
-        raise st["error"]
+                    self._reduce_ready()
+        except BaseException as exc:  # noqa: B036 - raised in the caller by add or finish
+            self._fail(exc)

@@ -14,7 +14,10 @@ A pass has four parts:
 - ``merge(total, carry)`` returns ``total`` with a later partition's carry added (partition
   order); a pass whose carry cannot be split (``one_partition``) runs as one partition anywhere;
 - ``done(carry)`` True when the rest of the blocks are not needed (partial passes; checked before
-  a block is read).
+  a block is read);
+- ``finish(carry)`` completes what ``step`` left running (its kernels may run on after it
+  returns when the source keeps its blocks in memory, ``blocks_persist``); called before a carry
+  is merged or returned, and before an error propagates.
 
 :meth:`Executor.run` returns ``(carry, outputs)``: the merged carry and the list of the blocks'
 outputs in block order (or, with ``collect``, hands each output to ``collect(k, output)`` in
@@ -67,6 +70,16 @@ class Pass:
     def done(self, carry):
         return False
 
+    # set by run_blocks: the source's blocks stay valid after step returns (kept in memory), so a
+    # step may leave its kernels running on them until finish
+    blocks_persist = False
+    # the pass's steps may leave work running (then run_blocks merges the partitions' carries after
+    # one finish at the end, not a finish at every partition's end; carries small enough to keep)
+    defers = False
+
+    def finish(self, carry):
+        """Hook: the work that ``step`` left running is done when this returns."""
+
 
 def pass_items(p, source):
     """The items a pass iterates over ``source`` (see :attr:`Pass.reads`)."""
@@ -95,7 +108,10 @@ def run_blocks(p, source, kept=(), collect=None, carry=None, on_block=None):
     total, carry = None, (p.start() if carry is None else carry)
     outputs = None if collect is not None else []
     it = pass_items(p, source)
+    p.blocks_persist = bool(getattr(source, "in_memory", False)) and p.reads == "rows"
+    deferred = [] if p.defers and p.blocks_persist else None  # carries to merge after finish
     k = 0
+    finished = False
     try:
         while not p.done(carry):
             try:
@@ -103,7 +119,11 @@ def run_blocks(p, source, kept=(), collect=None, carry=None, on_block=None):
             except StopIteration:
                 break
             if parts is not None and k and parts[k] != parts[k - 1]:  # a new partition
-                total = carry if total is None else p.merge(total, carry)
+                if deferred is not None:
+                    deferred.append(carry)
+                else:
+                    p.finish(carry)
+                    total = carry if total is None else p.merge(total, carry)
                 carry = p.start()
             out = p.step(carry, item, *(x[k] for x in kept))
             if collect is not None:
@@ -113,7 +133,16 @@ def run_blocks(p, source, kept=(), collect=None, carry=None, on_block=None):
             if on_block is not None:
                 on_block(k)
             k += 1
+        finished = True
+        p.finish(carry)
+        for c in deferred or ():  # in partition order, before the last
+            total = c if total is None else p.merge(total, c)
     finally:
+        if not finished:  # an error: the step's kernels stop before it propagates (theirs is lost)
+            try:
+                p.finish(carry)
+            except BaseException:  # noqa: B036 - the first error is the one that propagates
+                pass
         close = getattr(it, "close", None)
         if close is not None:  # a generator stopped early releases its buffers and threads now
             close()

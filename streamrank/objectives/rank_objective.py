@@ -371,7 +371,33 @@ def preconditioner_bytes(m):
 # -- the passes (streamrank.execution): what one block contributes, and how partitions add up -------
 
 
-class _LossGrad(Pass):
+class _Pipelined(Pass):
+    """A pass whose steps queue their groups of queries on one :class:`parallel.Pipeline`: with the
+    blocks kept in memory (``blocks_persist``) a step returns while its last chunks still run, so
+    no thread waits at a block's end, and :meth:`finish` waits for them; otherwise each step
+    finishes its own (the stream reuses the block's buffer next)."""
+
+    _pipe = None
+    defers = True
+
+    def _first_group(self):
+        """The pipeline's index of this block's first group (buffer set: index mod GROUP_BUFFERS)."""
+        return 0 if self._pipe is None else self._pipe.added
+
+    def _run(self, kernel, groups, reduce):
+        if self._pipe is None:
+            self._pipe = par.Pipeline(kernel, depth=GROUP_BUFFERS)
+        self._pipe.add(groups, reduce)
+        if not self.blocks_persist:
+            self.finish(None)
+
+    def finish(self, carry):
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.finish()
+
+
+class _LossGrad(_Pipelined):
     """fun + grad at w (one pass): per block the fused kernel gives per-query losses and gradient
     partials P[q] = Phi_q^T dz_q; the carry adds them in query order. Each block keeps its active
     sets (for hessp) and, with ``keep_scores``, its scores z = Phi w (for Newton's line search)."""
@@ -390,7 +416,7 @@ class _LossGrad(Pass):
         warm = prev is not None and pk.is_state(prev[0], n, self.cost_args[6])
         st = prev[0] if warm else pk.state_arrays(n, self.cost_args[6])
         z = np.empty(n) if self.keep_scores else None
-        groups = _query_groups(b, self.m)
+        groups = _query_groups(b, self.m, self._first_group())
         for g in groups:
             zg = z[g.r0:g.r1] if z is not None else g.z  # kept for line searches, or scratch
             g.args = (g.X, self.w, g.shift, g.scale, b.affine, g.qptr, g.rank, *self.cost_args,
@@ -400,14 +426,14 @@ class _LossGrad(Pass):
             carry["loss"] = la.sum_in_order(carry["loss"], g.loss)
             la.add_rows_in_order(carry["acc"], g.partials)
 
-        par.run_groups(fz.fused_loss_grad, groups, add, depth=GROUP_BUFFERS)
+        self._run(fz.fused_loss_grad, groups, add)
         return st, z
 
     def merge(self, total, carry):
         return {"acc": total["acc"] + carry["acc"], "loss": total["loss"] + carry["loss"]}
 
 
-class _HessProd(Pass):
+class _HessProd(_Pipelined):
     """sum_q Phi_q^T (A^T D A)_q Phi_q s (one pass), with each block's kept active sets."""
 
     def __init__(self, s, m, cost_args, mu):
@@ -418,11 +444,11 @@ class _HessProd(Pass):
 
     def step(self, acc, b, out):
         st = out[0]
-        groups = _query_groups(b, self.m)
+        groups = _query_groups(b, self.m, self._first_group())
         for g in groups:
             g.args = (g.X, self.s, g.shift, g.scale, b.affine, g.qptr, g.rank, *self.cost_args,
                       self.mu[b.q0 + g.qa:b.q0 + g.qb], *g.state(st), g.partials)
-        par.run_groups(fz.fused_hess, groups, lambda g: la.add_rows_in_order(acc, g.partials), depth=GROUP_BUFFERS)
+        self._run(fz.fused_hess, groups, lambda g: la.add_rows_in_order(acc, g.partials))
 
     def merge(self, total, acc):
         return total + acc
@@ -435,8 +461,8 @@ GROUP_ROWS = 1 << 16
 # and at most this many bytes of partials (a wide feature map's queries of a few rows each made
 # 8 m bytes a query of a 2^16-row group 131 MB at m = 2000)
 GROUP_PARTIALS_BYTES = 2 << 20
-# sets of those buffers per block: the threads start group k + 1 while group k's partials are
-# added (parallel.run_groups)
+# sets of those buffers: the threads start group k + 1 (of this block or the next) while group k's
+# partials are added (parallel.Pipeline)
 GROUP_BUFFERS = 2
 
 
@@ -484,20 +510,25 @@ def _group_buffers(most_q, most_r, m):
     return have
 
 
-def _query_groups(b, m):
-    """The groups of block b in query order; group k uses buffer set k mod GROUP_BUFFERS."""
+def _query_groups(b, m, first=0):
+    """The groups of block b in query order; group k uses buffer set (first + k) mod GROUP_BUFFERS
+    (``first``: the pipeline's index of the block's first group)."""
     qp = b.qptr
     nq = b.q1 - b.q0
     max_q = max(1, GROUP_PARTIALS_BYTES // (8 * max(m, 1)))
+    # whole queries, at most max_q of them, in groups of about equal rows (at most GROUP_ROWS, or
+    # one query): a block's small last group made the next block's groups wait for its buffers
+    rows = int(qp[nq] - qp[0]) if nq else 0
+    per = -(-rows // max(1, -(-rows // GROUP_ROWS)))
     bounds = [0]
-    while bounds[-1] < nq:  # whole queries: at most GROUP_ROWS rows (or one query), max_q queries
+    while bounds[-1] < nq:
         q = bounds[-1]
-        k = int(np.searchsorted(qp, qp[q] + GROUP_ROWS, side="right")) - 1
+        k = int(np.searchsorted(qp, qp[q] + per, side="right")) - 1
         bounds.append(min(max(k, q + 1), q + max_q, nq))
     most_q = max((bounds[k + 1] - bounds[k] for k in range(len(bounds) - 1)), default=0)
     most_r = max((int(qp[bounds[k + 1]] - qp[bounds[k]]) for k in range(len(bounds) - 1)), default=0)
     bufs = _group_buffers(most_q, most_r, m)
-    return [_Group(b, bounds[k], bounds[k + 1], bufs[k % GROUP_BUFFERS]) for k in range(len(bounds) - 1)]
+    return [_Group(b, bounds[k], bounds[k + 1], bufs[(first + k) % GROUP_BUFFERS]) for k in range(len(bounds) - 1)]
 
 
 class _Scores(Pass):

@@ -23,6 +23,20 @@ def test_bounds_balance_weights():
     assert 50 in b or 51 in b
 
 
+@pytest.mark.parametrize("threads,rounds", [(1, 0), (2, 4), (3, 2), (8, 6)])
+def test_tapered_shares_halve_each_round_and_cover_the_group(threads, rounds):
+    f = np.array(parallel.tapered(threads, rounds))
+    assert f[0] == 0.0 and f[-1] == pytest.approx(1.0) and np.all(np.diff(f) > 0)
+    sizes = np.diff(f)
+    assert len(sizes) == threads * (rounds + 1)
+    for r in range(rounds):  # threads chunks of 1/(2 threads), then of half that, ...
+        np.testing.assert_allclose(sizes[r * threads:(r + 1) * threads], 0.5 ** (r + 1) / threads)
+    np.testing.assert_allclose(sizes[-threads:], 0.5 ** rounds / threads)
+    w = np.cumsum(np.r_[0, np.ones(1000)])
+    b = parallel.bounds(1000, len(f) - 1, w, f)
+    assert b[0] == 0 and b[-1] == 1000 and np.all(np.diff(b) >= 0)
+
+
 def test_run_calls_every_item_once_on_several_threads(monkeypatch):
     monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
     seen = np.zeros(1000, np.int64)
@@ -108,9 +122,10 @@ class _G:
         self.n, self.weights, self.args = n, weights, args
 
 
-def _run_groups_log(sizes, depth, threads, fail_at=None, fail_in=None, slow=0.0):
+def _run_groups_log(sizes, depth, threads, fail_at=None, fail_in=None, slow=0.0, batches=None):
     """run_groups over groups of ``sizes`` items, each reduction taking ``slow`` seconds at least (the
-    other thread then runs ahead); returns the event log (under a lock) and the items' hit counts."""
+    other thread then runs ahead); returns the event log (under a lock) and the items' hit counts.
+    ``batches``: cut points of the groups into the batches of one Pipeline (a pass's blocks)."""
     import time
     lock = threading.Lock()
     log = []
@@ -137,7 +152,17 @@ def _run_groups_log(sizes, depth, threads, fail_at=None, fail_in=None, slow=0.0)
 
     groups = [_G(n, np.cumsum(np.r_[0, np.arange(n) % 3 + 1]), (gi,)) for gi, n in enumerate(sizes)]
     with parallel.limit(threads):
-        parallel.run_groups(kernel, groups, reduce, depth=depth)
+        if batches is None:
+            parallel.run_groups(kernel, groups, reduce, depth=depth)
+        else:
+            pipe = parallel.Pipeline(kernel, depth=depth)
+            try:
+                for a, b in zip([0, *batches], [*batches, len(groups)]):
+                    assert pipe.added == a
+                    pipe.add(groups[a:b], reduce)
+                    time.sleep(slow)  # the caller makes the next batch meanwhile
+            finally:
+                pipe.finish()
     return log, hits
 
 
@@ -181,6 +206,38 @@ def test_run_groups_hypothesis_every_item_once_reductions_in_order():
         check()
     finally:
         parallel.SERIAL_WORK = before
+
+
+def test_pipeline_batches_hypothesis_every_item_once_reductions_in_order():
+    """The same over batches added one at a time (a pass's blocks): the groups are numbered
+    across batches, reduced in that order, and the depth holds across a batch's end."""
+    from hypothesis import given, settings, strategies as st
+
+    @settings(max_examples=60, deadline=None)
+    @given(st.lists(st.integers(0, 300), min_size=0, max_size=12), st.integers(1, 3), st.integers(1, 2),
+           st.sampled_from([0.0, 0.002]), st.data())
+    def check(sizes, depth, threads, slow, data):
+        cuts = sorted(data.draw(st.lists(st.integers(0, len(sizes)), max_size=4)))
+        parallel.SERIAL_WORK = 0
+        log, hits = _run_groups_log(sizes, depth, threads, slow=slow, batches=cuts)
+        assert all(np.all(h == 1) for h in hits)
+        assert _check_order(log, sizes, depth) == list(range(len(sizes)))
+
+    before = parallel.SERIAL_WORK
+    try:
+        check()
+    finally:
+        parallel.SERIAL_WORK = before
+
+
+@pytest.mark.parametrize("where", ["kernel", "reduce"])
+def test_pipeline_error_in_an_early_batch_is_raised_and_the_pool_stays_usable(monkeypatch, where):
+    monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
+    with pytest.raises(ValueError, match="bad"):
+        _run_groups_log([200] * 9, 2, 2, fail_at=1, fail_in=where, batches=[3, 6])
+    log, hits = _run_groups_log([200] * 9, 2, 2, batches=[3, 6])
+    assert all(np.all(h == 1) for h in hits)
+    assert _check_order(log, [200] * 9, 2) == list(range(9))
 
 
 @pytest.mark.parametrize("where", ["kernel", "reduce"])
