@@ -39,7 +39,10 @@ from streamrank.objectives.block_rows import block_phi as _phi
 # Hessian: bounds that temporary memory to about 2 x 8 x HESSIAN_ROWS x m bytes.
 HESSIAN_ROWS = 1 << 15
 
-_trim = trimmer()
+# a pass's start hands the heaps' free pages back once they have grown by this much since the
+# last trim (the allocator's share of io.budget.STREAM_SLACK, 16 MB)
+TRIM_GROWTH = 4 << 20
+_trim = trimmer(TRIM_GROWTH)
 
 
 @dataclass
