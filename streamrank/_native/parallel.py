@@ -33,6 +33,9 @@ SERIAL_WORK = 4096
 # group's shrink (tapered) so that the threads finish together
 GROUP_CHUNKS_PER_THREAD = 2
 LAST_GROUP_ROUNDS = 4
+# seconds a Pipeline's pool thread waits for the next batch before it leaves (a block's set-up
+# between two batches takes about 0.2 ms)
+IDLE_WAIT = 0.05
 
 _local = threading.local()
 _pool_lock = threading.Lock()
@@ -211,7 +214,8 @@ class Pipeline:
         self.closed = False
         self.error = None
         self.raised = False
-        self.futures = None
+        self.futures = []
+        self.live = 0  # pool runners started and not yet returned
 
     @property
     def added(self):
@@ -232,8 +236,10 @@ class Pipeline:
                 self.items.append((g, reduce))
                 self.left.append(-1)
             self.cond.notify_all()
-        if self.futures is None:
-            self.futures = [_executor().submit(self._runner, True) for _ in range(self.t - 1)]
+        with self.cond:  # the pool's runners: up to t - 1 alive (one that sat idle has left)
+            start = self.t - 1 - self.live
+            self.live += start
+        self.futures += [_executor().submit(self._runner, True) for _ in range(start)]
         # the caller works on the earlier batches' chunks only, and leaves this one's to the
         # others while it makes the next batch: taking the last ones itself left them idle for
         # the 0.1-0.3 ms of a block's set-up (and waiting for the interpreter's lock after it)
@@ -249,7 +255,7 @@ class Pipeline:
             self.closed = True
             self.cond.notify_all()
         self._runner(False)
-        for f in self.futures or ():
+        for f in self.futures:
             f.result()  # the runners catch their errors (self.error)
         with self.cond:
             self._check()
@@ -308,8 +314,11 @@ class Pipeline:
 
     def _runner(self, pool_thread, upto=None):
         """Take and run chunks. The caller's thread returns when no chunk of a group before
-        ``upto`` is left to start (None: no chunk at all); a pool thread waits for the next batch
-        when none is left, and returns once the pipeline is closed."""
+        ``upto`` is left to start (None: no chunk at all). A pool thread waits for the next batch
+        when none is left, and returns once the pipeline is closed, or after IDLE_WAIT seconds
+        with no batch (the next ``add`` starts another): a pipeline its caller dropped without
+        ``finish`` keeps no pool thread, which every later pass needs."""
+        counted = pool_thread  # in self.live until it leaves, uncounted under the lock that decides it
         try:
             while True:
                 with self.cond:
@@ -317,9 +326,14 @@ class Pipeline:
                         return
                     c = self._take()
                     while c is None and pool_thread and not self.closed and self.error is None:
-                        self.cond.wait()
+                        if not self.cond.wait(IDLE_WAIT):
+                            c = self._take()
+                            break
                         c = self._take()
                     if c is None:
+                        if counted:
+                            self.live -= 1
+                            counted = False
                         return
                     gi, i0, i1 = c
                     while self.reduced < gi - self.depth and self.error is None:  # group gi - depth's buffers
@@ -338,3 +352,7 @@ class Pipeline:
                     self._reduce_ready()
         except BaseException as exc:  # noqa: B036 - raised in the caller by add or finish
             self._fail(exc)
+        finally:
+            if counted:
+                with self.cond:
+                    self.live -= 1

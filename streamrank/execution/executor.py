@@ -143,6 +143,7 @@ def run_blocks(p, source, kept=(), collect=None, carry=None, on_block=None):
                 p.finish(carry)
             except BaseException:  # noqa: B036 - the first error is the one that propagates
                 pass
+        p.blocks_persist = False  # a step called later, outside this loop, finishes its own work
         close = getattr(it, "close", None)
         if close is not None:  # a generator stopped early releases its buffers and threads now
             close()

@@ -271,3 +271,59 @@ def test_run_groups_stops_reducing_after_an_error(monkeypatch):
     assert ("reduce", 3) not in events and not any(e[0] == "reduce" and e[1] > 3 for e in events)
     # depth 1: group 5's chunks wait for group 4's reduction, which never comes
     assert not any(e[0] == "start" and e[1] >= 5 for e in events)
+
+
+def test_a_pipeline_dropped_without_finish_keeps_no_pool_thread(monkeypatch):
+    """The pool thread of a pipeline whose caller never calls finish (an error between two
+    batches, say) leaves after IDLE_WAIT: the passes after it still get the pool (they would
+    wait for ever for a runner queued behind it)."""
+    import time
+    monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
+    monkeypatch.setattr(parallel, "IDLE_WAIT", 0.01)
+    with parallel.limit(2):
+        pipe = parallel.Pipeline(lambda i0, i1, out: out.__setitem__(slice(i0, i1), 1.0))
+        out = np.zeros(100)
+        pipe.add([_G(100, None, (out,))], lambda g: None)
+        del pipe  # dropped: no finish
+        done = threading.Event()
+        seen = np.zeros(1000)
+
+        def later():
+            parallel.run(lambda a, b, o: o.__setitem__(slice(a, b), o[a:b] + 1), 1000, seen)
+            done.set()
+
+        threading.Thread(target=later, daemon=True).start()
+        assert done.wait(60), "a later pass waited for the dropped pipeline's pool thread"
+    assert np.all(seen == 1)
+    deadline = time.monotonic() + 60
+    while not np.all(out == 1.0) and time.monotonic() < deadline:  # its batch still ran
+        time.sleep(0.01)
+    assert np.all(out == 1.0)
+
+
+def test_a_pipeline_whose_pool_thread_left_starts_another_on_the_next_batch(monkeypatch):
+    import time
+    monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
+    monkeypatch.setattr(parallel, "IDLE_WAIT", 0.01)
+    names = set()
+    lock = threading.Lock()
+    meet = threading.Barrier(2, timeout=60)
+
+    def kernel(i0, i1, out, second):
+        if second:
+            with lock:
+                first = threading.current_thread().name not in names
+                names.add(threading.current_thread().name)
+            if first:
+                meet.wait()  # both threads run the second batch
+        out[i0:i1] += 1
+
+    with parallel.limit(2):
+        pipe = parallel.Pipeline(kernel)
+        a, b = np.zeros(400), np.zeros(400)
+        pipe.add([_G(400, None, (a, False))], lambda g: None)
+        time.sleep(0.2)  # the pool thread finishes the batch, waits IDLE_WAIT and leaves
+        assert pipe.live == 0
+        pipe.add([_G(400, None, (b, True)), _G(400, None, (b, True))], lambda g: None)
+        pipe.finish()
+    assert np.all(a == 1) and np.all(b == 2) and len(names) == 2 and pipe.live == 0
