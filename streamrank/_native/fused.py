@@ -226,8 +226,7 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
     szs = np.empty(lmax)
     srs = np.empty(lmax, np.int32)
     slin = np.empty(lmax)
-    szm = np.empty(lmax)
-    srm = np.empty(lmax, np.int32)
+    sless = np.empty(lmax)
     scnt = np.empty(lmax + 1, np.int64)
     sdz = np.empty(lmax)  # dz in scratch: an allocation per query cost 4% of the pass
     smom = np.empty((lam.shape[0], 3))
@@ -243,7 +242,7 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
         _scores(X, s, e, wf, c, z)
         dz = sdz[:l]
         loss_q[q] = cs.query_loss_grad(z, rank[s:e], lam, lam_r, mu[q], dz, order[s:e], cut_pref[s:e],
-                                       cut_less[s:e], warm, sa, sb, szs, srs, slin, szm, srm, scnt, smom)
+                                       cut_less[s:e], warm, sa, sb, szs, srs, slin, sless, scnt, smom)
         _query_rmatvec(X, s, e, dz, shift, scale, affine, q, xacc, partials[q])
 
 
