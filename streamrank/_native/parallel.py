@@ -181,10 +181,11 @@ class Pipeline:
 
     ``add(groups, reduce)`` queues a batch: ``kernel(i0, i1, *g.args)`` over the chunks of each
     group ``g`` (``g.n`` items, ``g.weights`` as in :func:`bounds`), then ``reduce(g)`` once per
-    group, in the order the groups were added, after the group's last chunk. The caller's thread
-    works on the chunks too and returns from ``add`` when none is left to start, without waiting
-    for the other threads' last ones, which run on while it makes the next batch; ``finish()``
-    returns when every group is reduced.
+    group, in the order the groups were added, after the group's last chunk. In ``add`` the
+    caller's thread works on the earlier batches' chunks and returns when none of them is left
+    to start, without waiting for the other threads' last ones or taking this batch's: those
+    run on while it makes the next batch. ``finish()`` works on the rest and returns when every
+    group is reduced.
 
     The threads take the chunks in order, so while one thread finishes group k's last chunk (or
     reduces it) the others start on group k + 1. :func:`run` per group made every thread wait for

@@ -187,38 +187,19 @@ def _check_order(log, sizes, depth):
     return order
 
 
-def test_run_groups_hypothesis_every_item_once_reductions_in_order():
+def test_groups_hypothesis_every_item_once_reductions_in_order():
     """Every item of every group runs once, each group is reduced once, in group order, after its
-    last chunk, and no chunk of group k starts before group k - depth was reduced (its buffers)."""
+    last chunk, and no chunk of group k starts before group k - depth was reduced (its buffers):
+    in one call (run_groups) and over batches added one at a time (a Pipeline over a pass's
+    blocks: the groups are numbered across batches, and the depth holds across a batch's end)."""
     from hypothesis import given, settings, strategies as st
 
-    @settings(max_examples=60, deadline=None)
+    @settings(max_examples=100, deadline=None)
     @given(st.lists(st.integers(0, 300), min_size=0, max_size=12), st.integers(1, 3), st.integers(1, 2),
-           st.integers(0, 64), st.sampled_from([0.0, 0.002]))
-    def check(sizes, depth, threads, serial_work, slow):
+           st.integers(0, 64), st.sampled_from([0.0, 0.002]), st.data())
+    def check(sizes, depth, threads, serial_work, slow, data):
+        cuts = data.draw(st.none() | st.lists(st.integers(0, len(sizes)), max_size=4).map(sorted))
         parallel.SERIAL_WORK = serial_work
-        log, hits = _run_groups_log(sizes, depth, threads, slow=slow)
-        assert all(np.all(h == 1) for h in hits)
-        assert _check_order(log, sizes, depth) == list(range(len(sizes)))
-
-    before = parallel.SERIAL_WORK
-    try:
-        check()
-    finally:
-        parallel.SERIAL_WORK = before
-
-
-def test_pipeline_batches_hypothesis_every_item_once_reductions_in_order():
-    """The same over batches added one at a time (a pass's blocks): the groups are numbered
-    across batches, reduced in that order, and the depth holds across a batch's end."""
-    from hypothesis import given, settings, strategies as st
-
-    @settings(max_examples=60, deadline=None)
-    @given(st.lists(st.integers(0, 300), min_size=0, max_size=12), st.integers(1, 3), st.integers(1, 2),
-           st.sampled_from([0.0, 0.002]), st.data())
-    def check(sizes, depth, threads, slow, data):
-        cuts = sorted(data.draw(st.lists(st.integers(0, len(sizes)), max_size=4)))
-        parallel.SERIAL_WORK = 0
         log, hits = _run_groups_log(sizes, depth, threads, slow=slow, batches=cuts)
         assert all(np.all(h == 1) for h in hits)
         assert _check_order(log, sizes, depth) == list(range(len(sizes)))
@@ -230,25 +211,16 @@ def test_pipeline_batches_hypothesis_every_item_once_reductions_in_order():
         parallel.SERIAL_WORK = before
 
 
+@pytest.mark.parametrize("batches,fail_at", [(None, 2), ([3, 6], 1), ([3, 6], 4)])
 @pytest.mark.parametrize("where", ["kernel", "reduce"])
-def test_pipeline_error_in_an_early_batch_is_raised_and_the_pool_stays_usable(monkeypatch, where):
+def test_groups_raise_the_first_error_and_the_pool_stays_usable(monkeypatch, where, batches, fail_at):
     monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
-    with pytest.raises(ValueError, match="bad"):
-        _run_groups_log([200] * 9, 2, 2, fail_at=1, fail_in=where, batches=[3, 6])
-    log, hits = _run_groups_log([200] * 9, 2, 2, batches=[3, 6])
+    sizes = [200] * 9
+    with pytest.raises(ValueError, match=f"bad {'group' if where == 'kernel' else 'reduce'} {fail_at}"):
+        _run_groups_log(sizes, 2, 2, fail_at=fail_at, fail_in=where, batches=batches)
+    log, hits = _run_groups_log(sizes, 2, 2, batches=batches)  # the pool still works
     assert all(np.all(h == 1) for h in hits)
-    assert _check_order(log, [200] * 9, 2) == list(range(9))
-
-
-@pytest.mark.parametrize("where", ["kernel", "reduce"])
-def test_run_groups_raises_the_first_error_and_stays_usable(monkeypatch, where):
-    monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
-    sizes = [200] * 8
-    with pytest.raises(ValueError, match=f"bad {'group' if where == 'kernel' else 'reduce'} 2"):
-        _run_groups_log(sizes, 2, 2, fail_at=2, fail_in=where)
-    log, hits = _run_groups_log(sizes, 2, 2)  # the pool still works
-    assert all(np.all(h == 1) for h in hits)
-    assert _check_order(log, sizes, 2) == list(range(8))
+    assert _check_order(log, sizes, 2) == list(range(9))
 
 
 def test_run_groups_stops_reducing_after_an_error(monkeypatch):
