@@ -472,7 +472,7 @@ GROUP_BUFFERS = 2
 class _Group:
     """Queries qa:qb of block b (whole, at most GROUP_ROWS rows or one query) as views for a
     kernel call: rows r0:r1, local query offsets, and reused buffers for the call's outputs.
-    ``n`` and ``weights`` are its items (queries) and their rows, for parallel.run_groups."""
+    ``n`` and ``weights`` are its items (queries) and their rows, for parallel.Pipeline."""
 
     def __init__(self, b, qa, qb, buf):
         self.qa, self.qb, self.nq = qa, qb, qb - qa
