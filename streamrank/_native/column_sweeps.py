@@ -181,6 +181,8 @@ def _hess_frame(us, rs, cut, lam, two_mu, pre, out, mirror):
             pre[i + 1, r, 1] += us[jj]
         while p < l and cut[p] <= top:
             i = cut[p] - base
+            if i < 0:
+                raise ValueError("a stored active set's prefix lengths decrease: not a state this query's loss pass wrote")
             pp = last - p if mirror else p
             a = n_lev - 1 - rs[pp] if mirror else rs[pp]
             wsum = 0.0
@@ -192,6 +194,9 @@ def _hess_frame(us, rs, cut, lam, two_mu, pre, out, mirror):
             if wsum != 0.0:
                 out[p] += two_mu * (wsum * us[pp] - usum)
             p += 1
+        if top == l and p < l:  # cut[p] > l: the window cannot reach it (would turn for ever)
+            raise ValueError("a stored active set's prefix length is past its query: not a state this query's loss "
+                             "pass wrote")
         for r in range(n_lev):
             pre[0, r, 0] = pre[top - base, r, 0]
             pre[0, r, 1] = pre[top - base, r, 1]

@@ -261,3 +261,18 @@ def test_hessian_frames_refuse_a_scratch_without_a_window():
         cs.query_hess(np.ones(l), np.array([0, 1, 2, 1, 0], np.int32), cost.lam, cost.lam_r, 1.0,
                       np.arange(l, dtype=np.int32), cut, cut, np.empty(l), np.empty(l), np.empty(l, np.int32),
                       np.empty(l), np.empty(l), np.empty((1, 3, 2)))
+
+
+@pytest.mark.parametrize("cut", [[1, 2, 3, 4, 6], [2, 3, 1, 4, 5]], ids=["past the query", "decreasing"])
+def test_hessian_frames_refuse_a_state_their_loss_pass_could_not_write(cut):
+    """The Hessian frames read the prefix lengths the loss pass stored: one past the query would
+    leave the window turning for ever, a decrease would read a row already gone. Both raise."""
+    from streamrank._native import column_sweeps as cs
+    l, cost = 5, pk.pair_cost(np.ones((3, 3)))
+    good = np.arange(1, l + 1, dtype=np.int32)
+    bad = np.array(cut, np.int32)
+    for cp, cl in ((bad, good), (good, bad)):
+        with pytest.raises(ValueError, match="stored active set"):
+            cs.query_hess(np.ones(l), np.array([0, 1, 2, 1, 0], np.int32), cost.lam, cost.lam_r, 1.0,
+                          np.arange(l, dtype=np.int32), cp, cl, np.empty(l), np.empty(l), np.empty(l, np.int32),
+                          np.empty(l), np.empty(l), np.empty((3, 3, 2)))
