@@ -216,6 +216,8 @@ def query_hess(uq, rq, lam, lam_r, muq, order, cut_pref, cut_less, tq, us, rs, t
     l = uq.shape[0]
     for p in range(l):
         k = order[p]
+        if k < 0 or k >= l:  # not an order this query's loss pass wrote: no read outside the query
+            raise ValueError("a stored active set's order names a row outside its query")
         us[p] = uq[k]
         rs[p] = rq[k]
         ts[p] = 0.0

@@ -276,3 +276,14 @@ def test_hessian_frames_refuse_a_state_their_loss_pass_could_not_write(cut):
             cs.query_hess(np.ones(l), np.array([0, 1, 2, 1, 0], np.int32), cost.lam, cost.lam_r, 1.0,
                           np.arange(l, dtype=np.int32), cp, cl, np.empty(l), np.empty(l), np.empty(l, np.int32),
                           np.empty(l), np.empty(l), np.empty((3, 3, 2)))
+
+
+@pytest.mark.parametrize("order", [[0, 1, 5, 3, 4], [0, -1, 2, 3, 4]], ids=["past the query", "negative"])
+def test_hessian_refuses_a_stored_order_outside_its_query(order):
+    from streamrank._native import column_sweeps as cs
+    l, cost = 5, pk.pair_cost(np.ones((3, 3)))
+    cut = np.arange(1, l + 1, dtype=np.int32)
+    with pytest.raises(ValueError, match="outside its query"):
+        cs.query_hess(np.ones(l), np.array([0, 1, 2, 1, 0], np.int32), cost.lam, cost.lam_r, 1.0,
+                      np.array(order, np.int32), cut, cut, np.empty(l), np.empty(l), np.empty(l, np.int32),
+                      np.empty(l), np.empty(l), np.empty((3, 3, 2)))
