@@ -712,6 +712,23 @@ def _hess_frames(uq, rq, order, n_lev):
     return rs, rm, us, um, np.zeros((l, m)), np.zeros((l, m))
 
 
+@njit(cache=True, nogil=True)
+def _check_state(l, order, cut_pref, cut_less, cut_band):
+    """A stored active set (:class:`PairState`) that this query's loss pass could have written:
+    an order of rows in 0..l-1 and prefix lengths in 0..l. The Hessian sweeps index with them
+    unchecked, so anything else (a damaged or mismatched state) raises here rather than read
+    outside the query."""
+    for p in range(l):
+        k = order[p]
+        if k < 0 or k >= l:
+            raise ValueError("a stored active set's order names a row outside its query")
+        if cut_pref[p] < 0 or cut_pref[p] > l or cut_less[p] < 0 or cut_less[p] > l:
+            raise ValueError("a stored active set's prefix length is past its query")
+    for p in range(cut_band.shape[0]):
+        if cut_band[p] < 0 or cut_band[p] > l:
+            raise ValueError("a stored active set's prefix length is past its query")
+
+
 @njit(cache=True, nogil=True, inline="always")
 def _combine_frames(tq, order, ts, tm):
     """Row ``order[p]`` of ``tq`` gets the preferred frame's ``ts[p]`` plus the mirrored frame's
@@ -736,6 +753,7 @@ def _query_hess(uq, rq, lam, g, c0, lam_r, g_r, mode, eta, muq, order, cut_pref,
     tq[:, :] = 0.0
     if _single_level(rq):
         return
+    _check_state(uq.shape[0], order, cut_pref, cut_less, cut_band)
     rs, rm, us, um, ts, tm = _hess_frames(uq, rq, order, lam.shape[0])
     _sweep_hess(us, rs, cut_pref, lam, g, c0, mode, 2.0 * muq, ts)
     _sweep_hess(um, rm, cut_less, lam_r, g_r, c0, mode, 2.0 * muq, tm)
@@ -765,6 +783,7 @@ def _query_hess_levels(uq, rq, lam, lam_r, muq, order, tq, cut_pref, cut_less):
     tq[:, :] = 0.0
     if _single_level(rq):
         return
+    _check_state(uq.shape[0], order, cut_pref, cut_less, cut_pref[:0])
     rs, rm, us, um, ts, tm = _hess_frames(uq, rq, order, lam.shape[0])
     _sweep_hess_levels(us, rs, cut_pref, lam, 2.0 * muq, ts)
     _sweep_hess_levels(um, rm, cut_less, lam_r, 2.0 * muq, tm)

@@ -329,3 +329,30 @@ def test_argsort_decreasing_is_numpys_stable_order(n):
         want = np.argsort(-z, kind="stable")
         np.testing.assert_array_equal(qs.argsort_decreasing(z), want)
         np.testing.assert_array_equal(qs.argsort_decreasing.py_func(z), want)
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.3])
+@pytest.mark.parametrize("mode", ["levels", "constant", "separable"])
+@pytest.mark.parametrize("damage", ["order", "cut_pref", "cut_less", "cut_band"])
+def test_hess_prod_refuses_a_damaged_state(mode, eta, damage):
+    """hess_prod indexes with the stored order and prefix lengths unchecked inside its sweeps:
+    values no loss pass writes (a row outside the query, a prefix past it) raise ValueError, in
+    every accumulator mode and with the smooth hinge's band, not a read outside the query."""
+    if damage == "cut_band" and eta == 0.0:
+        pytest.skip("the band's state exists only with eta > 0")
+    rng = np.random.default_rng(7)
+    qptr = np.array([0, 9, 20], np.int64)
+    rank = rng.integers(0, 3, 20).astype(np.int32)
+    rank[[0, 1, 9, 10]] = [0, 2, 0, 2]
+    lam = {"levels": rng.uniform(0.5, 2, (3, 3)), "constant": np.ones((3, 3)),
+           "separable": np.subtract.outer([0.0, 1.0, 3.0], [0.0, 1.0, 3.0])}[mode]
+    cost = pk.pair_cost(lam, mode=mode, eta=eta)
+    assert cost.mode == {"levels": pk.MODE_LEVELS, "constant": pk.MODE_CONSTANT, "separable": pk.MODE_SEPARABLE}[mode]
+    z = rng.standard_normal(20)
+    _, _, state = pk.loss_grad(z, rank, qptr, cost, np.ones(2))
+    u = rng.standard_normal(20)
+    pk.hess_prod(u, rank, qptr, cost, np.ones(2), state)  # the state as written: fine
+    arr = getattr(state, damage)
+    arr[12] = 11 if damage == "order" else 12  # query 1 has 11 rows: a row past it, a prefix past it
+    with pytest.raises(ValueError, match="stored active set"):
+        pk.hess_prod(u, rank, qptr, cost, np.ones(2), state)
