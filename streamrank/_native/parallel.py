@@ -2,7 +2,9 @@
 
 The per-query passes (the fused RankSVM kernels, the pair sweeps, the text parser, row dot
 products) are written as plain serial numba functions of an item range ``(i0, i1)``; :func:`run`
-cuts ``0..n`` into contiguous chunks and calls the kernel on them from several threads at once.
+cuts ``0..n`` into contiguous chunks and calls the kernel on them from several threads at once;
+:class:`Pipeline` does the same for groups of items added batch by batch (the linear passes'
+groups of queries, block after block), each group reduced in order once its chunks are done.
 The kernels are compiled with ``nogil=True``, so the threads run in parallel.
 
 Why not numba's ``prange``: a ``parallel=True`` kernel is compiled through numba's parfor
@@ -28,7 +30,7 @@ CHUNKS_PER_THREAD = 4
 # below this much work (rows, or the weight the caller gives) one call in the calling thread
 # costs less than handing chunks to the pool (about 20 us per chunk)
 SERIAL_WORK = 4096
-# chunks per thread of each group in run_groups: between groups no thread waits for another, so
+# chunks per thread of each group in a Pipeline: between groups no thread waits for another, so
 # fewer, longer chunks (fewer kernel calls, each with its set-up) balance as well; the last
 # group's shrink (tapered) so that the threads finish together
 GROUP_CHUNKS_PER_THREAD = 2
@@ -107,7 +109,7 @@ def bounds(n, parts, weights=None, fractions=None):
 
 
 def tapered(threads, rounds):
-    """Shares of a block's last group for :func:`run_groups`: ``threads`` chunks of a quarter, then
+    """Shares of a pass's last group in a :class:`Pipeline`: ``threads`` chunks of a quarter, then
     of an eighth, ... (``rounds`` rounds, each half the last), the rest in ``threads`` equal
     chunks; the thread that finishes last waits for at most the smallest chunk."""
     f = [0.0]
@@ -163,17 +165,6 @@ def run(kernel, n, *args, weights=None, item_cost=1):
             error = error or exc
     if error is not None:
         raise error
-
-
-def run_groups(kernel, groups, reduce, depth=2, item_cost=1):
-    """``kernel(i0, i1, *g.args)`` over the chunks of each group ``g`` (``g.n`` items, ``g.weights``
-    as in :func:`bounds`) and ``reduce(g)`` once per group, in group order, after its last chunk:
-    :func:`run` per group with no wait between groups (a :class:`Pipeline` of one batch)."""
-    pipe = Pipeline(kernel, depth, item_cost)
-    try:
-        pipe.add(groups, reduce)
-    finally:
-        pipe.finish()
 
 
 class Pipeline:
@@ -237,8 +228,7 @@ class Pipeline:
                 self.items.append((g, reduce))
                 self.left.append(-1)
             self.cond.notify_all()
-        with self.cond:  # the pool's runners: up to t - 1 alive (one that sat idle has left)
-            start = self.t - 1 - self.live
+            start = self.t - 1 - self.live  # the pool's runners: up to t - 1 alive (an idle one left)
             self.live += start
         self.futures += [_executor().submit(self._runner, True) for _ in range(start)]
         # the caller works on the earlier batches' chunks only, and leaves this one's to the

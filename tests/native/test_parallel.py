@@ -122,10 +122,10 @@ class _G:
         self.n, self.weights, self.args = n, weights, args
 
 
-def _run_groups_log(sizes, depth, threads, fail_at=None, fail_in=None, slow=0.0, batches=None):
-    """run_groups over groups of ``sizes`` items, each reduction taking ``slow`` seconds at least (the
+def _pipeline_log(sizes, depth, threads, fail_at=None, fail_in=None, slow=0.0, batches=None):
+    """A Pipeline over groups of ``sizes`` items, each reduction taking ``slow`` seconds at least (the
     other thread then runs ahead); returns the event log (under a lock) and the items' hit counts.
-    ``batches``: cut points of the groups into the batches of one Pipeline (a pass's blocks)."""
+    ``batches``: cut points of the groups into batches (a pass's blocks); None: one batch."""
     import time
     lock = threading.Lock()
     log = []
@@ -152,17 +152,14 @@ def _run_groups_log(sizes, depth, threads, fail_at=None, fail_in=None, slow=0.0,
 
     groups = [_G(n, np.cumsum(np.r_[0, np.arange(n) % 3 + 1]), (gi,)) for gi, n in enumerate(sizes)]
     with parallel.limit(threads):
-        if batches is None:
-            parallel.run_groups(kernel, groups, reduce, depth=depth)
-        else:
-            pipe = parallel.Pipeline(kernel, depth=depth)
-            try:
-                for a, b in zip([0, *batches], [*batches, len(groups)]):
-                    assert pipe.added == a
-                    pipe.add(groups[a:b], reduce)
-                    time.sleep(slow)  # the caller makes the next batch meanwhile
-            finally:
-                pipe.finish()
+        pipe = parallel.Pipeline(kernel, depth=depth)
+        try:
+            for a, b in zip([0, *(batches or [])], [*(batches or []), len(groups)]):
+                assert pipe.added == a
+                pipe.add(groups[a:b], reduce)
+                time.sleep(slow)  # the caller makes the next batch meanwhile
+        finally:
+            pipe.finish()
     return log, hits
 
 
@@ -190,7 +187,7 @@ def _check_order(log, sizes, depth):
 def test_groups_hypothesis_every_item_once_reductions_in_order():
     """Every item of every group runs once, each group is reduced once, in group order, after its
     last chunk, and no chunk of group k starts before group k - depth was reduced (its buffers):
-    in one call (run_groups) and over batches added one at a time (a Pipeline over a pass's
+    in one batch and over batches added one at a time (a Pipeline over a pass's
     blocks: the groups are numbered across batches, and the depth holds across a batch's end)."""
     from hypothesis import given, settings, strategies as st
 
@@ -200,7 +197,7 @@ def test_groups_hypothesis_every_item_once_reductions_in_order():
     def check(sizes, depth, threads, serial_work, slow, data):
         cuts = data.draw(st.none() | st.lists(st.integers(0, len(sizes)), max_size=4).map(sorted))
         parallel.SERIAL_WORK = serial_work
-        log, hits = _run_groups_log(sizes, depth, threads, slow=slow, batches=cuts)
+        log, hits = _pipeline_log(sizes, depth, threads, slow=slow, batches=cuts)
         assert all(np.all(h == 1) for h in hits)
         assert _check_order(log, sizes, depth) == list(range(len(sizes)))
 
@@ -217,13 +214,13 @@ def test_groups_raise_the_first_error_and_the_pool_stays_usable(monkeypatch, whe
     monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
     sizes = [200] * 9
     with pytest.raises(ValueError, match=f"bad {'group' if where == 'kernel' else 'reduce'} {fail_at}"):
-        _run_groups_log(sizes, 2, 2, fail_at=fail_at, fail_in=where, batches=batches)
-    log, hits = _run_groups_log(sizes, 2, 2, batches=batches)  # the pool still works
+        _pipeline_log(sizes, 2, 2, fail_at=fail_at, fail_in=where, batches=batches)
+    log, hits = _pipeline_log(sizes, 2, 2, batches=batches)  # the pool still works
     assert all(np.all(h == 1) for h in hits)
     assert _check_order(log, sizes, 2) == list(range(9))
 
 
-def test_run_groups_stops_reducing_after_an_error(monkeypatch):
+def test_pipeline_stops_reducing_after_an_error(monkeypatch):
     monkeypatch.setattr(parallel, "SERIAL_WORK", 0)
     lock = threading.Lock()
     events = []
@@ -239,7 +236,11 @@ def test_run_groups_stops_reducing_after_an_error(monkeypatch):
             events.append(("reduce", g.args[0]))
 
     with parallel.limit(2), pytest.raises(ValueError, match="bad"):
-        parallel.run_groups(kernel, [_G(100, None, (gi,)) for gi in range(10)], reduce, depth=1)
+        pipe = parallel.Pipeline(kernel, depth=1)
+        try:
+            pipe.add([_G(100, None, (gi,)) for gi in range(10)], reduce)
+        finally:
+            pipe.finish()
     assert ("reduce", 3) not in events and not any(e[0] == "reduce" and e[1] > 3 for e in events)
     # depth 1: group 5's chunks wait for group 4's reduction, which never comes
     assert not any(e[0] == "start" and e[1] >= 5 for e in events)
