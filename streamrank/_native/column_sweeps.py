@@ -11,9 +11,12 @@ allocations and loops were half of a Hessian pass (issue 34's profile: the sweep
 These are the same sweeps for the common case, the per-level accumulator (``MODE_LEVELS``,
 any cost table of at most ``LEVELS_MAX`` label levels) and the squared hinge (``eta == 0``):
 the same floating-point operations in the same order, so every value equals the generic
-kernels' bit for bit (``tests/native/test_column_sweeps.py`` holds them equal). The loss sweep
-is pairkernels' own, on arrays in scratch; the Hessian's reads the mirrored frame (paper 004
-appendix B: ``(-z, L-1-r)`` in reversed order) through index arithmetic, not a reversed copy.
+kernels' bit for bit (``tests/native/test_column_sweeps.py`` holds them equal). The preferred
+frame's loss sweep is pairkernels' own, on arrays in scratch; the loss pass's mirrored gradient
+sweep and both Hessian frames read the mirrored frame (paper 004 appendix B: ``(-z, L-1-r)`` in
+reversed order) through index arithmetic, not a reversed copy. The Hessian refuses a stored
+state its loss pass could not have written (as pairkernels' ``_check_state`` does for the
+generic kernels), inside its own loops: a separate pass over the state would cost the hot path.
 
 The sort starts from the previous pass's order (:func:`query_sort.sort_query`).
 """
