@@ -445,8 +445,9 @@ class KernelCache(FeatureCache):
         return all(self.in_memory(k) for k in self.own)
 
     def _mapped(self, k):
-        """Block k as a read-only float32 array over its stored file (mmap, shared, read-only), or None when it is not stored here or its file is not what the manifest says
-        (size; the CRC on its first use in this process, or every use with ``verify="always"``):
+        """Block k as a read-only float32 array over its stored file (mmap, shared, read-only), or
+        None when it is not stored here or its file is not what the manifest says (size; the CRC
+        on its first use in this process, or every use with ``verify="always"``):
         the caller then reads it (which drops a damaged block) or computes it. The mapping ends
         when the last reference to the array goes."""
         if self.dir is None:
