@@ -69,12 +69,21 @@ def _mean_push(mom, k, x):
 @njit(cache=True, nogil=True, inline="always")
 def _lin_terms(mom, lam, a, zi):
     """The ``lin`` of ``pairkernels._levels_terms``, the same operations in the same order:
-    ``sum_b lam[a, b] W_b d_b`` over the non-empty slots ``b < a``, ``d_b = (mean_b - z_i) + 1``."""
+    ``sum_b lam[a, b] W_b d_b`` over the non-empty slots ``b < a``, ``d_b = (mean_b - z_i) + 1``.
+
+    Every slot below the top level is visited and the others' terms are replaced by 0.0 (a
+    select, not a branch): ``lin + 0.0`` is ``lin`` for any ``lin`` but -0.0, which a sum
+    starting at +0.0 never is (``x + -x`` is +0.0), so the bits are those of the loop over
+    ``b < a``. That loop's trip count is the document's level, and its exit a mispredicted branch
+    per document in the mirrored frame, where most documents (level 0 there is the top) run all
+    of it (measured, 400k MSLR-like rows, one thread: the mirrored sweep 4.9 -> 3.8 ms). The
+    preferred frame keeps its loop: most of its documents are at level 0 and run none of it,
+    and there the select's extra work cost more than the branch (+0.4 ms)."""
     lin = 0.0
-    for b in range(a):
+    for b in range(lam.shape[0] - 1):  # the top level is never a partner
         w = mom[b, 0]
-        if w != 0.0:
-            lin += lam[a, b] * (w * ((mom[b, 1] - zi) + 1.0))
+        t = lam[a, b] * (w * ((mom[b, 1] - zi) + 1.0))
+        lin += t if (b < a and w != 0.0) else 0.0
     return lin
 
 
@@ -190,12 +199,15 @@ def _hess_frame(us, rs, cut, lam, two_mu, pre, out, mirror):
             a = n_lev - 1 - rs[pp] if mirror else rs[pp]
             wsum = 0.0
             usum = 0.0
-            for bb in range(a):
+            for bb in range(n_lev - 1):  # selects, not a loop to level a: _lin_terms
+                below = bb < a
                 cc = lam[a, bb]
-                wsum += cc * pre[i, bb, 0]
-                usum += cc * pre[i, bb, 1]
-            if wsum != 0.0:
-                out[p] += two_mu * (wsum * us[pp] - usum)
+                ww = cc * pre[i, bb, 0]
+                uu = cc * pre[i, bb, 1]
+                wsum += ww if below else 0.0
+                usum += uu if below else 0.0
+            add = two_mu * (wsum * us[pp] - usum)
+            out[p] += add if wsum != 0.0 else 0.0
             p += 1
         if top == l and p < l:  # cut[p] > l: the window cannot reach it (would turn for ever)
             raise ValueError("a stored active set's prefix length is past its query: not a state this query's loss "
