@@ -278,11 +278,20 @@ class NystroemPreconditioner:
         A, G = np.zeros((k, k)), np.zeros((k, k))
         D = np.empty(l)
         bounds = query_groups(query_ptr, l, max(1, a_chunk_bytes(l, k) // (24 * max(k, 1))))
+        # the chunk's temporaries (its rows of U, L U and D^-1/2 U in float64, and a k x k product)
+        # are made once and reused: made afresh per chunk, the k x k products (32 MB at k = 2,000,
+        # past glibc's largest mmap threshold) were mapped and faulted in again each time, 130k page
+        # faults an update on generated mq2007, where a page first touched costs the VM's host too
+        # (an update inside the training 7.2-7.3 -> 5.9-6.0 s). The same operations into the same
+        # places, so the same bits
+        most = max((int(query_ptr[b] - query_ptr[a]) for a, b in zip(bounds[:-1], bounds[1:])), default=0)
+        Ub, LUb, Wb, T = np.empty((most, k)), np.empty((most, k)), np.empty((most, k)), np.empty((k, k))
         for qa, qb in zip(bounds[:-1], bounds[1:]):
             r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
             local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)
             st = pk.PairState.of(states, r0, r1, query_ptr=local)
-            Uc = U[r0:r1].astype(np.float64)
+            Uc = Ub[:r1 - r0]
+            Uc[...] = U[r0:r1]  # float32 -> float64, exact
             rc = self._resid[r0:r1]
             # the residual's Jacobi part: R_ii (1 + C L_ii R_ii), plus the ridge
             if self.diagonal == "rows":
@@ -290,14 +299,14 @@ class NystroemPreconditioner:
             else:
                 Dc = np.full(r1 - r0, self._resid.mean() + self.ridge)
             D[r0:r1] = np.maximum(Dc, self._floor)
-            LU = pk.hess_prod(Uc, rank[r0:r1], local, cost, mu[qa:qb], st)
-            A += Uc.T @ LU
+            LU = pk.hess_prod(Uc, rank[r0:r1], local, cost, mu[qa:qb], st, out=LUb[:r1 - r0])
+            A += np.matmul(Uc.T, LU, out=T)
             # G += W^T W, W = D^-1/2 U: numpy's matmul computes a product of an array with its own
             # transpose as a symmetric rank-k update (half the flops of U^T (D^-1 U)), in numpy's
             # own BLAS (scipy's dsyrk, another OpenBLAS, fought numpy's spinning threads: 0.7 s
             # an update instead of 0.45)
-            W = Uc / np.sqrt(D[r0:r1, None])
-            G += W.T @ W
+            W = np.divide(Uc, np.sqrt(D[r0:r1, None]), out=Wb[:r1 - r0])
+            G += np.matmul(W.T, W, out=T)
         A += A.T  # exactly symmetric: the product's rounding is not (in place: no k x k temporaries)
         A *= 0.5 * C
         A[np.diag_indices_from(A)] += 1.0
