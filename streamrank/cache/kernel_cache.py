@@ -53,8 +53,8 @@ from streamrank.execution.executor import Pass, executor_or_local, partitioned_s
 from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.cache.feature_cache import FeatureCache, array_digest
 from streamrank._native.blas import one_thread
-from streamrank.features.kernels import (PreparedKernel, aligned_empty, check_psd_kernel, fill_tile, parallel_tiles,
-                                         row_tiles)
+from streamrank.features.kernels import (PreparedKernel, ScratchPool, aligned_empty, check_psd_kernel, fill_tile,
+                                         parallel_tiles, row_tiles)
 from streamrank.io.query_stream import plan_blocks
 from streamrank._native import numba_cache
 
@@ -323,6 +323,7 @@ class KernelCache(FeatureCache):
         self.computed_blocks = 0
         self.passes = 0
         self._jitter = None
+        self._tile_scratch = None  # build()'s ScratchPool while it runs
         self._row_err = np.full(l, np.nan)  # rounding_bounds per row, as blocks are seen
         self._col_err = np.zeros(l)  # and per column of Q, summed over the blocks seen
 
@@ -357,7 +358,11 @@ class KernelCache(FeatureCache):
                     fill_tile(At, self.Xn[a + s:a + e], p)
                     tile(At, s, e, p, buf)
         elif b > a:
-            parallel_tiles(self.Xn[a:b], a, T, tile, lambda: [aligned_empty((T, self.l))])
+            pool = self._tile_scratch  # build()'s, kept from block to block
+            if pool is None:
+                parallel_tiles(self.Xn[a:b], a, T, tile, lambda: [aligned_empty((T, self.l))])
+            else:
+                parallel_tiles(self.Xn[a:b], a, T, tile, pool.take, pool.give)
         self.computed_blocks += 1
         return out
 
@@ -386,6 +391,10 @@ class KernelCache(FeatureCache):
         if missing:
             bufs = ([np.empty((self.max_rows, self.l), np.float32) for _ in range(READ_BUFFERS)]
                     if len(kept) < len(missing) else None)
+            T = self._kernel().tile_rows
+            # the tile threads' buffers, kept from block to block for the build only (the memory
+            # plan counts them while Q is built, not during the passes)
+            self._tile_scratch = ScratchPool(lambda: [aligned_empty((T, self.l))])
 
             def made():
                 for n, k in enumerate(missing):
@@ -393,9 +402,12 @@ class KernelCache(FeatureCache):
                            else bufs[n % READ_BUFFERS][:self.rows(k)])
                     yield k, self.compute(k, out)
 
-            for k, Qk in background(made(), depth=1, name="streamrank-kernel-build"):
-                self.put(k, Qk, take=k in kept)
-                self._note(k, Qk)
+            try:
+                for k, Qk in background(made(), depth=1, name="streamrank-kernel-build"):
+                    self.put(k, Qk, take=k in kept)
+                    self._note(k, Qk)
+            finally:
+                self._tile_scratch = None
         self.jitter  # the blocks not seen yet are read once for it
         self.build_seconds += time.perf_counter() - t0
         return self.build_seconds

@@ -120,11 +120,33 @@ def tile_threads():
     return parallel.threads()
 
 
-def parallel_tiles(A, row0, T, body, scratch):
+class ScratchPool:
+    """Scratch sets for :func:`parallel_tiles` kept from one call to the next (``take``, ``give``):
+    a caller that runs it block after block (the kernel matrix's build) otherwise makes every
+    thread's set afresh per block, and a tile's buffer of 32 MB is mapped and faulted in again each
+    time (generated mq2007: 4.5M page faults and 24 s of system time in a 28 s build)."""
+
+    def __init__(self, make):
+        import threading
+        self._make, self._free, self._lock = make, [], threading.Lock()
+
+    def take(self):
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        return self._make()
+
+    def give(self, buffers):
+        with self._lock:
+            self._free.append(buffers)
+
+
+def parallel_tiles(A, row0, T, body, scratch, give_back=None):
     """``body(tile, s, e, p, buffers)`` for every tile of A's rows (absolute index of A[0]:
     ``row0``; ``tile`` a 64-byte aligned float64 (T, width) buffer holding A[s:e] at positions
-    p:p + e - s and zeros elsewhere; ``buffers`` = ``scratch()``, one set per thread). The one tile
-    loop of every product on data rows.
+    p:p + e - s and zeros elsewhere; ``buffers`` = ``scratch()``, one set per thread, handed to
+    ``give_back`` when the thread is done: :class:`ScratchPool`). The one tile loop of every
+    product on data rows.
 
     Tiles run side by side on :func:`tile_threads` threads, each product on ONE BLAS thread: a
     tile's bits then depend on its rows alone, never on how many threads the process has (OpenBLAS
@@ -137,9 +159,13 @@ def parallel_tiles(A, row0, T, body, scratch):
 
     def run(part):
         At, bufs = aligned_empty((T, A.shape[1])), scratch()
-        for s, e, p in part:
-            fill_tile(At, A[s:e], p)
-            body(At, s, e, p, bufs)
+        try:
+            for s, e, p in part:
+                fill_tile(At, A[s:e], p)
+                body(At, s, e, p, bufs)
+        finally:
+            if give_back is not None:
+                give_back(bufs)
 
     with one_thread():
         if k <= 1:
