@@ -93,3 +93,30 @@ def test_tile_bits_do_not_depend_on_the_thread_count():
     finally:
         numba.set_num_threads(before)
     assert np.array_equal(limited, ref) and np.array_equal(single, ref)
+
+
+def test_scratch_pool_hands_every_set_back_and_reuses_it(rows):
+    """kernels.ScratchPool (the kernel matrix's build, block after block): a thread's scratch set
+    goes back to the pool when its tiles are done, also when a tile raises, and later calls take
+    the sets already made instead of making them afresh (32 MB each on generated mq2007)."""
+    X, _ = rows
+    made = []
+
+    def make():
+        made.append(np.empty((kn.ROW_TILE, 4)))
+        return [made[-1]]
+
+    pool = kn.ScratchPool(make)
+    used = []
+    for _ in range(3):
+        kn.parallel_tiles(X, 0, kn.ROW_TILE, lambda At, s, e, p, bufs: used.append(id(bufs[0])), pool.take, pool.give)
+    assert 1 <= len(made) <= kn.tile_threads()
+    assert set(used) == {id(b) for b in made}
+
+    def failing(At, s, e, p, bufs):
+        raise RuntimeError("a tile failed")
+    with pytest.raises(RuntimeError, match="a tile failed"):
+        kn.parallel_tiles(X, 0, kn.ROW_TILE, failing, pool.take, pool.give)
+    n = len(made)
+    taken = [pool.take() for _ in range(n)]  # every set came back: taking them all makes none
+    assert len(made) == n and {id(t[0]) for t in taken} == {id(b) for b in made}
