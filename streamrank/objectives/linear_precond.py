@@ -93,17 +93,18 @@ def group_rows(m):
     return max(1, min(GROUP_ROWS, GROUP_BYTES // (8 * m)))
 
 
-def query_groups(query_ptr, rows, per_group):
+def query_groups(query_ptr, rows, per_group, max_queries=None):
     """Bounds (query indices into ``query_ptr``, which starts at 0) of the groups of the sample:
     the leading queries up to ``rows`` rows (at least one), cut into groups of whole queries of
-    at most ``per_group`` rows (at least one query each)."""
+    at most ``per_group`` rows (at least one query each) and at most ``max_queries`` queries."""
     n_q = len(query_ptr) - 1
     end = max(1, min(int(np.searchsorted(query_ptr, rows, side="right")) - 1, n_q))
+    most = end if max_queries is None else max(1, int(max_queries))
     bounds = [0]
     while bounds[-1] < end:
         q = bounds[-1]
         k = int(np.searchsorted(query_ptr, query_ptr[q] + per_group, side="right")) - 1
-        bounds.append(min(max(k, q + 1), end))
+        bounds.append(min(max(k, q + 1), q + most, end))
     return np.asarray(bounds, np.int64)
 
 

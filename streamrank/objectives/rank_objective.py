@@ -516,6 +516,7 @@ def _group_buffers(most_q, most_r, m):
 def _query_groups(b, m, first=0):
     """The groups of block b in query order; group k uses buffer set (first + k) mod GROUP_BUFFERS
     (``first``: the pipeline's index of the block's first group)."""
+    from streamrank.objectives.linear_precond import query_groups
     qp = b.qptr
     nq = b.q1 - b.q0
     max_q = max(1, GROUP_PARTIALS_BYTES // (8 * max(m, 1)))
@@ -523,11 +524,7 @@ def _query_groups(b, m, first=0):
     # one query): a block's small last group made the next block's groups wait for its buffers
     rows = int(qp[nq] - qp[0]) if nq else 0
     per = -(-rows // max(1, -(-rows // GROUP_ROWS)))
-    bounds = [0]
-    while bounds[-1] < nq:
-        q = bounds[-1]
-        k = int(np.searchsorted(qp, qp[q] + per, side="right")) - 1
-        bounds.append(min(max(k, q + 1), q + max_q, nq))
+    bounds = [int(k) for k in query_groups(qp[:nq + 1], rows, per, max_q)] if nq else [0]
     most_q = max((bounds[k + 1] - bounds[k] for k in range(len(bounds) - 1)), default=0)
     most_r = max((int(qp[bounds[k + 1]] - qp[bounds[k]]) for k in range(len(bounds) - 1)), default=0)
     bufs = _group_buffers(most_q, most_r, m)
