@@ -52,9 +52,7 @@ from streamrank._native.threads import background
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.cache.feature_cache import FeatureCache, array_digest
-from streamrank._native.blas import one_thread
-from streamrank.features.kernels import (PreparedKernel, ScratchPool, aligned_empty, check_psd_kernel, fill_tile,
-                                         parallel_tiles, row_tiles)
+from streamrank.features.kernels import PreparedKernel, ScratchPool, aligned_empty, check_psd_kernel, parallel_tiles
 from streamrank.io.query_stream import plan_blocks
 from streamrank._native import numba_cache
 
@@ -351,18 +349,11 @@ class KernelCache(FeatureCache):
                 check_storable(K[p:p + e - s], prep)
             out[s:e] = K[p:p + e - s]
 
-        if b > a and self.tile_threads == 1:  # one tile buffer (the memory plan's choice): the same bits
-            At, buf = aligned_empty((T, self.Xn.shape[1])), [aligned_empty((T, self.l))]
-            with one_thread():
-                for s, e, p in row_tiles(b - a, a, T):
-                    fill_tile(At, self.Xn[a + s:a + e], p)
-                    tile(At, s, e, p, buf)
-        elif b > a:
+        if b > a:  # tile_threads 1: one tile buffer at a time (the memory plan's choice), the same bits
             pool = self._tile_scratch  # build()'s, kept from block to block
-            if pool is None:
-                parallel_tiles(self.Xn[a:b], a, T, tile, lambda: [aligned_empty((T, self.l))])
-            else:
-                parallel_tiles(self.Xn[a:b], a, T, tile, pool.take, pool.give)
+            parallel_tiles(self.Xn[a:b], a, T, tile,
+                           pool.take if pool is not None else (lambda: [aligned_empty((T, self.l))]),
+                           pool.give if pool is not None else None, threads=self.tile_threads)
         self.computed_blocks += 1
         return out
 

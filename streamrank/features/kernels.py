@@ -141,12 +141,12 @@ class ScratchPool:
             self._free.append(buffers)
 
 
-def parallel_tiles(A, row0, T, body, scratch, give_back=None):
+def parallel_tiles(A, row0, T, body, scratch, give_back=None, threads=None):
     """``body(tile, s, e, p, buffers)`` for every tile of A's rows (absolute index of A[0]:
     ``row0``; ``tile`` a 64-byte aligned float64 (T, width) buffer holding A[s:e] at positions
     p:p + e - s and zeros elsewhere; ``buffers`` = ``scratch()``, one set per thread, handed to
     ``give_back`` when the thread is done: :class:`ScratchPool`). The one tile loop of every
-    product on data rows.
+    product on data rows. ``threads``: at most this many (None: :func:`tile_threads`).
 
     Tiles run side by side on :func:`tile_threads` threads, each product on ONE BLAS thread: a
     tile's bits then depend on its rows alone, never on how many threads the process has (OpenBLAS
@@ -155,7 +155,7 @@ def parallel_tiles(A, row0, T, body, scratch, give_back=None):
     ``body`` writes only its own rows of the output."""
     from streamrank._native.blas import one_thread
     spans = list(row_tiles(A.shape[0], row0, T))
-    k = min(len(spans), tile_threads())
+    k = min(len(spans), tile_threads() if threads is None else threads)
 
     def run(part):
         At, bufs = aligned_empty((T, A.shape[1])), scratch()
