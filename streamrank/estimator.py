@@ -438,14 +438,18 @@ def _dataset(X):
             yield ds
 
 
+class DataTypeError(ParameterError, TypeError):
+    """A cell of X, y or qid that is neither a number nor text that reads as one (a dict, pandas'
+    NA, a date): the package's ParameterError, and the TypeError numpy and scikit-learn raise for it."""
+
+
 def _rows(X):
     """X as a C-ordered float32 (n, d) array with n, d >= 1 and finite values (no copy when it is one)."""
     if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
         raise ParameterError(f"X is a sparse {type(X).__name__}; streamrank reads dense rows: pass X.toarray(), or "
                              "write the data to a dataset (streamrank convert) and pass its path")
+    columns = getattr(X, "columns", None)  # a DataFrame's, for messages
     X = np.asarray(X)
-    if X.dtype.kind == "c":
-        raise ParameterError(f"X has dtype {X.dtype}: Complex data not supported; pass real features")
     if X.ndim != 2:
         raise ParameterError(f"X must be a 2-D array (n_rows, n_features); got shape {X.shape}. "
                              "Reshape your data: X.reshape(-1, 1) for a single feature, X.reshape(1, -1) for a "
@@ -455,14 +459,70 @@ def _rows(X):
     if X.shape[1] == 0:
         raise ParameterError(f"X has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required. "
                              "Pass at least one feature column")
-    X = np.ascontiguousarray(X, dtype=np.float32)
+    X = np.ascontiguousarray(_float32(X, "X", columns))
     # the float64 sum of float32 values cannot overflow (n * 3.4e38 << 1.8e308), so it is finite
     # exactly when every value is: one pass, no n x d mask unless there is something to report
     if not np.isfinite(np.sum(X, dtype=np.float64)):
         r, j = np.argwhere(~np.isfinite(X))[0]
-        raise ParameterError(f"X must be finite (no NaN or inf); row {r}, feature {j + 1} is {X[r, j]}. "
+        raise ParameterError(f"X must be finite (no NaN or inf); row {r}, {_feature(j, columns)} is {X[r, j]}. "
                              "Drop or impute it")
     return X
+
+
+_FIX = {"X": "Encode it as numbers (e.g. sklearn's OneHotEncoder, or pd.get_dummies) or drop the column",
+        "y": "Pass numeric relevance labels (0, 1, 2, ...)"}
+
+
+def _float32(a, what, columns=None):
+    """The ndarray ``a`` (X, or y) as float32, or a ParameterError naming the first cell that is no
+    number: text that does not read as one, pandas' NA, an object, a date."""
+    kind = a.dtype.kind
+    if kind == "c":
+        raise ParameterError(f"{what} has dtype {a.dtype}: Complex data not supported; pass real values")
+    if kind in "mM":  # numpy would cast them to counts of their unit
+        how = "(t - t.min()).dt.total_seconds()" if kind == "M" else "t.dt.total_seconds()"
+        raise ParameterError(f"{what} holds {'dates' if kind == 'M' else 'durations'} (dtype {a.dtype}), not "
+                             f"numbers. Convert them to numbers in the unit you mean, e.g. {how}")
+    if kind in "biuf":
+        return a.astype(np.float32, copy=False)
+    try:
+        return a.astype(np.float32)
+    except (TypeError, ValueError):
+        pass
+    cells = a.reshape(a.shape[0], -1)
+    for j in range(cells.shape[1]):
+        for r, v in enumerate(cells[:, j]):
+            try:
+                np.float32(v)
+            except (TypeError, ValueError):
+                raise _cell_error(what, r, j if a.ndim > 1 else None, v, columns) from None
+    raise ParameterError(f"{what} (dtype {a.dtype}) does not convert to numbers. {_FIX[what]}")
+
+
+def _cell_error(what, r, j, v, columns):
+    """The error for cell (r, j) of X (j None: row r of y) holding ``v``, which is no number."""
+    cell = f"row {r}" + (f", {_feature(j, columns)}" if j is not None else "")
+    v = v.item() if isinstance(v, np.generic) else v  # 'a', not np.str_('a')
+    if _missing(v):
+        return DataTypeError(f"{what} must be finite (no NaN, inf or missing value); {cell} is missing ({v!r}). "
+                             "Drop or impute it")
+    if isinstance(v, (str, bytes)):
+        return ParameterError(f"{what} must hold numbers; {cell} is the text {v!r}. {_FIX[what]}")
+    return DataTypeError(f"{what} must hold numbers; {cell} is {v!r} (a {type(v).__name__}): the argument must be "
+                         f"a number, or a string holding a number. {_FIX[what]}")
+
+
+def _feature(j, columns):
+    """Feature ``j`` (0-based) as messages name it: 1-based, with its column name if X had names."""
+    name = f" (column {columns[j]!r})" if columns is not None and j < len(columns) else ""
+    return f"feature {j + 1}{name}"
+
+
+def _missing(v):
+    """Whether ``v`` is a missing value: None, NaN, or pandas' NA / NaT (named, not imported)."""
+    if v is None or type(v).__name__ in ("NAType", "NaTType"):
+        return True
+    return isinstance(v, numbers.Real) and v != v
 
 
 def _labels(y, n, method):
@@ -471,11 +531,9 @@ def _labels(y, n, method):
         raise ParameterError(f"{method} requires y to be passed, but the target y is None: pass one relevance "
                              "label per row of X (or a dataset path as X)")
     y = np.asarray(y)
-    if y.dtype.kind == "c":
-        raise ParameterError(f"y has dtype {y.dtype}: Complex data not supported; pass real relevance labels")
     if y.shape != (n,):
         raise ParameterError(f"y should be a 1d array of one label per row of X ({n}); got shape {y.shape}")
-    y = y.astype(np.float32)
+    y = _float32(y, "y")
     if not np.isfinite(y).all():
         r = int(np.flatnonzero(~np.isfinite(y))[0])
         raise ParameterError(f"y must be finite (no NaN or inf); row {r} is {y[r]}. Drop the row or give it a label")
@@ -523,7 +581,36 @@ def _qids(qid, n):
         raise ParameterError(f"qid must give one query id per row of X ({n}); got shape {qid.shape}"
                              f"{_per_query_hint(qid, n)}. Or read X, y and a per-row qid from a file at once: "
                              f"X, y, qid = streamrank.load_ranking(path)")
-    return qid
+    return _ids(qid)
+
+
+def _ids(qid):
+    """The per-row query ids ``qid`` (an ndarray) as numbers, or as bytes (text as UTF-8), as
+    DatasetWriter takes them; a missing id (None, NaN, pandas' NA) is a ParameterError, and so are
+    ids of several kinds (1 and "1" would be one query once written)."""
+    kind = qid.dtype.kind
+    if kind in "biu":
+        return qid
+    if kind in "cV":
+        raise ParameterError(f"qid must hold integer or text ids; got dtype {qid.dtype}. Pass qid as integers")
+    if kind == "O":
+        kinds = {"number" if isinstance(v, numbers.Number) else "text" if isinstance(v, (str, bytes))
+                 else type(v).__name__ for v in qid if not _missing(v)}
+        if len(kinds) > 1:
+            raise ParameterError(f"qid mixes ids of kinds {', '.join(sorted(kinds))}; give every query an id of one "
+                                 "kind, e.g. qid.astype(str)")
+    if kind in "fmM":
+        missing = np.flatnonzero(np.isnat(qid) if kind in "mM" else ~np.isfinite(qid))
+        bad = int(missing[0]) if missing.size else None
+    else:
+        bad = next((r for r, v in enumerate(qid) if _missing(v)), None) if kind == "O" else None
+    if bad is not None:
+        raise ParameterError(f"qid must give every row a query id; row {bad} has none ({qid[bad]!r}). Drop the row "
+                             "or give it its query's id")
+    if kind == "O":
+        qid = np.array(qid.tolist())
+        kind = qid.dtype.kind
+    return np.char.encode(qid, "utf-8") if kind == "U" else qid
 
 
 def _per_query_hint(qid, n):
