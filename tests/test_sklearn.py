@@ -2,6 +2,7 @@
 score, the choice of C against train_linear's on the same validation data, scikit-learn's
 estimator checks, and the BaseEstimator behaviour (repr, get_params / set_params, clone)."""
 
+import functools
 import warnings
 
 import numpy as np
@@ -25,9 +26,14 @@ NO_QID = "ignore:.*got no qid:UserWarning"
 
 
 def letor_arrays(scale=0.2, seed=3, part="train"):
-    """X, y, qid of the generated ``small`` preset (20 features, grades 0-2, whole queries)."""
-    X, y, qid = (np.concatenate(c) for c in zip(*generate_batches("small", scale=scale, seed=seed, part=part)))
-    return X, y, qid
+    """X, y, qid of the generated ``small`` preset (20 features, grades 0-2, whole queries): copies
+    of arrays generated once."""
+    return tuple(a.copy() for a in _generated(scale, seed, part))
+
+
+@functools.cache
+def _generated(scale, seed, part):
+    return tuple(np.concatenate(c) for c in zip(*generate_batches("small", scale=scale, seed=seed, part=part)))
 
 
 def ndcg10(est, X, y, qid):
@@ -145,9 +151,15 @@ def weighted_by_hand(est, X, y, qid, weight_of):
     return float(np.dot(w, ndcg) / w.sum())
 
 
-def test_score_weighs_queries_by_their_sample_weight():
+@pytest.fixture(scope="module")
+def fitted():
+    """A RankSVM fitted on the small arrays, and the arrays."""
     X, y, qid = letor_arrays(scale=0.1)
-    est = streamrank.RankSVM().fit(X, y, qid=qid)
+    return streamrank.RankSVM().fit(X, y, qid=qid), (X, y, qid)
+
+
+def test_score_weighs_queries_by_their_sample_weight(fitted):
+    est, (X, y, qid) = fitted
     ids = list(dict.fromkeys(qid))
     weight_of = {q: float(k % 3) for k, q in enumerate(ids)}  # 0, 1, 2, 0, ...
     w = np.array([weight_of[q] for q in qid])
@@ -171,9 +183,8 @@ def test_score_weighs_queries_by_their_sample_weight():
     (lambda qid: np.ones(3), r"sample_weight must give one weight per row of X \(\d+\); got shape \(3,\)"),
     (lambda qid: np.array(["a"] * len(qid)), r"sample_weight must hold numbers; row 0 is the text 'a'"),
 ])
-def test_sample_weights_that_do_not_weigh_queries_are_refused(weights, message):
-    X, y, qid = letor_arrays(scale=0.1)
-    est = streamrank.RankSVM().fit(X, y, qid=qid)
+def test_sample_weights_that_do_not_weigh_queries_are_refused(fitted, weights, message):
+    est, (X, y, qid) = fitted
     with pytest.raises(ParameterError, match=message):
         est.score(X, y, qid=qid, sample_weight=weights(qid))
 
