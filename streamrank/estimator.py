@@ -528,7 +528,7 @@ def _floats(a, what, columns=None, dtype=np.float32):
 def _cell_error(what, r, j, v, columns):
     """The error for cell (r, j) of X (j None: row r of y) holding ``v``, which is no number."""
     cell = f"row {r}" + (f", {_feature(j, columns)}" if j is not None else "")
-    v = v.item() if isinstance(v, np.generic) else v  # 'a', not np.str_('a')
+    v = _plain(v)
     if _missing(v):
         return DataTypeError(f"{what} must be finite (no NaN, inf or missing value); {cell} is missing ({v!r}). "
                              "Drop or impute it")
@@ -536,6 +536,11 @@ def _cell_error(what, r, j, v, columns):
         return ParameterError(f"{what} must hold numbers; {cell} is the text {v!r}. {_FIX[what]}")
     return DataTypeError(f"{what} must hold numbers; {cell} is {v!r} (a {type(v).__name__}): the argument must be "
                          f"a number, or a string holding a number. {_FIX[what]}")
+
+
+def _plain(v):
+    """A numpy scalar as the Python value it holds, for messages ('a', not np.str_('a'))."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _feature(j, columns):
@@ -578,7 +583,7 @@ def _mean_ndcg10(y, s, query_ptr, w=None, ids=None):
     bad = np.flatnonzero(w != np.repeat(w[starts], sizes))
     if bad.size:
         q = int(np.searchsorted(query_ptr, bad[0], side="right")) - 1
-        name = f"query {ids[q].item()!r}" if ids is not None else f"query {q + 1}"
+        name = f"query {_plain(ids[q])!r}" if ids is not None else f"query {q + 1}"
         raise ParameterError(f"sample_weight must be the same for every row of a query (score is a mean over "
                              f"queries); {name} has rows weighted {w[starts[q]]:g} and {w[bad[0]]:g}. Give every row "
                              f"its query's weight, e.g. np.repeat(query_weights, query_sizes)")

@@ -372,3 +372,16 @@ def test_not_fitted_is_scikit_learns_error_and_streamranks():
     with pytest.raises(NotFittedError) as err:
         streamrank.RankSVM().predict(np.ones((2, 3)))
     assert isinstance(err.value, ParameterError) and "not fitted yet; call fit first" in str(err.value)
+
+
+def test_a_datasets_queries_are_weighed_as_its_arrays_are(fitted, tmp_path):
+    from streamrank.io.hdf5_format import DatasetWriter
+    est, (X, y, qid) = fitted
+    names = np.char.add("q", qid.astype(str)).astype("S")
+    with DatasetWriter(tmp_path / "d.h5", n_features=X.shape[1]) as w:
+        w.append(X, y, names)
+    weight_of = {q: float(k % 3) for k, q in enumerate(dict.fromkeys(qid))}
+    weights = np.array([weight_of[q] for q in qid])
+    assert est.score(tmp_path / "d.h5", sample_weight=weights) == est.score(X, y, qid, sample_weight=weights)
+    with pytest.raises(ParameterError, match=r"query 'q\d+' has rows weighted 0 and 1"):
+        est.score(tmp_path / "d.h5", sample_weight=np.arange(len(y), dtype=float))
