@@ -125,7 +125,8 @@ def test_grid_search_and_cross_val_score_over_a_pipeline_score_every_candidate()
         cvs = cross_val_score(pipeline(streamrank.RankSVM(C=Cs[1])), X, y, cv=cv, params={"qid": qid, "groups": qid})
     res = search.cv_results_
     scores = np.array([res[f"split{k}_test_score"] for k in range(2)])  # (fold, C)
-    want = np.array([[by_hand(streamrank.RankSVM(C=C), X, y, qid, tr, te) for C in Cs] for tr, te in cv.split(X, y, qid)])
+    want = np.array([[by_hand(streamrank.RankSVM(C=C), X, y, qid, tr, te) for C in Cs]
+                     for tr, te in cv.split(X, y, qid)])
     np.testing.assert_array_equal(scores, want)
     assert len(set(want.ravel())) > 1
     assert search.best_params_["ranksvm__C"] == Cs[int(np.argmax(want.mean(axis=0)))]
@@ -137,7 +138,7 @@ def test_without_routing_a_pipeline_scores_as_one_query_and_says_so():
     from scikit-learn, so it ranks all rows as one query and warns."""
     X, y, qid = letor_arrays(scale=0.1)
     pipe = pipeline().fit(X, y, ranksvm__qid=qid)
-    with pytest.warns(UserWarning, match=r"RankSVM.score got no qid: .* fitted on \d+ queries.* enable metadata routing"):
+    with pytest.warns(UserWarning, match=r"RankSVM.score got no qid: .* fitted on \d+ queries.* metadata routing"):
         got = pipe.score(X, y)
     with pytest.warns(UserWarning, match="got no qid"):
         assert pipe.score(X, y, sample_weight=np.full(len(y), 2.0)) == got  # Pipeline passes it on

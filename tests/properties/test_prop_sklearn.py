@@ -14,6 +14,7 @@ import re
 import warnings
 
 import numpy as np
+import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
@@ -21,6 +22,9 @@ import prop_checker as pc
 import prop_kit as kit
 import prop_strategies as ps
 from streamrank.evaluation.metrics import MAX_GAIN_LABEL
+
+pytest.importorskip("sklearn")
+pytest.importorskip("pandas")
 
 # a C grid's values: ones that work, and ones the parameter intake must refuse
 GOOD_C = [0.1, 1.0, 0.01, 3]
