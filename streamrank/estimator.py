@@ -35,6 +35,17 @@ Query ids inside scikit-learn: metadata routing
         sklearn.set_config(enable_metadata_routing=True)
         GridSearchCV(RankSVM(), {"C": [0.1, 1]}, cv=GroupKFold(3)).fit(X, y, qid=qid, groups=qid)
 
+sample_weight, and candidates that cannot be fitted or scored
+    ``score`` takes ``sample_weight`` as scikit-learn's estimators do (``Pipeline.score`` passes it
+    to its last step, with routing or without): per-row weights that weigh each query's NDCG@10,
+    the same for every row of a query. As for scikit-learn's estimators it is not requested by
+    default, so a router refuses one passed without ``set_score_request(sample_weight=True)``.
+    ``fit`` takes no ``sample_weight`` (a pairwise loss weighs pairs: ``pair_cost`` and
+    ``query_weight``), so, as for scikit-learn's estimators without one, it declares none and
+    scikit-learn refuses it. A candidate that cannot be fitted or scored raises a
+    :class:`ParameterError` (never a NaN score): a search then follows its ``error_score``,
+    ``"raise"`` passing the error on, the default NaN warning and ranking the candidate last.
+
 Without qid
     ``fit(X, y)`` ranks all rows as one query, with a warning (pass ``qid=np.zeros(n)`` to say
     so); it is what scikit-learn's generic checks fit. ``score(X, y)`` ranks all rows as one query
@@ -71,8 +82,10 @@ _UNCHANGED = "$UNCHANGED$"
 class _Estimator:
     """scikit-learn's estimator protocol without importing scikit-learn (module docstring)."""
 
-    # the metadata each method consumes; requested unless set otherwise (module docstring)
-    _METADATA = {"fit": ("qid",), "predict": ("qid",), "score": ("qid",)}
+    # the metadata each method consumes, with its default request (module docstring): qid is
+    # requested (True); score's sample_weight is unrequested (None), as scikit-learn's own
+    # estimators leave it: passed through a router without a request, scikit-learn refuses it
+    _METADATA = {"fit": {"qid": True}, "predict": {"qid": True}, "score": {"qid": True, "sample_weight": None}}
 
     @classmethod
     def _get_param_names(cls):
@@ -120,14 +133,15 @@ class _Estimator:
         return Tags(estimator_type="ranker", target_tags=TargetTags(required=True))
 
     def get_metadata_routing(self):
-        """scikit-learn's ``MetadataRequest``: ``qid`` for fit, predict and score (module docstring)."""
+        """scikit-learn's ``MetadataRequest``: ``qid`` for fit, predict and score, ``sample_weight``
+        for score (module docstring)."""
         request = getattr(self, "_metadata_request", None)
         if request is None:
             from sklearn.utils.metadata_routing import MetadataRequest
             request = MetadataRequest(owner=self)
             for method, params in self._METADATA.items():
-                for param in params:
-                    getattr(request, method).add_request(param=param, alias=True)
+                for param, alias in params.items():
+                    getattr(request, method).add_request(param=param, alias=alias)
         return request
 
     def set_fit_request(self, *, qid=_UNCHANGED):
@@ -139,9 +153,10 @@ class _Estimator:
         """As :meth:`set_fit_request`, for :meth:`predict`."""
         return self._set_request("predict", qid=qid)
 
-    def set_score_request(self, *, qid=_UNCHANGED):
-        """As :meth:`set_fit_request`, for :meth:`score`."""
-        return self._set_request("score", qid=qid)
+    def set_score_request(self, *, qid=_UNCHANGED, sample_weight=_UNCHANGED):
+        """As :meth:`set_fit_request`, for :meth:`score`; ``sample_weight`` (per-query weights,
+        :meth:`RankSVM.score`) is not requested by default, as for scikit-learn's estimators."""
+        return self._set_request("score", qid=qid, sample_weight=sample_weight)
 
     def _set_request(self, method, **aliases):
         try:
@@ -322,7 +337,7 @@ class RankSVM(_Estimator):
         out[order] = model.decision_function(X[order], query_ptr)
         return out
 
-    def score(self, X, y=None, qid=None):
+    def score(self, X, y=None, qid=None, sample_weight=None):
         """Mean NDCG@10 over the queries of ``X, y, qid`` (arrays) or of a dataset (path/Dataset).
 
         The LETOR 4.0 convention (``letor4`` in :mod:`streamrank.evaluation.metrics`: gains 0/1/3
@@ -331,6 +346,12 @@ class RankSVM(_Estimator):
         eval`` prints. A query without a relevant document (no label >= 1) scores 0 and stays in
         the mean. Queries are averaged in order of first appearance, as a dataset holds them.
         ``qid`` None: all rows are one query (warned when the model was fitted on several).
+
+        ``sample_weight``: None (every query weighs 1), or one weight >= 0 per row (of X, or of the
+        dataset in input order) that is the same for every row of a query: the mean is then
+        weighted by query, and weights of 1 give the unweighted mean to the bit. A weight that
+        differs within a query is refused (NDCG is a query's, not a row's). Under scikit-learn's
+        metadata routing it reaches score once requested: ``set_score_request(sample_weight=True)``.
         """
         model = self._model()
         if _is_data(X):
@@ -338,18 +359,22 @@ class RankSVM(_Estimator):
             with _dataset(X) as ds:
                 # predict_dataset puts dataset row k's score at ds.row[k]: back to dataset order
                 s = model.predict_dataset(ds, memory_budget=self.memory_budget)[ds.row]
-                y, query_ptr = read_labels(ds), ds.query_ptr
-            return evaluate(y, s, query_ptr, ks=(10,)).means["NDCG@10"]
+                y, query_ptr, ids = read_labels(ds), ds.query_ptr, ds.query_ids
+                w = None if sample_weight is None else _row_weights(sample_weight, ds.n_rows)[ds.row]
+            return _mean_ndcg10(y, s, query_ptr, w, ids)
         X = _rows(X)
         y = _labels(y, X.shape[0], "score")
+        w = None if sample_weight is None else _row_weights(sample_weight, X.shape[0])
         if qid is None and getattr(self, "_n_fit_queries", 1) > 1:
             _warn_no_qid(f"{type(self).__name__}.score", X.shape[0],
                          f", but the model was fitted on {self._n_fit_queries} queries")
-        order, query_ptr = _grouped(_qids(qid, X.shape[0]))
+        qid = _qids(qid, X.shape[0])
+        order, query_ptr = _grouped(qid)
         if order is not None:
-            X, y = X[order], y[order]
+            X, y, qid = X[order], y[order], qid[order]
+            w = None if w is None else w[order]
         s = model.decision_function(X, query_ptr)
-        return evaluate(y, s, query_ptr, ks=(10,)).means["NDCG@10"]
+        return _mean_ndcg10(y, s, query_ptr, w, qid[query_ptr[:-1]])
 
     def save(self, path):
         return self._model().save(path)
@@ -438,14 +463,18 @@ def _dataset(X):
             yield ds
 
 
+class DataTypeError(ParameterError, TypeError):
+    """A cell of X, y or qid that is neither a number nor text that reads as one (a dict, pandas'
+    NA, a date): the package's ParameterError, and the TypeError numpy and scikit-learn raise for it."""
+
+
 def _rows(X):
     """X as a C-ordered float32 (n, d) array with n, d >= 1 and finite values (no copy when it is one)."""
     if hasattr(X, "tocsr") or type(X).__module__.startswith("scipy.sparse"):
         raise ParameterError(f"X is a sparse {type(X).__name__}; streamrank reads dense rows: pass X.toarray(), or "
                              "write the data to a dataset (streamrank convert) and pass its path")
+    columns = getattr(X, "columns", None)  # a DataFrame's, for messages
     X = np.asarray(X)
-    if X.dtype.kind == "c":
-        raise ParameterError(f"X has dtype {X.dtype}: Complex data not supported; pass real features")
     if X.ndim != 2:
         raise ParameterError(f"X must be a 2-D array (n_rows, n_features); got shape {X.shape}. "
                              "Reshape your data: X.reshape(-1, 1) for a single feature, X.reshape(1, -1) for a "
@@ -455,14 +484,117 @@ def _rows(X):
     if X.shape[1] == 0:
         raise ParameterError(f"X has 0 feature(s) (shape={X.shape}) while a minimum of 1 is required. "
                              "Pass at least one feature column")
-    X = np.ascontiguousarray(X, dtype=np.float32)
+    X = np.ascontiguousarray(_floats(X, "X", columns))
     # the float64 sum of float32 values cannot overflow (n * 3.4e38 << 1.8e308), so it is finite
     # exactly when every value is: one pass, no n x d mask unless there is something to report
     if not np.isfinite(np.sum(X, dtype=np.float64)):
         r, j = np.argwhere(~np.isfinite(X))[0]
-        raise ParameterError(f"X must be finite (no NaN or inf); row {r}, feature {j + 1} is {X[r, j]}. "
+        raise ParameterError(f"X must be finite (no NaN or inf); row {r}, {_feature(j, columns)} is {X[r, j]}. "
                              "Drop or impute it")
     return X
+
+
+_FIX = {"X": "Encode it as numbers (e.g. sklearn's OneHotEncoder, or pd.get_dummies) or drop the column",
+        "y": "Pass numeric relevance labels (0, 1, 2, ...)",
+        "sample_weight": "Pass one numeric weight per row"}
+
+
+def _floats(a, what, columns=None, dtype=np.float32):
+    """The ndarray ``a`` (X, y or sample_weight) as ``dtype``, or a ParameterError naming the first
+    cell that is no number: text that does not read as one, pandas' NA, an object, a date."""
+    kind = a.dtype.kind
+    if kind == "c":
+        raise ParameterError(f"{what} has dtype {a.dtype}: Complex data not supported; pass real values")
+    if kind in "mM":  # numpy would cast them to counts of their unit
+        how = "(t - t.min()).dt.total_seconds()" if kind == "M" else "t.dt.total_seconds()"
+        raise ParameterError(f"{what} holds {'dates' if kind == 'M' else 'durations'} (dtype {a.dtype}), not "
+                             f"numbers. Convert them to numbers in the unit you mean, e.g. {how}")
+    if kind in "biuf":
+        return a.astype(dtype, copy=False)
+    try:
+        return a.astype(dtype)
+    except (TypeError, ValueError):
+        pass
+    cells = a.reshape(a.shape[0], -1)
+    for j in range(cells.shape[1]):
+        for r, v in enumerate(cells[:, j]):
+            try:
+                np.float32(v)
+            except (TypeError, ValueError):
+                raise _cell_error(what, r, j if a.ndim > 1 else None, v, columns) from None
+    raise ParameterError(f"{what} (dtype {a.dtype}) does not convert to numbers. {_FIX[what]}")
+
+
+def _cell_error(what, r, j, v, columns):
+    """The error for cell (r, j) of X (j None: row r of y) holding ``v``, which is no number."""
+    cell = f"row {r}" + (f", {_feature(j, columns)}" if j is not None else "")
+    v = _plain(v)
+    if _missing(v):
+        return DataTypeError(f"{what} must be finite (no NaN, inf or missing value); {cell} is missing ({v!r}). "
+                             "Drop or impute it")
+    if isinstance(v, (str, bytes)):
+        return ParameterError(f"{what} must hold numbers; {cell} is the text {v!r}. {_FIX[what]}")
+    return DataTypeError(f"{what} must hold numbers; {cell} is {v!r} (a {type(v).__name__}): the argument must be "
+                         f"a number, or a string holding a number. {_FIX[what]}")
+
+
+def _plain(v):
+    """A numpy scalar as the Python value it holds, for messages ('a', not np.str_('a'))."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def _feature(j, columns):
+    """Feature ``j`` (0-based) as messages name it: 1-based, with its column name if X had names."""
+    name = f" (column {columns[j]!r})" if columns is not None and j < len(columns) else ""
+    return f"feature {j + 1}{name}"
+
+
+def _missing(v):
+    """Whether ``v`` is a missing value: None, NaN, or pandas' NA / NaT (named, not imported)."""
+    if v is None or type(v).__name__ in ("NAType", "NaTType"):
+        return True
+    return isinstance(v, numbers.Real) and v != v
+
+
+def _row_weights(sample_weight, n):
+    """``sample_weight`` (a number, or one per row) as n finite float64 weights >= 0."""
+    w = np.asarray(sample_weight)
+    if w.ndim == 0:
+        w = np.full(n, w)
+    if w.shape != (n,):
+        raise ParameterError(f"sample_weight must give one weight per row of X ({n}); got shape {w.shape}. "
+                             "Pass one weight per row, the same for every row of a query")
+    w = _floats(w, "sample_weight", dtype=np.float64)
+    bad = np.flatnonzero(~(np.isfinite(w) & (w >= 0)))
+    if bad.size:
+        raise ParameterError(f"sample_weight must be finite and >= 0; row {bad[0]} is {w[bad[0]]}. Give it a weight "
+                             ">= 0 (0 leaves its query out of the mean)")
+    return w
+
+
+def _mean_ndcg10(y, s, query_ptr, w=None, ids=None):
+    """The mean letor4 NDCG@10 of the queries of ``query_ptr``; with row weights ``w`` (each query's
+    rows alike, checked here), the mean weighted by query: the same left-to-right sum in the
+    report's order as its unweighted mean, so weights of 1 give that mean's bits."""
+    report = evaluate(y, s, query_ptr, ks=(10,))
+    if w is None:
+        return report.means["NDCG@10"]
+    starts, sizes = query_ptr[:-1], np.diff(query_ptr)
+    bad = np.flatnonzero(w != np.repeat(w[starts], sizes))
+    if bad.size:
+        q = int(np.searchsorted(query_ptr, bad[0], side="right")) - 1
+        name = f"query {_plain(ids[q])!r}" if ids is not None else f"query {q + 1}"
+        raise ParameterError(f"sample_weight must be the same for every row of a query (score is a mean over "
+                             f"queries); {name} has rows weighted {w[starts[q]]:g} and {w[bad[0]]:g}. Give every row "
+                             f"its query's weight, e.g. np.repeat(query_weights, query_sizes)")
+    total = weight = 0.0
+    for q in report.order:
+        total += float(w[starts[q]]) * float(report.ndcg[q, 0])
+        weight += float(w[starts[q]])
+    if not weight > 0:
+        raise ParameterError("sample_weight gives every query weight 0, so there is no mean to take. Give at least "
+                             "one query a weight > 0")
+    return total / weight
 
 
 def _labels(y, n, method):
@@ -471,11 +603,9 @@ def _labels(y, n, method):
         raise ParameterError(f"{method} requires y to be passed, but the target y is None: pass one relevance "
                              "label per row of X (or a dataset path as X)")
     y = np.asarray(y)
-    if y.dtype.kind == "c":
-        raise ParameterError(f"y has dtype {y.dtype}: Complex data not supported; pass real relevance labels")
     if y.shape != (n,):
         raise ParameterError(f"y should be a 1d array of one label per row of X ({n}); got shape {y.shape}")
-    y = y.astype(np.float32)
+    y = _floats(y, "y")
     if not np.isfinite(y).all():
         r = int(np.flatnonzero(~np.isfinite(y))[0])
         raise ParameterError(f"y must be finite (no NaN or inf); row {r} is {y[r]}. Drop the row or give it a label")
@@ -523,7 +653,36 @@ def _qids(qid, n):
         raise ParameterError(f"qid must give one query id per row of X ({n}); got shape {qid.shape}"
                              f"{_per_query_hint(qid, n)}. Or read X, y and a per-row qid from a file at once: "
                              f"X, y, qid = streamrank.load_ranking(path)")
-    return qid
+    return _ids(qid)
+
+
+def _ids(qid):
+    """The per-row query ids ``qid`` (an ndarray) as numbers, or as bytes (text as UTF-8), as
+    DatasetWriter takes them; a missing id (None, NaN, pandas' NA) is a ParameterError, and so are
+    ids of several kinds (1 and "1" would be one query once written)."""
+    kind = qid.dtype.kind
+    if kind in "biu":
+        return qid
+    if kind in "cV":
+        raise ParameterError(f"qid must hold integer or text ids; got dtype {qid.dtype}. Pass qid as integers")
+    if kind == "O":
+        kinds = {"number" if isinstance(v, numbers.Number) else "text" if isinstance(v, (str, bytes))
+                 else type(v).__name__ for v in qid if not _missing(v)}
+        if len(kinds) > 1:
+            raise ParameterError(f"qid mixes ids of kinds {', '.join(sorted(kinds))}; give every query an id of one "
+                                 "kind, e.g. qid.astype(str)")
+    if kind in "fmM":
+        missing = np.flatnonzero(np.isnat(qid) if kind in "mM" else ~np.isfinite(qid))
+        bad = int(missing[0]) if missing.size else None
+    else:
+        bad = next((r for r, v in enumerate(qid) if _missing(v)), None) if kind == "O" else None
+    if bad is not None:
+        raise ParameterError(f"qid must give every row a query id; row {bad} has none ({qid[bad]!r}). Drop the row "
+                             "or give it its query's id")
+    if kind == "O":
+        qid = np.array(qid.tolist())
+        kind = qid.dtype.kind
+    return np.char.encode(qid, "utf-8") if kind == "U" else qid
 
 
 def _per_query_hint(qid, n):

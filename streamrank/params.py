@@ -15,6 +15,7 @@ path checks it after its statistics pass, before the first iteration (:func:`c_l
 
 import math
 import numbers
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from streamrank.errors import ParameterError
@@ -173,10 +174,17 @@ def accepts(name, text):
 
 
 def check_all(name, values, *, shown=None):
-    """:func:`check` of each of ``values`` (a number or a sequence)."""
-    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+    """:func:`check` of each of ``values``: one number (a 0-d array too), or a non-empty sequence of
+    them (list, tuple, set, 1-D array). An empty sequence or a mapping (keys or values?) is refused
+    as a :class:`ParameterError` naming the parameter, like any value out of range."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or getattr(values, "ndim", 1) == 0:
         return [check(name, values, shown=shown)]
-    return [check(name, v, shown=shown) for v in values]
+    items = [] if isinstance(values, Mapping) else list(values)
+    if not items:
+        r = RANGES[name]
+        raise ParameterError(f"{shown or name} must be {r.describe()}, or a non-empty list of them; got {values!r}. "
+                             f"Use {name}={suggest(name, None)}")
+    return [check(name, v, shown=shown) for v in items]
 
 
 def _number(value):

@@ -252,3 +252,109 @@ def test_verbose_prints_the_iterations_and_silent_does_not(tmp_path, capsys):
     streamrank.RankSVM(C=0.5, verbose=True).fit(tmp_path / "t.h5")
     err = capsys.readouterr().err
     assert "iter   1 f" in err and "C=0.5 done" in err
+
+
+# -- DataFrames as other tools leave them: missing values, text, nullable and categorical columns ---
+def frame_cases():
+    pd = pytest.importorskip("pandas")
+    X, y, qid = arrays(n_queries=3)
+    base = pd.DataFrame(X, columns=["bm25", "tfidf", "len", "pr", "const"])
+
+    def with_(col, values):
+        d = base.copy()
+        d[col] = values
+        return d
+    n = len(y)
+    return pd, base, y, qid, {
+        "pd.NA in Float64": (with_("tfidf", pd.array([0.5] * 4 + [None] + [0.5] * (n - 5), dtype="Float64")),
+                             r"X must be finite \(no NaN, inf or missing value\); row 4, feature 2 \(column 'tfidf'\) "
+                             r"is missing \(<NA>\)\. Drop or impute it"),
+        "pd.NA in Int64": (with_("len", pd.array([3] * (n - 1) + [None], dtype="Int64")),
+                           rf"row {n - 1}, feature 3 \(column 'len'\) is missing \(<NA>\)"),
+        "pd.NA in boolean": (with_("pr", pd.array([True, None] + [False] * (n - 2), dtype="boolean")),
+                             r"row 1, feature 4 \(column 'pr'\) is missing"),
+        "a text column": (with_("tfidf", ["high", "low"] * (n // 2) + ["low"] * (n % 2)),
+                          r"X must hold numbers; row 0, feature 2 \(column 'tfidf'\) is the text 'high'\. Encode it "
+                          r"as numbers \(e\.g\. sklearn's OneHotEncoder, or pd\.get_dummies\) or drop the column"),
+        "a categorical of text": (with_("const", pd.Categorical(["a", "b"] * (n // 2) + ["a"] * (n % 2))),
+                                  r"row 0, feature 5 \(column 'const'\) is the text 'a'"),
+        "a date column": (with_("pr", pd.to_datetime(["2024-01-01"] * n)),
+                          r"X must hold numbers; row 0, feature 4 \(column 'pr'\) is Timestamp\("),
+        "an object cell": (with_("bm25", [0.5, 0.5, {"k": 1}] + [0.5] * (n - 3)),
+                           r"X must hold numbers; row 2, feature 1 \(column 'bm25'\) is \{'k': 1\} \(a dict\)"),
+    }
+
+
+@pytest.mark.parametrize("case", ["pd.NA in Float64", "pd.NA in Int64", "pd.NA in boolean", "a text column",
+                                  "a categorical of text", "a date column", "an object cell"])
+def test_a_hostile_dataframe_is_refused_naming_the_row_and_column(case):
+    pd, base, y, qid, cases = frame_cases()
+    X, message = cases[case]
+    est = streamrank.RankSVM()
+    with pytest.raises(ParameterError, match=message) as err:
+        est.fit(X, y, qid)
+    # a cell that numpy could not convert at all stays a TypeError to its callers (scikit-learn's checks)
+    assert isinstance(err.value, TypeError) == (case not in ("a text column", "a categorical of text"))
+    fitted = streamrank.RankSVM().fit(base, y, qid)
+    for call in (lambda: fitted.predict(X, qid), lambda: fitted.score(X, y, qid)):
+        with pytest.raises(ParameterError, match=message):
+            call()
+
+
+def test_dataframes_of_numbers_in_any_dtype_fit_as_their_float_values():
+    """Nullable dtypes without a missing value, numeric text, categoricals of numbers, bool and object
+    columns of numbers are the numbers they hold: the same model as the float array."""
+    pd, base, y, qid, _ = frame_cases()
+    X = base.to_numpy(np.float32)
+    n = len(y)
+    frame = base.astype({"bm25": "Float64", "pr": object})
+    frame["len"] = pd.array(np.round(X[:, 2]).astype(int), dtype="Int64")
+    frame["tfidf"] = [repr(float(v)) for v in X[:, 1]]
+    frame["const"] = pd.Categorical([0.0] * n)
+    want = X.copy()
+    want[:, 2] = np.round(X[:, 2])
+    a = streamrank.RankSVM(tol=1e-8).fit(frame, pd.Series(y, dtype="Int64"), pd.Series(qid, dtype="Int64"))
+    b = streamrank.RankSVM(tol=1e-8).fit(want, y, qid)
+    assert np.array_equal(a.coef_, b.coef_)
+    np.testing.assert_array_equal(a.predict(frame, qid), b.predict(want, qid))
+
+
+@pytest.mark.parametrize("dtype", ["datetime64[s]", "timedelta64[s]"])
+def test_dates_and_durations_are_not_read_as_their_counts(dtype):
+    X = np.arange(6).astype(dtype).reshape(3, 2)
+    with pytest.raises(ParameterError, match=r"X holds (dates|durations) \(dtype .*\), not numbers\. Convert them"):
+        streamrank.RankSVM().fit(X, [0.0, 1, 2], [1, 1, 1])
+
+
+@pytest.mark.parametrize("y,message", [
+    (["a", "b", "c"], r"y must hold numbers; row 0 is the text 'a'\. Pass numeric relevance labels"),
+    (np.array([1, {}, 0], dtype=object), r"y must hold numbers; row 1 is \{\} \(a dict\)"),
+    ("NA", r"y must be finite \(no NaN, inf or missing value\); row 2 is missing \(<NA>\)"),
+])
+def test_labels_that_are_no_numbers_are_refused_by_row(y, message):
+    if isinstance(y, str):
+        pd = pytest.importorskip("pandas")
+        y = pd.Series([1, 0, None], dtype="object").astype(object).where([True, True, False], pd.NA)
+    with pytest.raises(ParameterError, match=message):
+        streamrank.RankSVM().fit(np.eye(3), y, [1, 1, 1])
+
+
+@pytest.mark.parametrize("qid,message", [
+    (np.array([1.0, 1, np.nan, 2]), r"qid must give every row a query id; row 2 has none \(np\.float64\(nan\)\)"),
+    (np.array(["a", None, "b", "b"], dtype=object), r"row 1 has none \(None\)\. Drop the row or give it"),
+    (np.array([1, "1", 2, 2], dtype=object), r"qid mixes ids of kinds number, text; give every query an id of one "
+                                             r"kind, e.g\. qid\.astype\(str\)"),
+    (np.array(["2024-01-01", "NaT", "NaT", "2024-01-02"], dtype="datetime64[D]"), r"row 1 has none"),
+])
+def test_query_ids_missing_or_of_mixed_kinds_are_refused(qid, message):
+    with pytest.raises(ParameterError, match=message):
+        streamrank.RankSVM().fit(np.eye(4), [0.0, 1, 1, 0], qid)
+
+
+def test_text_query_ids_beyond_ascii_are_their_own_queries():
+    X, y, qid = arrays(n_queries=4)
+    names = np.array(["café", "naïve", "日本", "cafe"])[qid - 100]
+    a = streamrank.RankSVM(tol=1e-8).fit(X, y, names)
+    b = streamrank.RankSVM(tol=1e-8).fit(X, y, qid)
+    assert a._n_fit_queries == 4 and np.array_equal(a.coef_, b.coef_)
+    assert a.score(X, y, names) == b.score(X, y, qid)

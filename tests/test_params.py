@@ -145,3 +145,32 @@ def test_estimator_refuses_a_c_outside_its_range(C):
     X = np.eye(4, dtype=np.float32)
     with pytest.raises(ParameterError, match="C must be a finite number > 0"):
         streamrank.RankSVM(C=C).fit(X, np.arange(4.0), qid=np.zeros(4))
+
+
+@pytest.mark.parametrize("values", [[], (), np.array([]), set(), {}, {0.5: 1.0}, iter([])])
+def test_an_empty_list_or_a_mapping_is_refused_by_name(values):
+    with pytest.raises(ParameterError, match=r"^C must be a finite number > 0, or a non-empty list of them; got .*\. "
+                                             r"Use C=0\.5$"):
+        params.check_all("C", values)
+
+
+@pytest.mark.parametrize("values,want", [(0.5, [0.5]), (np.array(0.5), [0.5]), ([1, 0.5], [1.0, 0.5]),
+                                         (np.array([2.0, 3.0]), [2.0, 3.0]), ({2.0}, [2.0]), ("0.5", [0.5])])
+def test_one_value_or_a_sequence_is_taken(values, want):
+    assert params.check_all("C", values) == want
+
+
+@pytest.mark.parametrize("cls,params_,message", [
+    ("RankSVM", {"C": []}, r"C must be a finite number > 0, or a non-empty list of them; got \[\]\. Use C=0\.5"),
+    ("RankSVM", {"C": np.array([])}, r"C must be .* non-empty list of them; got array\(\[\], dtype=float64\)"),
+    ("RankSVM", {"C": [1, [2]]}, r"C must be a finite number > 0; got \[2\]\. Use C=0\.5"),
+    ("RankSVM", {"method": "rff", "gamma": []}, r"gamma must be .* non-empty list of them; got \[\]"),
+    ("RankSVM", {"method": "exact", "gamma": ()}, r"gamma must be .* non-empty list of them; got \(\)"),
+    ("CLSRRank", {"lam": []}, r"lambda must be .* non-empty list of them; got \[\]\. Use lam=1e-3"),
+    ("CLSRRank", {"gamma": []}, r"gamma must be .* non-empty list of them; got \[\]"),
+])
+def test_estimators_refuse_an_empty_list_of_values_by_name(cls, params_, message):
+    import streamrank
+    X = np.eye(4, dtype=np.float32)
+    with pytest.raises(ParameterError, match=message):
+        getattr(streamrank, cls)(**params_).fit(X, np.arange(4.0), qid=np.zeros(4))

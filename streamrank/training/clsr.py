@@ -188,7 +188,7 @@ def _lambda_path(lam):
     """The lambda values of a path, each a finite number > 0 (the system is then positive definite
     whatever the kernel; streamrank.params)."""
     from streamrank import params
-    return sorted(params.check_all("lam", list(lam) if np.ndim(lam) else lam, shown="lambda"))
+    return sorted(params.check_all("lam", lam, shown="lambda"))
 
 
 def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",

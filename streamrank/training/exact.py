@@ -151,7 +151,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     check_queries(ds, queries)
     ds, valid, feature_cols, input_width = with_features(ds, valid, features)
     Cs, refine = c_path(C)
-    gammas = [None] if gamma is None else [params.check("gamma", g) for g in (gamma if np.ndim(gamma) else [gamma])]
+    gammas = [None] if gamma is None else params.check_all("gamma", gamma)
     d = ds.n_features
     gammas = [check_psd_kernel(kernel, g, degree, coef0, d)[1] for g in gammas]
     kernel, _, degree, coef0 = check_psd_kernel(kernel, gammas[0], degree, coef0, d)

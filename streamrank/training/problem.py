@@ -116,7 +116,7 @@ def gamma_path(gamma):
     """The gamma values of a path: [None] (the kernel's default) or the given ones, each > 0."""
     if gamma is None:
         return [None]
-    return params.check_all("gamma", list(gamma) if np.ndim(gamma) else gamma)
+    return params.check_all("gamma", gamma)
 
 
 def grid_points(values, gammas, valid, name="C"):
@@ -137,7 +137,7 @@ def c_path(C):
     if isinstance(C, str):
         if C.strip().lower() == "two-stage":
             return list(TWO_STAGE_DECADES), two_stage_refine
-    return sorted(params.check_all("C", list(C) if np.ndim(C) else C)), None
+    return sorted(params.check_all("C", C)), None
 
 
 def check_loss(loss, eta):
