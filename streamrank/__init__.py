@@ -5,7 +5,11 @@ import numpy alone, not numba, scipy or h5py (issue 17: a command line that star
 of a second).
 """
 
-from streamrank._native import memory as _memory
+from streamrank._native import startup_signals as _startup_signals
+
+_startup_signals.install()  # the program alone: a signal before the command's own handlers ends it with a line
+
+from streamrank._native import memory as _memory  # noqa: E402 - after the signals: it imports numpy
 from streamrank._version import __version__
 
 _memory.configure()

@@ -2,6 +2,8 @@
 
 import bz2
 import gzip
+import lzma
+import re
 
 import numpy as np
 
@@ -13,6 +15,8 @@ def _open(path):
         return gzip.open(path, "rb")
     if head == b"BZh":
         return bz2.open(path, "rb")
+    if head == b"\xfd7z":
+        return lzma.open(path, "rb")
     return open(path, "rb")
 
 
@@ -25,22 +29,25 @@ def parse_letor(paths, base=1, n_features=None):
     rows = []
     for path in paths if isinstance(paths, (list, tuple)) else [paths]:
         with _open(path) as f:
-            for raw in f:
-                text, _, comment = raw.decode().partition("#")
-                tokens = text.split()
-                if not tokens:
-                    continue
-                label = np.float32(float(tokens[0]))
-                q = tokens[1].split(":", 1)[1]
-                try:
-                    q = int(q)
-                except ValueError:
-                    pass
-                feats = {}
-                for tok in tokens[2:]:
-                    i, v = tok.split(":", 1)
-                    feats[int(i) - base] = np.float32(float(v))
-                rows.append((q, label, feats, comment.strip()))
+            data = f.read()
+        data = data[3:] if data.startswith(b"\xef\xbb\xbf") else data  # a UTF-8 byte-order mark
+        # every line end is one: LF, CRLF, or a CR alone
+        for raw in re.split(rb"\r\n|\r|\n", data):
+            text, _, comment = raw.decode().partition("#")
+            tokens = text.split()
+            if not tokens:
+                continue
+            label = np.float32(float(tokens[0]))
+            q = tokens[1].split(":", 1)[1]
+            try:
+                q = int(q)
+            except ValueError:
+                pass
+            feats = {}
+            for tok in tokens[2:]:
+                i, v = tok.split(":", 1)
+                feats[int(i) - base] = np.float32(float(v))
+            rows.append((q, label, feats, comment.strip()))
     return assemble(rows, n_features)
 
 

@@ -97,7 +97,7 @@ def demo_steps(workdir):
 
 def register(sub):
     """The data commands' parsers."""
-    c = sub.add_parser("convert", help="LETOR/SVMlight text (.txt .gz .bz2) to an HDF5 dataset")
+    c = sub.add_parser("convert", help="LETOR/SVMlight text (.txt .gz .bz2 .xz; LF, CRLF or CR line ends) to an HDF5 dataset")
     c.add_argument("inputs", nargs="+", metavar="IN", help="text files, concatenated in order")
     c.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="the HDF5 dataset to write")
     c.add_argument("--query-file", action="append", metavar="F",

@@ -145,7 +145,7 @@ def register(sub):
 
     c = sub.add_parser("cv", help="the LETOR protocol: per fold a grid on train chosen on vali, evaluated on test")
     c.add_argument("folds_dir", metavar="FOLDS_DIR", help="folder with Fold1..FoldK, each with train, vali and test "
-                   "(LETOR text: .txt, .txt.gz or .txt.bz2, or HDF5: .h5)")
+                   "(LETOR text: .txt, .txt.gz, .txt.bz2 or .txt.xz, or HDF5: .h5)")
     c.add_argument("-o", "--output", required=True, metavar="RUN_DIR",
                    help="the run directory: cv.md, cv.csv, cv.json and each fold's grid; the same command "
                         "continues a killed run")

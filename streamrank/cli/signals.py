@@ -4,7 +4,8 @@ While a command runs, each of them raises :class:`Interrupted` (a KeyboardInterr
 cleanup written for Ctrl-C runs: atomic writers remove their temporary files, checkpoints stay
 whole, dask clusters and the warm-up helper are stopped) in the main thread; ``cli.main`` turns it
 into one line and exit status 128 + the signal's number. A signal the process was started with
-ignored (``nohup`` ignores SIGHUP) stays ignored.
+ignored (``nohup`` ignores SIGHUP) stays ignored. Before they are installed (the program's imports),
+:mod:`streamrank._native.startup_signals` ends the program on these signals with the same line.
 
 An exception a signal handler raises can be lost: CPython runs the handler at whatever bytecode
 the main thread is at, and C code that calls back into Python and then clears whatever error it

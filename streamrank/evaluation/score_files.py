@@ -50,26 +50,6 @@ def read_scores(path, n_rows):
     return s
 
 
-def query_file_of(path, query_file=None):
-    """The group-size file of text ``path``: ``query_file`` as given, else ``PATH.query`` beside it
-    when that exists and the text's first data line has no ``qid:`` (LightGBM's convention), else None."""
-    if query_file is not None:
-        return Path(query_file)
-    sibling = Path(str(path) + ".query")
-    return sibling if sibling.is_file() and not _first_line_has_qid(path) else None
-
-
-def _first_line_has_qid(path):
-    """Whether the first data line of text ``path`` (plain, gzip or bzip2) has ``qid:`` as its second token."""
-    from streamrank.io.text_source import TextChunks
-    for buf, _ in TextChunks(path, chunk_bytes=1 << 16):
-        for line in bytes(buf).split(b"\n"):
-            tokens = line.split(b"#", 1)[0].split()
-            if tokens:
-                return len(tokens) > 1 and tokens[1].startswith(b"qid:")
-    return False
-
-
 def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="2GB"):
     """Open an HDF5 dataset, or convert LETOR/SVMlight text into ``cache_dir`` first (with the
     group sizes of ``query_file``, or of ``PATH.query`` beside it, for text without qid).
@@ -86,7 +66,7 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="
         if query_file is not None:
             raise InputError(f"{path} is a dataset file, which holds its queries; query_files applies to text")
         return open_dataset(path)
-    from streamrank.io.convert import convert  # text only: an HDF5 run imports no parser
+    from streamrank.io.convert import convert, query_file_of  # text only: an HDF5 run imports no parser
     qf = query_file_of(path, query_file)
     stamp = ""
     for p in (path, qf) if qf is not None else (path,):

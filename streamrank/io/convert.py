@@ -78,9 +78,22 @@ def query_ids_of_rows(cum, first, r, query_file, path):
     return np.searchsorted(cum, rows, side="right")
 
 
+def shown(raw, limit=200):
+    """Bytes of the input as a message shows them: UTF-8 text as it is, every character that is
+    not printable (ESC, NUL, a tab) escaped as Python's repr escapes it, and a byte that is not
+    UTF-8 as ``\\xNN``; at most ``limit`` characters. A message never carries a raw control byte
+    to the terminal."""
+    text = bytes(raw).decode("utf-8", "backslashreplace")
+    cut = len(text) > limit
+    text = text[:limit]
+    if not text.isprintable():
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return text + (" ..." if cut else "")
+
+
 def _line_text(buf, ls, le, limit=200):
-    text = bytes(buf[ls:le]).decode("utf-8", "replace").rstrip("\r\n")
-    return text if len(text) <= limit else text[:limit] + " ..."
+    raw = bytes(buf[ls:le]).rstrip(b"\r\n")
+    return shown(raw, limit)
 
 
 
@@ -144,23 +157,41 @@ class _WriterThread:
 
 
 def read_query_file(path):
-    """Group sizes, one positive integer per line (LightGBM's ``.query`` files)."""
+    """Group sizes, one positive integer per line (LightGBM's ``.query`` files), read by the text
+    decoder (any line end, a byte-order mark, compression)."""
     sizes = []
-    with open(path, "rb") as f:
-        for k, raw in enumerate(f, 1):
+    for buf, first in TextChunks(path, chunk_bytes=1 << 20):
+        for k, raw in enumerate(bytes(buf).split(b"\n")[:-1], first + 1):
             s = raw.strip()
             if not s:
                 continue
             try:
                 v = int(s)
             except ValueError:
-                raise InputError(f"{path}:{k}: group size {s.decode(errors='replace')!r} is not an integer") from None
+                raise InputError(f"{path}:{k}: group size '{shown(s)}' is not an integer") from None
             if v <= 0:
                 raise InputError(f"{path}:{k}: group size must be > 0; got {v}")
             sizes.append(v)
     if not sizes:
         raise InputError(f"{path}: the query file lists no groups")
     return np.asarray(sizes, np.int64)
+
+
+def query_file_of(path, query_file=None):
+    """The group-size file of text ``path``, the one rule every reader of text follows: ``query_file``
+    as given, else ``PATH.query`` beside it when the text's first data line has no ``qid:``
+    (LightGBM's layout), else None (the text's own ``qid:``)."""
+    if query_file is not None:
+        return Path(os.fspath(query_file))
+    sibling = Path(str(path) + ".query")
+    if not sibling.is_file():
+        return None
+    for buf, _ in TextChunks(path, chunk_bytes=1 << 16):
+        for line in bytes(buf).split(b"\n"):
+            tokens = line.split(b"#", 1)[0].split()
+            if tokens:
+                return None if len(tokens) > 1 and tokens[1].startswith(b"qid:") else sibling
+    return None
 
 
 # text below which a chunk is parsed in one piece: handing a piece to another thread costs about 20 us,
@@ -242,8 +273,7 @@ class _Parser:
         if bad.size:
             k = first_bad
             msg = _MESSAGES[int(err[k])].format(n_features=self.n_features)
-            token = bytes(buf[es[k]:ee[k]]).decode("utf-8", "replace")
-            raise InputError(f"{path}:{first_line + k + 1}: {msg}: {token!r}\n"
+            raise InputError(f"{path}:{first_line + k + 1}: {msg}: '{shown(buf[es[k]:ee[k]])}'\n"
                              f"    line: {_line_text(buf, starts[k], ends[k])}")
         self.nnz += int(nnz.sum())
         self.rows += n
@@ -276,7 +306,7 @@ class _Parser:
             with np.errstate(over="ignore"):
                 v = np.float32(float(tok))
             if not np.isfinite(v):
-                raise InputError(f"{where}: the value is out of float32 range: {tok.decode()!r}\n"
+                raise InputError(f"{where}: the value is out of float32 range: '{shown(tok)}'\n"
                                  f"    line: {_line_text(buf, ls, le)}")
             return v
 
@@ -352,11 +382,14 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     Parameters
     ----------
     inputs : list of path
-        Plain, gzip or bzip2 text, concatenated in order (one qid in several inputs is one query).
+        Plain, gzip, bzip2 or xz text (LF, CRLF or CR line ends, a UTF-8 byte-order mark;
+        :mod:`streamrank.io.text_source`), concatenated in order (one qid in several inputs is one
+        query).
     output : path
         The .h5 file; written under a hidden name and renamed when complete.
     query_files : list of path, optional
-        One group-size file per input, for inputs without ``qid:``.
+        One group-size file per input, for inputs without ``qid:``; by default ``IN.query`` beside
+        each input whose first data line has no ``qid:`` (LightGBM's layout, :func:`query_file_of`).
     zero_based : bool
         Feature indices start at 0 instead of 1.
     n_features : int, optional
@@ -365,7 +398,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         Commit the rows written so far (:mod:`streamrank.io.convert_progress`) when this many
         seconds have passed since the last commit, at the end of a chunk of text. A conversion
         killed or interrupted later continues from its last commit when run again with the same
-        inputs and settings; the file it writes is the same either way.
+        inputs and settings, once the bytes it read are proven unchanged (their sha256); the
+        file it writes is the same either way.
 
     Returns
     -------
@@ -380,6 +414,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         if len(query_files) != len(inputs):
             raise ParameterError(f"query_files must be given once per input: {len(inputs)} inputs, "
                                  f"{len(query_files)} query files")
+    else:
+        query_files = _query_files_beside(inputs)
     if n_features is not None:
         n_features = params.check("n_features", n_features)
     for p in inputs + (query_files or []):
@@ -445,7 +481,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
                         _commit(record, ident, writer, parser, {
                             "input": i, "text_offset": offset, "line": first_line + len(ends),
                             "rows_in_file": rows_in_file, "group_base": group_base, "text_bytes": text_bytes,
-                            "raw_done": raw_done})
+                            "raw_done": raw_done, "anchor": list(src.anchor(offset))})
                         writer.keep_on_failure = True  # a failure from now on keeps the partial
                         last_commit = time.perf_counter()
                 if rows_in_file == 0:
@@ -479,13 +515,31 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     }
 
 
+def _query_files_beside(inputs):
+    """Each input's ``IN.query`` (query_file_of's rule), or None when no input has one; inputs
+    with and inputs without group sizes cannot be joined (group numbers and qids would mix)."""
+    found = [query_file_of(p) if p.exists() else None for p in inputs]
+    if all(q is None for q in found):
+        return None
+    k = next(i for i, q in enumerate(found) if q is None) if None in found else None
+    if k is not None:
+        j = next(i for i, q in enumerate(found) if q is not None)
+        raise InputError(f"{inputs[j]} takes its groups from {found[j]} but {inputs[k]} has no such file beside it; "
+                         f"convert them separately, or use query_files=F once per input")
+    return found
+
+
 def _open_writer(output, work, record, ident, parser, kwargs):
     """A writer that continues the committed conversion of ``record`` (when it matches ``ident``
     and its partial file checks out), else a fresh one; and the position to read on from."""
     start = {"input": 0, "text_offset": 0, "line": 0, "rows_in_file": 0, "group_base": 0, "text_bytes": 0,
              "raw_done": 0}
     rec = progress.load(record, ident)
-    if rec is not None and work.exists():
+    changed = rec is not None and work.exists() and _changed_input(rec, ident)
+    if changed:
+        log.warning("%s: %s is not the text converted before (its bytes differ from those committed, whatever its "
+                    "size and modification time say); starting again", output, changed)
+    elif rec is not None and work.exists():
         try:
             writer = DatasetWriter(output, work_path=work, resume=rec["writer"], **kwargs)
         except ResumeError as e:
@@ -501,6 +555,28 @@ def _open_writer(output, work, record, ident, parser, kwargs):
         log.info("%s: a conversion of other inputs or settings was left unfinished; starting again", output)
     progress.discard(work, record)
     return DatasetWriter(output, work_path=work, **kwargs), start
+
+
+def _changed_input(rec, ident):
+    """The first input whose bytes differ from those a committed conversion read, else None: each
+    input done must still have its recorded sha256, and the input being read must still begin
+    with the bytes whose digest the commit recorded (TextChunks.anchor). Size and modification
+    time alone do not prove it (``cp -p`` or ``rsync -t`` of an edited file of the same size keep
+    both). Costs one read of those bytes (sha256, about 1.7 GB/s on one core)."""
+    from streamrank.io.text_source import prefix_digest
+    p = rec["position"]
+    paths = [Path(x["path"]) for x in ident["inputs"]]
+    try:
+        for i in range(p["input"]):
+            size = paths[i].stat().st_size
+            if prefix_digest(paths[i], size) != rec["sources"][i]["sha256"]:
+                return paths[i]
+        raw, digest = p["anchor"]
+        if prefix_digest(paths[p["input"]], raw) != digest:
+            return paths[p["input"]]
+    except (KeyError, IndexError, TypeError, ValueError):  # a record without the digests: start again
+        return paths[min(int(p.get("input", 0)), len(paths) - 1)]
+    return None
 
 
 def _commit(record, ident, writer, parser, position):

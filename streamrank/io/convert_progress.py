@@ -3,8 +3,9 @@ where it last committed instead of starting again.
 
 Beside the output ``NAME`` a conversion writes ``.NAME.convert.h5`` (the dataset being written)
 and, at each commit, ``.NAME.convert.json`` (JSON, written atomically): format name and version,
-the inputs (absolute path, size, modification time), the settings that shape the output, where
-the next chunk of text starts (input, text offset, line) and the writer's state
+the inputs (absolute path, size, modification time; a query file's sha256), the settings that shape
+the output, where the next chunk of text starts (input, text offset, line, and the anchor that proves
+the text before it: a count of raw bytes and their sha256) and the writer's state
 (``DatasetWriter.commit_state``: rows, query bookkeeping and the digests of the committed rows).
 A ``.NAME.convert.lock`` file, locked while a conversion runs, keeps two conversions of one output
 apart. The next conversion with the same inputs and settings resumes from the record; with others
@@ -12,6 +13,7 @@ it discards it. The files are removed when the output is complete.
 """
 
 import fcntl
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -20,7 +22,8 @@ from streamrank.errors import InputError
 from streamrank.io.atomic import storage_error, written
 
 FORMAT_NAME = "streamrank-convert-progress"
-FORMAT_VERSION = 1
+# 2: a commit proves the text it continues from (the position's anchor, the query files' sha256)
+FORMAT_VERSION = 2
 # the lock file may be replaced between our open and our lock (a conversion that ends removes it):
 # a retry each time, as the feature cache's claim does, but not for ever
 LOCK_ATTEMPTS = 100
@@ -34,11 +37,16 @@ def work_paths(output):
 
 
 def identity(inputs, query_files, settings):
-    """What a progress record must match to be continued: the inputs as they are now and the settings."""
-    def stamp(p):
+    """What a progress record must match to be continued: the inputs as they are now (the query
+    files, which are small, by their content too) and the settings. The text inputs' bytes already
+    read are proven where the record is continued (``convert._changed_input``)."""
+    def stamp(p, content=False):
         st = Path(p).stat()
-        return {"path": str(Path(p).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
-    return {"inputs": [stamp(p) for p in inputs], "query_files": [stamp(p) for p in (query_files or [])],
+        out = {"path": str(Path(p).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        if content:
+            out["sha256"] = hashlib.sha256(Path(p).read_bytes()).hexdigest()
+        return out
+    return {"inputs": [stamp(p) for p in inputs], "query_files": [stamp(p, True) for p in (query_files or [])],
             "settings": json.loads(json.dumps(settings, default=_plain))}
 
 

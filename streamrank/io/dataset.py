@@ -51,6 +51,25 @@ def _scanner():
     return _scan_pool
 
 
+# streamrank's other HDF5 files, and what each is for (a dataset's readers name them, not a conversion)
+_OTHER_FILES = {
+    "streamrank-gas": "a GAS feature ranking (streamrank select-features), not a dataset; give it to train as "
+                      "--features {path}:K, with the dataset it was selected on",
+    "streamrank-gas-similarity": "a GAS ranking's feature similarities, not a dataset",
+    "streamrank-checkpoint": "a training checkpoint, not a dataset; train continues from it with --checkpoint DIR "
+                             "--resume",
+    "streamrank-feature-cache": "a feature map's cache (train --cache-dir), not a dataset",
+}
+
+
+def converted_name(path):
+    """A name for the dataset of text ``path`` that is not ``path`` itself (convert refuses to
+    write over its input): ``NAME.h5`` beside ``NAME.txt``, ``NAME.converted.h5`` beside ``NAME.h5``."""
+    p = Path(path)
+    name = p.with_suffix(".h5").name
+    return p.with_name(p.stem + ".converted.h5").name if name == p.name else name
+
+
 def _check_format(f, path):
     fmt = f.attrs.get("format")
     if isinstance(fmt, bytes):
@@ -58,10 +77,13 @@ def _check_format(f, path):
     if fmt == "streamrank-model":
         raise FormatError(f"{path}: this is a streamrank model, not a dataset; give it as MODEL "
                           f"(streamrank predict {path} DATA -o SCORES.txt)")
+    if fmt in _OTHER_FILES:
+        raise FormatError(f"{path}: this is {_OTHER_FILES[fmt].format(path=path)}")
     if fmt != FORMAT_NAME:
         raise FormatError(
             f"{path}: not a streamrank dataset (format attribute {fmt!r}, expected {FORMAT_NAME!r}). "
-            f"Convert LETOR/SVMlight text with: streamrank convert IN.txt -o {Path(path).stem}.h5")
+            f"Convert the LETOR/SVMlight text it came from into a new file: streamrank convert TEXT -o "
+            f"{converted_name(path)}")
     version = _int_attr(f, path, "version", default=-1)
     if version not in READABLE_VERSIONS:
         if version > FORMAT_VERSION:
@@ -145,7 +167,7 @@ class Dataset:
             raise InputError(f"{self.path} is a directory; give a dataset file (.h5) or LETOR/SVMlight text")
         if not h5py.is_hdf5(self.path):
             raise FormatError(f"{self.path}: not an HDF5 file. If it is LETOR/SVMlight text, convert it "
-                              f"with: streamrank convert {self.path} -o {self.path.stem}.h5")
+                              f"with: streamrank convert {self.path} -o {self.path.with_name(converted_name(self.path))}")
         try:
             self._file = h5py.File(self.path, "r", rdcc_nbytes=4 << 20)
         except OSError as e:

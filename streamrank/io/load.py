@@ -225,14 +225,14 @@ def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
     from streamrank import params
     from streamrank.io.atomic import reading
     from streamrank.io.budget import STREAM_SLACK, resident_bytes
-    from streamrank.io.convert import _Parser, query_ids_of_rows, read_query_file
+    from streamrank.io.convert import _Parser, query_file_of, query_ids_of_rows, read_query_file
     from streamrank.io.feature_subset import take_columns
     from streamrank.io.text_source import TextChunks
     if n_features is not None:
         n_features = params.check("n_features", n_features)
         _check_width(path, ids, n_features)
     cols = None if ids is None else ids - 1
-    qf = _query_file_of(path, query_file)
+    qf = query_file_of(path, query_file)
     if qf is not None and not qf.exists():
         raise InputError(f"{qf}: no such file")
     chunk_bytes, work = text_plan(path)
@@ -300,24 +300,6 @@ def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
         qids.append(qc)
         a = b
     return X, y, _join_qids(qids)
-
-
-def _query_file_of(path, query_file):
-    """``query_file`` as given, else ``PATH.query`` beside text whose first data line has no
-    ``qid:`` (LightGBM's convention, as the command line takes it: the same rule as
-    ``evaluation.score_files.query_file_of``, a layer above this one), else None."""
-    if query_file is not None:
-        return Path(os.fspath(query_file))
-    sibling = Path(str(path) + ".query")
-    if not sibling.is_file():
-        return None
-    from streamrank.io.text_source import TextChunks
-    for buf, _ in TextChunks(path, chunk_bytes=1 << 16):
-        for line in bytes(buf).split(b"\n"):
-            tokens = line.split(b"#", 1)[0].split()
-            if tokens:
-                return None if len(tokens) > 1 and tokens[1].startswith(b"qid:") else sibling
-    return None
 
 
 # Bytes alive while text is read, per byte of a chunk: the chunk's buffer and the next one, the

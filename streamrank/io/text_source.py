@@ -1,13 +1,21 @@
-"""Line-aligned chunks of decompressed text from plain, gzip or bzip2 files.
+"""Line-aligned chunks of decompressed text from plain, gzip, bzip2 or xz files: the one place
+where text is decoded (DESIGN.md, "Guarantees": the text decoder).
 
 Compression is recognised by the file's magic bytes, not its name. The sha256 of the file as
-stored on disk is computed on the way (for the dataset's ``source`` attribute). Several gzip or
-bzip2 members concatenated in one file are read as one stream, like ``zcat`` does.
+stored on disk is computed on the way (for the dataset's ``source`` attribute). Several gzip,
+bzip2 or xz members concatenated in one file are read as one stream, like ``zcat`` does.
+
+Every line end is one: LF, CRLF, or a CR alone (classic Mac text), as Python's universal newlines
+count them. A lone CR becomes an LF in the chunk, and a UTF-8 byte-order mark at the start of the
+text becomes three spaces: the text keeps its length, so offsets (a resumed conversion's) and line
+numbers are those of the file. A CR before an LF stays (the parser takes it for white space). Text
+in UTF-16 (its byte-order mark) or zstd-compressed is refused with the fix.
 """
 
 import bz2
 import collections
 import hashlib
+import lzma
 import zlib
 
 import numpy as np
@@ -25,16 +33,59 @@ DEFAULT_CHUNK_BYTES = 8 << 20
 # a file with no newline (a device such as /dev/zero, a FIFO fed without one, or a small gzip member
 # of zeros that decompresses to gigabytes) would be read into memory without end
 MAX_LINE_BYTES = 64 << 20
+# chunks whose anchor (TextChunks.anchor) is kept: the reader runs at most a few chunks ahead of
+# the parser (a queue of two)
+ANCHORS_KEPT = 8
+
+
+# compression by the stream's first bytes
+_MAGIC = ((b"\x1f\x8b", "gzip"), (b"BZh", "bzip2"), (b"\xfd7zXZ\x00", "xz"))
+_REFUSED_MAGIC = ((b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it first (zstd -d FILE)"),)
+UTF8_BOM = b"\xef\xbb\xbf"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+CR, LF = 13, 10
 
 
 def _sniff(path):
     with open(path, "rb") as f:
-        head = f.read(3)
-    if head[:2] == b"\x1f\x8b":
-        return "gzip"
-    if head == b"BZh":
-        return "bzip2"
+        head = f.read(6)
+    for magic, kind in _MAGIC:
+        if head.startswith(magic):
+            return kind
+    for magic, what in _REFUSED_MAGIC:
+        if head.startswith(magic):
+            raise InputError(f"{path}: the file is {what}; streamrank reads plain, gzip, bzip2 or xz text")
     return "plain"
+
+
+def _text_start(path, buf):
+    """The first bytes of a file's text, in place: a UTF-8 byte-order mark becomes white space; a
+    UTF-16 one is refused (``buf`` holds at least 3 bytes, or all the text)."""
+    if buf[:3] == UTF8_BOM:
+        buf[:3] = b"   "
+    elif bytes(buf[:2]) in _UTF16_BOMS:
+        raise InputError(f"{path}: the text is UTF-16 (it starts with a UTF-16 byte-order mark); save it as "
+                         f"UTF-8 or ASCII (iconv -f UTF-16 -t UTF-8 FILE)")
+
+
+def cr_line_ends(buf, a, b, final):
+    """Turn every lone CR of ``buf[a:b]`` (a bytearray) into an LF, in place; return the position
+    up to which the text is settled: ``b``, or ``b - 1`` when ``buf[b - 1]`` is a CR whose next
+    byte has not been read yet (an LF may follow; ``final``: nothing follows, so it is a line end).
+    Positions from ``b`` on are not looked at. One memchr when there is no CR (LF text)."""
+    i = buf.find(b"\r", a, b)
+    if i < 0:
+        return b
+    v = np.frombuffer(buf, np.uint8, count=b)
+    at = i + np.flatnonzero(v[i:b] == CR)
+    settled = b
+    if not final and at[-1] == b - 1:
+        at, settled = at[:-1], b - 1
+    after = np.minimum(at + 1, b - 1)
+    lone = at[(at + 1 == b) | (v[after] != LF)]
+    v[lone] = LF
+    del v
+    return settled
 
 
 class _Decoder:
@@ -50,6 +101,8 @@ class _Decoder:
             self._d = zlib.decompressobj(wbits=31)
         elif self.kind == "bzip2":
             self._d = bz2.BZ2Decompressor()
+        elif self.kind == "xz":
+            self._d = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
         else:
             self._d = None
 
@@ -58,6 +111,10 @@ class _Decoder:
             return data
         out = []
         while data:
+            if self.kind == "xz" and not self.in_member:
+                data = data.lstrip(b"\0")  # xz's stream padding between and after streams
+                if not data:
+                    break
             self.in_member = True
             out.append(self._d.decompress(data))
             if not self._d.eof:
@@ -87,6 +144,7 @@ class TextChunks:
         self.skip = int(skip)
         self.first_line = int(first_line)
         self.kind = _sniff(path)
+        self._anchors = {}  # text offset at a chunk's end -> (raw bytes read, their sha256 object)
         self.sha256 = None
         self.raw_bytes = 0
         self.text_bytes = 0
@@ -98,8 +156,10 @@ class TextChunks:
         h = hashlib.sha256()
         dec = _Decoder(self.kind)
         pending = bytearray()
+        settled = 0  # pending[:settled] has its line ends settled (cr_line_ends)
         line = self.first_line
         to_skip = self.skip
+        started = self.skip > 0  # the text's start (a byte-order mark) is behind
         with open(self.path, "rb") as f:
             while True:
                 raw = f.read(RAW_READ_BYTES)
@@ -109,13 +169,18 @@ class TextChunks:
                 h.update(raw)
                 try:
                     pending += dec.feed(raw)
-                except (zlib.error, OSError, ValueError, EOFError) as e:
+                except (zlib.error, lzma.LZMAError, OSError, ValueError, EOFError) as e:
                     raise InputError(f"{self.path}: the {self.kind} data is damaged near byte {self.raw_bytes:,} "
                                      f"({e}); fetch or decompress the file again") from None
+                if not started and len(pending) >= 3:
+                    _text_start(self.path, pending)
+                    started = True
+                settled = cr_line_ends(pending, settled, len(pending), final=False)
                 if to_skip:
                     n = min(to_skip, len(pending))
                     del pending[:n]
                     to_skip -= n
+                    settled = max(0, settled - n)
                     self.text_bytes += n
                 while len(pending) >= self.chunk_bytes:
                     # whole lines of at most chunk_bytes (a longer line is a chunk of its own)
@@ -126,8 +191,10 @@ class TextChunks:
                     chunk = bytes(view[:cut])  # one copy (pending[:cut] would copy twice)
                     view.release()
                     del pending[:cut]
+                    settled -= cut
                     self.text_bytes += len(chunk)
                     item = self._item(np.frombuffer(chunk, np.uint8), line)
+                    self._mark(h)
                     yield item
                     line += len(item[2]) if self.line_ends else chunk.count(b"\n")
                 if len(pending) > max(MAX_LINE_BYTES, self.chunk_bytes):  # the loop above left part of one line
@@ -135,11 +202,15 @@ class TextChunks:
         if dec._d is not None and dec.in_member and not dec._d.eof:
             raise InputError(f"{self.path}: the {self.kind} stream ends early after {self.raw_bytes:,} bytes (the file "
                              f"is truncated); fetch it again")
+        if not started:
+            _text_start(self.path, pending)
+        cr_line_ends(pending, settled, len(pending), final=True)
         if pending:
             if pending[-1:] != b"\n":
                 pending += b"\n"
             chunk = bytes(pending)
             self.text_bytes += len(chunk)
+            self._mark(h)
             yield self._item(np.frombuffer(chunk, np.uint8), line)
         self.sha256 = h.hexdigest()
 
@@ -183,6 +254,8 @@ class TextChunks:
         cap = max(1, self.chunk_bytes)
         line = self.first_line
         buf, filled = bytearray(cap), 0
+        settled = 0  # buf[:settled] has its line ends settled (cr_line_ends)
+        started = self.skip > 0  # the text's start (a byte-order mark) is behind
         with open(self.path, "rb") as f:
             to_skip = self.skip  # resuming: read and hashed, not handed out (whole lines)
             while to_skip:
@@ -204,6 +277,10 @@ class TextChunks:
                 h.update(memoryview(buf)[filled:filled + n])
                 self.raw_bytes += n
                 filled += n
+                if not started and filled >= 3:
+                    _text_start(self.path, buf)
+                    started = True
+                settled = cr_line_ends(buf, settled, filled, final=False)
                 while filled >= cap:
                     cut = buf.rfind(b"\n", 0, cap) + 1 or buf.find(b"\n", cap, filled) + 1
                     if cut == 0:
@@ -213,9 +290,13 @@ class TextChunks:
                     nxt[:tail] = memoryview(buf)[cut:filled]
                     self.text_bytes += cut
                     item = self._item(np.frombuffer(buf, np.uint8, count=cut), line)
+                    self._mark(h)
                     yield item
                     line += len(item[2]) if self.line_ends else buf.count(b"\n", 0, cut)
-                    buf, filled = nxt, tail
+                    buf, filled, settled = nxt, tail, settled - cut
+        if not started:  # fewer than three bytes of text: only a UTF-16 mark to refuse
+            _text_start(self.path, buf[:filled])
+        cr_line_ends(buf, settled, filled, final=True)
         if filled:
             if buf[filled - 1] != 10:
                 if filled == len(buf):
@@ -223,5 +304,36 @@ class TextChunks:
                 buf[filled] = 10
                 filled += 1
             self.text_bytes += filled
+            self._mark(h)
             yield self._item(np.frombuffer(buf, np.uint8, count=filled), line)
         self.sha256 = h.hexdigest()
+
+    def _mark(self, h):
+        """Remember, for the chunk about to be handed out, the raw bytes read so far and their
+        digest (:meth:`anchor`); the last few chunks' only."""
+        self._anchors[self.text_bytes] = (self.raw_bytes, h.copy())
+        while len(self._anchors) > ANCHORS_KEPT:
+            del self._anchors[next(iter(self._anchors))]
+
+    def anchor(self, text_offset):
+        """``(raw_bytes, sha256)`` for the chunk handed out that ends at ``text_offset`` (bytes of
+        text from the file's start): the first ``raw_bytes`` bytes of the file as stored, whose
+        sha256 this is, determine its text up to ``text_offset`` (they were all read before the
+        chunk was cut). A conversion records it at a commit, and :func:`prefix_digest` proves,
+        before it resumes, that the file still begins with those bytes."""
+        raw, h = self._anchors[text_offset]
+        return raw, h.hexdigest()
+
+
+def prefix_digest(path, raw_bytes):
+    """sha256 of the first ``raw_bytes`` bytes of the file at ``path`` (None when it is shorter)."""
+    h = hashlib.sha256()
+    left = int(raw_bytes)
+    with open(path, "rb") as f:
+        while left:
+            b = f.read(min(left, RAW_READ_BYTES))
+            if not b:
+                return None
+            h.update(b)
+            left -= len(b)
+    return h.hexdigest()

@@ -31,7 +31,7 @@ log = logging.getLogger("streamrank.workflow.cv")
 CV_FORMAT = "streamrank-cv"
 CV_VERSION = 1
 PARTS = ("train", "vali", "test")
-SUFFIXES = (".h5", ".hdf5", ".txt", ".txt.gz", ".txt.bz2", ".gz", ".bz2", "")
+SUFFIXES = (".h5", ".hdf5", ".txt", ".txt.gz", ".txt.bz2", ".txt.xz", ".gz", ".bz2", ".xz", "")
 # the papers' table: (key in Report.means, column title)
 METRICS = (("NDCG@1", "NDCG@1"), ("NDCG@3", "NDCG@3"), ("NDCG@5", "NDCG@5"), ("NDCG@10", "NDCG@10"),
            ("P@1", "P@1"), ("P@3", "P@3"), ("P@5", "P@5"), ("P@10", "P@10"), ("MAP", "MAP"), ("MeanNDCG", "MeanNDCG"))

@@ -2,7 +2,8 @@
 fuzzer's independent parser (tests/io/test_parser_fuzz.py). It is not Python's float(), which also
 takes "1_0", "inf", non-ASCII digits and surrounding white space.
 
-    line     := [token (WS token)*] [WS] ["#" comment]        (WS: space, tab, CR, VT, FF)
+    text     := [BOM] line (EOL line)* [EOL]                  (EOL: LF, CRLF or a CR alone)
+    line     := [token (WS token)*] [WS] ["#" comment]        (WS: space, tab, VT, FF)
     data     := label WS "qid:" id (WS index ":" number)*     (a line with a token before any '#')
     label    := number
     id       := ["-"] digit{1,18}  (an integer id)  |  any other non-empty run of non-WS bytes
@@ -53,8 +54,11 @@ def parse(data):
     """The rows of ``data`` (bytes): dict of X, y, qid (per query, int or bytes), query_ptr, row,
     comment; raises :class:`Bad` at the first line the grammar refuses."""
     rows = []
-    for k, raw in enumerate(data.split(b"\n"), 1):
-        if k == len(data.split(b"\n")) and raw == b"":
+    if data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark is not text
+        data = data[3:]
+    lines = re.split(rb"\r\n|\r|\n", data)
+    for k, raw in enumerate(lines, 1):
+        if k == len(lines) and raw == b"":
             break
         text, hash_, comment = raw.partition(b"#")
         tokens = _split(text)

@@ -242,3 +242,87 @@ def test_two_commands_on_one_text_file_share_its_conversion(tmp_path):
     assert first.wait() == 0 and second.returncode == 0, (first.stderr.read(), second.stderr)
     assert len(list((tmp_path / "cache").glob("*.h5"))) == 1
     assert [p.name for p in (tmp_path / "cache").iterdir() if p.name.startswith(".")] == []
+
+
+def _interrupted_after(monkeypatch, conv, chunks):
+    """convert raises KeyboardInterrupt when it is handed its chunk number ``chunks + 1`` (kept partial)."""
+    calls = {"n": 0}
+    real = conv._Parser.parse
+
+    def interrupted(self, *args):
+        calls["n"] += 1
+        if calls["n"] > chunks:
+            raise KeyboardInterrupt
+        return real(self, *args)
+    monkeypatch.setattr(conv._Parser, "parse", interrupted)
+
+
+def _edit_in_place(path, old, new):
+    """Replace the first ``old`` with ``new`` (same length), keeping size and modification time, as
+    ``cp -p`` or ``rsync -t`` of an edited file leave them."""
+    st = path.stat()
+    data = path.read_bytes()
+    assert len(old) == len(new) and old in data
+    path.write_bytes(data.replace(old, new, 1))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert path.stat().st_size == st.st_size and path.stat().st_mtime_ns == st.st_mtime_ns
+
+
+@pytest.mark.parametrize("where", ["being-read", "done", "query-file"])
+def test_an_input_edited_in_place_with_the_same_size_and_mtime_is_converted_again(tmp_path, monkeypatch, caplog,
+                                                                                    where):
+    """A commit proves the text it continues from by its bytes: the old rows are never kept with
+    the new file's sha256 recorded (a mutant that trusts size and mtime keeps row 0's old label)."""
+    from streamrank.io import convert as conv
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("0" + lines(300, seed=8)[1:])
+    b.write_text(lines(300, seed=9))
+    inputs, qf = ([a, b], None) if where == "done" else ([a], None)
+    if where == "query-file":
+        a.write_text("".join(ln.split(" ", 2)[0] + " " + ln.split(" ", 2)[2] + "\n"
+                             for ln in ("0" + lines(300, seed=8)[1:]).splitlines()))
+        qf = [tmp_path / "a.query"]
+        qf[0].write_text("\n".join(["30"] * 10) + "\n")
+    out = tmp_path / "out.h5"
+    # a.txt and b.txt are 9 chunks of 4 KB each: "done" stops inside b.txt, the others inside a.txt
+    _interrupted_after(monkeypatch, conv, 13 if where == "done" else 5)
+    with pytest.raises(KeyboardInterrupt):
+        convert(inputs, out, query_files=qf, **KW)
+    monkeypatch.undo()
+    assert progress.work_paths(out)[0].exists()
+    if where == "query-file":
+        _edit_in_place(qf[0], b"30\n30\n", b"20\n40\n")
+    else:
+        _edit_in_place(a, b"0 qid:0", b"2 qid:0")
+    with caplog.at_level(logging.INFO, logger="streamrank"):
+        stats = convert(inputs, out, query_files=qf, **KW)
+    assert stats["resumed_rows"] == 0
+    assert ("is not the text converted before" if where != "query-file" else "other inputs or settings") in caplog.text
+    ref = tmp_path / "ref.h5"
+    convert(inputs, ref, query_files=qf, **KW)
+    same(out, ref)
+    with streamrank.open_dataset(out) as ds:
+        if where == "query-file":
+            assert np.diff(ds.query_ptr)[:2].tolist() == [20, 40]
+        else:
+            assert ds.read(0, 1)[1][0] == 2  # row 0's label as the text now says
+    assert leftovers(tmp_path) == []
+
+
+def test_an_unchanged_input_resumes_after_its_digest_is_checked(tmp_path, monkeypatch):
+    """The same bytes (a copy with a new mtime keeps the identity out; here only the digest is read
+    again) resume: the check does not refuse what it should keep."""
+    from streamrank.io import convert as conv
+    a = tmp_path / "a.txt"
+    a.write_bytes(lines(300, seed=10).replace("\n", "\r").encode())  # CR-only line ends resume too
+    out = tmp_path / "out.h5"
+    _interrupted_after(monkeypatch, conv, 5)
+    with pytest.raises(KeyboardInterrupt):
+        convert([a], out, **KW)
+    monkeypatch.undo()
+    assert convert([a], out, **KW)["resumed_rows"] > 0
+    ref = tmp_path / "ref.h5"
+    convert([a], ref, **KW)
+    same(out, ref)
+    with streamrank.open_dataset(out) as ds:
+        assert ds.n_rows == 300
