@@ -181,7 +181,7 @@ def _message(exc, args):
 def _after_cluster_loss(args):
     """What to do after the cluster (its scheduler, or every worker) was lost: continue from the
     checkpoint where one exists (:func:`_checkpoint_left`), else run again."""
-    where = "with --workers N, or --scheduler ADDRESS of a cluster with live workers"
+    where = "--workers N or --scheduler ADDRESS of live workers, or neither"
     left = _checkpoint_left(args)
     if left is not None:
         if getattr(args, "checkpoint", None):
@@ -189,10 +189,10 @@ def _after_cluster_loss(args):
             return f"the checkpoint in {left} is kept: {how} to continue from it ({where})"
         return f"the same command continues from the checkpoint kept at {left} ({where})"
     if getattr(args, "checkpoint", None):
-        return f"no iteration finished, so {args.checkpoint} holds no checkpoint yet: run the same command again ({where})"
+        return f"{args.checkpoint} holds no checkpoint yet (none was written before the loss): run the same command again ({where})"
     if hasattr(args, "resume"):
-        return (f"nothing of the run is kept: run the same command again ({where}); with --checkpoint DIR, "
-                f"a run that loses its cluster continues from its last finished iteration with --resume")
+        return (f"nothing of the run was saved: run the same command again ({where}); with --checkpoint DIR too, "
+                f"a run that loses its cluster can continue with --resume")
     return f"run the same command again ({where})"
 
 

@@ -691,6 +691,9 @@ def start_cluster(workers=None, scheduler=None):
     try:
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address=dashboard, memory_limit=0, env=env)  # memory: --memory-budget
+    except Exception as e:  # noqa: BLE001 - a worker process died as it started (killed, out of memory)
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ClusterLost(f"the local dask cluster of {n} workers did not start ({why.rstrip('.')})") from None
     finally:
         os.environ.clear()
         os.environ.update(saved)
