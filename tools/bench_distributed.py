@@ -168,7 +168,7 @@ def kill_workers(args, work):
     if not have_mq2008(folder):
         return
     print(machine_facts())
-    _worker_loss.run(args, converted(work, folder, 1, "train"))
+    _worker_loss.run(args, converted(work, folder, 1, "train"), converted(work, folder, 1, "vali"))
 
 
 if __name__ == "__main__":
