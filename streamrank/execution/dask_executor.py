@@ -18,12 +18,13 @@ rows are:
   executor checks that the partitions' workers are alive. A lost worker's partitions move to the
   live workers with the fewest; the new home rebuilds the source from its recipe, recomputes kept
   outputs from their lineage (the pass that made them), and the pass continues to the same bits.
-  When every worker holding the run's partitions is gone at once (an out-of-memory kill of all of
-  them, a lost node), or the scheduler is, the run ends with :class:`ClusterLost` within
-  :data:`POLL_SECONDS` plus one scheduler call (:data:`SCHEDULER_TIMEOUT` at most), whatever
-  workers join meanwhile (a nanny restarting them holds none of the lost state). Every call to the
-  cluster is bounded so, and :func:`stop_cluster` bounds the teardown. A checkpoint, where the caller
-  wrote one, is untouched: that is the caller's to say (``ClusterLost.cause`` is the loss alone).
+  When every worker alive at the executor's last look is gone at once (an out-of-memory kill of
+  all of them, a lost node), or the scheduler is, the run ends with :class:`ClusterLost` at the
+  next look (every :data:`POLL_SECONDS` while a pass waits; one scheduler call, at most
+  :data:`SCHEDULER_TIMEOUT`), whatever workers joined meanwhile (a nanny restarting them holds
+  none of the lost state). Every call to the cluster is bounded so, and :func:`stop_cluster`
+  bounds the teardown. A checkpoint, where the caller wrote one, is untouched: that is the
+  caller's to say (``ClusterLost.cause`` is the loss alone).
 
 Bytes shipped are the exact sizes of the messages this module pickles (both ways); arrays sent once
 per worker count once.
@@ -63,7 +64,8 @@ MAX_RESENDS = 8
 
 
 class ClusterLost(StreamrankError):
-    """The scheduler, or every worker holding the run's partitions, is gone.
+    """The scheduler is gone, or every worker at once (:meth:`DaskExecutor._alive`), or a local
+    cluster did not start.
 
     ``cause`` is the loss alone, one sentence without advice (the command line adds what to do,
     naming a checkpoint only where one exists); the message is the cause and the library's advice,
@@ -656,6 +658,9 @@ def stop_cluster(client, cluster=None):
             os.kill(pid, signal.SIGKILL)
         except OSError:  # already gone
             pass
+    # distributed's exit handler would try again for 10 s more (measured: 16 s between main's return
+    # and the process's end, under load)
+    cluster.shutdown_on_close = False
     log.info("the local dask cluster did not close within %d s: its worker processes were killed", CALL_SECONDS)
 
 
