@@ -2,6 +2,7 @@
 
     python tools/bench_distributed.py                       # mslr30k preset at --scale 0.5 (1.1M rows)
     python tools/bench_distributed.py --scale 0.1 --repeats 1   # a quick look
+    python tools/bench_distributed.py --kill-workers 20         # every worker killed, 20 tries (MQ2008)
 
 One linear RankSVM training (C = 1, eps = 1e-3, TRON, zscore) on the generated ``mslr30k`` preset,
 larger than one worker's ``--budget``, by
@@ -96,9 +97,16 @@ def main():
     ap.add_argument("--budget", default="400MB", help="--memory-budget of the driver and of each worker")
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--workdir", default="/tmp/streamrank-bench-distributed")
+    ap.add_argument("--kill-workers", type=int, default=0, metavar="N",
+                    help="instead: N tries of a 2-worker run whose workers are all killed at once (tools/_worker_loss.py)")
+    ap.add_argument("--data", default=None, help="with --kill-workers: the folder with MQ2008's Fold1")
+    ap.add_argument("--hang-limit", type=float, default=120.0, help="with --kill-workers: seconds after which a run hangs")
+    ap.add_argument("--seed", type=int, default=0, help="with --kill-workers: of the kill times")
     args = ap.parse_args()
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
+    if args.kill_workers:
+        return kill_workers(args, work)
     data = work / f"mslr30k_s{args.scale:g}.h5"
     if not data.exists():
         from streamrank.io.synthetic import write_hdf5
@@ -151,6 +159,16 @@ def main():
           f"{p['dask 1'] / p['dask 2']:.2f}; bytes a solver pass per partition: "
           f"{runs['dask 2'][0]['bytes_per_partition']:,.0f}")
     print(json.dumps({"rows": rows, "features": d, "budget": args.budget, "table": rows_out}))
+
+
+def kill_workers(args, work):
+    import _worker_loss
+    from bench_linear import DEFAULT_DATA, converted, have_mq2008
+    folder = args.data or str(DEFAULT_DATA)
+    if not have_mq2008(folder):
+        return
+    print(machine_facts())
+    _worker_loss.run(args, converted(work, folder, 1, "train"), converted(work, folder, 1, "vali"))
 
 
 if __name__ == "__main__":

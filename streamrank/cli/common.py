@@ -210,7 +210,7 @@ def _executor(args):
         yield LocalExecutor(partition_rows=getattr(args, "partition_rows", None))
         return
     from streamrank.errors import ParameterError
-    from streamrank.execution.dask_executor import DaskExecutor, start_cluster
+    from streamrank.execution.dask_executor import DaskExecutor, start_cluster, stop_cluster
     if workers is not None and scheduler is not None:
         raise ParameterError("--workers starts a local cluster, --scheduler joins a running one; pass one of them")
     import importlib
@@ -223,18 +223,18 @@ def _executor(args):
     except (OSError, ValueError) as e:
         raise ParameterError(f"cannot reach the dask scheduler at {scheduler} ({e}). Check the address "
                              f"(tcp://HOST:PORT) or start a local cluster with --workers N") from None
-    n = len(client.nthreads())
-    board = "dashboard" in client.scheduler_info().get("services", {})
-    log.info("dask: %d worker%s at %s%s", n, "" if n == 1 else "s", client.scheduler.address,
-             f", dashboard {client.dashboard_link}" if board else "")
-    ex = DaskExecutor(client, partition_rows=args.partition_rows)
+    ex = None
     try:
+        n = len(client.nthreads())
+        board = "dashboard" in client.scheduler_info().get("services", {})
+        log.info("dask: %d worker%s at %s%s", n, "" if n == 1 else "s", client.scheduler.address,
+                 f", dashboard {client.dashboard_link}" if board else "")
+        ex = DaskExecutor(client, partition_rows=args.partition_rows)
         yield ex
     finally:
-        ex.close()
-        client.close()
-        if cluster is not None:
-            cluster.close()
+        if ex is not None:
+            ex.close()
+        stop_cluster(client, cluster)  # bounded, also after every worker is lost
 
 
 

@@ -71,7 +71,7 @@ def main(argv=None):
     except (StreamrankError, FileNotFoundError) as exc:
         handlers.acknowledge()
         _end_bars()
-        print(f"streamrank {args.command}: error: {translate(str(exc))}", file=sys.stderr)
+        print(f"streamrank {args.command}: error: {_message(exc, args)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader of standard output went away (| head): stop quietly, as cat does
         handlers.acknowledge()
@@ -137,25 +137,63 @@ def _end_bars():
             pass
 
 
-def _kept(args):
-    """What an interrupted command leaves to continue from, as the end of its last line: its
-    --checkpoint, a grid's or cv's newest configuration checkpoint, a conversion's last commit."""
+def _checkpoint_left(args):
+    """What a command that ended early leaves to continue from, found on disk now: its --checkpoint
+    DIR when that holds a checkpoint, a grid's or cv's newest configuration checkpoint, a
+    conversion's last commit; None when there is none. Every message that names a checkpoint
+    takes it from here, so none promises one that does not exist."""
     from pathlib import Path
     from streamrank.state.checkpoint import CURRENT, PREVIOUS
     try:
         if getattr(args, "checkpoint", None):
             d = Path(args.checkpoint)
-            return f"; checkpoint kept at {d}" if (d / CURRENT).is_file() or (d / PREVIOUS).is_file() else ""
+            return d if (d / CURRENT).is_file() or (d / PREVIOUS).is_file() else None
         if args.command in ("grid", "cv") and Path(args.output).is_dir():
             found = [p for p in Path(args.output).rglob(CURRENT) if p.parent.name == "checkpoint"]
-            return f"; checkpoint kept at {max(found, key=lambda p: p.stat().st_mtime).parent}" if found else ""
+            return max(found, key=lambda p: p.stat().st_mtime).parent if found else None
         if args.command == "convert":
             from streamrank.io.convert_progress import work_paths
             record = work_paths(args.output)[1]
-            return f"; checkpoint kept at {record} (the same command continues from it)" if record.is_file() else ""
+            return record if record.is_file() else None
     except OSError:  # pragma: no cover - the folder changed meanwhile
+        return None
+    return None
+
+
+def _kept(args):
+    """What an interrupted command leaves to continue from, as the end of its last line
+    (:func:`_checkpoint_left`; nothing when it leaves nothing)."""
+    left = _checkpoint_left(args)
+    if left is None:
         return ""
-    return ""
+    return f"; checkpoint kept at {left}" + (" (the same command continues from it)" if args.command == "convert" else "")
+
+
+def _message(exc, args):
+    """The error line's text: the library's message in the CLI's terms; for a lost cluster, its cause
+    and what to do here (:func:`_after_cluster_loss`)."""
+    from streamrank.execution.dask_executor import ClusterLost
+    if isinstance(exc, ClusterLost):
+        return f"{translate(exc.cause)}; {_after_cluster_loss(args)}"
+    return translate(str(exc))
+
+
+def _after_cluster_loss(args):
+    """What to do after the cluster (its scheduler, or every worker) was lost: continue from the
+    checkpoint where one exists (:func:`_checkpoint_left`), else run again."""
+    where = "--workers N or --scheduler ADDRESS of live workers, or neither"
+    left = _checkpoint_left(args)
+    if left is not None:
+        if getattr(args, "checkpoint", None):
+            how = "run the same command again" if getattr(args, "resume", False) else "pass --resume to the same command"
+            return f"the checkpoint in {left} is kept: {how} to continue from it ({where})"
+        return f"the same command continues from the checkpoint kept at {left} ({where})"
+    if getattr(args, "checkpoint", None):
+        return f"{args.checkpoint} holds no checkpoint yet (none was written before the loss): run the same command again ({where})"
+    if hasattr(args, "resume"):
+        return (f"nothing of the run was saved: run the same command again ({where}); with --checkpoint DIR too, "
+                f"a run that loses its cluster can continue with --resume")
+    return f"run the same command again ({where})"
 
 
 def run():

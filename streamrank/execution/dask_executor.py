@@ -14,11 +14,17 @@ rows are:
   outputs that later passes take back (active sets, scores) stay on the worker under a handle;
   outputs a caller wants (scores, rows) come back. Passes that cannot be split (``one_partition``)
   run partition after partition with the carry handed on.
-- **Faults**: while it waits, the executor checks that the partitions' workers are alive. A lost
-  worker's partitions move to the live workers with the fewest; the new home rebuilds the source
-  from its recipe, recomputes kept outputs from their lineage (the pass that made them), and the
-  pass continues to the same bits. A lost scheduler ends the run with :class:`ClusterLost`; the
-  checkpoint of the last finished iteration is intact and resumes anywhere.
+- **Faults**: while it waits (for a task, and for a finished task's result to come back), the
+  executor checks that the partitions' workers are alive. A lost worker's partitions move to the
+  live workers with the fewest; the new home rebuilds the source from its recipe, recomputes kept
+  outputs from their lineage (the pass that made them), and the pass continues to the same bits.
+  When every worker alive at the executor's last look is gone at once (an out-of-memory kill of
+  all of them, a lost node), or the scheduler is, the run ends with :class:`ClusterLost` at the
+  next look (every :data:`POLL_SECONDS` while a pass waits; one scheduler call, at most
+  :data:`SCHEDULER_TIMEOUT`), whatever workers joined meanwhile (a nanny restarting them holds
+  none of the lost state). Every call to the cluster is bounded so, and :func:`stop_cluster`
+  bounds the teardown. A checkpoint, where the caller wrote one, is untouched: that is the
+  caller's to say (``ClusterLost.cause`` is the loss alone).
 
 Bytes shipped are the exact sizes of the messages this module pickles (both ways); arrays sent once
 per worker count once.
@@ -49,13 +55,28 @@ POLL_SECONDS = 0.5
 SCHEDULER_TIMEOUT = 10
 # Seconds a joined cluster may take to have its first worker (workers often start after the scheduler).
 WORKER_WAIT = 120
+# Seconds one broadcast to the workers (dropping released state) or one step of the teardown may take
+# (a worker that died mid-call is otherwise waited for until dask's connect timeout, 30 s).
+CALL_SECONDS = 5
 # Times one partition's task may be resent (lost workers, state a worker had to drop) before the
 # pass gives up: each resend follows a change of the cluster, not a timer.
 MAX_RESENDS = 8
 
 
 class ClusterLost(StreamrankError):
-    """The scheduler (or every worker) is gone; the message says what survives."""
+    """The scheduler is gone, or every worker at once (:meth:`DaskExecutor._alive`), or a local
+    cluster did not start.
+
+    ``cause`` is the loss alone, one sentence without advice (the command line adds what to do,
+    naming a checkpoint only where one exists); the message is the cause and the library's advice,
+    which promises no checkpoint either."""
+
+    ADVICE = ("rerun on a cluster with live workers (workers=N or scheduler=ADDRESS); a run given a "
+              "checkpoint directory continues from its last finished iteration with resume=True")
+
+    def __init__(self, cause):
+        super().__init__(f"{cause}. To continue: {self.ADVICE}")
+        self.cause = cause
 
 
 # -- on the worker -------------------------------------------------------------------------------
@@ -201,6 +222,7 @@ class DaskExecutor(Executor):
 
     def __init__(self, client, *, partition_rows=None):
         self.client = client
+        quiet_client_loop(client)
         self.partition_rows = check_partition_rows(partition_rows)
         self.session = uuid.uuid4().hex
         self._ids = itertools.count(1)
@@ -216,11 +238,12 @@ class DaskExecutor(Executor):
         self.bytes_back = 0
         self.resent = 0
         self.workers_lost = set()
+        self._seen = set(self._workers())  # the workers a loss of every one is counted against
         self.pass_log = []  # (pass class name, partitions, bytes shipped both ways, seconds) of every pass
 
     # -- bookkeeping -----------------------------------------------------------------------------
     def describe(self):
-        return {"executor": "dask", "scheduler": self.client.scheduler.address, "workers": len(self._alive()),
+        return {"executor": "dask", "scheduler": self.client.scheduler.address, "workers": len(self._workers()),
                 "partition_rows": self.partition_rows, "passes": self.passes, "tasks": self.tasks,
                 "bytes_shipped": self.bytes_out + self.bytes_back, "bytes_out": self.bytes_out,
                 "bytes_back": self.bytes_back,
@@ -243,7 +266,7 @@ class DaskExecutor(Executor):
             # a worker that died holds nothing any more: its failure to drop is no failure (a
             # lost scheduler still raises); "ignore" needs a Client.run that takes on_error
             quiet = {"on_error": "ignore"} if _run_takes_on_error() else {}
-            self._call(self.client.run, _drop, self.session, sources, handles, **quiet)
+            self._call(self._broadcast, _drop, self.session, sources, handles, **quiet)
             for sid in sources:
                 for key in [k for k in self._home if k[0] == sid]:
                     del self._home[key]
@@ -251,11 +274,16 @@ class DaskExecutor(Executor):
                     built.difference_update({k for k in built if k[0] == sid})
 
     def close(self):
-        """Drop this executor's state on the workers (the cluster stays)."""
+        """Drop this executor's state on the workers (the cluster stays); bounded, as every call."""
         try:
-            self.client.run(_forget, self.session)
+            self._broadcast(_forget, self.session)
         except Exception:  # a lost cluster keeps nothing anyway
             pass
+
+    def _broadcast(self, fn, *args, **kwargs):
+        """``client.run`` within :data:`CALL_SECONDS` (``callback_timeout`` is taken by the client's
+        ``sync``, not passed to ``fn``); raises TimeoutError beyond."""
+        return self.client.run(fn, *args, callback_timeout=CALL_SECONDS, **kwargs)
 
     def _call(self, fn, *args, **kwargs):
         try:
@@ -264,14 +292,30 @@ class DaskExecutor(Executor):
             raise ClusterLost(self._lost_message(e)) from None
 
     def _lost_message(self, e):
-        why = str(e).splitlines()[0] if str(e) else ""
-        return (f"the dask scheduler at {self.client.scheduler.address} is gone ({type(e).__name__}: {why}). "
-                f"Work up to the last checkpoint is kept: to continue, use resume=True in this process, "
-                f"or the same with (scheduler=ADDRESS) or (workers=N) on another cluster")
+        why = str(e).splitlines()[0] if str(e) else "no answer"
+        return f"the dask scheduler at {self.client.scheduler.address} is gone ({type(e).__name__}: {why})"
+
+    def _workers_lost(self, gone):
+        self.workers_lost.update(gone)
+        return ClusterLost(f"every worker of the dask cluster at {self.client.scheduler.address} was lost at once "
+                           f"({', '.join(sorted(gone))})")
+
+    def _workers(self):
+        return sorted(self._call(self.client.nthreads, callback_timeout=SCHEDULER_TIMEOUT))
 
     def _alive(self):
-        info = self._call(self.client.nthreads)
-        return sorted(info)
+        """The live workers (sorted). Raises :class:`ClusterLost` when there are none, or when none of
+        the workers alive at the last look survives: every worker lost at once, whatever joined
+        meanwhile (a nanny's restarts hold none of the rows read and outputs kept, and a cluster
+        that lost all its workers together, out of memory say, would most likely do so again).
+        Looks come at least every :data:`POLL_SECONDS` while a pass waits."""
+        alive = self._workers()
+        if self._seen and not self._seen.intersection(alive):
+            raise self._workers_lost(self._seen)
+        if not alive:
+            raise ClusterLost(f"the dask cluster at {self.client.scheduler.address} has no workers")
+        self._seen = set(alive)
+        return alive
 
     # -- sources and partitions ------------------------------------------------------------------
     def _info(self, source):
@@ -356,9 +400,29 @@ class DaskExecutor(Executor):
                           pass_msg, kept_refs, out_id, carry_msg, inline, workers=[worker],
                           allow_other_workers=False, pure=False, key=f"streamrank-pass-{uuid.uuid4().hex}")
 
-    def _result(self, fut):
-        """The task's (carry, outputs, stats); raises :class:`~streamrank.execution.remote.Missing`."""
-        res = fut.result()
+    def _result(self, fut, home):
+        """The task's (carry, outputs, stats); raises :class:`~streamrank.execution.remote.Missing`,
+        or :class:`_Gone` when ``home``, which holds the result, dies before it has come back (dask
+        would wait for a recompute that its pinning forbids: for ever)."""
+        import asyncio
+        fetch = asyncio.run_coroutine_threadsafe(self.client.gather([fut], asynchronous=True),
+                                                 self.client.loop.asyncio_loop)
+        while True:
+            try:
+                res = fetch.result(timeout=POLL_SECONDS)[0]
+                break
+            except TimeoutError:
+                if fut.status == "finished" and home in self._alive():
+                    continue  # a large result still on its way
+            except Exception:  # noqa: BLE001 - the fetch failed: the future says why below
+                if fut.status == "finished":
+                    raise
+            fut.cancel()  # the fetch waiting on it then ends (it is not cancelled half-way: no orphan task)
+            try:
+                fetch.result(timeout=POLL_SECONDS)
+            except BaseException:  # noqa: B036 - it ends as cancelled; nothing of it is wanted
+                fetch.cancel()
+            raise _Gone(home)
         if res[0] == "missing":
             raise remote.Missing(res[1], res[2])
         self.bytes_back += len(res[1])
@@ -443,10 +507,7 @@ class DaskExecutor(Executor):
         """Submit ``parts`` to their homes and wait, resubmitting what a lost worker or a
         worker's missing state needs; returns {part: (carry, outputs, stats)}."""
         from distributed import wait
-        alive = self._alive()
-        if not alive:
-            raise ClusterLost(f"the dask cluster at {self.client.scheduler.address} has no workers")
-        homes = self._homes(info, alive)
+        homes = self._homes(info, self._alive())
         futs = {part: (homes[part], submit(homes[part], part, False)) for part in parts}
         resends = dict.fromkeys(parts, 0)
         results = {}
@@ -481,6 +542,7 @@ class DaskExecutor(Executor):
                 timed_out = True
             except OSError as e:
                 raise ClusterLost(self._lost_message(e)) from None
+            gone = set()
             for part, (w, f) in list(futs.items()):
                 if f.status == "error":
                     errors[part] = f.exception()
@@ -490,20 +552,22 @@ class DaskExecutor(Executor):
                     raise ClusterLost(self._lost_message(RuntimeError("the scheduler cancelled the pass")))
                 if f.status != "finished":
                     continue
-                del futs[part]
                 try:
-                    results[part] = self._result(f)
+                    results[part] = self._result(f, w)
                 except remote.Missing as e:
+                    del futs[part]
                     resend(part, (e.what, e.keys))
-            if futs and timed_out:  # a lost worker's tasks never finish: move them
+                except _Gone:
+                    gone.add(part)  # moved below, with the other partitions of the lost worker
+                else:
+                    del futs[part]
+            if futs and (timed_out or gone):  # a lost worker's tasks never finish: move them
                 alive = set(self._alive())
-                if not alive:
-                    raise ClusterLost(f"every worker of the dask cluster at {self.client.scheduler.address} "
-                                      f"is gone. {self._lost_message(RuntimeError('no workers'))}")
                 for part, (w, f) in list(futs.items()):
-                    if w not in alive:
+                    if w not in alive or part in gone:  # gone with its worker, or its result lost
                         f.cancel()
-                        self.workers_lost.add(w)
+                        if w not in alive:
+                            self.workers_lost.add(w)
                         self._sent_arrays.pop(w, None)
                         self._built.pop(w, None)
                         del futs[part]
@@ -540,6 +604,66 @@ class DaskExecutor(Executor):
                     setattr(source, name, stats[0][name])
 
 
+class _Gone(Exception):
+    """The worker holding a finished task's result died before the result came back."""
+
+
+def _quiet_all_exit(loop, context):
+    """The client loop's exception handler: distributed's ``AllExit`` (its own signal that a gather
+    should stop waiting, left on a task when a future is lost or cancelled mid-gather) is no error
+    of the run, and is not printed as "Task exception was never retrieved"; anything else is."""
+    exc = context.get("exception")
+    if type(exc).__name__ == "AllExit" and type(exc).__module__.startswith("distributed"):
+        return
+    loop.default_exception_handler(context)
+
+
+def quiet_client_loop(client):
+    """Install :func:`_quiet_all_exit` on ``client``'s event loop."""
+    loop = getattr(getattr(client, "loop", None), "asyncio_loop", None)
+    if loop is not None:
+        loop.set_exception_handler(_quiet_all_exit)
+
+
+def _worker_pids(cluster):
+    """PIDs of the worker processes of a LocalCluster's nannies (none for a joined cluster)."""
+    pids = []
+    for nanny in list(getattr(cluster, "workers", {}).values()):
+        pid = getattr(getattr(getattr(nanny, "process", None), "process", None), "pid", None)
+        if pid:
+            pids.append(pid)
+    return pids
+
+
+def stop_cluster(client, cluster=None):
+    """Close ``client`` and the ``cluster`` it started (None: a joined one stays), each step within
+    :data:`CALL_SECONDS`: a local cluster whose workers are dying or being restarted by their
+    nannies can take minutes to close, so what has not closed by then is killed (its own worker
+    processes only)."""
+    import signal
+    pids = _worker_pids(cluster)
+    try:
+        client.close(timeout=CALL_SECONDS)
+    except Exception:  # noqa: BLE001 - a lost scheduler: nothing left to close politely
+        pass
+    if cluster is None:
+        return
+    try:
+        cluster.close(timeout=CALL_SECONDS)
+        return
+    except Exception:  # noqa: BLE001 - not closed in time: its workers end here
+        pass
+    for pid in set(pids + _worker_pids(cluster)):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:  # already gone
+            pass
+    # distributed's exit handler would try again for 10 s more (measured: 16 s between main's return
+    # and the process's end, under load)
+    cluster.shutdown_on_close = False
+    log.info("the local dask cluster did not close within %d s: its worker processes were killed", CALL_SECONDS)
+
+
 def start_cluster(workers=None, scheduler=None):
     """A ``distributed.Client``: joined to ``scheduler`` (an address), or of a new ``LocalCluster``
     of ``workers`` single-threaded worker processes (each with ``cores // workers`` numba threads;
@@ -572,6 +696,9 @@ def start_cluster(workers=None, scheduler=None):
     try:
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, host="127.0.0.1",
                                dashboard_address=dashboard, memory_limit=0, env=env)  # memory: --memory-budget
+    except Exception as e:  # noqa: BLE001 - a worker process died as it started (killed, out of memory)
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ClusterLost(f"the local dask cluster of {n} workers did not start ({why.rstrip('.')})") from None
     finally:
         os.environ.clear()
         os.environ.update(saved)

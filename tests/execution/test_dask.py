@@ -248,3 +248,108 @@ def test_dropping_kept_state_on_a_worker_that_has_just_died_is_no_failure(cluste
     finally:
         ex.client = real
         ex.close()
+
+
+class _Workers:
+    """A client that answers only which workers are alive (``now``)."""
+
+    class scheduler:
+        address = "tcp://127.0.0.1:1"
+
+    def __init__(self, *now):
+        self.now = list(now)
+
+    def nthreads(self, **kw):
+        return dict.fromkeys(self.now, 1)
+
+
+def test_every_worker_lost_at_once_ends_the_run_whatever_joined_meanwhile():
+    """Workers that replace all the lost ones at once (a nanny's restarts) hold nothing of the run:
+    the run ends with ClusterLost, naming the lost ones; one survivor is enough to go on."""
+    from streamrank.execution.dask_executor import ClusterLost
+    client = _Workers("tcp://a", "tcp://b")
+    ex = DaskExecutor(client, partition_rows=ROWS)
+    client.now = ["tcp://b", "tcp://c"]  # a lost, c joined: b carries on
+    assert ex._alive() == ["tcp://b", "tcp://c"]
+    client.now = ["tcp://d", "tcp://e"]  # b and c lost together, two newcomers
+    with pytest.raises(ClusterLost) as e:
+        ex._alive()
+    assert e.value.cause == "every worker of the dask cluster at tcp://127.0.0.1:1 was lost at once (tcp://b, tcp://c)"
+    assert {"tcp://b", "tcp://c"} <= ex.workers_lost
+    client.now = []
+    with pytest.raises(ClusterLost, match="has no workers"):
+        DaskExecutor(client, partition_rows=ROWS)._alive()
+
+
+def _fresh_cluster():
+    before = dict(os.environ)
+    client, cl = start_cluster(workers=2)
+    return client, cl, before
+
+
+@pytest.mark.slow  # its own cluster, whose two workers are killed
+def test_a_result_lost_with_its_worker_is_not_waited_for(data):
+    """A task finished, then its worker died before the result came back: dask's own fetch waits for
+    a recompute that the task's pinning forbids (for ever); the executor's raises _Gone instead, and
+    the pass resends the partition."""
+    from distributed import wait
+
+    from streamrank.execution.dask_executor import _Gone, stop_cluster
+    client, cl, before = _fresh_cluster()
+    try:
+        ex = DaskExecutor(client, partition_rows=ROWS)
+        pids = client.run(os.getpid)
+        home = sorted(pids)[0]
+        fut = client.submit(os.getpid, workers=[home], allow_other_workers=False, pure=False)
+        wait([fut])
+        os.kill(pids[home], signal.SIGKILL)
+        got = {}
+
+        def fetch():
+            try:
+                got["value"] = ex._result(fut, home)
+            except BaseException as e:  # noqa: BLE001 - recorded for the assertion
+                got["error"] = e
+        t = threading.Thread(target=fetch, daemon=True)
+        t.start()
+        t.join(120)  # a hang guard, not a timing: the mutant waits for ever
+        assert not t.is_alive(), "the fetch of a result lost with its worker never ended"
+        assert isinstance(got.get("error"), _Gone), got
+    finally:
+        stop_cluster(client, cl)
+        os.environ.clear()
+        os.environ.update(before)
+
+
+@pytest.mark.slow  # its own cluster, whose two workers are killed mid-training
+def test_losing_both_workers_mid_training_ends_with_cluster_lost(data):
+    """Both worker processes SIGKILLed at once mid-training: ClusterLost naming both (their nannies'
+    restarts change nothing), and the bounded teardown leaves no worker process behind."""
+    psutil = pytest.importorskip("psutil")
+    from streamrank.execution.dask_executor import ClusterLost, _worker_pids, stop_cluster
+    tr, va = data
+    client, cl, before = _fresh_cluster()
+    try:
+        ex = DaskExecutor(client, partition_rows=ROWS)
+        pids = client.run(os.getpid)
+
+        def killer():
+            deadline = time.monotonic() + 120
+            while ex.passes < 12 and time.monotonic() < deadline:
+                time.sleep(0.005)
+            for pid in pids.values():
+                os.kill(pid, signal.SIGKILL)
+        t = threading.Thread(target=killer, daemon=True)
+        t.start()
+        with pytest.raises(ClusterLost) as e:
+            train_linear(tr, executor=ex, **settings(va, C=(0.01, 0.1, 1.0, 10.0)))
+        t.join()
+        assert "was lost at once" in e.value.cause and all(w in e.value.cause for w in pids)
+        ex.close()
+        left = _worker_pids(cl)
+    finally:
+        stop_cluster(client, cl)
+        os.environ.clear()
+        os.environ.update(before)
+    gone, alive = psutil.wait_procs([psutil.Process(p) for p in left if psutil.pid_exists(p)], timeout=30)
+    assert not alive, "a worker process outlived stop_cluster"

@@ -103,3 +103,31 @@ def test_a_dataset_travels_by_its_absolute_path(data, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     again = pickle.loads(msg)
     assert again.path == (data / "train.h5").resolve() and again.n_rows > 0
+
+
+@pytest.mark.slow  # a local cluster whose two workers are killed mid-training
+def test_losing_every_worker_ends_with_one_line_that_names_the_checkpoint(data, tmp_path):
+    """Both worker processes SIGKILLed at once (their nanny restarts them: that changes nothing):
+    exit 2, one line saying so and naming the checkpoint that is on disk, no model written."""
+    psutil = pytest.importorskip("psutil")
+    ck = tmp_path / "ck"
+    run = subprocess.Popen([sys.executable, "-m", "streamrank", "train", str(data / "train.h5"), "--valid",
+                            str(data / "valid.h5"), "--C", "0.01,0.1,1", "--tol", "1e-8", "--partition-rows", "1000",
+                            "--checkpoint", str(ck), "-o", str(tmp_path / "m.h5"), "--workers", "2", "--quiet"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (ck / "checkpoint.h5").exists() and run.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        workers = [c for c in psutil.Process(run.pid).children() if "multiprocessing.spawn" in " ".join(c.cmdline())]
+        assert len(workers) == 2 and run.poll() is None
+        for w in workers:
+            w.send_signal(signal.SIGKILL)
+        out, err = run.communicate(timeout=120)  # a hang guard: the run ends by itself
+    finally:
+        if run.poll() is None:
+            run.kill()
+    assert run.returncode == 2, err
+    assert len(err.splitlines()) == 1, err
+    assert "was lost at once" in err and f"the checkpoint in {ck} is kept: pass --resume" in err
+    assert not (tmp_path / "m.h5").exists()
