@@ -472,9 +472,9 @@ class Dataset:
                 f.cancel() or f.exception()
         return bad_x
 
-    def _not_finite(self, row, x_row, label):
-        """The error for stored row ``row``: its first non-finite feature in ``x_row`` (None: its
-        label ``label``), named as the user knows it."""
+    def where(self, row):
+        """Stored row ``row`` as the user knows it: "input data row N, qid Q" (what of it can be
+        read; "" when neither can)."""
         extra = []
         try:
             line = int(self._file["row"][row]) if "row" in self._file else row
@@ -485,6 +485,13 @@ class Dataset:
             extra.append(f"qid {qid.decode() if isinstance(qid, bytes) else qid}")
         except (OSError, ValueError, IndexError):  # a damaged /row or /qid: the stored row still names it
             pass
+        return ", ".join(extra)
+
+    def _not_finite(self, row, x_row, label):
+        """The error for stored row ``row``: its first non-finite feature in ``x_row`` (None: its
+        label ``label``), named as the user knows it."""
+        where = self.where(row)
+        extra = [where] if where else []
         if x_row is None:
             what = f"label: {label}"
         else:
