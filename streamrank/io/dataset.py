@@ -58,6 +58,13 @@ def _check_format(f, path):
     if fmt == "streamrank-model":
         raise FormatError(f"{path}: this is a streamrank model, not a dataset; give it as MODEL "
                           f"(streamrank predict {path} DATA -o SCORES.txt)")
+    if fmt != FORMAT_NAME and _pandas_key(f) is not None:
+        key = _pandas_key(f)
+        raise FormatError(
+            f"{path}: a pandas DataFrame (DataFrame.to_hdf, key {key!r}), not a streamrank dataset. Convert it: in "
+            f"Python, df = pandas.read_hdf({str(path)!r}, {key!r}); sklearn.datasets.dump_svmlight_file("
+            f"df[FEATURES], df[LABEL], 'data.txt', query_id=df[QID].to_numpy().copy(), zero_based=False); "
+            f"then streamrank convert data.txt -o data.h5")
     if fmt != FORMAT_NAME:
         raise FormatError(
             f"{path}: not a streamrank dataset (format attribute {fmt!r}, expected {FORMAT_NAME!r}). "
@@ -74,6 +81,18 @@ def _check_format(f, path):
         if name not in f or not isinstance(f[name], h5py.Dataset):
             raise FormatError(f"{path}: dataset is incomplete: /{name} is missing. Convert it again.")
     return version
+
+
+def _pandas_key(f):
+    """The key of the first DataFrame or Series that pandas' ``to_hdf`` (PyTables) stored in ``f``,
+    or None: pandas marks each with a ``pandas_type`` attribute."""
+    try:
+        for key, item in f.items():
+            if "pandas_type" in item.attrs:
+                return key
+    except (OSError, KeyError, RuntimeError):  # a damaged file: the format check names it
+        return None
+    return None
 
 
 def _int_attr(f, path, name, default=None):
