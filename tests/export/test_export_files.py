@@ -80,3 +80,22 @@ def test_a_new_output_takes_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(out.stat().st_mode) == 0o640
+
+
+@pytest.mark.parametrize("edit", ["weight", "mean"])
+def test_onnx_refuses_a_model_whose_float32_scores_would_be_inf(edit):
+    """predict scores it in float64 (1e299 is finite there); the graph's float32 score would be inf."""
+    pytest.importorskip("onnx")
+    m = load(DATA / "model_v1.h5")
+    if edit == "weight":
+        m.w = m.w * 1e39
+        what = "weight"
+    else:
+        m.normalizer.mean_ = m.normalizer.mean_ + 1e300
+        what = "score of a row of zeros"
+    with pytest.raises(ParameterError, match=f"format=onnx scores in float32, and this model's {what} .* passes "
+                                             f"float32's range"):
+        render(m, "onnx")
+    m.w = load(DATA / "model_v1.h5").w * 1e30  # within float32 everywhere: exported
+    m.normalizer = load(DATA / "model_v1.h5").normalizer
+    assert render(m, "onnx")
