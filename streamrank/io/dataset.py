@@ -58,8 +58,11 @@ def _check_format(f, path):
     if fmt == "streamrank-model":
         raise FormatError(f"{path}: this is a streamrank model, not a dataset; give it as MODEL "
                           f"(streamrank predict {path} DATA -o SCORES.txt)")
-    if fmt != FORMAT_NAME and _pandas_key(f) is not None:
-        key = _pandas_key(f)
+    key = _pandas_key(f) if fmt != FORMAT_NAME else None
+    if key == "":
+        raise FormatError(f"{path}: a PyTables file (pandas' DataFrame.to_hdf) that holds no DataFrame (an empty "
+                          f"one writes none), not a streamrank dataset; write the rows again, then convert them")
+    if key is not None:
         raise FormatError(
             f"{path}: a pandas DataFrame (DataFrame.to_hdf, key {key!r}), not a streamrank dataset. Convert it: in "
             f"Python, df = pandas.read_hdf({str(path)!r}, {key!r}); sklearn.datasets.dump_svmlight_file("
@@ -84,15 +87,14 @@ def _check_format(f, path):
 
 
 def _pandas_key(f):
-    """The key of the first DataFrame or Series that pandas' ``to_hdf`` (PyTables) stored in ``f``,
-    or None: pandas marks each with a ``pandas_type`` attribute."""
+    """The key (its path, "a/b" for a nested one) of the first DataFrame or Series that pandas'
+    ``to_hdf`` (PyTables) stored in ``f`` (pandas marks each with a ``pandas_type`` attribute); ""
+    for a PyTables file without one; None for any other file."""
     try:
-        for key, item in f.items():
-            if "pandas_type" in item.attrs:
-                return key
+        key = f.visititems(lambda name, item: name if "pandas_type" in item.attrs else None)
     except (OSError, KeyError, RuntimeError):  # a damaged file: the format check names it
         return None
-    return None
+    return key if key is not None else ("" if "PYTABLES_FORMAT_VERSION" in f.attrs else None)
 
 
 def _int_attr(f, path, name, default=None):

@@ -205,3 +205,32 @@ def test_edited_v1_models_for_predict_and_export(prop_env, data):
             bound = score_bound(load(model))[0]
             if not np.abs(s).max() <= bound:
                 pc._fail(case, res, f"a score {np.abs(s).max()!r} beyond the loader's bound {bound!r}")
+
+
+# -- pandas' DataFrame.to_hdf files where a dataset goes ------------------------------------------
+@kit.examples(8)
+@given(data=st.data())
+def test_pandas_files_are_named_as_such(prop_env, data):
+    import pytest
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("tables")
+    draw = data.draw
+    fmt = draw(st.sampled_from(["fixed", "table"]))  # an empty frame in table format writes no frame
+    key = draw(st.sampled_from(["df", "data", "ranking", "a/b"]))
+    n = draw(st.integers(0, 6))
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    frame = pd.DataFrame({"qid": rng.integers(1, 4, n), "label": rng.integers(0, 3, n),
+                          **{f"f{j}": rng.standard_normal(n) for j in range(draw(st.integers(1, 4)))}})
+    command = draw(st.sampled_from(["info", "train", "predict"]))
+    with prop_env.workspace() as (i, o, c):
+        src = i / "frame.h5"
+        frame.to_hdf(src, key=key, mode="w", format=fmt)
+        argv = {"info": ["info", src], "train": ["train", src, "-o", o / "m.h5", "--cache-dir", c],
+                "predict": ["predict", prop_env.models["primal"], src, "-o", o / "s.txt", "--cache-dir", c]}[command]
+        outputs = {"info": [], "train": [o / "m.h5"], "predict": [o / "s.txt"]}[command]
+        case = pc.Case(command, [f"pandas to_hdf {fmt}"], argv, inputs=[src], outputs=outputs,
+                       must_refuse="a pandas file is not a streamrank dataset")
+        res = pc.run_cli(argv)
+        pc.check(case, res)
+        if "a pandas DataFrame (DataFrame.to_hdf, key" not in res.err and not (n == 0 and "a PyTables file" in res.err):
+            pc._fail(case, res, "a pandas file refused without saying it is one")
