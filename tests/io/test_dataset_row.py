@@ -46,6 +46,8 @@ def test_a_row_that_is_not_a_permutation_is_refused_naming_the_file_and_fix(tmp_
                                           f"of 0..5; {what}{FIX}"):
         with streamrank.open_dataset(p) as ds:
             ds.row
+    if version == 1:  # the commands read /row through the same property in either version
+        return
     scores = tmp_path / "s.txt"
     for argv in (["predict", str(DATA / "model_v2.h5"), str(p), "-o", str(scores)], ["eval", str(p), str(scores)]):
         scores.write_text("0\n" * 6)

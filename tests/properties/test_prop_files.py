@@ -56,7 +56,7 @@ def _stored_order_scores(model_path, d):
     return load(model_path).decision_function(np.asarray(d.X, np.float32), d.query_ptr, extra="ignore")
 
 
-@kit.examples(24)
+@kit.examples(10)
 @given(data=st.data())
 def test_row_variants_for_predict_eval_and_grid(prop_env, data):
     draw = data.draw
@@ -171,7 +171,7 @@ def _edit(path, draw):
     return [f"v1 model edit {how}", f"v1 model array {name.split('/')[-1]}"], why
 
 
-@kit.examples(24)
+@kit.examples(10)
 @given(data=st.data())
 def test_edited_v1_models_for_predict_and_export(prop_env, data):
     draw = data.draw
@@ -208,7 +208,7 @@ def test_edited_v1_models_for_predict_and_export(prop_env, data):
 
 
 # -- pandas' DataFrame.to_hdf files where a dataset goes ------------------------------------------
-@kit.examples(8)
+@kit.examples(4)
 @given(data=st.data())
 def test_pandas_files_are_named_as_such(prop_env, data):
     import pytest
