@@ -82,3 +82,12 @@ def test_not_a_permutation_against_sorting():
         r = rng.integers(-2, n + 2, n) if rng.random() < 0.5 else rng.permutation(n)
         expected = np.array_equal(np.sort(r), np.arange(n))
         assert (not_a_permutation(np.asarray(r, np.int64)) is None) == expected, r
+
+
+def test_grid_refuses_a_valid_row_before_training(tmp_path, capsys):
+    p = with_row(tmp_path, 2, EDITS["duplicate"][0])
+    run = tmp_path / "run"
+    assert main(["grid", str(DATA / "dataset_v2.h5"), "--valid", str(p), "-o", str(run), "--C", "0.5,1",
+                 "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "/row must map each stored row" in err and not run.exists()
