@@ -16,8 +16,6 @@ import logging
 import time
 from pathlib import Path
 
-import numpy as np
-
 from streamrank.errors import InputError
 from streamrank.evaluation.metrics import evaluate
 from streamrank.io.convert import convert
@@ -65,7 +63,7 @@ def run_demo(workdir=None, quiet=False, preset="small", seed=0):
     ``workdir``, ``paths`` (part -> text and dataset), ``model``, ``scores`` and the test
     ``report``."""
     from streamrank.console import setup_logging
-    from streamrank.io.atomic import written
+    from streamrank.evaluation.score_files import write_scores
     from streamrank.io.synthetic import write_text
     from streamrank.training.linear import train_linear
 
@@ -95,8 +93,7 @@ def run_demo(workdir=None, quiet=False, preset="small", seed=0):
         for c in s["candidates"]:
             say(f"        C={c['C']:<9g} validation MeanNDCG {c['valid_meanndcg']:.4f}")
         scores = model.predict_dataset(te)
-        with written(scores_path) as tmp:  # as predict writes them: input row order, every float64 digit
-            np.savetxt(tmp, scores, fmt="%.17g")
+        write_scores(scores_path, scores, te.name)  # as predict writes them: input row order, every float64 digit
         # scores come in input row order; the dataset's rows are grouped by query
         report = evaluate(te.y[:], scores[te.row], te.query_ptr, qid=te.qid)
     say(f"[4/4] test set, scored by {model_path} (scores in {scores_path}):")

@@ -14,6 +14,19 @@ def _export_paths(args):
     return inputs, [("-o", args.output, None)] if args.output != "-" else [], []
 
 
+def _default_name(output):
+    """OUT's file name without its suffix, stripped, or None (the library's default) when that
+    leaves no printable name."""
+    from streamrank.errors import ParameterError
+    from streamrank.export import check_name
+    stem = Path(output).stem.strip() if output != "-" else ""
+    try:
+        check_name(stem)
+    except ParameterError:
+        return None
+    return stem
+
+
 def _cmd_export(args):
     from streamrank.errors import ParameterError
     from streamrank.export import export_model, render
@@ -23,8 +36,9 @@ def _cmd_export(args):
     if args.output != "-":
         _check_outputs((args.output, "exported model", True))
     model = load(args.model)
-    # the model's name inside the file: --name, or the output's file name without its suffix
-    name = args.name or (Path(args.output).stem if args.output != "-" else None)
+    # the model's name inside the file: --name (an empty one refused), or the output's file name
+    # without its suffix, or the library's default when that is no name
+    name = args.name if args.name is not None else _default_name(args.output)
     if args.output == "-":
         content = render(model, args.format, feature_names=args.feature_names, name=name)
         if isinstance(content, bytes):

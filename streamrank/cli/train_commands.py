@@ -8,9 +8,6 @@ from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_progress,
                                    _check_checkpoint_dir, _check_outputs, _checkpoint_outputs, _data_inputs, _executor,
                                    _features_inputs, _values, _positive_int, _setup_logging, emit_json)
 
-# the longest line of a score file: %.17g of a float64 (at most 24 characters) and its newline
-SCORE_LINE_BYTES = 25
-
 
 def _train_paths(args):
     inputs = _data_inputs("DATA", args.data, args.query_file) + _data_inputs("--valid", args.valid) + \
@@ -232,10 +229,7 @@ def _train_exact(args, ds, valid, executor):
 
 
 def _cmd_predict(args):
-    import numpy as np
-    from streamrank.evaluation.score_files import open_data
-    from streamrank.faultpoints import faultpoint
-    from streamrank.io.atomic import ensure_space, temp_name, written
+    from streamrank.evaluation.score_files import open_data, write_scores
     from streamrank.state.model import load
     if args.json and args.output == "-":
         from streamrank.errors import ParameterError
@@ -247,15 +241,7 @@ def _cmd_predict(args):
     with open_data(args.data, args.cache_dir, query_file=args.query_file) as ds, _executor(args) as executor:
         _check_width(args, model, ds)
         scores = model.predict_dataset(ds, memory_budget=args.memory_budget, executor=executor)
-    if args.output == "-":  # scores to standard output, as a pipe's first stage
-        np.savetxt(sys.stdout, scores, fmt="%.17g")
-        sys.stdout.flush()
-        return 0
-    if not Path(args.output).exists() or Path(args.output).is_file():
-        ensure_space(temp_name(args.output), SCORE_LINE_BYTES * scores.size, shown=args.output)
-    with written(args.output, special_ok=True) as tmp:
-        np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
-        faultpoint("scores-write")
+    write_scores(args.output, scores, ds.name)  # "-": standard output, as a pipe's first stage
     if args.json:
         emit_json({"output": str(args.output), "rows": int(scores.size)})
     return 0

@@ -171,6 +171,20 @@ def _tied_pairs_by_group(run_start, group_of, n_groups):
 MAX_GAIN_LABEL = 1000
 
 
+def first_bad_label(y):
+    """None when every label of ``y`` has a gain 2^y - 1 these metrics can take (finite, 0 to
+    MAX_GAIN_LABEL), else (the first other row, why)."""
+    y = np.asarray(y)
+    bad = ~np.isfinite(y) | (y < 0)
+    if bad.any():
+        return int(np.flatnonzero(bad)[0]), "labels must be finite and >= 0 (their gain is 2^y - 1)"
+    big = y > MAX_GAIN_LABEL
+    if big.any():
+        return (int(np.flatnonzero(big)[0]), f"its gain 2^y - 1 overflows float64 (labels up to {MAX_GAIN_LABEL} "
+                                             f"can be evaluated); relevance labels are small grades such as 0 to 4")
+    return None
+
+
 def _pairwise_by_query(y, s, ptr):
     """Preference pairs and correctly ordered pairs of every query, vectorised over queries.
 
@@ -632,15 +646,10 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), quer
     if np.isnan(s).any():
         r = int(np.flatnonzero(np.isnan(s))[0])
         raise InputError(f"score of row {r} is NaN: a NaN score cannot be ranked")
-    bad = ~np.isfinite(y) | (y < 0)
-    if bad.any():
-        r = int(np.flatnonzero(bad)[0])
-        raise InputError(f"label of row {r} is {y[r]!r}: labels must be finite and >= 0")
-    big = y > MAX_GAIN_LABEL
-    if big.any():
-        r = int(np.flatnonzero(big)[0])
-        raise InputError(f"label of row {r} is {y[r]:g}: its gain 2^y - 1 overflows float64 (labels up to "
-                         f"{MAX_GAIN_LABEL} can be evaluated); relevance labels are small grades such as 0 to 4")
+    bad = first_bad_label(y)
+    if bad is not None:
+        r, why = bad
+        raise InputError(f"label of row {r} is {float(y[r]):g}: {why}")
 
     notes = []
     if convention == "letor4":

@@ -10,12 +10,15 @@ import h5py
 import numpy as np
 
 from streamrank.io.dataset import open_dataset
-from streamrank.errors import InputError
+from streamrank.errors import InputError, NumericError
 from streamrank.evaluation.metrics import evaluate
 from streamrank.io.budget import resident_bytes
 from streamrank.units import format_size, parse_size
 
 log = logging.getLogger("streamrank.evaluation.score_files")
+
+# the longest line of a score file: %.17g of a float64 (at most 24 characters) and its newline
+SCORE_LINE_BYTES = 25
 
 
 # a score: ASCII decimal with an optional sign, fraction and exponent (no inf, nan, "1_0" or
@@ -48,6 +51,34 @@ def read_scores(path, n_rows):
         raise InputError(f"{path}: {'more than ' + str(n_rows) if k > n_rows else k} scores but the data has "
                          f"{n_rows} rows; give one score per row, in the order of the input text")
     return s
+
+
+def write_scores(path, scores, data_name, *, stdout=None):
+    """Write ``scores`` (input row order) to ``path``, one per line in ``%.17g`` (every float64
+    digit), whole or not at all (``io.atomic.written``); ``-``: to ``stdout`` (default
+    ``sys.stdout``). A score that is not finite is refused before anything is written
+    (:class:`~streamrank.errors.NumericError` naming ``data_name``'s row): no score file holds
+    one. Every score file streamrank writes is written here."""
+    bad = np.flatnonzero(~np.isfinite(scores))
+    if bad.size:
+        i = int(bad[0])
+        raise NumericError(f"{data_name}: data row {i + 1} scores {float(scores[i])!r} ({bad.size:,} of {scores.size:,} "
+                           f"rows are not finite); no scores were written. Its feature values lie beyond what the "
+                           f"model can score (a kernel value past float32's range): check that row, or train on rows "
+                           f"that span the values to be scored (normalize=zscore)")
+    if str(path) == "-":
+        import sys
+        out = stdout or sys.stdout
+        np.savetxt(out, scores, fmt="%.17g")
+        out.flush()
+        return
+    from streamrank.faultpoints import faultpoint
+    from streamrank.io.atomic import ensure_space, temp_name, written
+    if not Path(path).exists() or Path(path).is_file():
+        ensure_space(temp_name(path), SCORE_LINE_BYTES * scores.size, shown=path)
+    with written(path, special_ok=True) as tmp:
+        np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64
+        faultpoint("scores-write")
 
 
 def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="2GB"):

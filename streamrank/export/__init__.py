@@ -32,6 +32,18 @@ def check_format(fmt):
     return fmt.lower()
 
 
+def check_name(name):
+    """``name`` (the model's name inside the file) is None (the default) or printable text that is
+    not empty; an empty one is refused rather than replaced by the default."""
+    import unicodedata
+    if name is None:
+        return
+    if not isinstance(name, str) or not name.strip() or name != name.strip() or \
+            any(unicodedata.category(ch) in ("Cc", "Cf") for ch in name):
+        raise ParameterError(f"the model's name inside the file must be non-empty printable text without surrounding "
+                             f"spaces; got name {name!r}. Use name=ranker, or leave it out for the default")
+
+
 def render(model, format, *, feature_names=None, name=None):
     """The exported model's content (bytes for onnx, text for the others). ``model``: a
     :class:`~streamrank.state.model.LinearModel`; ``feature_names``: a list or the path of a file
@@ -39,6 +51,7 @@ def render(model, format, *, feature_names=None, name=None):
     (formats that carry one)."""
     from streamrank.export.common import feature_names as check_names
     fmt = check_format(format)
+    check_name(name)
     names = check_names(model, feature_names)
     module, function = _RENDERERS[fmt]
     fn = getattr(importlib.import_module(f"streamrank.export.{module}"), function)

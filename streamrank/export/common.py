@@ -100,7 +100,7 @@ def feature_names(model, names=None, *, source="feature_names"):
         from pathlib import Path
         where = str(names)
         try:
-            text = Path(names).read_text(encoding="utf-8")
+            text = Path(names).read_text(encoding="utf-8-sig")  # a leading byte-order mark (Notepad) is not a name
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{where}: cannot read the feature names ({exc}); give a UTF-8 text file with one "
                              f"name per line") from None
@@ -117,6 +117,9 @@ def feature_names(model, names=None, *, source="feature_names"):
         if not isinstance(n, str) or not n.strip() or n != n.strip():
             raise InputError(f"{where}: name {j} is {n!r}; a feature name must be non-empty text without "
                              f"surrounding spaces")
+        if "\ufeff" in n:
+            raise InputError(f"{where}: name {j} is {n!r}, which holds a byte-order mark (U+FEFF, from text saved "
+                             f"as UTF-8 with BOM and read as UTF-8); drop it (read the file as utf-8-sig)")
         if any(unicodedata.category(ch) == "Cc" for ch in n):
             raise InputError(f"{where}: name {j} is {n!r}, which holds a control character; a feature name must be "
                              f"printable text (the formats put names in JSON keys, URLs and text lines)")

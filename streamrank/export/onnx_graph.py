@@ -240,6 +240,21 @@ def _chunked(g, x, model, onnx):
     return g.op("Slice", [flat, g.ints([0], "zero_i"), n, g.ints([0], "axis0")], "s_rows")
 
 
+def _check_float32_scores(model):
+    """The graph's score is float32: a model whose weights pass float32's range, or whose score of
+    a row of zeros does, would give inf for ordinary rows (predict's float64 scores stay finite),
+    so it is refused."""
+    limit = float(np.finfo(np.float32).max)
+    w = np.abs(np.asarray(model.w, np.float64))
+    s0 = model.decision_function(np.zeros((1, input_width(model)), np.float32), np.array([0, 1]))[0]
+    what = (f"weight {float(w.max()):.3g}" if w.size and w.max() > limit else
+            f"score of a row of zeros {float(s0):.3g}" if not abs(s0) <= limit else None)
+    if what is not None:
+        raise ParameterError(f"format=onnx scores in float32, and this model's {what} passes float32's range "
+                             f"(3.4e38): its ONNX scores would be inf; use format=json, or score with streamrank "
+                             f"predict (float64)")
+
+
 def to_onnx(model, *, names, name="streamrank"):
     """The model as a serialized ONNX ModelProto (bytes); ``names``: the input features' names
     (:func:`streamrank.export.common.feature_names`), kept in the metadata."""
@@ -252,6 +267,7 @@ def to_onnx(model, *, names, name="streamrank"):
                              "linear) to export the model")
     if model.fmap is not None and model.method not in ("nystroem", "rff", "exact", "basis"):
         raise ParameterError(f"format=onnx does not know the feature map {model.method!r}; upgrade streamrank")
+    _check_float32_scores(model)
     width = input_width(model)
     norm = model.normalizer.kind
     g = _Graph(helper, numpy_helper)

@@ -58,7 +58,8 @@ class ExactKernelMap(FeatureMap):
         if self._prep is None:
             self._prep = PreparedKernel(self.support_, self.kernel, self.gamma_, self.degree, self.coef0)
         self._prep.into(Xt, bufs[0])
-        dest[...] = bufs[0][p:p + len(dest)]
+        with np.errstate(over="ignore"):  # a value past float32's range is inf: the score writer refuses it
+            dest[...] = bufs[0][p:p + len(dest)]
 
     @classmethod
     def _from_params(cls, p):

@@ -343,10 +343,26 @@ def fsync_dir(directory):
         os.close(fd)
 
 
+def keep_mode(tmp, path):
+    """Give ``tmp`` the permission bits of the regular file ``path`` it will replace (a new name
+    keeps the umask's): a rewritten output keeps the mode its owner gave it (cp and editors do)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return
+    if stat.S_ISREG(st.st_mode):
+        try:
+            os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        except OSError:  # pragma: no cover - not the owner: the umask's mode stays
+            pass
+
+
 def atomic_replace(tmp, path):
-    """fsync ``tmp`` then rename it over ``path`` and fsync the directory; a ``path`` that is, or
-    links to, an input of this process is refused (``tmp`` is left to its writer's cleanup)."""
+    """fsync ``tmp`` then rename it over ``path`` (keeping ``path``'s mode, :func:`keep_mode`) and
+    fsync the directory; a ``path`` that is, or links to, an input of this process is refused
+    (``tmp`` is left to its writer's cleanup)."""
     check_not_input(path)
+    keep_mode(tmp, path)
     fsync_file(tmp)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))

@@ -79,6 +79,16 @@ def _check_format(f, path):
                           f"(streamrank predict {path} DATA -o SCORES.txt)")
     if fmt in _OTHER_FILES:
         raise FormatError(f"{path}: this is {_OTHER_FILES[fmt].format(path=path)}")
+    key = _pandas_key(f) if fmt != FORMAT_NAME else None
+    if key == "":
+        raise FormatError(f"{path}: a PyTables file (pandas' DataFrame.to_hdf) that holds no DataFrame (an empty "
+                          f"one writes none), not a streamrank dataset; write the rows again, then convert them")
+    if key is not None:
+        raise FormatError(
+            f"{path}: a pandas DataFrame (DataFrame.to_hdf, key {key!r}), not a streamrank dataset. Convert it: in "
+            f"Python, df = pandas.read_hdf({str(path)!r}, {key!r}); sklearn.datasets.dump_svmlight_file("
+            f"df[FEATURES], df[LABEL], 'data.txt', query_id=df[QID].to_numpy().copy(), zero_based=False); "
+            f"then streamrank convert data.txt -o data.h5")
     if fmt != FORMAT_NAME:
         raise FormatError(
             f"{path}: not a streamrank dataset (format attribute {fmt!r}, expected {FORMAT_NAME!r}). "
@@ -96,6 +106,17 @@ def _check_format(f, path):
         if name not in f or not isinstance(f[name], h5py.Dataset):
             raise FormatError(f"{path}: dataset is incomplete: /{name} is missing. Convert it again.")
     return version
+
+
+def _pandas_key(f):
+    """The key (its path, "a/b" for a nested one) of the first DataFrame or Series that pandas'
+    ``to_hdf`` (PyTables) stored in ``f`` (pandas marks each with a ``pandas_type`` attribute); ""
+    for a PyTables file without one; None for any other file."""
+    try:
+        key = f.visititems(lambda name, item: name if "pandas_type" in item.attrs else None)
+    except (OSError, KeyError, RuntimeError):  # a damaged file: the format check names it
+        return None
+    return key if key is not None else ("" if "PYTABLES_FORMAT_VERSION" in f.attrs else None)
 
 
 def _int_attr(f, path, name, default=None):
@@ -120,6 +141,37 @@ def _first_bad_numpy(a):
     """Index of the first value of ``a`` (any layout, in C order) that is not finite, or -1."""
     bad = np.flatnonzero(~np.isfinite(np.asarray(a, np.float32).reshape(-1)))
     return int(bad[0]) if bad.size else -1
+
+
+def not_a_permutation(r):
+    """None when ``r`` (int64 (n,)) holds each of 0..n-1 once, else what is wrong, naming the first
+    offending stored row. n bytes beside ``r``: range by min/max, then each value marked once; n
+    marks in range cover 0..n-1 exactly when no value repeats (pigeonhole)."""
+    n = r.shape[0]
+    if n == 0:
+        return None
+    lo, hi = int(r.min()), int(r.max())
+    if lo < 0 or hi >= n:
+        i = int(np.flatnonzero((r < 0) | (r >= n))[0])
+        return f"stored row {i} maps to {int(r[i])}, outside 0..{n - 1}"
+    seen = np.zeros(n, np.bool_)
+    seen[r] = True
+    if seen.all():
+        return None
+    # a value repeats: the first stored row that repeats an earlier one (the error path only sorts)
+    order = np.argsort(r, kind="stable")
+    s = r[order]
+    dup = np.flatnonzero(s[1:] == s[:-1])
+    firsts = order[dup + 1]
+    k = int(np.argmin(firsts))
+    return (f"stored rows {int(order[dup[k]])} and {int(firsts[k])} both map to {int(s[dup[k]])}, "
+            f"and no row maps to {int(np.flatnonzero(~seen)[0])}")
+
+
+def _bad_row(path, n_rows, what):
+    return FormatError(f"{path}: /row must map each stored row to its input line, a permutation of 0..{n_rows - 1}; "
+                       f"{what}. Convert the original text again, or delete /row (h5py: del f['row']) to read "
+                       f"the rows in stored order")
 
 
 def _damaged(path, what):
@@ -196,10 +248,10 @@ class Dataset:
             if f["query_ptr"].shape != (self.n_queries + 1,) or f["qid"].shape != (self.n_queries,):
                 raise _damaged(path, f"/query_ptr or /qid does not have the {self.n_queries} queries its "
                                      f"attributes declare")
-            if self._X.shape != (self.n_rows, self.n_features) or self._y.shape != (self.n_rows,) \
-                    or ("row" in f and f["row"].shape != (self.n_rows,)):
-                raise _damaged(path, f"/X, /y or /row does not have the shape its attributes declare "
+            if self._X.shape != (self.n_rows, self.n_features) or self._y.shape != (self.n_rows,):
+                raise _damaged(path, f"/X or /y does not have the shape its attributes declare "
                                      f"({self.n_rows} rows, {self.n_features} features)")
+            self._check_row_layout()
             if self._X.dtype != np.float32 or self._y.dtype != np.float32:
                 raise _damaged(path, f"/X and /y must be float32; got {self._X.dtype} and {self._y.dtype}")
             self.verified = self.version >= 2
@@ -222,11 +274,23 @@ class Dataset:
         except OSError as e:  # HDF5's own errors: a damaged chunk, a truncated file
             raise _damaged(path, f"HDF5 cannot read its index ({e})") from None
         self._fingerprint = f.attrs.get("content_sha256")
+        self._row_checked = False  # /row's values: checked on their first read (Dataset.row)
         # (start, stop) row ranges read once in this process: their values were checked to be finite
         # and (version 2) their chunks' checksums; later reads of the same rows skip both
         self._verified = set()
         self._piece_rows = self._plan_pieces()
         self._rx, self._ry = RowReader(self._X), RowReader(self._y)
+
+    def _check_row_layout(self):
+        """``/row``, when present, is a dataset of ``n_rows`` integers (its values are checked where
+        they are first read: :attr:`row`)."""
+        f = self._file
+        if "row" not in f:
+            return
+        r = f["row"]
+        if not isinstance(r, h5py.Dataset) or r.dtype.kind not in "iu" or r.shape != (self.n_rows,):
+            what = "not a dataset" if not isinstance(r, h5py.Dataset) else f"{r.dtype} {r.shape}"
+            raise _bad_row(self.path, self.n_rows, f"it is {what}, not {self.n_rows} integers")
 
     def _check_storage(self):
         """The chunk of X that holds the last row exists: a file whose attributes claim more rows
@@ -290,8 +354,22 @@ class Dataset:
 
     @property
     def row(self):
-        """Each row's position in the input text (int64 array)."""
-        return self._file["row"][:]
+        """Each stored row's position in the input text (int64 (n_rows,)): ``/row``, refused
+        (:class:`~streamrank.errors.FormatError`) on its first read in this process unless it is a
+        permutation of 0..n_rows-1; a file without ``/row`` is in input order (``arange(n_rows)``).
+        Every reader of ``/row`` (predict, eval, grid, cv, the estimator's score) reads it here."""
+        if "row" not in self._file:
+            return np.arange(self.n_rows, dtype=np.int64)
+        try:
+            r = self._file["row"][:].astype(np.int64, copy=False)
+        except OSError as e:
+            raise _damaged(self.path, f"its /row cannot be read ({e})") from None
+        if not self._row_checked:
+            bad = not_a_permutation(r)
+            if bad:
+                raise _bad_row(self.path, self.n_rows, bad)
+            self._row_checked = True
+        return r
 
     def comments(self, start=0, stop=None):
         """The comments of rows ``start:stop`` as a list of str, or None without comments."""
@@ -437,18 +515,26 @@ class Dataset:
                 f.cancel() or f.exception()
         return bad_x
 
-    def _not_finite(self, row, x_row, label):
-        """The error for stored row ``row``: its first non-finite feature in ``x_row`` (None: its
-        label ``label``), named as the user knows it."""
+    def where(self, row):
+        """Stored row ``row`` as the user knows it: "input data row N, qid Q" (what of it can be
+        read; "" when neither can)."""
         extra = []
         try:
-            if "row" in self._file:
-                extra.append(f"input data row {int(self._file['row'][row]) + 1}")
+            line = int(self._file["row"][row]) if "row" in self._file else row
+            if 0 <= line < self.n_rows:  # a /row out of range (not yet checked) names no input row
+                extra.append(f"input data row {line + 1}")
             q = int(np.searchsorted(self.query_ptr, row, side="right")) - 1
             qid = self.query_ids[q]
             extra.append(f"qid {qid.decode() if isinstance(qid, bytes) else qid}")
         except (OSError, ValueError, IndexError):  # a damaged /row or /qid: the stored row still names it
             pass
+        return ", ".join(extra)
+
+    def _not_finite(self, row, x_row, label):
+        """The error for stored row ``row``: its first non-finite feature in ``x_row`` (None: its
+        label ``label``), named as the user knows it."""
+        where = self.where(row)
+        extra = [where] if where else []
         if x_row is None:
             what = f"label: {label}"
         else:

@@ -28,6 +28,7 @@ from streamrank.io.atomic import ensure_space, written
 from streamrank.io.budget import BUFFERS
 from streamrank.io.h5digest import DIGEST_ATTR, declared_bytes, file_digest
 from streamrank.features.normalize import Normalizer
+from streamrank.state.model_checks import check_model
 
 log = logging.getLogger("streamrank.state.model")
 
@@ -376,6 +377,8 @@ def load(path):
                                 n_features=n_features, config=json.loads(f.attrs["config"]),
                                 training=json.loads(f.attrs["training"]), fingerprint=str(f.attrs["fingerprint"]),
                                 levels=json.loads(f.attrs["levels"]), input_features=cols, input_width=width)
+            # finite arrays, positive divisors, consistent shapes, finite scores on finite rows
+            check_model(model, path)
             # the file's digest (version 1 files carry none), for exports that name their source
             model.content_sha256 = str(f.attrs[DIGEST_ATTR]) if DIGEST_ATTR in f.attrs else None
             return model

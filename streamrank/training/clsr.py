@@ -51,7 +51,7 @@ from streamrank.objectives.linear_precond import query_groups
 from streamrank.state.model import LinearModel, settled_resident
 from streamrank.training.path import report_grid_edges
 from streamrank.training.problem import (SELECT_METRICS, attach_features, check_has_features, check_queries,
-                                        check_valid_width, gamma_path, grid_points, read_labels, validation_score,
+                                        check_validation_labels, check_valid_width, gamma_path, grid_points, read_labels, validation_score,
                                         with_features)
 from streamrank.units import format_size, parse_size
 
@@ -219,6 +219,7 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
         components = params.check("components", components)
     check_has_features(ds)
     check_valid_width(ds, valid)
+    check_validation_labels(valid, select_metric)
     grid_points(lams, gammas, valid, "lambda")
     budget = parse_size(memory_budget)
     q0, q1 = queries if queries is not None else (0, ds.n_queries)

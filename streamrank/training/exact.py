@@ -36,7 +36,7 @@ from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
 from streamrank.training.problem import (attach_features, c_path, check_config, check_has_features, check_queries,
-                                        check_valid_width, eta_for, grid_points, pair_cost_table, pair_weight_sum,
+                                        check_validation_labels, check_valid_width, eta_for, grid_points, pair_cost_table, pair_weight_sum,
                                         query_weights, read_labels, validation_score, with_features)
 from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
@@ -180,6 +180,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     check_config(cfg)
     check_has_features(ds)
     check_valid_width(ds, valid)
+    check_validation_labels(valid, select_metric)
     points = grid_points(Cs, gammas, valid)
 
     # -- the rows, labels, weights, costs ------------------------------------------------------------

@@ -25,7 +25,7 @@ from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import TWO_STAGE_FACTORS, Method, report_grid_edges, run_settings
 from streamrank.training.problem import (attach_features, c_path, check_c_scale, check_config, check_has_features, check_queries,
-                                        check_valid_width, eta_for, gamma_path, grid_points, pair_cost_table,
+                                        check_validation_labels, check_valid_width, eta_for, gamma_path, grid_points, pair_cost_table,
                                         pair_weight_sum, query_weights, read_labels, validation_score, with_features,
                                         MappedValidation, mapped_validation_bytes, max_row_sq_norm, row_sq_norm_bound)
 from streamrank.units import parse_size
@@ -232,6 +232,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     check_config(cfg)
     check_has_features(ds)
     check_valid_width(ds, valid)
+    check_validation_labels(valid, select_metric)
     points = grid_points(Cs, gammas, valid)
     q0, q1 = queries if queries is not None else (0, ds.n_queries)
     n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows

@@ -4,7 +4,7 @@ mu), label-pair costs (lambda), the validation metric's value, and the settings'
 import numpy as np
 
 from streamrank import params
-from streamrank.errors import ParameterError
+from streamrank.errors import InputError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.evaluation.metrics import evaluate
 from streamrank.io.info import preference_pairs_per_query
@@ -291,6 +291,24 @@ def check_valid_width(ds, valid):
     logging.getLogger("streamrank.training").warning(
         "%s has %d features, the training data %s %d: features %d to %d %s when it is scored", valid.name,
         valid.n_features, ds.name, ds.n_features, lo + 1, hi, how)
+
+
+def check_validation_labels(valid, metric):
+    """Before any pass: every label of ``valid`` is one the validation ``metric`` can take (a
+    gain 2^y - 1: finite, 0 to MAX_GAIN_LABEL), or InputError naming the file, its row and the fix."""
+    if valid is None:
+        return
+    from streamrank.evaluation.metrics import first_bad_label
+    y = read_labels(valid)
+    bad = first_bad_label(y)
+    if bad is None:
+        return
+    r, why = bad
+    where = valid.where(r) if hasattr(valid, "where") else ""
+    raise InputError(f"{valid.name}: stored row {r}{' (' + where + ')' if where else ''} has label {float(y[r]):g}, "
+                     f"which the validation metric ({metric}) cannot take: {why}. Relabel the validation data with "
+                     f"grades 0, 1, 2, ... (add 1 to every label where -1 marks the least relevant), or give other "
+                     f"validation data (valid=DATA)")
 
 
 def metric_value(report, name):

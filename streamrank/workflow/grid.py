@@ -219,6 +219,7 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
     the grid's own bar (cv's bar over every fold)."""
     if valid is None:
         raise ParameterError("a grid chooses on validation data; use valid=DATA")
+    valid.row  # its /row is read (and checked) by the chosen model's report: a bad one refused before training
     with reading(*_dataset_inputs((ds, "training data"), (valid, "validation data"))):
         check_run_outputs(run_dir, axes)
         return _run_grid(ds, valid, Path(run_dir), axes=axes, settings=settings, select_metric=select_metric,
