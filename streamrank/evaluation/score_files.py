@@ -85,8 +85,11 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="
     """Open an HDF5 dataset, or convert LETOR/SVMlight text into ``cache_dir`` first (with the
     group sizes of ``query_file``, or of ``PATH.query`` beside it, for text without qid).
 
-    The cached conversion is keyed by the text file's (and the query file's) absolute path, size
-    and modification time, and reused while those stay the same.
+    The cached conversion is keyed by the text file's (and the query file's) absolute path, device,
+    inode, size, modification time and status-change time, and reused while all stay the same. The
+    status-change time is what makes the key a proof: a write, a replacement or a timestamp set back
+    (``touch -d``, ``cp -p``, ``rsync -t``) all leave size and mtime as they were but move ctime,
+    which no unprivileged process can set.
     """
     path = Path(path)
     if not path.exists():
@@ -104,7 +107,7 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget="
         if not p.exists():
             raise InputError(f"{p}: no such file")
         st = p.stat()
-        stamp += f"{p.resolve()}\0{st.st_size}\0{st.st_mtime_ns}\0"
+        stamp += f"{p.resolve()}\0{st.st_dev}\0{st.st_ino}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ctime_ns}\0"
     key = hashlib.sha256(stamp.encode()).hexdigest()[:16]
     cache = Path(cache_dir) if cache_dir else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "streamrank"
     cache.mkdir(parents=True, exist_ok=True)
