@@ -85,14 +85,68 @@ def matmul_fixed(A, B, columns=ATB_COLUMNS):
 def _by_columns(n, columns, block):
     """``block(j0, j1)`` over column blocks of width ``columns`` of n columns, each on one BLAS
     thread, in parallel threads (numpy releases the GIL) up to numba's thread count."""
+    _in_threads([(j, min(j + columns, n)) for j in range(0, n, columns)], lambda jj: block(*jj))
+
+
+# rows of one block of :func:`matmul_rows`: a block's bits depend on its rows and this height alone
+ROW_BLOCK = 2048
+
+
+def add_atb_upper(M, A, B, columns=ATB_COLUMNS):
+    """M[I, J] += A[:, I]^T B[:, J] for the column blocks I <= J of width ``columns`` (the block
+    upper triangle of M += A^T B, M square): half the flops of the whole product where A^T B is
+    symmetric up to rounding (U^T L U, W^T W). Each block is one product on one BLAS thread, the
+    blocks on parallel threads: the same bits for any number of threads. :func:`mirror_upper`
+    makes M symmetric once the sums are done."""
+    n = M.shape[0]
+    edges = list(range(0, n, columns)) + [n]
+    spans = list(zip(edges[:-1], edges[1:]))
+    pairs = [(i, j) for i in spans for j in spans if i[0] <= j[0]]
+
+    def block(pair):
+        (i0, i1), (j0, j1) = pair
+        M[i0:i1, j0:j1] += A[:, i0:i1].T @ B[:, j0:j1]
+    _in_threads(pairs, block)
+    return M
+
+
+def mirror_upper(M, columns=ATB_COLUMNS):
+    """Make M exactly symmetric from the block upper triangle :func:`add_atb_upper` summed: each
+    diagonal block (X + X^T) / 2, each block below it the transpose of the one above."""
+    n = M.shape[0]
+    for i0 in range(0, n, columns):
+        i1 = min(i0 + columns, n)
+        D = M[i0:i1, i0:i1]
+        D += D.T.copy()
+        D *= 0.5
+        M[i1:, i0:i1] = M[i0:i1, i1:].T
+    return M
+
+
+def matmul_rows(A, B, rows=None):
+    """A @ B (float64) in row blocks of A of ``rows`` rows, each one product on one BLAS thread,
+    the blocks on parallel threads: the same bits for any number of threads (for a B too narrow
+    for :func:`matmul_fixed`'s column blocks to share out)."""
+    rows = ROW_BLOCK if rows is None else int(rows)
+    out = np.empty((A.shape[0], B.shape[1]))
+    spans = [(r, min(r + rows, A.shape[0])) for r in range(0, A.shape[0], rows)]
+
+    def block(span):
+        out[span[0]:span[1]] = A[span[0]:span[1]] @ B
+    _in_threads(spans, block)
+    return out
+
+
+def _in_threads(items, block):
+    """``block(item)`` for every item on one BLAS thread each, in parallel threads (numpy releases
+    the GIL) up to numba's thread count."""
     with one_thread():
-        blocks = [(j, min(j + columns, n)) for j in range(0, n, columns)]
         from streamrank._native import parallel
-        threads = min(len(blocks), parallel.threads())
+        threads = min(len(items), parallel.threads())
         if threads <= 1:
-            for jj in blocks:
-                block(*jj)
+            for it in items:
+                block(it)
             return
         from concurrent.futures import ThreadPoolExecutor
         with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="streamrank-atb") as pool:
-            list(pool.map(lambda jj: block(*jj), blocks))
+            list(pool.map(block, items))
