@@ -1,0 +1,78 @@
+"""Thread counts never change a model: every method trained (and its model used to predict) on one
+numba thread and one BLAS thread, as under NUMBA_NUM_THREADS=1 or ``taskset -c 0``, gives the same
+bits as on two. One child process per thread setting trains every method in turn (CI's one-thread
+smoke run of every method; a process per method would cost a second of start-up each)."""
+
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+from streamrank.io.synthetic import write_hdf5
+
+# (name, arguments after DATA): each solver and loss of the linear method, both preconditioners
+# of a feature map (up to 256 columns the sampled Hessian, wider the sketch), the exact kernel
+# method with its Nystroem preconditioner, CLSRRank, and GAS selection
+METHODS = [
+    ("tron", ["train", "--C", "0.5"]),
+    ("newton_cholesky", ["train", "--C", "0.5", "--solver", "newton_cholesky"]),
+    ("newton_yuan", ["train", "--C", "0.5", "--solver", "newton_yuan"]),
+    ("smooth_hinge", ["train", "--C", "0.5", "--loss", "smooth_hinge"]),
+    ("nystroem", ["train", "--method", "nystroem", "--components", "300", "--C", "0.5", "--normalize", "zscore"]),
+    ("rff", ["train", "--method", "rff", "--components", "64", "--C", "0.5", "--normalize", "zscore"]),
+    ("exact", ["train", "--method", "exact", "--kernel", "rbf", "--normalize", "zscore"]),
+    ("clsr", ["train", "--method", "clsr", "--components", "100", "--normalize", "zscore"]),
+    ("gas", ["select-features"]),
+]
+
+CHILD = r"""
+import sys
+from streamrank.cli.main import main
+data, out = sys.argv[1], sys.argv[2]
+for name, args in METHODS:
+    cmd = [args[0], data, "-o", f"{out}/{name}.h5", "--quiet", *args[1:]]
+    if main(cmd) != 0:
+        sys.exit(f"{name}: streamrank {' '.join(cmd)} failed")
+    if args[0] == "train" and main(["predict", f"{out}/{name}.h5", data, "-o", f"{out}/{name}.txt"]) != 0:
+        sys.exit(f"{name}: predict failed")
+"""
+
+
+def _datasets(path):
+    out = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda k, v: out.__setitem__(k, v[()]) if isinstance(v, h5py.Dataset) else None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Every method's model and scores from a child on 2 numba and 2 BLAS threads and from one on 1
+    and 1 (both started at once)."""
+    d = tmp_path_factory.mktemp("threads")
+    write_hdf5(d / "data.h5", "small", seed=3, scale=0.3)  # 900 rows, 20 features
+    code = f"METHODS = {METHODS!r}\n" + CHILD
+    procs = {}
+    for n in (2, 1):
+        (d / str(n)).mkdir()
+        env = dict(os.environ, NUMBA_NUM_THREADS=str(n), OPENBLAS_NUM_THREADS=str(n), OMP_NUM_THREADS=str(n))
+        procs[n] = subprocess.Popen([sys.executable, "-c", code, str(d / "data.h5"), str(d / str(n))], env=env,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for n, p in procs.items():
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, f"{n} thread(s): {err[-3000:]}"
+    return d
+
+
+@pytest.mark.parametrize("name", [m for m, _ in METHODS])
+def test_one_thread_gives_the_bits_of_two(runs, name):
+    two, one = _datasets(runs / "2" / f"{name}.h5"), _datasets(runs / "1" / f"{name}.h5")
+    assert sorted(two) == sorted(one)
+    differ = [k for k in two if two[k].tobytes() != one[k].tobytes()]
+    assert not differ, f"{name}: {differ} differ between 1 and 2 threads"
+    if name != "gas":
+        assert (runs / "2" / f"{name}.txt").read_bytes() == (runs / "1" / f"{name}.txt").read_bytes()
+        assert np.isfinite(np.loadtxt(runs / "1" / f"{name}.txt")).all()
