@@ -38,6 +38,12 @@ for name, args in METHODS:
         sys.exit(f"{name}: streamrank {' '.join(cmd)} failed")
     if args[0] == "train" and main(["predict", f"{out}/{name}.h5", data, "-o", f"{out}/{name}.txt"]) != 0:
         sys.exit(f"{name}: predict failed")
+if len(sys.argv) > 3:  # numba's count lowered in the process, below NUMBA_NUM_THREADS
+    import numba
+    numba.set_num_threads(1)
+    args = dict(METHODS)["exact"]
+    if main([args[0], data, "-o", f"{out}/exact_set1.h5", "--quiet", *args[1:]]) != 0:
+        sys.exit("exact after numba.set_num_threads(1) failed")
 """
 
 
@@ -51,7 +57,7 @@ def _datasets(path):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     """Every method's model and scores from a child on 2 numba and 2 BLAS threads and from one on 1
-    and 1 (both started at once)."""
+    and 1 (both started at once); the first also trains exact again after numba.set_num_threads(1)."""
     d = tmp_path_factory.mktemp("threads")
     write_hdf5(d / "data.h5", "small", seed=3, scale=0.3)  # 900 rows, 20 features
     code = f"METHODS = {METHODS!r}\n" + CHILD
@@ -59,7 +65,8 @@ def runs(tmp_path_factory):
     for n in (2, 1):
         (d / str(n)).mkdir()
         env = dict(os.environ, NUMBA_NUM_THREADS=str(n), OPENBLAS_NUM_THREADS=str(n), OMP_NUM_THREADS=str(n))
-        procs[n] = subprocess.Popen([sys.executable, "-c", code, str(d / "data.h5"), str(d / str(n))], env=env,
+        extra = ["set_num_threads"] if n == 2 else []
+        procs[n] = subprocess.Popen([sys.executable, "-c", code, str(d / "data.h5"), str(d / str(n)), *extra], env=env,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for n, p in procs.items():
         _, err = p.communicate(timeout=600)
@@ -76,3 +83,10 @@ def test_one_thread_gives_the_bits_of_two(runs, name):
     if name != "gas":
         assert (runs / "2" / f"{name}.txt").read_bytes() == (runs / "1" / f"{name}.txt").read_bytes()
         assert np.isfinite(np.loadtxt(runs / "1" / f"{name}.txt")).all()
+
+
+def test_a_lower_set_num_threads_gives_the_bits_of_two(runs):
+    """NUMBA_NUM_THREADS=2 with numba.set_num_threads(1) in force: the exact path's passes run on the
+    one thread in force (its thread chooser has nothing to choose) and give the same model."""
+    two, low = _datasets(runs / "2" / "exact.h5"), _datasets(runs / "2" / "exact_set1.h5")
+    assert {k: v.tobytes() for k, v in two.items()} == {k: v.tobytes() for k, v in low.items()}
