@@ -19,30 +19,35 @@ import numpy as np
 # restoring them could leave BLAS on one thread for good, a race that changed later products' bits)
 _lock = threading.Lock()
 _depth = 0
-_limiter = None
+_limiters = []  # one per controller seen inside the outermost one_thread(), restored in reverse
 _controller = None
 _controller_saw_scipy = False
 
 
 def _get_controller():
     """threadpoolctl's controller, made again when scipy (its own OpenBLAS) was imported since:
-    start-up imports scipy lazily, and a controller sees only the libraries loaded before it."""
+    start-up imports scipy lazily, and a controller sees only the libraries loaded before it.
+    Returns (controller, made now)."""
     global _controller, _controller_saw_scipy
     has_scipy = "scipy.linalg" in sys.modules
     if _controller is None or has_scipy != _controller_saw_scipy:
         from threadpoolctl import ThreadpoolController
         _controller, _controller_saw_scipy = ThreadpoolController(), has_scipy
-    return _controller
+        return _controller, True
+    return _controller, False
 
 
 @contextmanager
 def one_thread():
     """Context manager: BLAS libraries on one thread inside it (threadpoolctl), safe to enter
-    from several threads at once and nested."""
-    global _depth, _limiter
+    from several threads at once and nested. A library loaded inside it (scipy's OpenBLAS, which
+    a solver imports when it first needs it) is limited too at the next entry, nested or not:
+    an entry made before scipy was imported had left scipy's factorisations on every thread."""
+    global _depth
     with _lock:
-        if _depth == 0:
-            _limiter = _get_controller().limit(limits=1, user_api="blas")
+        controller, new = _get_controller()
+        if _depth == 0 or new:
+            _limiters.append(controller.limit(limits=1, user_api="blas"))
         _depth += 1
     try:
         yield
@@ -50,8 +55,9 @@ def one_thread():
         with _lock:
             _depth -= 1
             if _depth == 0:
-                _limiter.restore_original_limits()
-                _limiter = None
+                for limiter in reversed(_limiters):  # the last first: it saw the earlier ones' one thread as original
+                    limiter.restore_original_limits()
+                _limiters.clear()
 
 
 # Columns of one block of a wide product A^T B (more columns than this), each block on one BLAS

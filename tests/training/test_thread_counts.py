@@ -14,9 +14,13 @@ import pytest
 from streamrank.io.synthetic import write_hdf5
 
 # (name, arguments after DATA): each solver and loss of the linear method, both preconditioners
-# of a feature map (up to 256 columns the sampled Hessian, wider the sketch), the exact kernel
+# of a feature map (up to 256 columns the sampled Hessian, wider the sketch), Newton's Cholesky
+# of a wide map (scipy's own OpenBLAS, imported inside the solve), the exact kernel
 # method with its Nystroem preconditioner, CLSRRank, and GAS selection
 METHODS = [
+    # first: nothing has imported scipy.linalg yet, so Newton's solve is the first to load its OpenBLAS
+    ("nystroem_newton", ["train", "--method", "nystroem", "--components", "300", "--C", "0.5", "--normalize", "zscore",
+                         "--solver", "newton_cholesky"]),
     ("tron", ["train", "--C", "0.5"]),
     ("newton_cholesky", ["train", "--C", "0.5", "--solver", "newton_cholesky"]),
     ("newton_yuan", ["train", "--C", "0.5", "--solver", "newton_yuan"]),
