@@ -281,12 +281,12 @@ class NystroemPreconditioner:
         A, G = np.zeros((k, k)), np.zeros((k, k))
         D = np.empty(l)
         bounds = query_groups(query_ptr, l, max(1, a_chunk_bytes(l, k) // (24 * max(k, 1))))
-        # the chunk's temporaries (its rows of U, L U and D^-1/2 U in float64, and a k x k product)
-        # are made once and reused: made afresh per chunk, the k x k products (32 MB at k = 2,000,
-        # past glibc's largest mmap threshold) were mapped and faulted in again each time, 130k page
-        # faults an update on generated mq2007, where a page first touched costs the VM's host too
-        # (an update inside the training 7.2-7.3 -> 5.9-6.0 s). The same operations into the same
-        # places, so the same bits
+        # the chunk's temporaries (its rows of U, L U and D^-1/2 U in float64) are made once and
+        # reused: made afresh per chunk, the temporaries (then with a k x k product, 32 MB at
+        # k = 2,000, past glibc's largest mmap threshold) were mapped and faulted in again each time,
+        # 130k page faults an update on generated mq2007, where a page first touched costs the VM's
+        # host too (an update inside the training 7.2-7.3 -> 5.9-6.0 s). The block products add
+        # into A and G through 256 x 256 temporaries (add_atb_upper)
         most = max((int(query_ptr[b] - query_ptr[a]) for a, b in zip(bounds[:-1], bounds[1:])), default=0)
         Ub, LUb, Wb = np.empty((most, k)), np.empty((most, k)), np.empty((most, k))
         for qa, qb in zip(bounds[:-1], bounds[1:]):
