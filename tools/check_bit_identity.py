@@ -2,6 +2,8 @@
 
     python tools/check_bit_identity.py --old b04272a               # fixtures + MQ2008 Fold1
     python tools/check_bit_identity.py --old b04272a --no-mq2008   # fixtures only (a minute)
+    python tools/check_bit_identity.py --threads                   # this tree: 2 threads vs 1
+    python tools/check_bit_identity.py --threads --taskset         # 2 threads vs taskset -c 0
 
 Checks out ``--old`` as a git worktree under ``--workdir``, then, for every case below, runs the
 ``streamrank`` CLI of each tree in a fresh process (PYTHONPATH = that tree) on the same inputs:
@@ -11,6 +13,11 @@ and without the preconditioner, a C path chosen on validation data, and a run ki
 the two model (or converted data) files has the same bytes and the two score files are equal byte
 for byte. Attributes are compared too, except the ones that record time, version or the path of
 the inputs. Prints one line per case and the machine facts; exits 1 if any case differs.
+
+``--threads`` compares this tree with itself instead: numba and BLAS on 2 threads
+(NUMBA_NUM_THREADS, OPENBLAS_NUM_THREADS, OMP_NUM_THREADS) against 1, or with ``--taskset``
+against the default counts under ``taskset -c 0`` (numba and OpenBLAS take theirs from the CPU
+affinity): thread counts never change a model (docs/design.md).
 """
 
 import argparse
@@ -59,11 +66,14 @@ RESUMED = [
 
 def cli(tree, args, log):
     """Run ``streamrank ARGS`` with ``tree``'s package (numba's cache kept per tree under the work
-    directory, so each tree compiles once); raise with its log on failure."""
-    env = dict(BASE_ENV, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(NUMBA_CACHE / Path(tree).name))
+    directory, so each tree compiles once); raise with its log on failure. ``tree`` may be a
+    (path, extra environment, command prefix) triple (``--threads``)."""
+    tree, extra, prefix = tree if isinstance(tree, tuple) else (tree, {}, [])
+    env = dict(BASE_ENV, PYTHONPATH=str(tree), NUMBA_CACHE_DIR=str(NUMBA_CACHE / Path(tree).name), **extra)
     code = "import sys; from streamrank.cli import main; sys.exit(main(sys.argv[1:]))"
     with open(log, "a") as fh:
-        r = subprocess.run([sys.executable, "-c", code, *map(str, args)], env=env, stdout=fh, stderr=fh, cwd=tree)
+        r = subprocess.run([*prefix, sys.executable, "-c", code, *map(str, args)], env=env, stdout=fh, stderr=fh,
+                           cwd=tree)
     if r.returncode != 0:
         raise RuntimeError(f"{tree}: streamrank {' '.join(map(str, args))} failed (rc {r.returncode}); see {log}")
 
@@ -172,24 +182,35 @@ def run_case(trees, work, name, args, data, valid, resumed=False):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--old", required=True, help="the commit to compare against")
+    ap.add_argument("--old", help="the commit to compare against")
+    ap.add_argument("--threads", action="store_true", help="compare this tree on 2 threads against 1")
+    ap.add_argument("--taskset", action="store_true", help="with --threads: the 1-thread side under taskset -c 0")
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "MQ2008"), help="MQ2008 folder")
     ap.add_argument("--no-mq2008", action="store_true")
     ap.add_argument("--workdir", default="bench-out/bit-identity")
     args = ap.parse_args()
+    if (args.old is None) == (not args.threads):
+        ap.error("give --old COMMIT or --threads (one of them)")
     work = Path(args.workdir).resolve()
     global NUMBA_CACHE
     NUMBA_CACHE = work / "numba-cache"
     old = work / "old-tree"
-    if old.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
     work.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(old), args.old], check=True,
-                   capture_output=True)
-    trees = {"old": old, "new": ROOT}
-    print(machine_facts())
     rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    print(f"old: {args.old}; new: {rev.stdout.strip()} (working tree)")
+    print(machine_facts())
+    if args.threads:
+        two = {k: "2" for k in ("NUMBA_NUM_THREADS", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
+        one = {} if args.taskset else {k: "1" for k in two}
+        trees = {"old": (ROOT, two, []), "new": (ROOT, one, ["taskset", "-c", "0"] if args.taskset else [])}
+        print(f"{rev.stdout.strip()} (working tree): 2 threads against "
+              f"{'taskset -c 0' if args.taskset else 'NUMBA_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1'}")
+    else:
+        if old.exists():
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "--force", str(old), args.old],
+                       check=True, capture_output=True)
+        trees = {"old": old, "new": ROOT}
+        print(f"old: {args.old}; new: {rev.stdout.strip()} (working tree)")
 
     inputs = [("fixture", FIXTURE, FIXTURE)]
     failed = 0
@@ -220,7 +241,8 @@ def main():
             line = f"{'differs' if diffs else 'same':8s} {where:8s} {name:24s} {time.perf_counter() - t:6.1f} s"
             print(line + (f": {', '.join(diffs[:6])}" if diffs else ""), flush=True)
     print(f"{failed} case(s) differ" if failed else "every model, score file and conversion is bit-identical")
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
+    if not args.threads:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=False)
     return 1 if failed else 0
 
 

@@ -66,10 +66,11 @@ def threads():
 
 @contextmanager
 def limit(n):
-    """Run the passes started in this thread with at most ``n`` threads."""
+    """Run the passes started in this thread with at most ``n`` threads, and never more than the
+    count in force (a lower ``numba.set_num_threads`` of the caller's is kept)."""
     import numba
     before = numba.get_num_threads()
-    numba.set_num_threads(max(1, min(int(n), default_threads())))
+    numba.set_num_threads(max(1, min(int(n), before)))
     try:
         yield
     finally:

@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 
+from streamrank._native.blas import one_thread
 from streamrank.errors import InputError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, parallel_tiles, tile_threads,
@@ -495,7 +496,10 @@ class Nystroem(FeatureMap):
         self.landmarks_ = L
         self.landmark_rows_ = np.asarray(rows, np.int64)
         W = PreparedKernel(L, self.kernel, self.gamma_, self.degree, self.coef0)(L)
-        lam, U = np.linalg.eigh(W)  # ascending; reads the lower triangle
+        # LAPACK's factorisations on one BLAS thread: with two, eigh's and qr's bits (and so the
+        # map's) depend on the thread count; one is as fast on 2 cores (m = 1,000: eigh 0.6 s)
+        with one_thread():
+            lam, U = np.linalg.eigh(W)  # ascending; reads the lower triangle
         del W  # each m x m matrix is dropped once used: the fit's peak is eigh's (fit_bytes)
         lam, U = lam[::-1], U[:, ::-1]
         m = L.shape[0]
@@ -511,7 +515,8 @@ class Nystroem(FeatureMap):
         del U
         # Rotate by the orthogonal Q of P^T = Q R: P Q = R^T is lower trapezoidal, and the
         # product with it costs half the flops of a dense one (module docstring of Nystroem).
-        R = np.linalg.qr(P.T, mode="r")
+        with one_thread():
+            R = np.linalg.qr(P.T, mode="r")
         del P
         self.eigenvalues_ = np.ascontiguousarray(lam[:k])
         self.projection_ = np.ascontiguousarray(R.T)

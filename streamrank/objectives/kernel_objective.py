@@ -71,10 +71,15 @@ def _after_first(kind):
 
 
 class _ThreadChooser:
-    """Pick the thread count of the next pass from the measured times of earlier ones."""
+    """Pick the thread count of the next pass from the measured times of earlier ones.
+
+    The choices are one thread and the count in force in the thread that makes the chooser
+    (:func:`streamrank._native.parallel.threads`: ``NUMBA_NUM_THREADS``, numba's default from the
+    CPU affinity, or a lower ``numba.set_num_threads``). With one thread in force there is nothing
+    to choose: every pass runs on one, none is a probe."""
 
     def __init__(self):
-        top = parallel.threads()
+        top = max(1, int(parallel.threads()))
         self.options = [1, top] if top > 1 else [1]
         self.seconds = {}
         self.best = self.options[0]
@@ -83,15 +88,19 @@ class _ThreadChooser:
         self.warm = {1}  # counts whose next pass is timed (one thread needs no warming up)
 
     def pick(self):
+        if len(self.options) == 1:
+            return self.best
         untried = [k for k in self.options if k not in self.seconds]
         if untried:
             return untried[0]
         self.next_probe -= 1
         if self.next_probe <= 0:
-            return next(k for k in self.options if k != self.best)
+            return next(k for k in self.options if k != self.best)  # the one other option
         return self.best
 
     def record(self, k, seconds):
+        if len(self.options) == 1:
+            return
         if k not in self.warm:
             self.warm.add(k)
             return

@@ -50,7 +50,7 @@ from streamrank.errors import NumericError
 
 from streamrank._native import parallel
 from streamrank._native import qprod as _qprod
-from streamrank._native.blas import one_thread
+from streamrank._native.blas import add_atb_upper, matmul_fixed, matmul_rows, mirror_upper, one_thread
 from streamrank.features.kernels import PreparedKernel
 
 # landmarks (columns of Q): "auto" = LANDMARKS_PER_ROOT sqrt(l) rounded to a multiple of
@@ -143,7 +143,7 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
             break
         cand = rng.choice(l, size=block, p=d / total)
         j = len(S)
-        H = PreparedKernel(Xn[cand], kernel, gamma, degree, coef0)(Xn[cand]) - F[cand, :j] @ F[cand, :j].T
+        H = PreparedKernel(Xn[cand], kernel, gamma, degree, coef0)(Xn[cand]) - matmul_rows(F[cand, :j], F[cand, :j].T)
         # a candidate whose recomputed residual is already below the floor (d, kept by
         # subtraction, rounds differently) is explained too: without this, draws could land
         # on such rows forever
@@ -162,9 +162,10 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
             continue
         idle = 0
         P = cand[acc]
-        G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - F[:, :j] @ F[P, :j].T  # residual columns
-        L = np.linalg.cholesky(0.5 * (G[P] + G[P].T))
-        F[:, j:j + len(P)] = solve_triangular(L, G.T, lower=True).T
+        G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - matmul_rows(F[:, :j], F[P, :j].T)  # residual columns
+        with one_thread():  # b x b and l x b x b: small; one thread keeps their bits
+            L = np.linalg.cholesky(0.5 * (G[P] + G[P].T))
+            F[:, j:j + len(P)] = solve_triangular(L, G.T, lower=True).T
         S.extend(int(p) for p in P)
         d -= np.einsum("ij,ij->i", F[:, j:j + len(P)], F[:, j:j + len(P)])
         d[P] = 0.0
@@ -194,9 +195,10 @@ class NystroemPreconditioner:
             rng = np.random.default_rng([int(seed), 4])
             S = np.sort(rng.choice(l, size=m, replace=False))
             CS = PreparedKernel(Xn[S], kernel, gamma, degree, coef0)(Xn)  # (l, m) = K(X, X_S)
-            s, V = np.linalg.eigh(CS[S])
+            with one_thread():
+                s, V = np.linalg.eigh(CS[S])
             keep = s > s.max() * m * np.finfo(np.float64).eps
-            U = CS @ (V[:, keep] / np.sqrt(s[keep]))
+            U = matmul_fixed(CS, V[:, keep] / np.sqrt(s[keep]))
             top = float(s.max())
             del CS
         else:
@@ -235,8 +237,9 @@ class NystroemPreconditioner:
         if self._mq is None:
             G = np.zeros((self.rank, self.rank))
             for a, b, Uc in _row_chunks(self.U):
-                G += Uc.T @ (Uc / self._D[a:b, None])
-            self._mq = _DiagLowRank(self.U, self._D, None, G)
+                Uc /= np.sqrt(self._D[a:b, None])
+                add_atb_upper(G, Uc, Uc)  # W^T W, W = D^-1/2 U
+            self._mq = _DiagLowRank(self.U, self._D, None, mirror_upper(G))
         return self._mq
 
     @property
@@ -278,14 +281,14 @@ class NystroemPreconditioner:
         A, G = np.zeros((k, k)), np.zeros((k, k))
         D = np.empty(l)
         bounds = query_groups(query_ptr, l, max(1, a_chunk_bytes(l, k) // (24 * max(k, 1))))
-        # the chunk's temporaries (its rows of U, L U and D^-1/2 U in float64, and a k x k product)
-        # are made once and reused: made afresh per chunk, the k x k products (32 MB at k = 2,000,
-        # past glibc's largest mmap threshold) were mapped and faulted in again each time, 130k page
-        # faults an update on generated mq2007, where a page first touched costs the VM's host too
-        # (an update inside the training 7.2-7.3 -> 5.9-6.0 s). The same operations into the same
-        # places, so the same bits
+        # the chunk's temporaries (its rows of U, L U and D^-1/2 U in float64) are made once and
+        # reused: made afresh per chunk, the temporaries (then with a k x k product, 32 MB at
+        # k = 2,000, past glibc's largest mmap threshold) were mapped and faulted in again each time,
+        # 130k page faults an update on generated mq2007, where a page first touched costs the VM's
+        # host too (an update inside the training 7.2-7.3 -> 5.9-6.0 s). The block products add
+        # into A and G through 256 x 256 temporaries (add_atb_upper)
         most = max((int(query_ptr[b] - query_ptr[a]) for a, b in zip(bounds[:-1], bounds[1:])), default=0)
-        Ub, LUb, Wb, T = np.empty((most, k)), np.empty((most, k)), np.empty((most, k)), np.empty((k, k))
+        Ub, LUb, Wb = np.empty((most, k)), np.empty((most, k)), np.empty((most, k))
         for qa, qb in zip(bounds[:-1], bounds[1:]):
             r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
             local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)
@@ -300,15 +303,16 @@ class NystroemPreconditioner:
                 Dc = np.full(r1 - r0, self._resid.mean() + self.ridge)
             D[r0:r1] = np.maximum(Dc, self._floor)
             LU = pk.hess_prod(Uc, rank[r0:r1], local, cost, mu[qa:qb], st, out=LUb[:r1 - r0])
-            A += np.matmul(Uc.T, LU, out=T)
-            # G += W^T W, W = D^-1/2 U: numpy's matmul computes a product of an array with its own
-            # transpose as a symmetric rank-k update (half the flops of U^T (D^-1 U)), in numpy's
-            # own BLAS (scipy's dsyrk, another OpenBLAS, fought numpy's spinning threads: 0.7 s
-            # an update instead of 0.45)
-            W = np.divide(Uc, np.sqrt(D[r0:r1, None]), out=Wb[:r1 - r0])
-            G += np.matmul(W.T, W, out=T)
-        A += A.T  # exactly symmetric: the product's rounding is not (in place: no k x k temporaries)
-        A *= 0.5 * C
+            # A and G are symmetric: only their block upper triangles are summed (half the flops
+            # of whole products), each block one product on one BLAS thread and the blocks on
+            # parallel threads, so their bits do not depend on the thread count (OpenBLAS on two
+            # threads rounds a k x r x k product otherwise than on one)
+            add_atb_upper(A, Uc, LU)
+            W = np.divide(Uc, np.sqrt(D[r0:r1, None]), out=Wb[:r1 - r0])  # G += W^T W, W = D^-1/2 U
+            add_atb_upper(G, W, W)
+        mirror_upper(A)  # exactly symmetric (in place: no k x k temporaries)
+        mirror_upper(G)
+        A *= C
         A[np.diag_indices_from(A)] += 1.0
         try:
             self._last = _DiagLowRank(U, D, A, G)
@@ -334,20 +338,23 @@ class _DiagLowRank:
 
     def __init__(self, U, D, A, G):
         self.U, self.D, self.A = U, D, A
-        G += G.T  # G is the caller's own: symmetrised in place
-        G *= 0.5
+        # G (symmetric, the caller's own) is used in place. The k x k factorisations run on one
+        # BLAS thread and the products in fixed column blocks (_native.blas): the same bits for
+        # any thread count
         if A is None:
             self._ra = None
             B = G
         else:
-            self._ra = np.linalg.cholesky(A)  # A = R_A R_A^T, A >= I
-            B = self._ra.T @ G
+            with one_thread():
+                self._ra = np.linalg.cholesky(A)  # A = R_A R_A^T, A >= I
+            B = matmul_fixed(self._ra.T, G)
             del G
-            B = B @ self._ra
+            B = matmul_fixed(B, self._ra)
             B += B.T
             B *= 0.5
         B[np.diag_indices_from(B)] += 1.0
-        self._chol = cho_factor(B, lower=True, overwrite_a=True)
+        with one_thread():
+            self._chol = cho_factor(B, lower=True, overwrite_a=True)
 
     def release(self):
         """Drop the k x k factors (the owner has made the next point's); using this after is an error."""

@@ -124,6 +124,8 @@ def nystrom(Y, Omega):
     point and is taken off the eigenvalues again)."""
     if not np.any(Y):  # no pairs sampled: no preconditioning
         return Y[:, :0].copy(), np.zeros(0)
+    import scipy.linalg  # here, not at import: a linear run needs no scipy (issue 17); before
+    # one_thread(), which then limits scipy's own OpenBLAS too
     with one_thread():
         nu = np.sqrt(Y.shape[0]) * np.spacing(np.linalg.norm(Y))
         Yn = Y + nu * Omega
@@ -134,7 +136,6 @@ def nystrom(Y, Omega):
         except np.linalg.LinAlgError:
             # G's sketch lost definiteness to rounding (G ~ 0): no preconditioning
             return Y[:, :0].copy(), np.zeros(0)
-        import scipy.linalg  # here, not at import: a linear run needs no scipy (issue 17)
         B = scipy.linalg.solve_triangular(Lc, Yn.T, lower=True, check_finite=False).T
         U, s, _ = np.linalg.svd(B, full_matrices=False)
         return U, np.maximum(0.0, s * s - nu)

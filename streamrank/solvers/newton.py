@@ -72,6 +72,7 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
     (:mod:`streamrank.solvers.finite`); an H that is not positive definite in float64 (I + PSD in
     exact arithmetic: only a scale that hides the identity makes it so) too."""
     from scipy.linalg import LinAlgError, cho_factor, cho_solve  # here: a TRON run never imports scipy.linalg
+    from streamrank._native.blas import one_thread
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
     extra = describe or (lambda: "")
     if stop_met(state, eps, gap_tol, relative_gap(obj, state.g, state.f)[0]):
@@ -82,7 +83,8 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
         if not np.all(np.isfinite(H)):
             raise numeric_error("hessian", "direction", detail=vector_detail(np.ravel(H)), **at)
         try:
-            s = -cho_solve(cho_factor(H, check_finite=False), state.g, check_finite=False)
+            with one_thread():  # scipy's own OpenBLAS, loaded just above: one thread, the same bits
+                s = -cho_solve(cho_factor(H, check_finite=False), state.g, check_finite=False)
         except LinAlgError:
             raise numeric_error("hessian", "direction", state="not positive definite in float64",
                                 detail=f"max |H| = {float(np.max(np.abs(H))):.3g} hides its identity part", **at) from None

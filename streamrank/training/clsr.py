@@ -39,7 +39,7 @@ import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
 from streamrank.cache.kernel_cache import read_rows
-from streamrank._native.blas import add_atb
+from streamrank._native.blas import add_atb, one_thread
 from streamrank import params
 from streamrank.errors import FormatError, ParameterError
 from streamrank.solvers.finite import numeric_error, vector_detail
@@ -169,13 +169,15 @@ def _solve(system, lam):
     A = (2.0 / S) * G
     A[np.diag_indices_from(A)] += lam * m
     try:
-        alpha = cho_solve(cho_factor(A, check_finite=False, overwrite_a=True), (2.0 / S) * b, check_finite=False)
+        # on one BLAS thread: the factor's bits (and alpha's) then do not depend on the thread count
+        with one_thread():
+            alpha = cho_solve(cho_factor(A, check_finite=False, overwrite_a=True), (2.0 / S) * b, check_finite=False)
+            quad = float(alpha @ (G @ alpha))
     except LinAlgError:
         raise numeric_error("CLSRRank's system (2 / S) G0 + lambda m I", "direct solve",
                             state="not positive definite in float64",
                             detail=f"lambda={lam:g}: lambda m = {lam * m:.3g} is lost against max |G0| (2 / S) = "
                                    f"{float(np.max(np.abs(G))) * 2.0 / S:.3g}") from None
-    quad = float(alpha @ (G @ alpha))
     objective = (2.0 / S) * (c - 2.0 * float(b @ alpha) + quad) + lam * m * float(alpha @ alpha)
     if not (np.all(np.isfinite(alpha)) and math.isfinite(objective)):
         raise numeric_error("CLSRRank's solution", "direct solve", objective,

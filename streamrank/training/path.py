@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from streamrank._native.blas import one_thread
 from streamrank.errors import FormatError, NumericError
 from streamrank.solvers.tron import TronState
 from streamrank.state.checkpoint import read_checkpoint, write_checkpoint
@@ -184,8 +185,13 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
             candidates=candidates, path_w=path_w, counter=n_ck, passes=passes, trace=trace,
             validate=None if valid_key is None else validate)
         try:
-            st = solve(obj, w, eps=tol, max_iter=max_iter, gap_tol=gap_tol, state=state, callback=on_iteration,
-                       describe=lambda: f"passes {passes()}", **kw)
+            # the solver's BLAS calls (dot products of l-vectors, Newton's Cholesky) on one thread:
+            # OpenBLAS splits a dot product of more than 10,000 entries across its threads and
+            # rounds it otherwise than on one, and every thread count must give the same model.
+            # Wide products inside run in fixed blocks on parallel threads (_native.blas)
+            with one_thread():
+                st = solve(obj, w, eps=tol, max_iter=max_iter, gap_tol=gap_tol, state=state, callback=on_iteration,
+                           describe=lambda: f"passes {passes()}", **kw)
         except NumericError as e:
             raise overflow_error(e, Ck, method.gamma(gi), candidates) from None
         state = None

@@ -333,3 +333,20 @@ def test_the_thread_chooser_does_not_time_the_pass_that_starts_the_threads(monke
     for _ in range(3):
         ch.record(2, 0.100)
     assert ch.best == 1
+
+
+@pytest.mark.parametrize("top", [1, 2])
+def test_the_thread_chooser_runs_any_number_of_passes_at_the_count_in_force(monkeypatch, top):
+    """With one thread in force (NUMBA_NUM_THREADS=1, taskset -c 0, or set_num_threads(1)) there is
+    nothing to probe: every pass runs on one thread, past every probe interval; with two, a pick is
+    always one of the two."""
+    from streamrank._native import parallel
+    from streamrank.objectives import kernel_objective as ko
+    monkeypatch.setattr(parallel, "threads", lambda: top)
+    ch = ko._ThreadChooser()
+    seen = []
+    for i in range(5 * ko.PROBE_EVERY):
+        k = ch.pick()
+        seen.append(k)
+        ch.record(k, 0.05 if k == 1 else 0.04)
+    assert set(seen) == ({1} if top == 1 else {1, 2})
