@@ -45,6 +45,15 @@ _pool = None
 _pool_pid = None
 
 
+def usable_cpus():
+    """The CPUs this process may run on: its affinity mask (``taskset``, a container's cpuset), as
+    numba counts them, not the machine's ``os.cpu_count()``."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity call on this platform
+        return max(1, os.cpu_count() or 1)
+
+
 def default_threads():
     """Threads of the pool: numba's configured maximum (``NUMBA_NUM_THREADS``, all cores unless
     set; a dask worker sets it to its share)."""

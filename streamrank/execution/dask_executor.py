@@ -681,7 +681,8 @@ def start_cluster(workers=None, scheduler=None):
                                   f"its workers (dask's 'dask worker' command, one thread each)") from None
         return client, None
     n = int(workers)
-    threads = max(1, (os.cpu_count() or 1) // n)
+    from streamrank._native.parallel import usable_cpus
+    threads = max(1, usable_cpus() // n)  # the cores this process may use, not the machine's
     env = {k: str(threads) for k in ("NUMBA_NUM_THREADS",)}
     # idle OpenMP threads sleep rather than spin: workers share the machine's cores (measured with
     # one worker on 2 cores: a Hessian pass over 262k rows 0.13-0.14 s spinning, 0.09-0.11 s passive)

@@ -1,6 +1,11 @@
 """The thread pool that runs serial kernels over item ranges (``_native.parallel``)."""
 
+import os
+import shutil
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -300,3 +305,13 @@ def test_a_pipeline_whose_pool_thread_left_starts_another_on_the_next_batch(monk
         pipe.add([_G(400, None, (b, True)), _G(400, None, (b, True))], lambda g: None)
         pipe.finish()
     assert np.all(a == 1) and np.all(b == 2) and len(names) == 2 and pipe.live == 0
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None or os.cpu_count() < 2, reason="needs taskset and 2 CPUs")
+def test_usable_cpus_follow_the_affinity_mask():
+    """A dask worker's numba threads are the process's CPUs over the workers: under ``taskset -c 0``
+    one, whatever the machine has."""
+    code = "from streamrank._native.parallel import usable_cpus; print(usable_cpus())"
+    out = subprocess.run(["taskset", "-c", "0", sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=Path(__file__).resolve().parents[2]).stdout
+    assert out.split() == ["1"]
