@@ -53,12 +53,12 @@ def _scanner():
 
 # streamrank's other HDF5 files, and what each is for (a dataset's readers name them, not a conversion)
 _OTHER_FILES = {
-    "streamrank-gas": "a GAS feature ranking (streamrank select-features), not a dataset; give it to train as "
-                      "--features {path}:K, with the dataset it was selected on",
+    "streamrank-gas": "a GAS feature ranking (streamrank select-features), not a dataset; to train on its top K "
+                      "features, use features={path}:K with the dataset it was selected on",
     "streamrank-gas-similarity": "a GAS ranking's feature similarities, not a dataset",
-    "streamrank-checkpoint": "a training checkpoint, not a dataset; train continues from it with --checkpoint DIR "
-                             "--resume",
-    "streamrank-feature-cache": "a feature map's cache (train --cache-dir), not a dataset",
+    "streamrank-checkpoint": "a training checkpoint, not a dataset; a training continues from it: use checkpoint=DIR "
+                             "and resume=True",
+    "streamrank-feature-cache": "a feature map's cache, made where a training was told (cache_dir=DIR), not a dataset",
 }
 
 
