@@ -46,30 +46,35 @@ def as_json(obj):
 TREE_INTERVAL = 0.01
 
 
-def tree_pss(root, procs=None):
+def tree_pss(root, procs=None, rss=None):
     """(sum of PSS in bytes, number of processes) over ``root`` (a psutil.Process) and every
     descendant alive now (or the processes ``procs``, the tree as last listed); a process that
-    ends while it is read counts 0."""
+    ends while it is read counts 0. ``rss``: a list that gets the sum of their RSS appended (each
+    shared page counted in every process: a bound on the PSS that other processes sharing the
+    libraries cannot lower)."""
     import psutil
     if procs is None:
         try:
             procs = [root] + root.children(recursive=True)
         except psutil.Error:
             return 0, 0
-    total, n = 0, 0
+    total, n, resident = 0, 0, 0
     for p in procs:
         try:
-            total += p.memory_full_info().pss
-            n += 1
+            info = p.memory_full_info()
+            total, resident, n = total + info.pss, resident + info.rss, n + 1
         except psutil.Error:
             pass
+    if rss is not None:
+        rss.append(resident)
     return total, n
 
 
 class TreeSampler:
     """Samples :func:`tree_pss` of a pid's tree every ``interval`` seconds in a thread until
     :meth:`stop`; ``peak`` (bytes), ``peak_procs`` (processes in the tree at the peak), ``samples``,
-    ``max_gap`` (the longest interval between two samples, seconds: the sampling's bound). A
+    ``peak_rss`` (the largest sum of RSS), ``max_gap`` (the longest interval between two samples,
+    seconds: the sampling's bound). A
     process that starts is counted from the next listing of the tree, ``RELIST`` samples at most
     (an interpreter takes longer than that to grow past its first megabytes)."""
 
@@ -79,7 +84,7 @@ class TreeSampler:
         import threading
         import psutil
         self.root, self.interval = psutil.Process(pid), interval
-        self.peak = self.peak_procs = self.samples = 0
+        self.peak = self.peak_procs = self.samples = self.peak_rss = 0
         self.max_gap = 0.0
         self.most_procs = 0
         self._stop = threading.Event()
@@ -101,7 +106,9 @@ class TreeSampler:
                     procs = [self.root] + self.root.children(recursive=True)
                 except psutil.Error:
                     procs = [self.root]
-            total, n = tree_pss(self.root, procs)
+            rss = []
+            total, n = tree_pss(self.root, procs, rss)
+            self.peak_rss = max(self.peak_rss, rss[0])
             now = time.perf_counter()
             self.max_gap, last = max(self.max_gap, now - last), now
             self.samples += 1
@@ -119,7 +126,8 @@ class TreeSampler:
 def cli_tree_peak(args, env=None, timeout=3600, interval=TREE_INTERVAL, stdout=subprocess.DEVNULL):
     """``streamrank ARGS`` in a fresh process with ``env`` (default: this one's), its whole process
     tree's PSS sampled every ``interval`` s: a dict of ``peak_mb`` (MB = 10^6 bytes, the unit of
-    --memory-budget), ``procs`` (processes alive at the peak), ``most_procs``, ``max_gap_ms``,
+    --memory-budget), ``rss_mb`` (the largest sum of RSS: each shared page counted in every process),
+    ``procs`` (processes alive at the peak), ``most_procs``, ``max_gap_ms``,
     ``samples``, ``rc``, ``s`` (wall seconds) and ``stderr``."""
     import os
     t0 = time.perf_counter()
@@ -133,6 +141,7 @@ def cli_tree_peak(args, env=None, timeout=3600, interval=TREE_INTERVAL, stdout=s
             p.kill()
             p.wait()
         sampler.stop()
-    return {"peak_mb": sampler.peak / 1e6, "procs": sampler.peak_procs, "most_procs": sampler.most_procs,
+    return {"peak_mb": sampler.peak / 1e6, "rss_mb": sampler.peak_rss / 1e6, "procs": sampler.peak_procs,
+            "most_procs": sampler.most_procs,
             "max_gap_ms": sampler.max_gap * 1e3, "samples": sampler.samples, "rc": p.returncode,
             "s": time.perf_counter() - t0, "stderr": err}

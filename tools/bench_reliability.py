@@ -601,7 +601,8 @@ def _memory_first_use(args, work, failures):
             runs = [cli_tree_peak(argv, env=dict(env, NUMBA_CACHE_DIR=str(cache))) for _ in range(2)]
             b = parse_size(budget) / 1e6
             row = {"method": method, "data": label, "budget": b, "first": runs[0]["peak_mb"],
-                   "cached": runs[1]["peak_mb"], "procs": runs[0]["most_procs"], "rc_first": runs[0]["rc"],
+                   "cached": runs[1]["peak_mb"], "first_rss": runs[0]["rss_mb"], "cached_rss": runs[1]["rss_mb"],
+                   "procs": runs[0]["most_procs"], "rc_first": runs[0]["rc"],
                    "rc_cached": runs[1]["rc"], "same": runs[0]["rc"] == runs[1]["rc"],
                    "within": max(runs[0]["peak_mb"], runs[1]["peak_mb"]) <= b, "s_first": runs[0]["s"],
                    "s_cached": runs[1]["s"], "gap_ms": max(r["max_gap_ms"] for r in runs)}
@@ -622,12 +623,14 @@ def _memory_first_use(args, work, failures):
     table_record("reliability", "first-use memory", out,
                  [("method", "method", None), ("data", "data", None), ("budget", "budget MB", "{:,.0f}"),
                   ("first", "tree peak PSS, first run MB", "{:,.1f}"), ("procs", "processes", None),
-                  ("cached", "tree peak PSS, cached MB", "{:,.1f}"), ("rc_first", "exit first", None),
+                  ("cached", "tree peak PSS, cached MB", "{:,.1f}"), ("first_rss", "tree RSS sum, first MB", "{:,.0f}"),
+                  ("cached_rss", "tree RSS sum, cached MB", "{:,.0f}"), ("rc_first", "exit first", None),
                   ("rc_cached", "exit cached", None), ("within", "within budget", None),
                   ("s_first", "first run s", "{:.1f}"), ("s_cached", "cached s", "{:.1f}"),
                   ("gap_ms", "longest sampling gap ms", "{:.0f}")],
                  notes=["tree peak PSS = the largest sum of PSS (MB = 10^6 bytes) over the command and every process "
-                        "below it, sampled every 10 ms (tools/_rss.cli_tree_peak); first run = an empty NUMBA_CACHE_DIR, "
+                        "below it, sampled every 10 ms (tools/_rss.cli_tree_peak); tree RSS sum = the same with RSS, which counts "
+                        "a page shared by two processes twice and does not fall when other processes share the libraries; first run = an empty NUMBA_CACHE_DIR, "
                         "cached = the run right after it; --normalize zscore"],
                  params=args_params(args))
     # one row each for the section's summary table
