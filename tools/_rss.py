@@ -145,3 +145,20 @@ def cli_tree_peak(args, env=None, timeout=3600, interval=TREE_INTERVAL, stdout=s
             "most_procs": sampler.most_procs,
             "max_gap_ms": sampler.max_gap * 1e3, "samples": sampler.samples, "rc": p.returncode,
             "s": time.perf_counter() - t0, "stderr": err}
+
+
+def clean_tree_peak(args, env=None, timeout=3600):
+    """:func:`cli_tree_peak` measured from a fresh interpreter that imports neither numpy nor numba:
+    a measuring process that maps the same libraries shares their pages, and the tree's PSS would
+    fall by its share. PSS also falls when unrelated processes map them: the tree's RSS sum
+    (``rss_mb``) is the figure no other process lowers."""
+    p = subprocess.run([sys.executable, __file__, "--tree", *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout + 60, env=env, cwd=REPO)
+    if p.returncode != 0 or not p.stdout.strip():
+        raise RuntimeError(f"the tree sampler failed (rc {p.returncode}): {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--tree"]:
+        print(as_json(cli_tree_peak(sys.argv[2:])))

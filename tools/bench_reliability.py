@@ -577,7 +577,7 @@ def _memory_first_use(args, work, failures):
     from an empty NUMBA_CACHE_DIR (the first run compiles, the second loads), the tree's peak PSS of
     each; both within the budget (or both refused: the same decision on both runs)."""
     import shutil
-    from _rss import cli_tree_peak
+    from _rss import clean_tree_peak
     from streamrank.units import parse_size
     fold1 = Path(__file__).resolve().parents[2] / "shared" / "data" / "MQ2008" / "Fold1" / "train.txt.gz"
     if not fold1.exists():
@@ -598,7 +598,8 @@ def _memory_first_use(args, work, failures):
             else:
                 argv = ["train", path, "-o", work / "m.h5", "--normalize", "zscore", *extra, "--cache-dir",
                         work / "cache", "--memory-budget", budget, "--quiet"]
-            runs = [cli_tree_peak(argv, env=dict(env, NUMBA_CACHE_DIR=str(cache))) for _ in range(2)]
+            # sampled from a fresh interpreter: this one has numba's libraries mapped, and would share their pages
+            runs = [clean_tree_peak(argv, env=dict(env, NUMBA_CACHE_DIR=str(cache))) for _ in range(2)]
             b = parse_size(budget) / 1e6
             row = {"method": method, "data": label, "budget": b, "first": runs[0]["peak_mb"],
                    "cached": runs[1]["peak_mb"], "first_rss": runs[0]["rss_mb"], "cached_rss": runs[1]["rss_mb"],
@@ -629,7 +630,7 @@ def _memory_first_use(args, work, failures):
                   ("s_first", "first run s", "{:.1f}"), ("s_cached", "cached s", "{:.1f}"),
                   ("gap_ms", "longest sampling gap ms", "{:.0f}")],
                  notes=["tree peak PSS = the largest sum of PSS (MB = 10^6 bytes) over the command and every process "
-                        "below it, sampled every 10 ms (tools/_rss.cli_tree_peak); tree RSS sum = the same with RSS, which counts "
+                        "below it, sampled every 10 ms from a process that maps no numba (tools/_rss.clean_tree_peak); tree RSS sum = the same with RSS, which counts "
                         "a page shared by two processes twice and does not fall when other processes share the libraries; first run = an empty NUMBA_CACHE_DIR, "
                         "cached = the run right after it; --normalize zscore"],
                  params=args_params(args))

@@ -149,7 +149,7 @@ def test_primal_first_run_tree_peak_within_budget(tmp_path, monkeypatch):
     on both runs, and both accepted."""
     sys.path.insert(0, str(ROOT / "tools"))
     try:
-        from _rss import cli_tree_peak
+        from _rss import clean_tree_peak as cli_tree_peak  # this process maps numba: not the sampler
     finally:
         sys.path.remove(str(ROOT / "tools"))
     from streamrank.io.synthetic import write_hdf5
