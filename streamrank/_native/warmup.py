@@ -188,8 +188,7 @@ def helper_command(lists, from_back=False, cap=None, skip=0):
     such as a checkout."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     names = [lists] if isinstance(lists, str) else list(lists)
-    opts = (["--from-back"] if from_back else []) + (["--cap", str(int(cap))] if cap else []) + \
-        (["--skip", str(int(skip))] if skip else [])
+    opts = (["@back"] if from_back else []) + ([f"@cap={int(cap)}"] if cap else []) + ([f"@skip={int(skip)}"] if skip else [])
     return [sys.executable, "-m", "streamrank._native.warmup", *opts, *names], root
 
 
@@ -400,19 +399,15 @@ def _resident():
 
 
 def main(argv=None):
-    """Compile the kernels of the lists named in ``argv`` (options: ``--from-back``, ``--skip N``,
-    ``--cap BYTES``): one mark a kernel on standard output ('+' compiled or loaded, '!' failed);
-    exit RESTART after a kernel that leaves the resident set above the cap with kernels left."""
+    """Compile the kernels of the lists named in ``argv`` (and its options, as
+    :func:`helper_command` writes them: ``@back``, ``@skip=N``, ``@cap=BYTES``): one mark a kernel
+    on standard output ('+' compiled or loaded, '!' failed); exit RESTART after a kernel that leaves
+    the resident set above the cap with kernels left."""
     import signal
     argv = list(sys.argv[1:] if argv is None else argv)
-    opts = {"--skip": 0, "--cap": 0}
-    for o in opts:
-        if o in argv:
-            i = argv.index(o)
-            opts[o] = int(argv[i + 1])
-            del argv[i:i + 2]
-    from_back = "--from-back" in argv
-    entries = _kernels_in_order([a for a in argv if a != "--from-back"], from_back)
+    opts = {k: int(v) for k, _, v in (a[1:].partition("=") for a in argv if "=" in a and a.startswith("@"))}
+    from_back = "@back" in argv
+    entries = _kernels_in_order([a for a in argv if not a.startswith("@")], from_back)
     install_compile_locks()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
@@ -420,7 +415,7 @@ def main(argv=None):
     parent = int(os.environ.get(ENV_PARENT) or os.getppid())
     # STREAMRANK_WARMUP_LOG=FILE: one line per kernel started, for measuring the overlap
     log = open(os.environ["STREAMRANK_WARMUP_LOG"], "a") if os.environ.get("STREAMRANK_WARMUP_LOG") else None
-    for i in range(opts["--skip"], len(entries)):
+    for i in range(opts.get("skip", 0), len(entries)):
         module, qualname, sig, *_ = entries[i]
         if log:
             print(f"{time.time():.3f} start {qualname}", file=log, flush=True)
@@ -436,7 +431,7 @@ def main(argv=None):
             release_all()
         sys.stdout.write(mark)
         sys.stdout.flush()
-        if opts["--cap"] and i + 1 < len(entries) and _resident() > opts["--cap"]:
+        if opts.get("cap") and i + 1 < len(entries) and _resident() > opts["cap"]:
             return RESTART
     return 0
 

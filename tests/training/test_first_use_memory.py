@@ -52,9 +52,9 @@ class _FakeHelper:
 
     def __init__(self, argv, cwd=None, env=None, stdout=None, **kw):
         args = list(argv[3:])
-        self.skip = int(args[args.index("--skip") + 1]) if "--skip" in args else 0
-        names = [a for i, a in enumerate(args) if not a.startswith("--") and not (i and args[i - 1] in ("--skip", "--cap"))]
-        total = len(warmup._kernels_in_order(names, "--from-back" in args))
+        self.skip = next((int(a.split("=")[1]) for a in args if a.startswith("@skip=")), 0)
+        names = [a for a in args if not a.startswith("@")]
+        total = len(warmup._kernels_in_order(names, "@back" in args))
         done = min(total, self.skip + self.PER_LIFE)
         self.stdout = io.BytesIO(b"".join(b"!" if i in self.FAIL else b"+" for i in range(self.skip, done)))
         self.argv, self.rc, self.polls, self.returncode = tuple(argv), warmup.RESTART if done < total else 0, 0, None
@@ -99,11 +99,11 @@ def test_start_compiles_everything_before_it_returns(fake_helpers, budget, helpe
     assert "terminate" not in {e for e, _ in fake_helpers}
     total = len(warmup._kernels_in_order(LISTS, False))
     for back in (False, True)[:helpers]:
-        mine = [a for a in starts if ("--from-back" in a) == back]
-        skips = [int(a[a.index("--skip") + 1]) if "--skip" in a else 0 for a in mine]
+        mine = [a for a in starts if ("@back" in a) == back]
+        skips = [next((int(x.split("=")[1]) for x in a if x.startswith("@skip=")), 0) for a in mine]
         assert skips == list(range(0, total, _FakeHelper.PER_LIFE))
-        assert all(a[-2:] == tuple(LISTS) and "--cap" in a for a in mine)
-    assert len({("--from-back" in a) for a in starts}) == helpers
+        assert all(a[-2:] == tuple(LISTS) and any(x.startswith("@cap=") for x in a) for a in mine)
+    assert len({("@back" in a) for a in starts}) == helpers
     assert warmup._helper is None and not warmup.cold_lists(LISTS)
     fake_helpers.clear()
     warmup.start(LISTS, budget)
