@@ -401,7 +401,7 @@ MEMORY_JOBS = [
     ("eval", "h5", ("mslr30k", (0.02, 0.1, 0.5)), ["eval", "{d}", "{d}.scores"]),
 ]
 BUDGETED = {"convert", "train", "predict", "eval"}  # commands that take --memory-budget
-MEMORY_PARTS = ("commands", "methods", "exact", "mq2007")
+MEMORY_PARTS = ("commands", "methods", "exact", "mq2007", "firstuse")
 
 
 def _data(work, kind, preset, scale):
@@ -457,6 +457,8 @@ def section_memory(args, work):
     rows += _memory_every_method(args, work, budget, failures, parts)
     if "mq2007" in parts:
         rows += _memory_exact_mq2007(work, failures)
+    if "firstuse" in parts:
+        rows += _memory_first_use(args, work, failures)
     table_record("reliability", "memory",
         rows, [("command", "command", None), ("data", "data", None), ("mb", "file MB", "{:,.0f}"),
                  ("peak", "peak RSS MB", "{:,.0f}"), ("budget", "budget MB", "{:,.0f}"),
@@ -539,6 +541,103 @@ def _method_row(r, label, failures):
     return {"command": f"{r['method']} (every method)", "data": label, "mb": r["data_mb"], "peak": r["peak_mb"],
             "tiny": None, "budget": r["budget_mb"], "growth": None, "s": r["s"],
             "under_budget": "refused" if r["refused"] else "yes" if r["peak_mb"] <= r["budget_mb"] else "NO"}
+
+
+# every method's first run (an empty numba cache) and the run after it, each at its budget: the whole
+# process tree's peak PSS (the command and the helpers that compile its kernels), sampled every 10 ms
+FIRST_USE = [("primal", [], "300MB"), ("nystroem", ["--method", "nystroem"], "300MB"),
+             ("rff", ["--method", "rff"], "300MB"),
+             ("exact", ["--method", "exact", "--kernel", "rbf", "--gamma", "0.03125", "--C", "0.1"], "350MB"),
+             ("clsr", ["--method", "clsr"], "300MB"), ("select-features", None, "300MB")]
+HELD_OUT_ROWS, HELD_OUT_FEATURES = 9219, 25
+
+
+def _held_out_shaped(work, fold1):
+    """MQ2008 Fold1's rows up to the query boundary past HELD_OUT_ROWS, features 1..HELD_OUT_FEATURES:
+    the shape of the held-out data the first-use peaks were found on."""
+    import gzip
+    path = work / "held-out-shape.h5"
+    if path.exists():
+        return path
+    text, last, n = work / "held-out-shape.txt", None, 0
+    with gzip.open(fold1, "rt") as src, open(text, "w") as out:
+        for line in src:
+            parts = line.split("#")[0].split()
+            if n >= HELD_OUT_ROWS and parts[1] != last:
+                break
+            last, n = parts[1], n + 1
+            keep = [p for p in parts[2:] if int(p.split(":")[0]) <= HELD_OUT_FEATURES]
+            out.write(" ".join(parts[:2] + keep) + "\n")
+    cli_peak_rss(["convert", text, "-o", path, "--quiet"])
+    return path
+
+
+def _memory_first_use(args, work, failures):
+    """Each method of FIRST_USE on MQ2008 Fold1 and on its held-out-shaped rows, z-scored: run twice
+    from an empty NUMBA_CACHE_DIR (the first run compiles, the second loads), the tree's peak PSS of
+    each; both within the budget (or both refused: the same decision on both runs)."""
+    import shutil
+    from _rss import clean_tree_peak
+    from streamrank.units import parse_size
+    fold1 = Path(__file__).resolve().parents[2] / "shared" / "data" / "MQ2008" / "Fold1" / "train.txt.gz"
+    if not fold1.exists():
+        failures.append(f"memory: first use needs {fold1}")
+        return []
+    mq = work / "mq2008-fold1.h5"
+    if not mq.exists():
+        cli_peak_rss(["convert", fold1, "-o", mq, "--quiet"])
+    sets = [("MQ2008 Fold1", mq), (f"held-out shape ({HELD_OUT_FEATURES} features)", _held_out_shaped(work, fold1))]
+    env = {k: v for k, v in os.environ.items() if k != "STREAMRANK_NO_WARMUP"}
+    out = []
+    for label, path in sets:
+        for method, extra, budget in FIRST_USE:
+            cache = work / "numba-cache"
+            shutil.rmtree(cache, ignore_errors=True)
+            if extra is None:
+                argv = ["select-features", path, "-o", work / "gas.h5", "--quiet", "--memory-budget", budget]
+            else:
+                argv = ["train", path, "-o", work / "m.h5", "--normalize", "zscore", *extra, "--cache-dir",
+                        work / "cache", "--memory-budget", budget, "--quiet"]
+            # sampled from a fresh interpreter: this one has numba's libraries mapped, and would share their pages
+            runs = [clean_tree_peak(argv, env=dict(env, NUMBA_CACHE_DIR=str(cache))) for _ in range(2)]
+            b = parse_size(budget) / 1e6
+            row = {"method": method, "data": label, "budget": b, "first": runs[0]["peak_mb"],
+                   "cached": runs[1]["peak_mb"], "first_rss": runs[0]["rss_mb"], "cached_rss": runs[1]["rss_mb"],
+                   "procs": runs[0]["most_procs"], "rc_first": runs[0]["rc"],
+                   "rc_cached": runs[1]["rc"], "same": runs[0]["rc"] == runs[1]["rc"],
+                   "within": max(runs[0]["peak_mb"], runs[1]["peak_mb"]) <= b, "s_first": runs[0]["s"],
+                   "s_cached": runs[1]["s"], "gap_ms": max(r["max_gap_ms"] for r in runs)}
+            out.append(row)
+            print(f"  {method} on {label} at {budget}: first {row['first']:,.0f} MB ({row['procs']} processes, rc "
+                  f"{row['rc_first']}, {row['s_first']:.0f} s), cached {row['cached']:,.0f} MB (rc {row['rc_cached']})",
+                  file=sys.stderr, flush=True)
+            for r, which in zip(runs, ("first", "cached")):
+                if r["rc"] not in (0, 2) or (r["rc"] == 2 and not _refused_by_plan(r["rc"], r["stderr"])):
+                    failures.append(f"memory: first use: {method} on {label}, {which} run, exited {r['rc']}: "
+                                    f"{r['stderr'].strip().splitlines()[-2:]}")
+            if not row["same"]:
+                failures.append(f"memory: first use: {method} on {label}: exit {row['rc_first']} on the first run, "
+                                f"{row['rc_cached']} on the next")
+            if not row["within"]:
+                failures.append(f"memory: first use: {method} on {label}: tree peak {row['first']:,.0f} MB first, "
+                                f"{row['cached']:,.0f} MB cached, budget {b:,.0f} MB")
+    table_record("reliability", "first-use memory", out,
+                 [("method", "method", None), ("data", "data", None), ("budget", "budget MB", "{:,.0f}"),
+                  ("first", "tree peak PSS, first run MB", "{:,.1f}"), ("procs", "processes", None),
+                  ("cached", "tree peak PSS, cached MB", "{:,.1f}"), ("first_rss", "tree RSS sum, first MB", "{:,.0f}"),
+                  ("cached_rss", "tree RSS sum, cached MB", "{:,.0f}"), ("rc_first", "exit first", None),
+                  ("rc_cached", "exit cached", None), ("within", "within budget", None),
+                  ("s_first", "first run s", "{:.1f}"), ("s_cached", "cached s", "{:.1f}"),
+                  ("gap_ms", "longest sampling gap ms", "{:.0f}")],
+                 notes=["tree peak PSS = the largest sum of PSS (MB = 10^6 bytes) over the command and every process "
+                        "below it, sampled every 10 ms from a process that maps no numba (tools/_rss.clean_tree_peak); tree RSS sum = the same with RSS, which counts "
+                        "a page shared by two processes twice and does not fall when other processes share the libraries; first run = an empty NUMBA_CACHE_DIR, "
+                        "cached = the run right after it; --normalize zscore"],
+                 params=args_params(args))
+    # one row each for the section's summary table
+    return [{"command": f"{r['method']} first use", "data": r["data"], "mb": None, "peak": max(r["first"], r["cached"]),
+             "tiny": None, "budget": r["budget"], "growth": None, "s": r["s_first"],
+             "under_budget": "yes" if r["within"] else "NO"} for r in out]
 
 
 # -- properties -------------------------------------------------------------------------------------

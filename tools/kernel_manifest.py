@@ -67,6 +67,13 @@ SCENARIOS = {
     "convert": "from streamrank.cli.main import main; main(['convert', '{work}/t.txt', '-o', '{work}/c.h5', '--quiet'])",
     "train": ("from streamrank.cli.main import main; main(['train', '{work}/t.h5', '--valid', '{work}/v.h5', "
               "'--C', '0.5,1', '-o', '{work}/m.h5', '--quiet'])"),
+    # each method's first run, z-scored as users train, in memory and with its caches or Q on disk
+    # (a budget below the process puts Q on disk and maps blocks again: the streaming kernels too)
+    **{f"train-{m}": ("from streamrank.cli.main import main; "
+                      + "; ".join(f"main(['train', '{{work}}/t.h5', '-o', '{{work}}/m-{m}{i}.h5', '--method', '{m}', "
+                                  f"'--normalize', 'zscore', '--max-iter', '3', '--cache-dir', '{{work}}/cc{i}', "
+                                  f"'--quiet'{extra}])" for i, extra in enumerate(("", ", '--memory-budget', '32MB'"))))
+       for m in ("primal", "nystroem", "rff", "exact", "clsr")},
     "select-features": ("from streamrank.cli.main import main; "
                         "main(['select-features', '{work}/t.h5', '-k', '5', '--importance', 'map', '--tradeoff', '0.5', "
                         "'-o', '{work}/g.h5', '--quiet']); "

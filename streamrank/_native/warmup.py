@@ -1,23 +1,31 @@
-"""First use: a second process compiles a command's kernels from the back while it runs.
+"""First use: the kernels a command needs are compiled before it plans its memory.
 
 numba compiles a kernel on its first call and keeps the machine code in its on-disk cache
-(``cache=True``), so the first run after an install pays for all of a command's kernels, one after
-the other: numba's compiler holds one lock per process. When a command starts on a cold cache,
-:func:`start` launches ``python -m streamrank._native.warmup COMMAND``, which compiles
-the command's kernels (``warm_manifest.KERNELS``, recorded from real runs by
-``tools/kernel_manifest.py``: callees before callers, each with its compile seconds and callees)
-from the back (:func:`helper_order`: of two orders, the one the recorded seconds say ends the
-command sooner), into the same cache, while the command compiles from the front. Whenever the command reaches a kernel, callee or caller, numba
-looks in the cache first and loads what the helper has finished; the command stops the helper
-when it ends. On two cores the first run compiles in about half the time. Nothing else changes: the machine code is the same whoever
-compiles it, and a command whose list the helper has compiled once starts no helper
-(:func:`stamp_path`).
+(``cache=True``), so the first run after an install pays for all of a command's kernels. Compiling
+takes memory a cached run never holds: numba's typing and lowering registries and LLVM's working
+set, 100-200 MB a compiling process (measured: ``memory_plan.COMPILER_BYTES``). A plan made while
+kernels were still to be compiled in the same process, or beside a helper compiling them, left
+that out: the process tree of a first run peaked far above ``--memory-budget`` (377 MB at 300 MB
+for a primal run), and whether a budget was accepted depended on what was cached.
+
+So when a command starts on a cold cache, :func:`start` runs ``python -m streamrank._native.warmup
+LIST...`` and waits for it: the helper compiles the lists' kernels (``warm_manifest.KERNELS``,
+recorded from real runs by ``tools/kernel_manifest.py``: callees before callers, each with its
+compile seconds and callees) into the cache while the command, which has imported neither numba
+nor its data yet, holds a few tens of MB. Then the command goes on as a cached run: it loads every
+kernel, plans, accepts or refuses exactly as the next run will, and peaks where that run peaks.
+Two helpers compile at once, one from each end of the lists (:func:`helper_order`: of two
+orders, the one the recorded seconds say meets the other sooner), where the memory plan says two
+fit the budget (``memory_plan.first_use_compilers``); else one compiles them all. A list whose
+helper finished leaves a stamp (:func:`stamp_path`), and a command whose lists are stamped starts
+no helper.
 
 Two processes never compile one function at the same time: each takes the function's lock
 before compiling it and looks in the cache again once it holds it (:func:`install_compile_locks`),
-so the command waits for a kernel the helper is compiling instead of compiling it too.
+so a process waits for a kernel the other is compiling instead of compiling it too.
 
-``STREAMRANK_NO_WARMUP=1`` turns the helper off.
+``STREAMRANK_NO_WARMUP=1`` turns the helper off (the command then compiles what it calls itself,
+and its first run's peak includes the compiler).
 """
 
 import os
@@ -171,43 +179,126 @@ def install_compile_locks():
     cls.load_overload, cls.save_overload = load_overload, save_overload
 
 
-def helper_command(command):
-    """``(argv, cwd)`` of the helper: run from the folder that holds this very ``streamrank``
-    package, so that it compiles the same source files (numba's cache is per source file) even
-    when the current folder holds another copy, such as a checkout."""
+def helper_command(lists, from_back=False, cap=None, skip=0):
+    """``(argv, cwd)`` of a helper compiling ``lists`` (names of ``warm_manifest.KERNELS``) from
+    their front or their back, skipping the first ``skip`` kernels of that order (an earlier helper
+    compiled them) and ending with :data:`RESTART` once its resident set passes ``cap`` bytes. It
+    runs from the folder that holds this very ``streamrank`` package, so that it compiles the same
+    source files (numba's cache is per source file) even when the current folder holds another copy,
+    such as a checkout."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return [sys.executable, "-m", "streamrank._native.warmup", command], root
+    names = [lists] if isinstance(lists, str) else list(lists)
+    opts = (["@back"] if from_back else []) + ([f"@cap={int(cap)}"] if cap else []) + ([f"@skip={int(skip)}"] if skip else [])
+    return [sys.executable, "-m", "streamrank._native.warmup", *opts, *names], root
 
 
-def start(command):
-    """Start the helper for ``command`` unless its list was compiled before; never raises."""
+def cold_lists(lists):
+    """The names among ``lists`` whose kernels are not known to be cached: [] when the helper is
+    turned off, numba's JIT is, or this is not POSIX."""
+    names = [lists] if isinstance(lists, str) else [n for n in (lists or ()) if n]
+    if not names or os.environ.get(ENV_OFF) or os.name != "posix" or os.environ.get("NUMBA_DISABLE_JIT", "0") != "0":
+        return []
+    return [n for n in dict.fromkeys(names) if not os.path.exists(stamp_path(n))]
+
+
+def start(lists, budget=None):
+    """Compile the kernels of ``lists`` (a name or names of ``warm_manifest.KERNELS``) not yet
+    cached, in helper processes, and wait for them: on return every listed kernel loads from the
+    cache. ``memory_plan.first_use_compilers`` says how many compile at once beside this process
+    within ``budget`` bytes (None: the default) and the resident set each may reach; a helper past
+    it ends after its kernel and a fresh one goes on from the next. A helper that fails changes
+    nothing else (the command compiles what is missing itself); a signal stops the helpers
+    (:func:`stop`). The lists are stamped when every helper has compiled them all."""
     global _helper
-    if command is None or os.environ.get(ENV_OFF) or os.name != "posix" or _helper is not None:
+    if _helper is not None:
         return
     try:
-        if (os.cpu_count() or 1) < 2 or os.environ.get("NUMBA_DISABLE_JIT", "0") != "0" \
-                or os.path.exists(stamp_path(command)):
+        todo = cold_lists(lists)
+        if not todo:
             return
-        # started first thing, before this process imports numba: the helper's imports overlap ours
-        argv, cwd = helper_command(command)
-        import subprocess  # here: a run whose kernels are compiled never starts one
-        _helper = subprocess.Popen(argv, cwd=cwd, env=dict(os.environ, **{ENV_OFF: "1", ENV_PARENT: str(os.getpid())}), stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        install_compile_locks()
-    except Exception:  # only a speed-up: a failure to start it changes nothing else
+        from streamrank.training.memory_plan import first_use_compilers
+        n, cap = first_use_compilers(budget)
+        _helper = []
+        if all(_run_helpers(todo, n, cap)):
+            for name in todo:
+                _stamp(name)
+        install_compile_locks()  # another command's helpers may still be compiling into this cache
+    except Exception:  # only a first use's compile: a failure to run it changes nothing else
+        pass
+    finally:
         stop()
 
 
+RESTART = 75  # a helper's exit when it passed its resident-set cap with kernels left to compile
+_POLL = 0.02
+
+
+def _spawn(lists, from_back, cap, skip):
+    import subprocess  # here: a run whose kernels are compiled never starts one
+    argv, cwd = helper_command(lists, from_back, cap, skip)
+    env = dict(os.environ, **{ENV_OFF: "1", ENV_PARENT: str(os.getpid())})
+    p = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.DEVNULL)
+    _helper.append(p)
+    return p
+
+
+def _helper_steps(lists, from_back, cap):
+    """A generator driving one helper slot: yields while a helper runs, returns True when the lists
+    were compiled without a failed entry. Each helper writes '+' per kernel compiled (or loaded)
+    and '!' per kernel that failed; one that ends with RESTART is followed by a fresh one that
+    skips what it did, unless it did nothing."""
+    done, ok = 0, True
+    while True:
+        p = _spawn(lists, from_back, cap, done)
+        while p.poll() is None:
+            yield
+        marks = p.stdout.read().decode("ascii", "replace")
+        p.stdout.close()
+        _helper.remove(p)
+        ok = ok and "!" not in marks
+        done += len(marks)
+        if p.returncode != RESTART or not marks:
+            return ok and p.returncode == 0
+
+
+def _run_helpers(lists, n, cap):
+    """n helper slots side by side (the second from the lists' back), each driven by
+    :func:`_helper_steps`: their results."""
+    slots = [_helper_steps(lists, k == 1, cap) for k in range(n)]
+    results = [None] * n
+    while any(r is None for r in results):
+        for k, s in enumerate(slots):
+            if results[k] is None:
+                try:
+                    next(s)
+                except StopIteration as end:
+                    results[k] = bool(end.value)
+        time.sleep(_POLL)
+    return results
+
+
+def _stamp(name):
+    try:
+        path = stamp_path(name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w"):
+            pass
+    except OSError:
+        pass
+
+
 def stop():
-    """Tell the helper to stop after the kernel it is compiling (its cache files are written
-    whole or not at all); returns at once. cli.main calls it when a command ends, however it
-    ends (a SIGINT, SIGTERM or SIGHUP too); a helper whose command was killed stops by itself
-    after its current kernel."""
+    """Stop the helpers (each after the kernel it is compiling: its cache files are written whole
+    or not at all); returns at once. :func:`start` calls it, and cli.main when a command ends,
+    however it ends (a SIGINT, SIGTERM or SIGHUP too); a helper whose command was killed stops by
+    itself after its current kernel."""
     global _helper
-    h, _helper = _helper, None
-    if h is not None and h.poll() is None:
-        h.terminate()
-        threading.Thread(target=h.wait, daemon=True).start()  # reap it without waiting here
+    helpers, _helper = _helper or [], None
+    for h in helpers:
+        if h.poll() is None:
+            h.terminate()
+            threading.Thread(target=h.wait, daemon=True).start()  # reap it without waiting here
 
 
 def backwards_order(entries):
@@ -289,38 +380,59 @@ def helper_order(entries):
     return [entries[i] for i in best]
 
 
-def main(argv=None):
-    import signal
+def _kernels_in_order(lists, from_back):
+    """The entries of ``lists`` in the order a helper compiles them: each list in the manifest's
+    order (callees first, as the command reaches them) from the front; from the back, the lists in
+    reverse, each in :func:`helper_order`."""
     from streamrank._native.warm_manifest import KERNELS
-    argv = sys.argv[1:] if argv is None else argv
+    if from_back:
+        return [e for name in reversed(lists) for e in helper_order(KERNELS.get(name, []))]
+    return [e for name in lists for e in KERNELS.get(name, [])]
+
+
+def _resident():
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def main(argv=None):
+    """Compile the kernels of the lists named in ``argv`` (and its options, as
+    :func:`helper_command` writes them: ``@back``, ``@skip=N``, ``@cap=BYTES``): one mark a kernel
+    on standard output ('+' compiled or loaded, '!' failed); exit RESTART after a kernel that leaves
+    the resident set above the cap with kernels left."""
+    import signal
+    argv = list(sys.argv[1:] if argv is None else argv)
+    opts = {k: int(v) for k, _, v in (a[1:].partition("=") for a in argv if "=" in a and a.startswith("@"))}
+    from_back = "@back" in argv
+    entries = _kernels_in_order([a for a in argv if not a.startswith("@")], from_back)
     install_compile_locks()
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     # a command that ended without stopping it (SIGKILL, even before this process got here) stops it too
     parent = int(os.environ.get(ENV_PARENT) or os.getppid())
-    failed = False
     # STREAMRANK_WARMUP_LOG=FILE: one line per kernel started, for measuring the overlap
     log = open(os.environ["STREAMRANK_WARMUP_LOG"], "a") if os.environ.get("STREAMRANK_WARMUP_LOG") else None
-    for module, qualname, sig, *_ in helper_order(KERNELS.get(argv[0], [])):
+    for i in range(opts.get("skip", 0), len(entries)):
+        module, qualname, sig, *_ = entries[i]
         if log:
             print(f"{time.time():.3f} start {qualname}", file=log, flush=True)
         if stopping or os.getppid() != parent:
             return 0
+        mark = "+"
         try:
             _kernel(module, qualname).compile(decode(sig))
         except Exception as exc:  # a stale entry: the command compiles that kernel itself
-            failed = True
+            mark = "!"
             print(f"warmup: {module}.{qualname}{tuple(sig)}: {exc}", file=sys.stderr)
         finally:
             release_all()
-    if not failed:  # the whole list is cached: later runs start no helper
-        try:
-            path = stamp_path(argv[0])
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with open(path, "w"):
-                pass
-        except OSError:
-            pass
+        sys.stdout.write(mark)
+        sys.stdout.flush()
+        if opts.get("cap") and i + 1 < len(entries) and _resident() > opts["cap"]:
+            return RESTART
     return 0
 
 

@@ -15,9 +15,32 @@ from streamrank.errors import StreamrankError
 from streamrank.execution.progress import progress
 
 
-# the first-use kernel list (streamrank/_native/warm_manifest.py) each command starts with
+# the first-use kernel lists (streamrank/_native/warm_manifest.py) each command starts with; train,
+# grid and cv add each method's own (_warm_lists)
 _WARM_LISTS = {"demo": "demo", "convert": "convert", "train": "train", "grid": "train", "cv": "train",
                "select-features": "select-features"}
+
+
+def _warm_lists(args):
+    """The kernel lists a command compiles on its first run: its own, and for train, grid and cv
+    each method's (train's own list, recorded with --valid, only when --valid is given)."""
+    base = _WARM_LISTS.get(args.command)
+    if base != "train":
+        return [base] if base else []
+    methods = getattr(args, "method", None) or ["primal"]
+    methods = [methods] if isinstance(methods, str) else list(methods)
+    own = [] if args.command == "train" and not getattr(args, "valid", None) else ["train"]
+    return own + [f"train-{m}" for m in methods]
+
+
+def _budget_bytes(args):
+    """The command's --memory-budget in bytes, None when it has none or it does not parse (the
+    command says so itself, later)."""
+    from streamrank.units import parse_size
+    try:
+        return parse_size(args.memory_budget) if getattr(args, "memory_budget", None) else None
+    except Exception:  # noqa: BLE001 - refused with its message by the command
+        return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -61,9 +84,9 @@ def main(argv=None):
     handlers, inputs = Handlers(), []
     try:
         handlers.install()  # SIGTERM and SIGHUP end the command as SIGINT does
-        # on a cold numba cache a second process compiles half of the command's kernels meanwhile
-        warmup.start(_WARM_LISTS.get(args.command))
         _check_paths(args, inputs)  # the inputs, which no output may be or replace
+        # on a cold numba cache, helpers compile the command's kernels before it plans its memory
+        warmup.start(_warm_lists(args), _budget_bytes(args))
         _setup_logging(getattr(args, "quiet", False), progress=args.command in ("train", "select-features", "grid", "cv"))
         # bars on a terminal or with --progress; plain progress lines in a log (execution.progress)
         with progress(shows_progress(args), draw=True if getattr(args, "progress", False) else None):

@@ -29,8 +29,6 @@ def _select_features_paths(args):
 
 
 def _cmd_select_features(args):
-    from streamrank._native import warmup
-    warmup.start("select-features")  # a cold numba cache: the first-use helper compiles the kernels' other half
     from streamrank.errors import InputError, ParameterError
     from streamrank.evaluation.score_files import open_data
     from streamrank.selection.gas import gas_scores

@@ -29,8 +29,8 @@ rounds: tool A, tool B, ..., then again; a peer not found is a row saying "not a
   (``NUMBA_CACHE_DIR``): ``streamrank demo``, ``streamrank train fold1.h5 --C 1`` and ``streamrank
   select-features fold1.h5 -k 10 --importance map --tradeoff 0.5`` (MQ2008 Fold1, converted
   beforehand; ``--firstuse-commands`` picks some of demo, train, select), as a user's first run after installing (numba compiles every kernel the
-  command needs; the first-use helper, ``streamrank/_native/warmup.py``, compiles half of them in
-  a second process), the same with the helper off (``STREAMRANK_NO_WARMUP=1``), and a second run
+  command needs; the first-use helpers, ``streamrank/_native/warmup.py``, compile them before the
+  command plans its memory, two at once within the default budget), the same with the helper off (``STREAMRANK_NO_WARMUP=1``), and a second run
   on the now warm cache.
 * linear (MQ2008 Fold1 train, C = 1, eps = 1e-3): ``streamrank train fold1.h5`` (converted once
   beforehand), streamrank from the text file (``convert`` then ``train``, two processes: seconds
