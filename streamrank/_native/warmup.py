@@ -218,6 +218,8 @@ def start(lists, budget=None):
             return
         from streamrank.training.memory_plan import first_use_compilers
         n, cap = first_use_compilers(budget)
+        from streamrank._native.parallel import usable_cpus
+        n = min(n, usable_cpus())  # a second compiler on one core only shares it
         _helper = []
         if all(_run_helpers(todo, n, cap)):
             for name in todo:
