@@ -113,3 +113,12 @@ def aligned_empty(shape, dtype):
     buf = np.empty(n * dtype.itemsize + ALIGN, np.uint8)
     off = (-buf.ctypes.data) % ALIGN
     return buf[off:off + n * dtype.itemsize].view(dtype).reshape(shape)
+
+
+def resident_now():
+    """This process's resident set in bytes now (Linux /proc/self/statm; 0 where unavailable)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

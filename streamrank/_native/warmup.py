@@ -3,7 +3,7 @@
 numba compiles a kernel on its first call and keeps the machine code in its on-disk cache
 (``cache=True``), so the first run after an install pays for all of a command's kernels. Compiling
 takes memory a cached run never holds: numba's typing and lowering registries and LLVM's working
-set, 100-200 MB a compiling process (measured: ``memory_plan.COMPILER_BYTES``). A plan made while
+set, 100-200 MB a compiling process (measured: ``COMPILER_BYTES``). A plan made while
 kernels were still to be compiled in the same process, or beside a helper compiling them, left
 that out: the process tree of a first run peaked far above ``--memory-budget`` (377 MB at 300 MB
 for a primal run), and whether a budget was accepted depended on what was cached.
@@ -16,7 +16,7 @@ nor its data yet, holds a few tens of MB. Then the command goes on as a cached r
 kernel, plans, accepts or refuses exactly as the next run will, and peaks where that run peaks.
 Two helpers compile at once, one from each end of the lists (:func:`helper_order`: of two
 orders, the one the recorded seconds say meets the other sooner), where the memory plan says two
-fit the budget (``memory_plan.first_use_compilers``); else one compiles them all. A list whose
+fit the budget (``first_use_compilers``); else one compiles them all. A list whose
 helper finished leaves a stamp (:func:`stamp_path`), and a command whose lists are stamped starts
 no helper.
 
@@ -28,11 +28,14 @@ so a process waits for a kernel the other is compiling instead of compiling it t
 and its first run's peak includes the compiler).
 """
 
+import logging
 import os
 import re
 import sys
 import threading
 import time
+
+_log = logging.getLogger("streamrank.warmup")
 
 ENV_OFF = "STREAMRANK_NO_WARMUP"
 ENV_PARENT = "STREAMRANK_WARMUP_PARENT"  # the command's pid, for the helper
@@ -201,10 +204,46 @@ def cold_lists(lists):
     return [n for n in dict.fromkeys(names) if not os.path.exists(stamp_path(n))]
 
 
+# A first run compiles its kernels before it plans (_native.warmup.start): helper processes compile
+# them into numba's cache while the command waits, holding only the interpreter and its parsed
+# arguments, and the command then loads every kernel as a cached run does. A helper's resident set
+# (measured on Linux x86-64, numba 0.68, with tools/_rss.py): 161 MB once numpy and numba are
+# imported (LLVM's code, touched by its static constructors), 210-216 MB once the first kernel has
+# compiled (the compiler's typing and lowering registries), then 1-5 MB more for each kernel it
+# keeps (the train-exact list's 46 kernels: 355 MB), at most 20 MB for one (qprod.hess_block).
+COMPILER_BYTES = 220 * 10 ** 6   # a helper that has compiled its first kernel
+COMPILE_STEP = 24 * 10 ** 6      # the most one more kernel adds to it
+# two helpers side by side only where each has room for this many kernels beyond its first
+KERNELS_PER_HELPER = 8
+
+
+def first_use_compilers(budget, resident=None):
+    """``(helpers, cap)``: how many processes compile a first run's kernels at once beside this one
+    (``resident`` bytes, default its resident set now) within ``budget`` bytes (None: the default
+    2GB), and the resident set past which a helper hands over to a fresh one (it may grow
+    COMPILE_STEP more with the kernel it has started). Two where each has room for
+    KERNELS_PER_HELPER kernels, else one; below ``resident + COMPILER_BYTES + COMPILE_STEP`` no
+    compile fits: said, and one helper compiles a kernel at a time. Whatever it returns, the run
+    plans afterwards with every kernel cached, so what it accepts or refuses does not depend on what
+    was cached before it started."""
+    budget = 2 * 10 ** 9 if budget is None else int(budget)
+    from streamrank._native.memory import resident_now
+    from streamrank.units import format_size
+    resident = resident_now() if resident is None else resident
+    room = budget - resident
+    n = 2 if room // 2 >= COMPILER_BYTES + KERNELS_PER_HELPER * COMPILE_STEP else 1
+    cap = room // n - COMPILE_STEP
+    if cap < COMPILER_BYTES:
+        _log.warning("memory budget %s is below what compiling this command's kernels on its first run takes (%s "
+                    "beside %s resident): its peak will exceed it until they are cached", format_size(budget),
+                    format_size(COMPILER_BYTES + COMPILE_STEP), format_size(resident))
+    return n, max(cap, 1)
+
+
 def start(lists, budget=None):
     """Compile the kernels of ``lists`` (a name or names of ``warm_manifest.KERNELS``) not yet
     cached, in helper processes, and wait for them: on return every listed kernel loads from the
-    cache. ``memory_plan.first_use_compilers`` says how many compile at once beside this process
+    cache. ``first_use_compilers`` says how many compile at once beside this process
     within ``budget`` bytes (None: the default) and the resident set each may reach; a helper past
     it ends after its kernel and a fresh one goes on from the next. A helper that fails changes
     nothing else (the command compiles what is missing itself); a signal stops the helpers
@@ -216,7 +255,6 @@ def start(lists, budget=None):
         todo = cold_lists(lists)
         if not todo:
             return
-        from streamrank.training.memory_plan import first_use_compilers
         n, cap = first_use_compilers(budget)
         from streamrank._native.parallel import usable_cpus
         n = min(n, usable_cpus())  # a second compiler on one core only shares it
@@ -233,6 +271,10 @@ def start(lists, budget=None):
 
 RESTART = 75  # a helper's exit when it passed its resident-set cap with kernels left to compile
 _POLL = 0.02
+# a helper still running after this long is stopped, and the command compiles what is left itself:
+# the longest list compiles in under a minute on one core; a helper stuck longer must not hold the
+# command for ever
+HELPER_WAIT = 600.0
 
 
 def _spawn(lists, from_back, cap, skip):
@@ -251,9 +293,15 @@ def _helper_steps(lists, from_back, cap):
     and '!' per kernel that failed; one that ends with RESTART is followed by a fresh one that
     skips what it did, unless it did nothing."""
     done, ok = 0, True
+    deadline = time.monotonic() + HELPER_WAIT
     while True:
         p = _spawn(lists, from_back, cap, done)
         while p.poll() is None:
+            if time.monotonic() > deadline:
+                p.kill()
+                p.wait()
+                _helper.remove(p)
+                return False
             yield
         marks = p.stdout.read().decode("ascii", "replace")
         p.stdout.close()

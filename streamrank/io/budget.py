@@ -44,13 +44,10 @@ def load_kernel_runtime():
 def resident_bytes(kernels=True):
     """This process's resident set now (Linux /proc/self/statm; 0 where unavailable), with the
     kernels' runtime loaded first unless ``kernels`` is false."""
+    from streamrank._native.memory import resident_now
     if kernels:
         load_kernel_runtime()
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
+    return resident_now()
 
 
 def block_bytes(budget, n_rows, *, per_row, per_block_byte=BUFFERS, extra=0, resident=None):

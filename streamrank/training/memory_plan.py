@@ -174,41 +174,6 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     return (qblock, tier, threads) if with_threads else (qblock, tier)
 
 
-# A first run compiles its kernels before it plans (_native.warmup.start): helper processes compile
-# them into numba's cache while the command waits, holding only the interpreter and its parsed
-# arguments, and the command then loads every kernel as a cached run does. A helper's resident set
-# (measured on Linux x86-64, numba 0.68, with tools/_rss.py): 161 MB once numpy and numba are
-# imported (LLVM's code, touched by its static constructors), 210-216 MB once the first kernel has
-# compiled (the compiler's typing and lowering registries), then 1-5 MB more for each kernel it
-# keeps (the train-exact list's 46 kernels: 355 MB), at most 20 MB for one (qprod.hess_block).
-COMPILER_BYTES = 220 * 10 ** 6   # a helper that has compiled its first kernel
-COMPILE_STEP = 24 * 10 ** 6      # the most one more kernel adds to it
-# two helpers side by side only where each has room for this many kernels beyond its first
-KERNELS_PER_HELPER = 8
-
-
-def first_use_compilers(budget, resident=None):
-    """``(helpers, cap)``: how many processes compile a first run's kernels at once beside this one
-    (``resident`` bytes, default its resident set now) within ``budget`` bytes (None: the default
-    2GB), and the resident set past which a helper hands over to a fresh one (it may grow
-    COMPILE_STEP more with the kernel it has started). Two where each has room for
-    KERNELS_PER_HELPER kernels, else one; below ``resident + COMPILER_BYTES + COMPILE_STEP`` no
-    compile fits: said, and one helper compiles a kernel at a time. Whatever it returns, the run
-    plans afterwards with every kernel cached, so what it accepts or refuses does not depend on what
-    was cached before it started."""
-    from streamrank.io.budget import resident_bytes
-    budget = 2 * 10 ** 9 if budget is None else int(budget)
-    resident = resident_bytes(kernels=False) if resident is None else resident
-    room = budget - resident
-    n = 2 if room // 2 >= COMPILER_BYTES + KERNELS_PER_HELPER * COMPILE_STEP else 1
-    cap = room // n - COMPILE_STEP
-    if cap < COMPILER_BYTES:
-        log.warning("memory budget %s is below what compiling this command's kernels on its first run takes (%s "
-                    "beside %s resident): its peak will exceed it until they are cached", format_size(budget),
-                    format_size(COMPILER_BYTES + COMPILE_STEP), format_size(resident))
-    return n, max(cap, 1)
-
-
 def _round_up(n, step=10 ** 7):
     """n rounded up to a multiple of 10 MB: a budget to pass."""
     return int(-(-n // step) * step)

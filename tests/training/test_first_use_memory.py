@@ -1,5 +1,5 @@
 """A first run's memory: the command's kernels are compiled by helper processes before it plans
-(``_native.warmup.start``), as many at once as ``memory_plan.first_use_compilers`` fits in the
+(``_native.warmup.start``), as many at once as ``warmup.first_use_compilers`` fits in the
 budget, so the plan, its accept or refuse and the tree's peak are those of a cached run.
 
 The fast tests fake the helpers (no compile); the slow one measures a real first run's process tree.
@@ -17,7 +17,6 @@ from streamrank._native import warmup
 from streamrank._native.warm_manifest import KERNELS
 from streamrank.cli.main import _warm_lists, build_parser
 from streamrank.cli.train_commands import METHODS
-from streamrank.training import memory_plan
 
 MB = 10**6
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,22 +25,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_compilers_fit_the_budget_beside_the_command():
     """One helper, capped so that it and the command stay inside the budget (its cap, plus the one
     kernel it may be compiling, plus the command); two only where each has room for several kernels."""
-    base, step, r = memory_plan.COMPILER_BYTES, memory_plan.COMPILE_STEP, 40 * MB
+    base, step, r = warmup.COMPILER_BYTES, warmup.COMPILE_STEP, 40 * MB
     for budget in (300 * MB, 350 * MB, 600 * MB):
-        n, cap = memory_plan.first_use_compilers(budget, r)
+        n, cap = warmup.first_use_compilers(budget, r)
         assert n == 1 and cap >= base  # room for a compile beyond the helper's first
         assert r + cap + step <= budget
-    n, cap = memory_plan.first_use_compilers(2000 * MB, r)
+    n, cap = warmup.first_use_compilers(2000 * MB, r)
     assert n == 2 and r + 2 * (cap + step) <= 2000 * MB
-    assert memory_plan.first_use_compilers(None, r) == (n, cap)  # the default 2GB
-    two = r + 2 * (base + memory_plan.KERNELS_PER_HELPER * step)
-    assert memory_plan.first_use_compilers(two, r)[0] == 2
-    assert memory_plan.first_use_compilers(two - 2, r)[0] == 1
+    assert warmup.first_use_compilers(None, r) == (n, cap)  # the default 2GB
+    two = r + 2 * (base + warmup.KERNELS_PER_HELPER * step)
+    assert warmup.first_use_compilers(two, r)[0] == 2
+    assert warmup.first_use_compilers(two - 2, r)[0] == 1
 
 
 def test_a_budget_below_a_compile_is_said(caplog):
-    n, cap = memory_plan.first_use_compilers(200 * MB, 40 * MB)
-    assert n == 1 and 0 < cap < memory_plan.COMPILER_BYTES
+    n, cap = warmup.first_use_compilers(200 * MB, 40 * MB)
+    assert n == 1 and 0 < cap < warmup.COMPILER_BYTES
     assert "compiling this command's kernels" in caplog.text
 
 
@@ -166,3 +165,21 @@ def test_primal_first_run_tree_peak_within_budget(tmp_path, monkeypatch):
     cached = cli_tree_peak(argv, env=env)
     assert first["rc"] == cached["rc"] == 0, first["stderr"] + cached["stderr"]
     assert first["peak_mb"] <= 300 and cached["peak_mb"] <= 300, (first["peak_mb"], cached["peak_mb"])
+
+
+def test_a_helper_past_its_wait_is_stopped_and_the_command_goes_on(monkeypatch):
+    """A helper stuck (a deadlock, a stalled file system) is killed after HELPER_WAIT: the command
+    then compiles what is left itself rather than waiting for ever."""
+    stuck = []
+
+    def spawn(lists, from_back, cap, skip):
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], stdout=subprocess.PIPE)
+        warmup._helper.append(p)
+        stuck.append(p)
+        return p
+
+    monkeypatch.setattr(warmup, "_spawn", spawn)
+    monkeypatch.setattr(warmup, "HELPER_WAIT", 0.3)
+    monkeypatch.setattr(warmup, "_helper", [])
+    assert warmup._run_helpers(["train-primal"], 1, 10 ** 9) == [False]
+    assert stuck and stuck[0].poll() is not None and warmup._helper == []
