@@ -35,6 +35,8 @@ import sys
 import threading
 import time
 
+from streamrank._native.memory import resident_now
+
 _log = logging.getLogger("streamrank.warmup")
 
 ENV_OFF = "STREAMRANK_NO_WARMUP"
@@ -227,7 +229,6 @@ def first_use_compilers(budget, resident=None):
     plans afterwards with every kernel cached, so what it accepts or refuses does not depend on what
     was cached before it started."""
     budget = 2 * 10 ** 9 if budget is None else int(budget)
-    from streamrank._native.memory import resident_now
     from streamrank.units import format_size
     resident = resident_now() if resident is None else resident
     room = budget - resident
@@ -440,14 +441,6 @@ def _kernels_in_order(lists, from_back):
     return [e for name in lists for e in KERNELS.get(name, [])]
 
 
-def _resident():
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
 def main(argv=None):
     """Compile the kernels of the lists named in ``argv`` (and its options, as
     :func:`helper_command` writes them: ``@back``, ``@skip=N``, ``@cap=BYTES``): one mark a kernel
@@ -481,7 +474,7 @@ def main(argv=None):
             release_all()
         sys.stdout.write(mark)
         sys.stdout.flush()
-        if opts.get("cap") and i + 1 < len(entries) and _resident() > opts["cap"]:
+        if opts.get("cap") and i + 1 < len(entries) and resident_now() > opts["cap"]:
             return RESTART
     return 0
 
