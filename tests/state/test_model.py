@@ -1,7 +1,6 @@
 """The model file (format ``streamrank-model`` v1): round trips, padding, refusals, the released v1
 file, and ``streamrank predict`` writing scores in the input text's row order."""
 
-import shutil
 
 import h5py
 import numpy as np
@@ -13,7 +12,7 @@ from streamrank.errors import FormatError, InputError
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.state.model import load as load_model
 
-from locations import DATA  # noqa: E402
+from locations import DATA, edited_copy  # noqa: E402
 NORMALIZE = ["none", "zscore", "query_minmax"]
 
 
@@ -154,11 +153,7 @@ def test_query_minmax_needs_query_ids(fitted):
 
 # -- refusals -------------------------------------------------------------------------------------
 def _copy_with(tmp_path, edit):
-    path = tmp_path / "edited.h5"
-    shutil.copy(DATA / "model_v1.h5", path)
-    with h5py.File(path, "r+") as f:
-        edit(f)
-    return path
+    return edited_copy(tmp_path, edit)
 
 
 @pytest.mark.parametrize("edit,message", [

@@ -3,13 +3,10 @@ digest proves only what some writer wrote), a model that cannot score every fini
 that are not finite, divisors that are not positive, shapes that disagree, weights whose scores
 overflow. predict and every export format then exit 2 with one line naming the file."""
 
-import shutil
-
-import h5py
 import numpy as np
 import pytest
 
-from locations import DATA
+from locations import DATA, edited_copy
 from streamrank.cli import main
 from streamrank.errors import FormatError
 from streamrank.features.maps import Nystroem, RandomFourier
@@ -47,11 +44,7 @@ V1_EDITS = {
 
 
 def edited_v1(tmp_path, edit):
-    p = tmp_path / "edited_v1.h5"
-    shutil.copy(DATA / "model_v1.h5", p)
-    with h5py.File(p, "r+") as f:
-        edit(f)
-    return p
+    return edited_copy(tmp_path, edit, "edited_v1.h5")
 
 
 # the three edits first found (predict scored NaN or inf, onnx, json and solr exported them)
