@@ -168,8 +168,15 @@ def test_preconditioner_in_chunks_is_its_dense_formula(rows, chunk_rows, monkeyp
     _, _, st = pk.loss_grad(z, rank, qp, cost, mu)
     want = nystroem_precond_dense(K, P.U.astype(np.float64), P.diag.min(), y, qp, z, C, ridge)
     M = P.at_point(C, rank, qp, cost, mu, st.arrays)
+    # u^T M v against the dense formula over random directions (any wrong entry of M moves them) and
+    # a few coordinate pairs, the diagonal among them; u is v takes mdot's shared-product branch
+    g = np.random.default_rng(6)
     eye = np.eye(l)
-    got = np.array([[M.mdot(eye[i], eye[j]) for j in range(l)] for i in range(l)])
-    np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-9 * np.abs(want).max())
+    pairs = [(g.standard_normal(l), g.standard_normal(l)) for _ in range(12)]
+    pairs += [(u, u) for u, _ in pairs[:4]]
+    pairs += [(eye[i], eye[j]) for i, j in g.integers(0, l, (12, 2))] + [(eye[i], eye[i]) for i in (0, l - 1)]
+    for u, v in pairs:
+        scale = np.abs(u) @ np.abs(want) @ np.abs(v)
+        assert M.mdot(u, v) == pytest.approx(u @ want @ v, rel=1e-7, abs=1e-9 * scale)
     x = np.random.default_rng(5).standard_normal(l)
     np.testing.assert_allclose(M.solve(want @ x), x, rtol=1e-5, atol=1e-6 * np.abs(x).max())
