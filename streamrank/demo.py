@@ -64,7 +64,7 @@ def run_demo(workdir=None, quiet=False, preset="small", seed=0):
     ``report``."""
     from streamrank.console import setup_logging
     from streamrank.evaluation.score_files import write_scores
-    from streamrank.io.synthetic import write_text
+    from streamrank.synthetic import write_text
     from streamrank.training.linear import train_linear
 
     say = (lambda *a: None) if quiet else print

@@ -72,7 +72,8 @@ from streamrank.errors import ParameterError
 from streamrank.evaluation.metrics import evaluate
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.state.model import load as load_model
-from streamrank.training.linear import train_linear
+from streamrank import settings
+from streamrank.training.trainers import train
 
 # scikit-learn's "keep the request as it is" (sklearn.utils.metadata_routing.UNCHANGED, compared by
 # value so that the signature needs no import)
@@ -124,7 +125,10 @@ class _Estimator:
         if sklearn is None or sklearn.get_config().get("print_changed_only", True):
             defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
             params = {k: v for k, v in params.items() if repr(v) != repr(defaults[k])}
-        return _call_repr(type(self).__name__, [f"{k}={v!r}" for k, v in params.items()])
+        items = [f"{k}={v!r}" for k, v in params.items()]
+        if len(items) > _REPR_ITEMS:  # scikit-learn shows the first 30 and an ellipsis
+            items = items[:_REPR_ITEMS] + ["..."]
+        return _call_repr(type(self).__name__, items)
 
     def __sklearn_tags__(self):
         from sklearn.utils import Tags, TargetTags
@@ -175,19 +179,37 @@ class _Estimator:
         return self
 
 
-def _call_repr(name, items, width=79):
-    """``name(a, b, ...)`` wrapped at ``width``, continuation lines under the first item, as
-    scikit-learn prints an estimator."""
-    pad = " " * (len(name) + 1)
-    lines, line = [], name + "("
-    for k, item in enumerate(items):
-        end = "," if k + 1 < len(items) else ")"
-        if len(line) + len(item) + len(end) > width and line.strip() and not line.endswith("("):
-            lines.append(line.rstrip())
-            line = pad
-        line += item + end + " "
-    lines.append(line.rstrip() if items else line + ")")
-    return "\n".join(lines)
+# scikit-learn's _EstimatorPrettyPrinter.n_max_elements_to_show
+_REPR_ITEMS = 30
+
+
+def _call_repr(name, items, width=80):
+    """``name(a, b, ...)`` as scikit-learn prints an estimator (compact pretty printing,
+    ``sklearn.utils._pprint``): items fill a line of ``width`` columns under the first (each
+    counting its text and ", "; the last also the closing parenthesis), a line is broken before
+    the item that would pass it, and an item "..." ends the list after the ones shown."""
+    indent = len(name) + 1
+    newline = ",\n" + " " * indent
+    out, delim = [name, "("], ""
+    room = full = width - indent + 1
+    for k, rep in enumerate(items):
+        if rep == "...":
+            out.append(", ...")
+            break
+        if k == len(items) - 1:  # the closing parenthesis must fit too
+            room, full = room - 1, full - 1
+        need = len(rep) + 2
+        if room < need:
+            room = full
+            delim = newline if delim else delim
+        out.append(delim)
+        out.append(rep)
+        if room >= need:
+            room -= need
+            delim = ", "
+        else:  # longer than a line: scikit-learn breaks the line after it
+            delim = newline
+    return "".join(out) + ")"
 
 
 class RankSVM(_Estimator):
@@ -201,47 +223,19 @@ class RankSVM(_Estimator):
         sklearn.set_config(enable_metadata_routing=True)
         GridSearchCV(RankSVM(), {"C": [0.1, 1]}, cv=GroupKFold(3)).fit(X, y, qid=qid, groups=qid)
 
-    Parameters (keyword-only; stored as given, validated in :meth:`fit`)
+    Parameters are keyword-only, stored as given and validated in :meth:`fit`; they come from the
+    settings table (:mod:`streamrank.settings`), which says the rule: a setting that does not apply
+    to the chosen ``method`` (``gamma`` for ``"primal"``) is checked and then ignored, as
+    scikit-learn's ``SVC`` ignores ``gamma`` for a linear kernel, and the model records only what
+    applied. ``method``: ``"primal"`` (linear), ``"nystroem"`` or ``"rff"`` (paper 000),
+    ``"exact"`` (paper 004); :class:`CLSRRank` is paper 002.
+
+    Parameters
     ----------
-    C : float, sequence of float, or "two-stage"
-        Loss weight; several values need ``valid`` in :meth:`fit` and the best is kept;
-        "two-stage" is paper 001's rule (1e-5..1e-1 by decades, then 0.6-1.4 x the best).
-    normalize : {"none", "zscore", "query_minmax"}
-    pair_cost : None, "gain_difference", label pair costs such as "0-1:1,1-2:1.3,0-2:2", or (L, L) array
-        lambda(y_i, y_j) over the sorted label levels (paper 001); unlisted pairs cost 1.
-    query_weight : None or "log_ratio"
-        mu_q (paper 001).
-    tol, max_iter : TRON's relative gradient tolerance and iteration limit.
-    memory_budget : str or int, e.g. "2GB".
-    checkpoint : directory for per-iteration checkpoints; ``resume`` continues from it.
-    select_metric : {"meanndcg", "ndcg@10", "map", "avgndcg", "avgprec"} for choosing among several C.
-    method : {"primal", "nystroem", "rff"}
-        Linear, or a kernel approximation (paper 000) with ``kernel``, ``gamma`` (float or several
-        with ``valid``; default 1/n_features), ``degree``, ``coef0``, ``n_components`` (m),
-        ``rank`` (Nystroem truncation), ``cache_dir`` and ``map_cache`` (where mapped rows live).
-        ``exact``: exact kernel RankSVM over beta (paper 004) with ``kernel`` (PSD), ``gamma``,
-        ``degree``, ``coef0``; Q = K(X, X) in memory or under ``cache_dir``; ``block_bytes`` is then
-        the size of a stored block of Q.
-    solver : {"tron", "newton_cholesky", "newton_yuan", "auto"}
-        ``tron`` (default) gives the same bits for any block size or budget; ``newton_cholesky``
-        forms the dense Hessian with BLAS (block layouts agree to the tolerance); ``newton_yuan``
-        is paper 001's Newton-Yuan (Cholesky directions up to 4,096 features, CG beyond and for
-        ``exact``); ``auto`` picks tron or newton_cholesky from measured costs, so its choice may
-        differ between runs (it is logged and saved).
-    loss : {"squared_hinge", "smooth_hinge"}
-        ``smooth_hinge`` is paper 001's cs-sRSVM loss (a C2 hinge with band half-width ``eta``),
-        for every method.
-    eta : None, "auto" or float in (0, 1)
-        The smooth hinge's band; None / "auto": paper 001's rule per C.
-    features : None, "3,7,12", "@file", "gas.h5:20" or a list of 1-based ids
-        Train on these input features only; the model applies the same subset when it scores.
-    random_state : int >= 0, None, or a numpy RandomState / Generator
-        The seed of the feature maps' draws (the linear primal path draws none); None draws one
-        from numpy's global RandomState, an instance draws one from itself. The model records the
-        seed used (so ``resume`` needs an int).
-    verbose : bool
+{parameters}
+    verbose : bool, default=False
         True: one log line per solver iteration and progress bars for long passes on standard
-        error, as the command line prints them; False (default): silent.
+        error, as the command line prints them; False: silent.
 
     Attributes
     ----------
@@ -252,37 +246,11 @@ class RankSVM(_Estimator):
     training_ : dict, the training summary (every candidate's validation score)
     """
 
-    def __init__(self, *, C=1.0, normalize="none", pair_cost=None, query_weight=None, tol=1e-3,
-                 max_iter=1000, memory_budget="2GB", checkpoint=None, resume=False,
-                 select_metric="meanndcg", random_state=0, block_bytes=None, solver="tron",
-                 method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None,
-                 cache_dir=None, map_cache="auto", loss="squared_hinge", eta=None, features=None, verbose=False):
-        self.C = C
-        self.verbose = verbose
-        self.features = features
-        self.loss = loss
-        self.eta = eta
-        self.normalize = normalize
-        self.pair_cost = pair_cost
-        self.query_weight = query_weight
-        self.tol = tol
-        self.max_iter = max_iter
-        self.memory_budget = memory_budget
-        self.checkpoint = checkpoint
-        self.resume = resume
-        self.select_metric = select_metric
-        self.random_state = random_state
-        self.block_bytes = block_bytes
-        self.solver = solver
-        self.method = method
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.n_components = n_components
-        self.rank = rank
-        self.cache_dir = cache_dir
-        self.map_cache = map_cache
+    _METHODS = settings.RANKSVM
+    _EXCLUDE = ()
+
+    # __init__: keyword-only, one per setting of the table and verbose, each stored as given
+    # (_table_init, below the class)
 
     def fit(self, X, y=None, qid=None, *, valid=None, queries=None):
         """Train on a dataset (path or :class:`Dataset`) or on in-memory arrays ``X, y, qid``.
@@ -292,19 +260,27 @@ class RankSVM(_Estimator):
         temporary dataset first, so every fit reads through the same query-aligned stream.
         ``valid``: a dataset or ``(X, y, qid)`` for choosing among several C (or gamma).
         """
+        values = self._settings()
         with _fit_data(X, y, qid, valid, type(self).__name__) as (ds, vds), _verbose(self.verbose):
-            train = _train_exact if self.method == "exact" else train_linear
-            model, summary = train(
-                ds, valid=vds, C=self.C, normalize=self.normalize, tol=self.tol, max_iter=self.max_iter,
-                memory_budget=self.memory_budget, pair_cost=self.pair_cost, query_weight=self.query_weight,
-                select_metric=self.select_metric, checkpoint=self.checkpoint, resume=self.resume,
-                seed=_seed(self.random_state), block_bytes=self.block_bytes, queries=queries, solver=self.solver,
-                method=self.method, kernel=self.kernel, gamma=self.gamma, degree=self.degree, coef0=self.coef0,
-                components=self.n_components, rank=self.rank, cache_dir=self.cache_dir,
-                map_cache=self.map_cache, loss=self.loss, eta=self.eta, features=self.features)
+            model, summary = train(ds, values, valid=vds, queries=queries)
             self._n_fit_queries = ds.n_queries if queries is None else queries[1] - queries[0]
         self._set_fitted(model, summary)
         return self
+
+    def _settings(self):
+        """The settings table's values of this estimator's parameters, checked (ranges and
+        choices, whether they apply or not: streamrank.settings.validate); ``random_state`` as
+        the seed it gives."""
+        values = {s.name: getattr(self, name) for name, s in settings.estimator_params(self._METHODS, self._EXCLUDE)}
+        values["seed"] = _seed(self.random_state)
+        values.setdefault("method", self._METHODS[0])
+        if values["method"] not in self._METHODS:
+            other = "CLSRRank" if values["method"] == "clsr" else None
+            raise ParameterError(f"{type(self).__name__}'s method must be one of {', '.join(self._METHODS)}; got "
+                                 f"{values['method']!r}." + (f" {other} is method 'clsr'" if other else
+                                                              f" Use method={self._METHODS[0]}"))
+        settings.validate({k: v for k, v in values.items() if k != "method"})
+        return values
 
     def _set_fitted(self, model, summary):
         self.model_ = model
@@ -397,12 +373,6 @@ class RankSVM(_Estimator):
         est = cls(**_params_from_config(model.config))
         est._set_fitted(model, model.training)
         return est
-
-
-def _train_exact(ds, *, solver, method, components, rank, map_cache, **kw):
-    """train_exact with the estimator's arguments (no map settings)."""
-    from streamrank.training.exact import train_exact
-    return train_exact(ds, solver=solver, **kw)
 
 
 def _params_from_config(cfg):
@@ -752,7 +722,7 @@ class _fit_data:
         if isinstance(X, Dataset):
             return X
         if isinstance(X, (str, Path)):
-            from streamrank.evaluation.score_files import open_data
+            from streamrank.io.data_files import open_data
             ds = open_data(X)
             self.opened.append((ds, None))
             return ds
@@ -789,18 +759,16 @@ class CLSRRank(RankSVM):
     K(x, x_t) over basis rows, fitted by one streamed pass and a Cholesky solve
     (:mod:`streamrank.training.clsr`). A scikit-learn estimator as :class:`RankSVM` is.
 
-    Parameters (keyword-only; stored as given, validated in :meth:`fit`)
+    Parameters are keyword-only, stored as given and validated in :meth:`fit` (the settings table,
+    :mod:`streamrank.settings`, as for :class:`RankSVM`). ``kernel`` may also be a callable
+    K(A, B), which need not be symmetric or PSD; a model with a callable kernel cannot be saved.
+    ``n_components`` None: every training row is a basis row (the paper's setting).
+
+    Parameters
     ----------
-    lam : float or sequence of float
-        The penalty lambda m ||alpha||^2; several values need ``valid`` in :meth:`fit` (one pass
-        serves them all).
-    kernel : {"rbf", "laplacian", "poly", "sigmoid", "linear"} or callable K(A, B)
-        Need not be symmetric or PSD; a model with a callable kernel cannot be saved.
-    gamma, degree, coef0 : kernel parameters (gamma: one or several; None = 1 / n_features).
-    n_components : None or int
-        Basis rows drawn from the data (seeded by ``random_state``); None: every training row
-        (the paper's setting).
-    normalize, memory_budget, select_metric, random_state, block_bytes, features, verbose : as for RankSVM.
+{parameters}
+    verbose : bool, default=False
+        As for RankSVM.
 
     Attributes
     ----------
@@ -810,36 +778,9 @@ class CLSRRank(RankSVM):
     lambda_ : the chosen lambda
     """
 
-    def __init__(self, *, lam=1e-3, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=None,
-                 normalize="none", memory_budget="2GB", select_metric="meanndcg", random_state=0, block_bytes=None,
-                 features=None, verbose=False):
-        self.verbose = verbose
-        self.lam = lam
-        self.features = features
-        self.kernel = kernel
-        self.gamma = gamma
-        self.degree = degree
-        self.coef0 = coef0
-        self.n_components = n_components
-        self.normalize = normalize
-        self.memory_budget = memory_budget
-        self.select_metric = select_metric
-        self.random_state = random_state
-        self.block_bytes = block_bytes
-
-    def fit(self, X, y=None, qid=None, *, valid=None, queries=None):
-        """Train on a dataset (path or :class:`Dataset`) or in-memory arrays ``X, y, qid`` (as
-        :meth:`RankSVM.fit`)."""
-        from streamrank.training.clsr import train_clsr
-        with _fit_data(X, y, qid, valid, type(self).__name__) as (ds, vds), _verbose(self.verbose):
-            model, summary = train_clsr(ds, valid=vds, lam=self.lam, kernel=self.kernel, gamma=self.gamma,
-                                        degree=self.degree, coef0=self.coef0, normalize=self.normalize,
-                                        components=self.n_components, memory_budget=self.memory_budget,
-                                        select_metric=self.select_metric, seed=_seed(self.random_state),
-                                        block_bytes=self.block_bytes, queries=queries, features=self.features)
-            self._n_fit_queries = ds.n_queries if queries is None else queries[1] - queries[0]
-        self._set_fitted(model, summary)
-        return self
+    _METHODS = ("clsr",)
+    # the text DATA cache of the command line: an estimator's data are arrays or datasets
+    _EXCLUDE = ("method", "cache_dir")
 
     def _set_fitted(self, model, summary):
         self.model_ = model
@@ -862,6 +803,30 @@ class CLSRRank(RankSVM):
                   random_state=cfg.get("seed", 0), features=cfg.get("features"))
         est._set_fitted(model, model.training)
         return est
+
+
+def _table_init(cls, extra):
+    """Give ``cls`` the keyword-only ``__init__`` of its settings (streamrank.settings: the table's
+    entries for ``cls._METHODS``) and ``extra`` ``[(name, default)]``, which stores each argument
+    as given (scikit-learn's convention: validation is ``fit``'s), and its docstring's Parameters."""
+    sig = settings.estimator_signature(cls._METHODS, extra, cls._EXCLUDE)
+    names = [n for n in sig.parameters if n != "self"]
+
+    def __init__(self, **params):
+        bound = sig.bind(self, **params)  # a name the table does not give: TypeError, as for any class
+        bound.apply_defaults()
+        for name in names:
+            setattr(self, name, bound.arguments[name])
+
+    __init__.__signature__ = sig
+    __init__.__qualname__ = f"{cls.__name__}.__init__"
+    cls.__init__ = __init__
+    entries = settings.estimator_doc(cls._METHODS, cls._EXCLUDE)
+    cls.__doc__ = cls.__doc__.replace("{parameters}", "\n".join("    " + ln for ln in entries.splitlines()))
+
+
+_table_init(RankSVM, [("verbose", False)])
+_table_init(CLSRRank, [("verbose", False)])
 
 
 def load(path):

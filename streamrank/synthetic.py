@@ -734,7 +734,7 @@ def write_hdf5(path, preset="small", *, scale=1.0, seed=0, part=0, compression=N
     stats = _Stats(p, nq, n_rows, scale, seed, path, "hdf5")
     kw = {} if compression is None else {"compression": compression}
     name = f"generated:{p.name} seed={seed} scale={float(scale):g} part={part}"
-    extra = {"generator": "streamrank.io.synthetic", "preset": p.name, "scale": float(scale), "seed": seed, "part": part,
+    extra = {"generator": "streamrank.synthetic", "preset": p.name, "scale": float(scale), "seed": seed, "part": part,
              "preset_params": dataclasses.asdict(p)}
     bar = _progress(n_rows, progress, f"{p.name} -> {path.name}")
     try:

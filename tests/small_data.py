@@ -1,7 +1,7 @@
 """Generated LETOR-like train and validation sets for tests that need a pair of small files."""
 
 import streamrank
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 
 
 def small_pair(tmp_path_factory, name, scale):

@@ -100,7 +100,7 @@ def test_C_path_keeps_the_best_on_validation():
 
 
 def test_cli_train_predict_eval(tmp_path, capsys):
-    from streamrank.io.synthetic import write_text
+    from streamrank.synthetic import write_text
     write_text(tmp_path / "train.txt", preset="small", seed=0)
     write_text(tmp_path / "valid.txt", preset="small", seed=1)
     common = ["--cache-dir", str(tmp_path / "cache")]
@@ -245,7 +245,7 @@ def test_everything_but_metadata_routing_works_without_scikit_learn(monkeypatch)
 
 
 def test_verbose_prints_the_iterations_and_silent_does_not(tmp_path, capsys):
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     write_hdf5(tmp_path / "t.h5", "small", seed=1, scale=0.1)
     streamrank.RankSVM(C=0.5).fit(tmp_path / "t.h5")
     assert capsys.readouterr().err == ""

@@ -1,6 +1,6 @@
 """The package's layers: every import runs down (or within a layer), and no modules import each
 other in a cycle. The order is the data flow of DESIGN.md: passes are run by an executor
-(execution), rows are read (io), mapped (features),
+(execution), rows are read (io) or generated (synthetic), mapped (features),
 kept between passes (cache), measured (evaluation), turned into an objective (objectives) that a solver minimises
 (solvers); models and checkpoints are files (state), which export writes in other programs' formats (export); features are chosen (selection, which
 checkpoints its pass); training runs the path; workflows (grid, cross-validation, report) run many trainings; the faces (CLI,
@@ -16,9 +16,10 @@ import streamrank
 PKG = Path(streamrank.__file__).resolve().parent
 # lowest first; a module may import from its own layer and the ones before it
 LAYERS = [
-    {"errors", "units", "params", "_version", "_native", "faultpoints"},
+    {"errors", "units", "params", "settings", "_version", "_native", "faultpoints"},
     {"execution"},
     {"io"},
+    {"synthetic"},
     {"features"},
     {"cache"},
     {"evaluation"},

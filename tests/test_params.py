@@ -166,7 +166,7 @@ def test_one_value_or_a_sequence_is_taken(values, want):
     ("RankSVM", {"C": [1, [2]]}, r"C must be a finite number > 0; got \[2\]\. Use C=0\.5"),
     ("RankSVM", {"method": "rff", "gamma": []}, r"gamma must be .* non-empty list of them; got \[\]"),
     ("RankSVM", {"method": "exact", "gamma": ()}, r"gamma must be .* non-empty list of them; got \(\)"),
-    ("CLSRRank", {"lam": []}, r"lambda must be .* non-empty list of them; got \[\]\. Use lam=1e-3"),
+    ("CLSRRank", {"lam": []}, r"lam must be .* non-empty list of them; got \[\]\. Use lam=1e-3"),
     ("CLSRRank", {"gamma": []}, r"gamma must be .* non-empty list of them; got \[\]"),
 ])
 def test_estimators_refuse_an_empty_list_of_values_by_name(cls, params_, message):

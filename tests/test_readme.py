@@ -73,7 +73,7 @@ def skip_reason(stages):
 
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory):
-    from streamrank.io.synthetic import write_hdf5, write_text
+    from streamrank.synthetic import write_hdf5, write_text
     d = tmp_path_factory.mktemp("readme")
     for name, (scale, seed) in DATA.items():
         write_hdf5(d / f"{name}.h5", "small", scale=scale, seed=seed)

@@ -18,7 +18,7 @@ import streamrank  # noqa: E402
 from small_data import small_pair  # noqa: E402
 from streamrank.errors import ParameterError  # noqa: E402
 from streamrank.evaluation.metrics import evaluate  # noqa: E402
-from streamrank.io.synthetic import generate_batches  # noqa: E402
+from streamrank.synthetic import generate_batches  # noqa: E402
 from streamrank.training.linear import train_linear  # noqa: E402
 
 # the generic checks fit(X, y) without query ids, which the estimators warn about

@@ -59,7 +59,7 @@ def test_a_linear_run_from_cached_kernels_imports_no_compiler_registry_nor_scipy
     the second run, on a filled cache, imports neither. Its model is the first run's."""
     import h5py
     import numpy as np
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     data = tmp_path / "d.h5"
     write_hdf5(data, "small", seed=4, part="train", scale=0.1)
     env = dict(__import__("os").environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
@@ -78,7 +78,7 @@ def test_the_program_exits_with_its_status_and_flushed_output(tmp_path):
     """``streamrank`` ends without the interpreter's teardown (cli.main.run): what it printed to
     a pipe arrives whole, and the status is main()'s."""
     import json
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     data = tmp_path / "d.h5"
     write_hdf5(data, "small", seed=1, part="train", scale=0.05)
     p = subprocess.run([sys.executable, "-m", "streamrank", "info", str(data), "--json"], capture_output=True,

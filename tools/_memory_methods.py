@@ -119,7 +119,7 @@ def _clear(path):
 def _small_model(data, work, extra=()):
     """A model trained on a small generated set of data's width (the model's size does not grow with the data)."""
     import h5py
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     with h5py.File(data, "r") as f:
         d = int(f["X"].shape[1])
     name = "nys" if extra else "lin"

@@ -289,7 +289,7 @@ def timing(args, subsets):
 
 def out_of_core(args):
     from _rss import cli_peak_rss
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     from streamrank.units import parse_size
     import streamrank
     work = Path(args.workdir)

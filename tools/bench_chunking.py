@@ -113,7 +113,7 @@ def main():
     work.mkdir(exist_ok=True)
     src = work / f"{args.preset}-s{args.scale:g}.txt"
     if not src.exists():
-        from streamrank.io.synthetic import write_text
+        from streamrank.synthetic import write_text
         write_text(src, preset=args.preset, scale=args.scale, seed=0)
     if args.checksums:
         checksums(work, src)

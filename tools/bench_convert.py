@@ -93,7 +93,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     src = work / f"{args.preset}-s{args.scale:g}.txt"
     if not src.exists():
-        from streamrank.io.synthetic import write_text
+        from streamrank.synthetic import write_text
         print(f"generating {src} ...", flush=True)
         write_text(src, preset=args.preset, scale=args.scale, seed=0)
     size = src.stat().st_size

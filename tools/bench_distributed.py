@@ -109,7 +109,7 @@ def main():
         return kill_workers(args, work)
     data = work / f"mslr30k_s{args.scale:g}.h5"
     if not data.exists():
-        from streamrank.io.synthetic import write_hdf5
+        from streamrank.synthetic import write_hdf5
         print(f"generating {data} ...", flush=True)
         write_hdf5(data, "mslr30k", scale=args.scale, seed=1, part="train")
     import streamrank

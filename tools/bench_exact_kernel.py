@@ -44,7 +44,7 @@ WARM = """
 import time, warnings, tempfile, pathlib
 import numpy as np
 import streamrank
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.training.exact import train_exact
 _d = pathlib.Path(tempfile.mkdtemp())
 write_hdf5(_d / "w.h5", "small", seed=0, scale=0.1)
@@ -384,7 +384,7 @@ from streamrank.cache.kernel_cache import KernelCache
 from streamrank.objectives.kernel_objective import KernelObjective
 from streamrank.objectives.kernel_precond import NystroemPreconditioner
 from streamrank.features.normalize import Normalizer
-from streamrank.io.synthetic import clustered_rows
+from streamrank.synthetic import clustered_rows
 from streamrank.solvers.tron import tron
 P = json.loads({params!r})
 X, y, qp = clustered_rows()

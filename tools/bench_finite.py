@@ -131,7 +131,7 @@ def main():
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     data, warm = work / f"mslr30k_s{args.scale:g}.h5", work / "small.h5"
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     if not data.exists():
         print(f"generating {data} ...", flush=True)
         write_hdf5(data, "mslr30k", scale=args.scale, seed=1, part="train")

@@ -36,7 +36,7 @@ def main():
     args = ap.parse_args()
     import numpy as np
 
-    from streamrank.evaluation.score_files import open_data
+    from streamrank.io.data_files import open_data
     from streamrank.state.model import load
     from streamrank.training.linear import train_linear
     from streamrank.workflow.grid import run_grid

@@ -212,7 +212,7 @@ def converted(work, data, fold, part):
 
 
 def generated(work, preset, scale):
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     out = Path(work) / f"{preset}-s{scale:g}.h5"
     if not out.exists():
         print(f"generating {out} (preset {preset}, scale {scale:g}, seed 0) ...", flush=True)

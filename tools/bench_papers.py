@@ -224,7 +224,7 @@ def out_of_core(args):
     import h5py
     import numpy as np
     from _rss import cli_peak_rss
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     from streamrank.units import parse_size
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)

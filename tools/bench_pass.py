@@ -4,7 +4,7 @@ once at the bandwidth measured in the same run.
     python tools/bench_pass.py                       # generated mslr30k x0.5 (1.1M x 136), 3 trainings
     python tools/bench_pass.py --scale 0.05 --repeats 1   # a quick look
 
-Generates (once, in --workdir) the mslr30k preset of streamrank.io.synthetic at --scale (seed 1,
+Generates (once, in --workdir) the mslr30k preset of streamrank.synthetic at --scale (seed 1,
 part train: 1,135,148 rows x 136 at 0.5, X 617 MB), trains the linear RankSVM on it in memory (C = 1,
 tol 1e-3, zscore, TRON, a --memory-budget that holds the rows) through an executor that times every
 pass, --repeats times, and prints per pass kind the median seconds of the passes after each
@@ -64,7 +64,7 @@ def main(argv=None):
         ap.error("--repeats must be >= 1 and --scale > 0")
     import numpy as np
     import streamrank
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     from streamrank.objectives.rank_objective import _Scores
     from streamrank.training.linear import train_linear
     from bench_limits import memory_bandwidth, read_seconds, summarize

@@ -40,9 +40,9 @@ def column_factors(n_features, seed=0):
 
 
 def write_raw(path, preset="mq2007", *, scale=0.05, seed=0, part="train", factors_seed=0):
-    """A generated dataset (streamrank.io.synthetic) with every column scaled by column_factors."""
+    """A generated dataset (streamrank.synthetic) with every column scaled by column_factors."""
     from streamrank.io.hdf5_format import DatasetWriter
-    from streamrank.io.synthetic import generate_batches, resolve
+    from streamrank.synthetic import generate_batches, resolve
     p, _, _ = resolve(preset, scale)
     f = column_factors(p.n_features, factors_seed)
     with DatasetWriter(path, n_features=p.n_features,

@@ -115,7 +115,7 @@ def section_damaged(args, work):
     import h5py
     import numpy as np
     import kill_harness as kh
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     print("\n== Damaged files: datasets, models, checkpoints and cache blocks ==", flush=True)
     rng = np.random.default_rng(args.seed)
     data = work / "data.h5"
@@ -268,7 +268,7 @@ def section_storage(args, work):
     import subprocess
 
     import kill_harness as kh
-    from streamrank.io.synthetic import write_hdf5, write_text
+    from streamrank.synthetic import write_hdf5, write_text
     print("\n== Full, read-only and size-limited file systems ==", flush=True)
     data, text = work / "data.h5", work / "data.txt"
     write_hdf5(data, "small", seed=0, part="train", scale=1.0)
@@ -405,7 +405,7 @@ MEMORY_PARTS = ("commands", "methods", "exact", "mq2007", "firstuse")
 
 
 def _data(work, kind, preset, scale):
-    from streamrank.io.synthetic import write_hdf5, write_text
+    from streamrank.synthetic import write_hdf5, write_text
     p = work / f"{preset}-{scale:g}.{'txt' if kind == 'text' else 'h5'}"
     if not p.exists():
         (write_text if kind == "text" else write_hdf5)(p, preset, scale=scale, seed=0)

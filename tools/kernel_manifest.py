@@ -81,7 +81,7 @@ SCENARIOS = {
                         "'--quiet'])"),
 }
 PREPARE = """
-from streamrank.io.synthetic import write_text
+from streamrank.synthetic import write_text
 from streamrank.io.convert import convert
 for part, name in (("train", "t"), ("valid", "v")):
     write_text("{work}/" + name + ".txt", preset="small", seed=0, part=part)

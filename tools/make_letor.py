@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate synthetic LETOR-like ranking data (see streamrank.io.synthetic for the data model).
+"""Generate synthetic LETOR-like ranking data (see streamrank.synthetic for the data model).
 
     python tools/make_letor.py --preset mslr30k --scale 0.5 --seed 0 -o out.txt      # LETOR text
     python tools/make_letor.py --preset mq2007 -o mq2007.txt.gz                      # gzip text
@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 try:
-    from streamrank.io import synthetic as datasets
+    from streamrank import synthetic as datasets
 except ImportError:  # running from a checkout without installing
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from streamrank.io import synthetic as datasets
+    from streamrank import synthetic as datasets
 from streamrank.cli import translate  # noqa: E402
 from streamrank.errors import StreamrankError
 

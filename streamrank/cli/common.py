@@ -8,25 +8,20 @@ import re
 import sys
 from pathlib import Path
 
+from streamrank import settings as training_settings
 from streamrank.console import setup_logging
 from streamrank.errors import StreamrankError
 
 # library parameter -> command-line flag: library messages name parameters (``C=0.5``,
 # ``resume=False``); what the CLI prints names its flags (``--C 0.5``, ``without --resume``)
-FLAGS = {"C": "--C", "tol": "--tol", "gap_tol": "--gap-tol", "max_iter": "--max-iter", "method": "--method",
-         "precondition": "--precondition",
-         "gamma": "--gamma", "solver": "--solver", "kernel": "--kernel", "degree": "--degree", "coef0": "--coef0",
-         "normalize": "--normalize", "n_components": "--components", "rank": "--rank", "seed": "--seed",
-         "n_features": "--n-features", "memory_budget": "--memory-budget", "cache_dir": "--cache-dir",
-         "cache_size": "--cache-size", "query_files": "--query-file", "zero_based": "--zero-based",
-         "checkpoint": "--checkpoint", "resume": "--resume", "valid": "--valid", "select_metric": "--select-metric",
-         "part": "--part", "preset": "--preset", "scale": "--scale", "pair_cost": "--pair-cost",
-         "query_weight": "--query-weight", "loss": "--loss", "eta": "--eta", "abs_gtol": "--abs-gtol",
-         "abs_dtol": "--abs-dtol", "lam": "--lambda", "components": "--components",
-         "features": "--features", "importance": "--importance", "tradeoff": "--tradeoff",
-         "workers": "--workers", "scheduler": "--scheduler", "partition_rows": "--partition-rows",
-         "commit_seconds": "--commit-every", "pad_features": "--pad-features", "workdir": "--workdir", "plots": "--plots",
-         "format": "--format", "name": "--name", "feature_names": "--feature-names"}
+FLAGS = {**training_settings.flags(),  # the training settings' flags (and the estimators' names for them)
+         **{s.api_name: s.flag for s in training_settings.TABLE.values() if s.flag and s.api_name not in (None, s.name)},
+         "n_features": "--n-features", "query_files": "--query-file", "zero_based": "--zero-based", "valid": "--valid",
+         "part": "--part", "preset": "--preset", "scale": "--scale", "importance": "--importance",
+         "tradeoff": "--tradeoff", "workers": "--workers", "scheduler": "--scheduler",
+         "partition_rows": "--partition-rows", "commit_seconds": "--commit-every", "pad_features": "--pad-features",
+         "workdir": "--workdir", "plots": "--plots", "format": "--format", "name": "--name",
+         "feature_names": "--feature-names"}
 # boolean parameters whose flag switches them off: ``use plots=False`` -> ``pass --no-plots``
 FLAGS_OFF = {"plots": "--no-plots"}
 _PARAM = "|".join(sorted(map(re.escape, FLAGS), key=len, reverse=True))

@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
 from streamrank.cli.common import (_add_progress, _add_query_file, _cache_outputs, _check_outputs, _data_inputs,
                                    _positive_int, emit_json, shows_progress)
 
@@ -108,7 +109,8 @@ def register(sub):
     c.add_argument("--compression", choices=["gzip", "lzf", "none"], default=None,
                    help="HDF5 compression of the rows (default: none; docs/benchmarks-archive.md, \"Storage defaults\")")
     c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
-    c.add_argument("--memory-budget", default="2GB", metavar="SIZE", help="bound on the memory the conversion uses (default 2GB)")
+    c.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET, metavar="SIZE",
+                   help=f"bound on the memory the conversion uses (default {DEFAULT_MEMORY_BUDGET})")
     c.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",
                    help="commit the rows written so far this often (default 60); a conversion killed or "
                         "interrupted continues from its last commit when the same command runs again")
@@ -131,8 +133,8 @@ def register(sub):
                    help="letor4 (default): LETOR 4.0's Eval-Score-4.0.pl; standard: gain 2^y - 1, ideal DCG of each query")
     e.add_argument("--per-query", action="store_true", help="print every query's values")
     e.add_argument("--cache-dir", default=None, help="where text DATA is converted (default ~/.cache/streamrank)")
-    e.add_argument("--memory-budget", default="2GB", metavar="SIZE",
-                   help="(default 2GB) text DATA is converted within it; eval keeps about 48 bytes per row and says so when "
+    e.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET, metavar="SIZE",
+                   help=f"(default {DEFAULT_MEMORY_BUDGET}) text DATA is converted within it; eval keeps about 48 bytes per row and says so when "
                         "that does not fit")
     e.add_argument("--json", action="store_true", help="print the metrics as one JSON line")
     e.set_defaults(func=_cmd_eval, paths=_eval_paths)

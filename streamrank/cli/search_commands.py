@@ -5,12 +5,7 @@ from pathlib import Path
 
 from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _cache_outputs, _data_inputs,
                                    _executor, _features_inputs, _setup_logging, _values, emit_json)
-from streamrank.cli.train_commands import add_model_options, kernel_settings, refuse_inapplicable
-
-# what every configuration shares (the trainers' keyword arguments) and the flags they come from
-SHARED = ("normalize", "tol", "max_iter", "memory_budget", "pair_cost", "query_weight", "seed", "solver",
-          "kernel", "degree", "coef0", "rank", "cache_dir", "map_cache", "cache_size", "precondition",
-          "abs_gtol", "abs_dtol", "features")
+from streamrank.cli.train_commands import add_model_options, intake
 # settings that change no result: a rerun may change them and still continue the run
 NEUTRAL = ("memory_budget", "cache_dir", "cache_size", "map_cache")
 
@@ -21,12 +16,16 @@ def grid_axes(args):
 
 
 def grid_settings(args):
-    return dict({k: getattr(args, k) for k in SHARED}, **kernel_settings(args))
+    """What every configuration shares: the settings of the table (streamrank.settings) that grid
+    takes one value of, the axes (grid_axes) and --select-metric (the grid's own) aside."""
+    from streamrank import settings
+    return {k: getattr(args, k) for k, s in settings.TABLE.items()
+            if s.many == "one" and k != "select_metric" and hasattr(args, k)}
 
 
 def _grid_paths(args):
     from streamrank.workflow.grid import run_outputs
-    refuse_inapplicable(args, args.method)  # its message before the grid's own
+    intake(args)  # its message before the grid's own
     inputs = _data_inputs("DATA", args.data, args.query_file) + _data_inputs("--valid", args.valid) + \
         _features_inputs(args.features)
     files, trees = run_outputs(args.output, grid_axes(args))
@@ -36,7 +35,7 @@ def _grid_paths(args):
 
 def _cv_paths(args):
     from streamrank.workflow.cv import find_folds, fold_inputs, run_outputs
-    refuse_inapplicable(args, args.method)
+    intake(args)
     folds = find_folds(args.folds_dir, args.folds)
     files, trees = run_outputs(args.output, folds, args.method, grid_axes(args))
     cache_files, cache_trees = _cache_outputs(args)
@@ -51,8 +50,8 @@ def _report_paths(args):
 
 
 def _cmd_grid(args):
-    from streamrank.evaluation.score_files import open_data
-    refuse_inapplicable(args, args.method)
+    from streamrank.io.data_files import open_data
+    intake(args)
     from streamrank.workflow.grid import run_grid
     from streamrank.workflow.tables import grid_lines
     _setup_logging(args.quiet or args.json)
@@ -71,7 +70,7 @@ def _cmd_grid(args):
 
 def _cmd_cv(args):
     from streamrank.workflow.cv import run_cv, table_lines
-    refuse_inapplicable(args, args.method)
+    intake(args)
     _setup_logging(args.quiet or args.json)
     with _executor(args) as executor:
         record = run_cv(args.folds_dir, args.output, methods=args.method, axes=grid_axes(args),
@@ -115,7 +114,7 @@ _GRID_HELP = (("several (with --valid) form a warm-started path", "several form 
 _LOSS_HELP = ("one or both of squared_hinge (RankSVM) or smooth_hinge", "one or both of squared_hinge (RankSVM) and "
               "smooth_hinge")
 # the default gamma grid follows the data (streamrank.workflow.grid.DEFAULT_GAMMA_OFFSETS)
-_GAMMA_DEFAULT = ("one map each (default the method's grid)", "one map each (default: the method's grid around "
+_GAMMA_DEFAULT = ("one map each (default: the method's grid, docs/methods.md)", "one map each (default: the method's grid around "
                   "the data's gamma='scale' = 1/(d Var X) after --normalize, docs/methods.md)")
 
 

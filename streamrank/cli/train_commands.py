@@ -1,15 +1,15 @@
 """The model commands: train, predict, select-features."""
 
 import argparse
-import sys
-from pathlib import Path
 
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
 from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_progress, _add_query_file, _cache_outputs,
                                    _check_checkpoint_dir, _check_outputs, _checkpoint_outputs, _data_inputs, _executor,
                                    _features_inputs, _values, _positive_int, _setup_logging, emit_json)
 
 
 def _train_paths(args):
+    intake(args)
     inputs = _data_inputs("DATA", args.data, args.query_file) + _data_inputs("--valid", args.valid) + \
         _features_inputs(args.features)
     files, trees = _cache_outputs(args)
@@ -30,7 +30,7 @@ def _select_features_paths(args):
 
 def _cmd_select_features(args):
     from streamrank.errors import InputError, ParameterError
-    from streamrank.evaluation.score_files import open_data
+    from streamrank.io.data_files import open_data
     from streamrank.selection.gas import gas_scores
     if args.resume and not args.checkpoint:
         raise ParameterError("--resume needs --checkpoint DIR (where the checkpoints are)")
@@ -87,33 +87,16 @@ def _cmd_select_features(args):
 
 def _cmd_train(args):
     from streamrank.errors import ParameterError
-    from streamrank.evaluation.score_files import open_data
-    if args.method == "primal":
-        for opt in ("kernel", "gamma", "degree", "coef0", "components", "rank"):
-            if getattr(args, opt) is not None:
-                raise ParameterError(f"--{opt} applies to kernel methods; add --method nystroem or --method rff")
-    if args.method == "rff" and args.kernel not in (None, "rbf", "laplacian"):
+    from streamrank.io.data_files import open_data
+    intake(args)
+    if args.method == "rff" and args.kernel not in ("rbf", "laplacian"):
         raise ParameterError(f"--method rff supports --kernel rbf or laplacian; got {args.kernel}. "
                              f"Use --method nystroem for {args.kernel}")
+    if args.method == "exact" and args.solver not in ("tron", "newton_yuan"):
+        raise ParameterError(f"--method exact is solved by TRON or Newton-Yuan; got --solver {args.solver}. "
+                             f"Pass --solver tron")
     if args.resume and not args.checkpoint:
         raise ParameterError("--resume needs --checkpoint DIR (where the checkpoints are)")
-    if args.lam is not None and args.method != "clsr":
-        raise ParameterError("--lambda is CLSRRank's penalty; add --method clsr (the other methods take --C)")
-    if args.method == "clsr":
-        # RankSVM's settings: CLSRRank has no pairs' loss to weigh and no iterations to solve
-        given = [flag for opt, flag, default in (
-            ("C", "--C", None), ("rank", "--rank", None), ("solver", "--solver", "tron"),
-            ("loss", "--loss", "squared_hinge"), ("eta", "--eta", None), ("pair_cost", "--pair-cost", "none"),
-            ("query_weight", "--query-weight", "none"), ("abs_gtol", "--abs-gtol", None),
-            ("abs_dtol", "--abs-dtol", None), ("precondition", "--precondition", "auto"))
-            if getattr(args, opt) != default]
-        if given:
-            raise ParameterError(f"{', '.join(given)} do{'es' if len(given) == 1 else ''} not apply to --method clsr "
-                                 f"(least squares over kernel coefficients: one pass and a direct solve, penalised by "
-                                 f"--lambda); drop {', '.join(given)}")
-    refuse_inapplicable(args, [args.method])
-    if args.C is None:
-        args.C = [1.0]
     _check_outputs((args.output, "model file", False))
     _check_checkpoint_dir(args.checkpoint)
     _setup_logging(args.quiet)
@@ -145,89 +128,44 @@ def _cmd_train(args):
     return 0
 
 
-# options that only some methods (or settings) read: given to none of them, they are refused, not ignored
-ONLY_FOR = {"rank": ("--rank", ("nystroem",)), "map_cache": ("--map-cache", ("nystroem", "rff")),
-            "gap_tol": ("--gap-tol", ("primal", "nystroem", "rff", "exact")),
-            "kernel": ("--kernel", ("nystroem", "rff", "exact", "clsr")),
-            "degree": ("--degree", ("nystroem", "exact", "clsr")), "coef0": ("--coef0", ("nystroem", "exact", "clsr"))}
-
-
-def refuse_inapplicable(args, methods):
-    """Refuse options that apply to none of ``methods`` or to none of the given settings."""
+def intake(args):
+    """The training settings of a command line (streamrank.settings, one table): refuse those given
+    that apply to none of the command's methods (the CLI's half of the table's rule), then give the
+    ones not given their defaults (those a method or a grid decides stay None: C, lambda, gamma,
+    components, eta, grid's losses). Idempotent; the commands' path checks call it first."""
+    if getattr(args, "given", None) is not None:
+        return
+    from streamrank import settings
     from streamrank.errors import ParameterError
-    for opt, (flag, applies) in ONLY_FOR.items():
-        default = "auto" if opt == "map_cache" else None
-        if getattr(args, opt, None) != default and not set(methods) & set(applies):
-            raise ParameterError(f"{flag} applies to --method {' or '.join(applies)}, not to {', '.join(methods)}; "
-                                 f"drop {flag}")
-    kernel = args.kernel or "rbf"
-    if args.degree is not None and kernel != "poly":
-        raise ParameterError(f"--degree is the poly kernel's; got --kernel {kernel}. Pass --kernel poly or drop --degree")
-    if args.coef0 is not None and kernel not in ("poly", "sigmoid"):
-        raise ParameterError(f"--coef0 is the poly and sigmoid kernels' offset; got --kernel {kernel}. Pass --kernel "
-                             f"poly or sigmoid, or drop --coef0")
-    for opt, flag in (("abs_gtol", "--abs-gtol"), ("abs_dtol", "--abs-dtol")):
-        if getattr(args, opt) is not None and args.solver != "newton_yuan":
-            raise ParameterError(f"{flag} is a stopping test of --solver newton_yuan; got --solver {args.solver}. "
-                                 f"Pass --solver newton_yuan or drop {flag}")
+    args.given = {name: getattr(args, name) for name in settings.TABLE if getattr(args, name, None) is not None}
+    method = args.method or settings.TABLE["method"].default
+    refused = settings.inapplicable(args.given, method if isinstance(method, list) else [method])
+    if refused is not None:
+        raise refused
     if getattr(args, "cache_size", None) is not None and not getattr(args, "cache_dir", None):
         raise ParameterError("--cache-size caps the feature caches in --cache-dir; pass --cache-dir DIR too")
+    many = args.command != "train"
+    for name, s in settings.TABLE.items():
+        if hasattr(args, name) and getattr(args, name) is None and name not in _LATER and not (many and s.many == "list"):
+            setattr(args, name, s.default)
+    if many and args.method is None:
+        args.method = [settings.TABLE["method"].default]
 
 
-def kernel_settings(args):
-    """--kernel, --degree, --coef0 with their defaults (rbf, 3, 1)."""
-    return {"kernel": args.kernel or "rbf", "degree": 3 if args.degree is None else args.degree,
-            "coef0": 1.0 if args.coef0 is None else args.coef0}
+# settings whose default the method (or a grid) decides: None until then
+_LATER = ("C", "lam", "gamma", "components", "eta")
 
 
 def _train_method(args, ds, valid, executor):
-    from streamrank.training.linear import train_linear
-    if args.method == "exact":
-        return _train_exact(args, ds, valid, executor)
-    if args.method == "clsr":
-        from streamrank.training.clsr import train_clsr
-        return train_clsr(ds, valid=valid, lam=args.lam or [1e-3], **kernel_settings(args),
-                                    gamma=args.gamma, normalize=args.normalize,
-                                    components=args.components, memory_budget=args.memory_budget,
-                                    select_metric=args.select_metric, seed=args.seed, features=args.features,
-                                    checkpoint=args.checkpoint, resume=args.resume, executor=executor)
-    return train_linear(ds, valid=valid, C=args.C, normalize=args.normalize, tol=args.tol,
-                                      max_iter=args.max_iter, gap_tol=args.gap_tol,
-                                      memory_budget=args.memory_budget,
-                                      pair_cost=args.pair_cost, query_weight=args.query_weight,
-                                      select_metric=args.select_metric, checkpoint=args.checkpoint,
-                                      resume=args.resume, seed=args.seed, solver=args.solver, method=args.method,
-                                      **kernel_settings(args), gamma=args.gamma,
-                                      components=1000 if args.components is None else args.components,
-                                      rank=args.rank, cache_dir=args.cache_dir, map_cache=args.map_cache,
-                                      cache_size=args.cache_size, precondition=args.precondition,
-                                      loss=args.loss, eta=args.eta, abs_gtol=args.abs_gtol,
-                                      abs_dtol=args.abs_dtol, features=args.features, executor=executor)
-
-
-def _train_exact(args, ds, valid, executor):
-    """--method exact (paper 004): TRON over beta with Q = K(X, X) in a kernel cache."""
-    from streamrank.errors import ParameterError
-    from streamrank.training.exact import train_exact
-    for opt in ("components", "rank"):
-        if getattr(args, opt) is not None:
-            raise ParameterError(f"--{opt} applies to --method nystroem / rff, not to --method exact (which uses "
-                                 f"every training row); drop --{opt}")
-    if args.solver not in ("tron", "newton_yuan"):
-        raise ParameterError(f"--method exact is solved by TRON or Newton-Yuan; got --solver {args.solver}. "
-                             f"Pass --solver tron")
-    return train_exact(ds, valid=valid, C=args.C, **kernel_settings(args), gamma=args.gamma,
-                       normalize=args.normalize, tol=args.tol,
-                       max_iter=args.max_iter, gap_tol=args.gap_tol, memory_budget=args.memory_budget,
-                       pair_cost=args.pair_cost,
-                       query_weight=args.query_weight, select_metric=args.select_metric,
-                       checkpoint=args.checkpoint, resume=args.resume, seed=args.seed, cache_dir=args.cache_dir,
-                       precondition=args.precondition, loss=args.loss, eta=args.eta, solver=args.solver,
-                       abs_gtol=args.abs_gtol, abs_dtol=args.abs_dtol, features=args.features, executor=executor)
+    from streamrank import settings
+    from streamrank.training.trainers import train
+    values = {name: getattr(args, name) for name in settings.TABLE if hasattr(args, name)}
+    return train(ds, values, valid=valid, executor=executor)
 
 
 def _cmd_predict(args):
-    from streamrank.evaluation.score_files import open_data, write_scores
+    from streamrank.evaluation.score_files import write_scores
+    from streamrank.io.data_files import open_data
     from streamrank.state.model import load
     if args.json and args.output == "-":
         from streamrank.errors import ParameterError
@@ -276,8 +214,6 @@ def register(sub):
     t.add_argument("--valid", metavar="DATA", help="validation data: logged each iteration, chooses C (and gamma, "
                    "lambda) among several (default: none)")
     add_model_options(t, many=False)
-    t.add_argument("--checkpoint", metavar="DIR", help="write a checkpoint after every iteration (default: none)")
-    t.add_argument("--resume", action="store_true", help="continue from the checkpoint in --checkpoint DIR")
     _add_cluster(t)
     _add_json_quiet(t, "print a JSON summary as the last line")
     t.set_defaults(func=_cmd_train, paths=_train_paths)
@@ -297,7 +233,8 @@ def register(sub):
     g.add_argument("-o", "--output", metavar="GAS.h5", help="write importance, similarity and the greedy order, "
                    "for train --features GAS.h5:K (default: not written)")
     _add_query_file(g)
-    g.add_argument("--memory-budget", default="2GB", metavar="SIZE", help="bound on the process's memory (default 2GB)")
+    g.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET, metavar="SIZE",
+                    help=f"bound on the process's memory (default {DEFAULT_MEMORY_BUDGET})")
     g.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
     g.add_argument("--checkpoint", metavar="DIR", help="write the pass's sums here every --commit-every seconds (default: none)")
     g.add_argument("--resume", action="store_true", help="continue the pass from the checkpoint in --checkpoint DIR")
@@ -313,7 +250,8 @@ def register(sub):
     pr.add_argument("-o", "--output", required=True, metavar="SCORES.txt",
                     help="one score per line, %%.17g (- : standard output)")
     _add_query_file(pr)
-    pr.add_argument("--memory-budget", default="2GB", metavar="SIZE", help="bound on the process's memory (default 2GB)")
+    pr.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET, metavar="SIZE",
+                    help=f"bound on the process's memory (default {DEFAULT_MEMORY_BUDGET})")
     pr.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
     _add_cluster(pr)
     pr.add_argument("--pad-features", action="store_true",
@@ -325,10 +263,6 @@ def register(sub):
     pr.add_argument("--json", action="store_true", help="print the output path and row count as one JSON line")
     _add_progress(pr)
     pr.set_defaults(func=_cmd_predict, paths=_predict_paths)
-
-
-METHODS = ["primal", "nystroem", "rff", "exact", "clsr"]
-LOSSES = ["squared_hinge", "smooth_hinge"]
 
 
 def _choices(name, allowed):
@@ -349,101 +283,65 @@ def _etas(text):
             (w.strip().lower() for w in text.split(",") if w.strip())] or _values("--eta")(text)
 
 
+# what a word among a setting's values means, said in train's help (grid takes numbers only)
+_WORDS_HELP = {"C": "two-stage is paper 001's rule: 1e-5..1e-1 by decades, then 0.6, 0.8, 1.2, 1.4 times the best"}
+# a grid's axes that default to the method's grid (docs/methods.md)
+_GRID_AXES = ("C", "lam", "gamma", "components")
+
+
+def _option(s, many):
+    """argparse keyword arguments of setting ``s`` (streamrank.settings) for train, or for grid
+    and cv (``many``)."""
+    listed = many and s.many == "list"
+    if s.kind == "flag":
+        return {"action": "store_true", "default": None}
+    if s.kind == "choice":
+        if listed:
+            return {"type": _choices(s.flag, s.choices), "metavar": s.metavar}
+        return {"choices": list(s.choices)}
+    if s.kind == "values":
+        words = () if many else s.words
+        metavar = s.metavar + "".join(f"|{w}" for w in words)
+        return {"type": _values(s.flag, words), "metavar": metavar}
+    if s.kind == "posint":
+        if listed:
+            return {"type": _values(s.flag, integer=True), "metavar": f"{s.metavar}[,{s.metavar}...]"}
+        return {"type": _positive_int(s.flag, str(s.default or params_example(s.name))), "metavar": s.metavar}
+    if s.name == "eta" and listed:
+        return {"type": _etas, "metavar": "E[,E...]|auto"}
+    parse = {"int": int, "float": float}.get(s.kind)
+    return {"metavar": s.metavar, **({"type": parse} if parse else {})}
+
+
+def params_example(name):
+    from streamrank import params
+    return params.RANGES[name].example if name in params.RANGES else "1"
+
+
+def _help(s, many):
+    """Setting ``s``'s help with its default, in train's or grid's (``many``) terms."""
+    text = s.help
+    if s.words and not many and s.name in _WORDS_HELP:
+        text += "; " + _WORDS_HELP[s.name]
+    if many and s.name in _GRID_AXES:
+        return text.split(" (default")[0] + " (default: the method's grid, docs/methods.md)"
+    if many and s.many == "list" and s.kind == "choice":
+        text = ("one or both of " if len(s.choices) == 2 else "one or several of ") + text
+    if "default" in text or s.kind == "flag":
+        return text
+    default = f"{s.default:g}" if isinstance(s.default, float) else s.default
+    return f"{text} (default {default})"
+
+
 def add_model_options(t, *, many):
-    """The options of a training: train's (one method, one loss, one m) or grid's (``many``: lists
-    of methods, losses, components and etas as well)."""
-    t.add_argument("--C", type=_values("--C", () if many else ("two-stage",)), default=None,
-                   metavar="C[,C...]" if many else "C[,C...]|two-stage",
-                   help="the loss weight: values 0.1,1,10 or powers 2^-5:2^5 (step 2: 2^-5:2^5:2); several (with "
-                        "--valid) form a warm-started path" + ("" if many else "; two-stage is paper 001's rule: "
-                        "1e-5..1e-1 by decades, then 0.6, 0.8, 1.2, 1.4 times the best") +
-                        (" (default: the method's grid, docs/methods.md)" if many else " (default 1)"))
-    t.add_argument("--select-metric", choices=["meanndcg", "ndcg@10", "map", "avgndcg", "avgprec"],
-                   default="meanndcg", help="what --valid chooses by (default meanndcg); avgndcg and avgprec are "
-                   "paper 001's means of NDCG@1..20 and P@1..20")
-    methods = "primal (linear RankSVM), nystroem or rff (paper 000), exact (paper 004), clsr (paper 002: CLSRRank, " \
-              "least squares over kernel coefficients, one pass and a direct solve)"
-    if many:
-        t.add_argument("--method", type=_choices("--method", METHODS), default=["primal"], metavar="M[,M...]",
-                       help=f"one or several of {methods} (default primal)")
-    else:
-        t.add_argument("--method", choices=METHODS, default="primal", help=f"{methods} (default primal)")
-    t.add_argument("--lambda", dest="lam", type=_values("--lambda"), metavar="L[,L...]",
-                   help="--method clsr's penalty lambda m ||alpha||^2, values as --C; several form a path chosen "
-                        "on --valid, all from one pass over the data (default " +
-                        ("the method's grid)" if many else "0.001)"))
-    t.add_argument("--kernel", choices=["rbf", "laplacian", "poly", "sigmoid", "linear"],
-                   help="the kernel of nystroem, rff (rbf or laplacian), exact and clsr (default rbf)")
-    t.add_argument("--gamma", type=_values("--gamma"), metavar="G[,G...]",
-                   help="kernel width, values as --C; several form a path, one map each (default " +
-                        ("the method's grid)" if many else "1/n_features)"))
-    t.add_argument("--degree", type=int, help="poly kernel degree (default 3)")
-    t.add_argument("--coef0", type=float, help="poly / sigmoid offset (default 1)")
-    if many:
-        t.add_argument("--components", type=_values("--components", integer=True), metavar="M[,M...]",
-                       help="Nystroem landmarks, random features or CLSRRank basis rows; several are tried in turn "
-                            "(default: the method's grid)")
-    else:
-        t.add_argument("--components", type=_positive_int("--components", 1000), metavar="M",
-                       help="Nystroem landmarks or random features (default 1000), CLSRRank basis rows (default: "
-                            "every training row)")
-    t.add_argument("--rank", type=_positive_int("--rank", 100), metavar="K",
-                   help="keep the top K Nystroem eigenvectors (default: all)")
-    t.add_argument("--map-cache", choices=["auto", "memory", "cache", "recompute"], default="auto",
-                   help="mapped rows: in memory if they fit, else on disk under --cache-dir or recomputed each "
-                        "pass, chosen from measured rates (default auto); the model is the same either way")
-    t.add_argument("--solver", choices=["auto", "tron", "newton_cholesky", "newton_yuan"], default="tron",
-                   help="tron (default: the same bits for any memory budget), newton_cholesky, newton_yuan "
-                        "(paper 001: Newton steps, Yuan's step length every third), or auto (tron or "
-                        "newton_cholesky from measured pass and Hessian costs, so it may differ between runs)")
-    t.add_argument("--precondition", choices=["auto", "on", "off"], default="auto",
-                   help="TRON's CG preconditioned: fewer CG steps and passes. auto (default) = on: up to 256 "
-                        "features the Hessian of a sample of queries; wider maps a rank-192 Nystrom sketch of the "
-                        "Hessian at w = 0 (one pass per map, seeded by --seed); --method exact: a Nystroem "
-                        "approximation of the Hessian from about 10 sqrt(rows) landmarks")
-    t.add_argument("--features", metavar="IDS|@FILE|GAS.h5:K",
-                   help="train on these features only (ids as in the data, 1-based: 3,7,12; a file of ids; or the "
-                        "first K of streamrank select-features' GAS file); predict applies the same subset "
-                        "(default: all)")
-    loss_help = ("squared_hinge (RankSVM) or smooth_hinge (paper 001's cs-sRSVM: the hinge smoothed in a band of "
-                 "half-width --eta around margin 0)")
-    if many:
-        t.add_argument("--loss", type=_choices("--loss", LOSSES), default=None, metavar="L[,L...]",
-                       help=f"one or both of {loss_help} (default squared_hinge)")
-        t.add_argument("--eta", type=_etas, default=None, metavar="E[,E...]|auto",
-                       help="--loss smooth_hinge's band half-widths, 0 < E < 1, or auto (default): paper 001's rule "
-                            "from C and the pair weights")
-    else:
-        t.add_argument("--loss", choices=LOSSES, default="squared_hinge", help=f"{loss_help} (default squared_hinge)")
-        t.add_argument("--eta", default=None, metavar="E|auto",
-                       help="--loss smooth_hinge's band half-width, 0 < E < 1, or auto (default): paper 001's "
-                            "rule from C and the pair weights, recorded per C")
-    t.add_argument("--pair-cost", default="none", metavar="SPEC",
-                   help="label-pair costs lambda (paper 001): none (default), gain_difference, or pairs such as "
-                        "'0-1:1,1-2:1.3,0-2:2' (unlisted pairs cost 1)")
-    t.add_argument("--query-weight", choices=["none", "log_ratio"], default="none",
-                   help="paper 001's query weights mu_q: none (default) or log_ratio")
-    t.add_argument("--tol", type=float, default=1e-3, metavar="EPS",
-                   help="stop when ||g|| <= EPS ||g0|| (TRON's and LIBLINEAR's rule; default 1e-3)")
-    if not many:  # train only, for now: grid and cv stop by --tol
-        t.add_argument("--gap-tol", type=float, metavar="G",
-                       help="stop when the relative objective gap (f - f*)/f is at most G, in place of --tol's "
-                            "rule: a rigorous bound ||g||^2/2f for linear and mapped models, the preconditioner's "
-                            "estimate for --method exact (default: off; every log line and --json report the gap "
-                            "either way)")
-    t.add_argument("--abs-gtol", type=float, metavar="EPS2", help="--solver newton_yuan also stops at ||g|| <= "
-                   "EPS2 (paper 001's eps2, 1e-4 there; default: off)")
-    t.add_argument("--abs-dtol", type=float, metavar="EPS3", help="--solver newton_yuan also stops when its "
-                   "Newton direction's norm is <= EPS3 (paper 001's eps3, 1e-4 there; default: off)")
-    t.add_argument("--max-iter", type=_positive_int("--max-iter", 1000), default=1000, metavar="N",
-                   help="solver iterations per C at most (default 1000)")
-    t.add_argument("--seed", type=int, default=0, metavar="S",
-                   help="fixes every random choice: landmarks, random features, basis rows (default 0)")
-    t.add_argument("--normalize", choices=["none", "zscore", "query_minmax"], default="none",
-                   help="feature scaling fitted on the training data and stored in the model (default none)")
-    t.add_argument("--memory-budget", default="2GB", metavar="SIZE",
-                   help="bound on the process's memory: blocks, caches and solver state (default 2GB)")
-    t.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank) "
-                   "and mapped rows are cached (default: not cached, recomputed each pass)")
-    t.add_argument("--cache-size", metavar="SIZE", help="cap on all feature caches in --cache-dir together; least "
-                   "recently used blocks are evicted (default: no cap)")
+    """The options of a training, one per setting of streamrank.settings' table: train's (one
+    method, one loss, one m) or grid's and cv's (``many``: lists of methods, losses, components
+    and etas as well; no --gap-tol, --checkpoint or --resume). Every option's default is None here:
+    :func:`intake` knows what was given, then fills in the table's defaults."""
+    from streamrank import settings
+    for s in settings.TABLE.values():
+        if not s.flag or (many and s.many == "none"):
+            continue
+        dest = {} if s.flag[2:].replace("-", "_") == s.name else {"dest": s.name}
+        kw = {"default": None, **_option(s, many), **dest}
+        t.add_argument(s.flag, help=_help(s, many), **{k: v for k, v in kw.items() if v is not None or k == "default"})

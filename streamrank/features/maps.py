@@ -38,6 +38,7 @@ from streamrank.errors import InputError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, parallel_tiles, tile_threads,
                       tile_rows)
+from streamrank.settings import DEFAULT_COMPONENTS
 
 FORMAT_VERSION = 1
 
@@ -430,7 +431,7 @@ class Nystroem(FeatureMap):
 
     kind = "nystroem"
 
-    def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None, seed=0):
+    def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None, seed=0):
         super().__init__()
         check_kernel(kernel, 1.0 if gamma is None else gamma, degree, coef0)
         self.kernel, self.gamma, self.degree, self.coef0 = kernel, gamma, degree, coef0
@@ -581,7 +582,7 @@ class RandomFourier(FeatureMap):
 
     kind = "rff"
 
-    def __init__(self, kernel="rbf", gamma=None, n_components=1000, seed=0):
+    def __init__(self, kernel="rbf", gamma=None, n_components=DEFAULT_COMPONENTS, seed=0):
         super().__init__()
         if kernel not in SHIFT_INVARIANT:
             raise ParameterError(f"random Fourier features need a shift-invariant kernel (rbf or laplacian); "
@@ -640,7 +641,7 @@ class RandomFourier(FeatureMap):
         self.n_components_ = self.omega_.shape[1]
 
 
-def make_map(method, *, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=1000, rank=None, seed=0):
+def make_map(method, *, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None, seed=0):
     """The map for a ``--method``: primal -> identity, nystroem, rff."""
     if method in ("primal", "linear", "identity"):
         return IdentityMap()

@@ -26,8 +26,8 @@ import numpy as np
 
 from streamrank.errors import InputError, ParameterError
 from streamrank.units import format_size, parse_size
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
 
-DEFAULT_MEMORY_BUDGET = "2GB"
 # rows of a dataset are read in blocks of about this many bytes when they are narrowed to some
 # features or cast to another dtype (otherwise they are read straight into the returned X)
 READ_BLOCK_BYTES = 16 << 20

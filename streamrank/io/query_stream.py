@@ -26,11 +26,11 @@ import numpy as np
 from streamrank._native.memory import aligned_empty
 from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.units import format_size, parse_size
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
 
 # Share of --memory-budget given to one raw block: a pass holds the block being used, the one
 # being prefetched, and float64 / mapped working copies of the block (up to ~4x the raw bytes).
 BLOCK_SHARE_OF_BUDGET = 1 / 8
-DEFAULT_MEMORY_BUDGET = "2GB"
 
 
 @dataclass

@@ -29,6 +29,7 @@ from streamrank.io.budget import BUFFERS
 from streamrank.io.h5digest import DIGEST_ATTR, declared_bytes, file_digest
 from streamrank.features.normalize import Normalizer
 from streamrank.state.model_checks import check_model
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
 
 log = logging.getLogger("streamrank.state.model")
 
@@ -188,7 +189,7 @@ class LinearModel:
         return (self.fmap is None and self.normalizer.kind == "none"
                 and (X is None or (X.dtype == np.float32 and X.flags.c_contiguous)))
 
-    def predict_dataset(self, ds, *, memory_budget="2GB", executor=None, row_bytes=0):
+    def predict_dataset(self, ds, *, memory_budget=DEFAULT_MEMORY_BUDGET, executor=None, row_bytes=0):
         """Scores of every row of ``ds`` in the input's row order (streamed, in blocks that keep
         the process inside ``memory_budget``, :meth:`score_block_bytes`; ``row_bytes``: what the
         caller keeps per row beside the scores, planned with them)."""

@@ -25,6 +25,7 @@ from streamrank.workflow.grid import (APPLIES, WorkBar, configuration_points, co
                                       evaluate_model, per_query, run_grid, run_outputs as grid_outputs)
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import csv_text, markdown_table, point_text, text_table
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
 
 log = logging.getLogger("streamrank.workflow.cv")
 
@@ -96,7 +97,7 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
     method's default grid); an axis applies to the methods it applies to. ``open_data(path)``
     opens a fold's file (default: HDF5 or text converted into ``cache_dir``)."""
     if open_data is None:
-        from streamrank.evaluation.score_files import open_data as _open
+        from streamrank.io.data_files import open_data as _open
         open_data = (lambda p: _open(p, cache_dir))  # noqa: E731
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
@@ -139,7 +140,7 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
                     m_axes = method_axes(axes, method)
                     grid = run_grid(ds, vali, out, axes=m_axes, settings=settings, select_metric=select_metric,
                                     executor=executor, neutral=neutral, command=command, progress=outer)
-                    rep = evaluate_model(load(out / "model.h5"), test, settings.get("memory_budget", "2GB"))
+                    rep = evaluate_model(load(out / "model.h5"), test, settings.get("memory_budget", DEFAULT_MEMORY_BUDGET))
                     done = {"format": CV_FORMAT + "-test", "version": CV_VERSION, "fold": name, "method": method,
                             "chosen": grid["chosen"], "grid_seconds": grid["seconds"],
                             "test": {"name": str(paths["test"]), "fingerprint": test.fingerprint}, "data": data,

@@ -14,30 +14,29 @@ candidates and model of an uninterrupted run. The best configuration (first of e
 order) by the validation metric gives ``model.h5``; ``grid.json`` records every candidate.
 """
 
-import inspect
 import itertools
 import logging
 import shutil
 import time
 from pathlib import Path
 
+from streamrank import settings as settings_table
 from streamrank.errors import ParameterError
 from streamrank.execution.progress import bar
 from streamrank.training.path import values_text
 from streamrank.io.atomic import check_no_input_inside, check_not_input, reading, write_atomically, written
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import chosen_point, csv_text
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
 
 log = logging.getLogger("streamrank.workflow.grid")
 
 GRID_FORMAT = "streamrank-grid"
 GRID_VERSION = 1
-METHODS = ("primal", "nystroem", "rff", "exact", "clsr")
-KERNEL_METHODS = ("nystroem", "rff", "exact", "clsr")
-# which axes apply to which methods
-APPLIES = {"C": ("primal", "nystroem", "rff", "exact"), "gamma": KERNEL_METHODS, "lam": ("clsr",),
-           "components": ("nystroem", "rff", "clsr"), "loss": ("primal", "nystroem", "rff", "exact"),
-           "eta": ("primal", "nystroem", "rff", "exact")}
+METHODS = settings_table.METHODS
+KERNEL_METHODS = settings_table.KERNELS
+# which axes apply to which methods: the settings table's
+APPLIES = {name: settings_table.TABLE[name].methods for name in ("C", "gamma", "lam", "components", "loss", "eta")}
 
 # The default grids (docs/methods.md, "Default grids"): those behind the README's MQ2008 table
 # (tools/bench_kernel_approx.py --mq2008-table, tools/bench_papers.py --clsr). A kernel method's
@@ -88,7 +87,7 @@ def data_gamma_scale(ds, settings, executor=None):
     data, _, _, _ = with_features(ds, None, settings.get("features"))
     normalize = settings.get("normalize") or "none"
     var = kernel_value_variance(data, normalize, executor=executor,
-                                block_bytes=raw_block_bytes(parse_size(settings.get("memory_budget") or "2GB")))
+                                block_bytes=raw_block_bytes(parse_size(settings.get("memory_budget") or DEFAULT_MEMORY_BUDGET)))
     d = data.n_features
     g = default_gamma(d, var)
     out = {"normalize": normalize, "n_features": int(d), "value_var": var, "gamma_scale": g, "anchor": gamma_anchor(g)}
@@ -190,22 +189,14 @@ def _dataset_inputs(*pairs):
 
 def train_configuration(ds, valid, cfg, settings, *, select_metric, checkpoint=None, resume=False, executor=None):
     """(model, summary) of one configuration: the method's trainer over its inner path."""
-    from streamrank.training.clsr import train_clsr
-    from streamrank.training.exact import train_exact
-    from streamrank.training.linear import train_linear
-    m = cfg["method"]
+    from streamrank.training.trainers import train
     if cfg.get("gamma_default") and cfg["gamma"] is None:
         raise AssertionError(f"{cfg['label']}: the default gamma grid needs the data's anchor (configurations(axes, anchor))")
-    kw = dict(settings, valid=valid, select_metric=select_metric, checkpoint=checkpoint, resume=resume,
-              executor=executor, method=m, loss=cfg["loss"], eta=cfg["eta"], gamma=cfg["gamma"])
+    values = dict(settings, select_metric=select_metric, checkpoint=checkpoint, resume=resume,
+                  **{k: cfg[k] for k in ("method", "loss", "eta", "gamma", "C", "lam")})
     if cfg["components"] is not None:
-        kw["components"] = cfg["components"]
-    if m == "clsr":
-        trainer, kw["lam"] = train_clsr, cfg["lam"]
-    else:
-        trainer, kw["C"] = (train_exact if m == "exact" else train_linear), cfg["C"]
-    accepted = inspect.signature(trainer).parameters
-    return trainer(ds, **{k: v for k, v in kw.items() if k in accepted})
+        values["components"] = cfg["components"]
+    return train(ds, values, valid=valid, executor=executor)
 
 
 def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", executor=None, command=None,
@@ -338,7 +329,7 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
     chosen_model = run_dir / "runs" / results[best]["label"] / "model.h5"
     with written(run_dir / "model.h5") as tmp:  # copied in pieces: an exact kernel's model holds its rows
         shutil.copyfile(chosen_model, tmp)
-    rep = evaluate_model(load(chosen_model), valid, settings.get("memory_budget", "2GB"))
+    rep = evaluate_model(load(chosen_model), valid, settings.get("memory_budget", DEFAULT_MEMORY_BUDGET))
     record = {"format": GRID_FORMAT, "version": GRID_VERSION, "command": command, "select_metric": select_metric,
               "settings": dict(record_settings, settings=settings), "data": {"train": _data_info(ds), "valid": _data_info(valid)},
               "configs": results, "best": best, "chosen": chosen_point(results[best], select_metric),
@@ -351,7 +342,7 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
     return read_json(run_dir / "grid.json")
 
 
-def evaluate_model(model, ds, memory_budget="2GB"):
+def evaluate_model(model, ds, memory_budget=DEFAULT_MEMORY_BUDGET):
     """The letor4 report of ``model`` on open dataset ``ds`` (scores in the input's row order)."""
     from streamrank.evaluation.metrics import evaluate
     from streamrank.training.problem import read_labels

@@ -13,7 +13,7 @@ from streamrank._native import pairkernels as pk
 from streamrank.objectives.kernel_objective import KernelObjective
 from streamrank.cache.kernel_cache import KernelCache, rounding_bounds
 from streamrank.features.normalize import Normalizer
-from streamrank.io.synthetic import clustered_rows as clustered
+from streamrank.synthetic import clustered_rows as clustered
 from streamrank.solvers.tron import tron
 
 

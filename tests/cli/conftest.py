@@ -2,7 +2,7 @@
 
 import pytest
 
-from streamrank.io.synthetic import write_hdf5, write_text
+from streamrank.synthetic import write_hdf5, write_text
 
 
 @pytest.fixture(scope="session")

@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from streamrank.evaluation.score_files import open_data
+from streamrank.io.data_files import open_data
 
 ROWS = "{0} qid:1 1:0.5 2:1\n1 qid:1 1:0.25 2:2\n2 qid:2 1:1 2:0\n"
 

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.state.model import load
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*larger than the block budget")

@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 
 from kill_harness import Scenario
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 
 
 def make_inputs(d):

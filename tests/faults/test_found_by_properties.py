@@ -232,7 +232,7 @@ def test_a_map_larger_than_any_budget_is_refused_before_it_is_drawn(tmp_path, ca
     below the process itself) was warned about and run, and drew a 149 GiB matrix (a MemoryError
     traceback; 51 s before). The run's own arrays larger than the budget and the whole process are
     refused before any work, whatever the budget, with the budget that would hold them."""
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     write_hdf5(tmp_path / "t.h5", "small", scale=0.2, seed=0)
     assert main(["train", str(tmp_path / "t.h5"), "-o", str(tmp_path / "m.h5"), "--method", "rff",
                  "--cache-dir", str(tmp_path / "c"), "--components", "1000000000", "--memory-budget", budget]) == 2

@@ -74,7 +74,7 @@ def test_cache_builds_killed_midway_continue_from_the_blocks_written(inputs, tmp
     assert not kh.leftovers(w)
     assert kh.file_result(w / "m.h5") == kh.file_result(w / "ref.h5")
 
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     write_hdf5(w / "more.h5", "small", seed=0, part="train", scale=3.0)  # 9,000 rows: blocks of 128 KB below
     nys = ["train", str(w / "more.h5"), "--method", "nystroem", "--components", "64", "--map-cache", "cache",
            "--memory-budget", "1MB", "--tol", "1e-2", "--cache-dir"]

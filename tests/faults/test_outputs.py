@@ -12,7 +12,7 @@ import pytest
 from mounts import tmpfs
 from streamrank.cli import main
 from streamrank.io.atomic import remove_stale_temps, temp_name
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 
 
 @pytest.fixture(scope="module")

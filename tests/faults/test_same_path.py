@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from streamrank.cli import main
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 
 
 @pytest.fixture(scope="module")

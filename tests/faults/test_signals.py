@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import kill_harness as kh
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 
 # a warm-started path of many C values, each point one or two iterations and a checkpoint: seconds
 # of work after the first checkpoint appears (40 points of 1.15x left 0.47 s, which a poller starved

@@ -15,7 +15,7 @@ from streamrank.errors import InputError, ParameterError
 from streamrank.io.budget import STREAM_SLACK, resident_bytes
 from streamrank.io.convert import convert
 from streamrank.io.load import text_plan
-from streamrank.io.synthetic import write_hdf5, write_text
+from streamrank.synthetic import write_hdf5, write_text
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tests of the synthetic LETOR generator (streamrank.io.synthetic) and tools/make_letor.py."""
+"""Tests of the synthetic LETOR generator (streamrank.synthetic) and tools/make_letor.py."""
 
 import gzip
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from streamrank.io import synthetic as ds
+from streamrank import synthetic as ds
 from streamrank.errors import ParameterError
 
 from locations import ROOT  # noqa: E402

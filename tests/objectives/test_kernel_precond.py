@@ -5,7 +5,7 @@ import pytest
 
 from dense_oracle import explicit_pairs, nystroem_precond_dense
 from streamrank._native import pairkernels as pk
-from streamrank.io.synthetic import generate_batches
+from streamrank.synthetic import generate_batches
 from streamrank.objectives.kernel_precond import NystroemPreconditioner, auto_landmarks, rpcholesky
 from streamrank.features.kernels import kernel_matrix
 

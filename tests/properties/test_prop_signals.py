@@ -23,7 +23,7 @@ SIGNALS = [signal.SIGTERM, signal.SIGINT, signal.SIGHUP]
 @pytest.fixture(scope="module")
 def bigger(tmp_path_factory):
     """60 queries of generated data (a couple of seconds of training) and its text."""
-    from streamrank.io.synthetic import write_hdf5, write_text
+    from streamrank.synthetic import write_hdf5, write_text
     d = tmp_path_factory.mktemp("signals")
     write_hdf5(d / "train.h5", "small", seed=0, part="train", scale=1.0)
     write_text(d / "train.txt", "small", seed=0, part="train", scale=3.0)

@@ -23,7 +23,7 @@ SCENARIO = ("from streamrank.cli.main import main; "
             "main(['select-features', '{work}/t.h5', '-k', '5', '--importance', 'pairwise', '--signed', '--quiet'])")
 
 PREPARE = """
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 write_hdf5("{work}/t.h5", "small", seed=0)
 """
 
@@ -51,7 +51,7 @@ def test_select_features_starts_the_helper_on_a_cold_cache(tmp_path):
         real = warmup.start
         warmup.start = lambda lists, *a: started.extend([lists] if isinstance(lists, str) else lists) or real(lists, *a)
         from streamrank.cli.main import main
-        from streamrank.io.synthetic import write_hdf5
+        from streamrank.synthetic import write_hdf5
         write_hdf5("{work}/t.h5", "small", seed=0)
         assert main(["select-features", "{work}/t.h5", "-k", "2", "--quiet"]) == 0
         assert "select-features" in started, started

@@ -10,7 +10,7 @@ import pytest
 
 import streamrank
 from function_objects import SquaredHinge, hinge_problem
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.solvers import newton_yuan as ny
 from streamrank.solvers.tron import tron
 from streamrank.training.exact import train_exact

@@ -35,7 +35,7 @@ from streamrank.state.checkpoint import (ABORT_ENV, ABORT_EXIT_CODE, CURRENT, DA
                                    read_checkpoint, write_checkpoint)
 from streamrank.cli import main
 from streamrank.io.convert import convert
-from streamrank.io.synthetic import write_text
+from streamrank.synthetic import write_text
 from streamrank.errors import FormatError
 from streamrank.training.linear import train_linear
 

@@ -18,7 +18,7 @@ from locations import DATA  # noqa: E402
 
 import streamrank  # noqa: E402
 from streamrank.cli import main  # noqa: E402
-from streamrank.io.synthetic import write_hdf5  # noqa: E402
+from streamrank.synthetic import write_hdf5  # noqa: E402
 
 REF = DATA / "reference_v1"
 CASES = {

@@ -11,7 +11,7 @@ from streamrank.cli import main
 from streamrank.errors import ParameterError
 from streamrank.features.kernels import kernel_matrix
 from streamrank.io.hdf5_format import DatasetWriter
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.training.clsr import train_clsr
 
 

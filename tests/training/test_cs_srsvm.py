@@ -12,7 +12,7 @@ from streamrank.cli import main
 from streamrank.errors import ParameterError
 from streamrank.features.kernels import kernel_matrix
 from streamrank.io.convert import convert
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.training.exact import train_exact
 from streamrank.training.linear import train_linear
 from streamrank.training.problem import (ETA_AUTO_EPS1, THEOREM2_CONSTANT, pair_cost_table, pair_weight_sum,

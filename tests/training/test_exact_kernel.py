@@ -18,7 +18,7 @@ from streamrank._native import qprod as _qprod
 from streamrank.state.checkpoint import ABORT_ENV, ABORT_EXIT_CODE
 from streamrank.cli import main
 from streamrank.io.convert import convert
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.training.exact import train_exact
 from streamrank.objectives.kernel_objective import KernelObjective
 from streamrank.cache.kernel_cache import KernelCache, read_rows

@@ -16,7 +16,7 @@ import pytest
 from streamrank._native import warmup
 from streamrank._native.warm_manifest import KERNELS
 from streamrank.cli.main import _warm_lists, build_parser
-from streamrank.cli.train_commands import METHODS
+from streamrank.settings import METHODS
 
 MB = 10**6
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,7 +151,7 @@ def test_primal_first_run_tree_peak_within_budget(tmp_path, monkeypatch):
         from _rss import clean_tree_peak as cli_tree_peak  # this process maps numba: not the sampler
     finally:
         sys.path.remove(str(ROOT / "tools"))
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     data = tmp_path / "d.h5"
     write_hdf5(data, "mq2007", scale=0.2, seed=0)  # about 9,000 rows of 46 features
     env = {k: v for k, v in os.environ.items() if k != warmup.ENV_OFF}

@@ -8,7 +8,7 @@ import pytest
 import streamrank
 from dense_oracle import DenseRankSVM
 from streamrank.cli import main
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.training.linear import train_linear
 
 

@@ -14,7 +14,7 @@ import pytest
 import streamrank
 import streamrank.io.budget as io_budget
 from streamrank.errors import ParameterError
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.training.linear import train_linear
 
 RESIDENT = 100 * 10**6

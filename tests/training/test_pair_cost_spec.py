@@ -7,7 +7,7 @@ import pytest
 import streamrank
 from streamrank.cli import main
 from streamrank.errors import ParameterError
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.training.problem import pair_cost_table, parse_pair_costs
 
 

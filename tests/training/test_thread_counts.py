@@ -11,7 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 
 # (name, arguments after DATA): each solver and loss of the linear method, both preconditioners
 # of a feature map (up to 256 columns the sampled Hessian, wider the sketch), Newton's Cholesky

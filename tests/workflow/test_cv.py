@@ -11,7 +11,7 @@ from streamrank.cli import main
 from streamrank.errors import InputError
 from streamrank.evaluation.metrics import evaluate
 from streamrank.io.dataset import open_dataset
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.training.linear import train_linear
 from streamrank.training.problem import read_labels
 from streamrank.workflow.cv import METRICS, find_folds, run_cv
@@ -98,7 +98,7 @@ def test_mq2008_fold1_linear_reproduces_the_benchmark_log(tmp_path):
 
 
 def _open(p, cache):
-    from streamrank.evaluation.score_files import open_data
+    from streamrank.io.data_files import open_data
     return open_data(p, cache)
 
 

@@ -15,7 +15,7 @@ from streamrank.cli.common import translate
 from streamrank.features.kernels import default_gamma
 from streamrank.features.normalize import Normalizer
 from streamrank.io.hdf5_format import DatasetWriter
-from streamrank.io.synthetic import generate_batches
+from streamrank.synthetic import generate_batches
 from streamrank.training.path import edge_extension, report_grid_edges, values_text
 from streamrank.workflow.grid import (DEFAULT_GAMMA_OFFSETS, KERNEL_METHODS, configuration_points,
                                       configuration_work, configurations, data_gamma_scale, gamma_anchor, run_grid)

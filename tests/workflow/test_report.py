@@ -16,7 +16,7 @@ import pytest
 from small_data import small_pair
 from streamrank.cli import main
 from streamrank.errors import InputError, ParameterError
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.workflow.cv import run_cv
 from streamrank.workflow.grid import run_grid
 from streamrank.workflow.report import write_report

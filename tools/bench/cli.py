@@ -42,7 +42,7 @@ rounds: tool A, tool B, ..., then again; a peer not found is a row saying "not a
   libsvm-ranksvm (``svm-train -s 0 -t 2``, OMP_NUM_THREADS=2, its kernel cache large enough for
   the whole of Q unless --libsvm-cache-mb says otherwise: with libsvm's default 100 MB it
   recomputes most of Q every Hessian product and takes well over ten times as long).
-* big (a generated MSLR-WEB30K-like text set: streamrank.io.synthetic's ``mslr30k`` preset, seed 0,
+* big (a generated MSLR-WEB30K-like text set: streamrank.synthetic's ``mslr30k`` preset, seed 0,
   scale --big-scale, default 0.4405 = 1,000,065 rows x 136 features, 8,334 queries; C = 1, eps =
   1e-3): ``streamrank train big.h5`` (converted once beforehand; the solver's own seconds, --json
   ``seconds``, beside the whole process), the same with ``--memory-budget`` half the size of X in

@@ -17,7 +17,7 @@ minimises it), divided by max|p| (the peer's printed scale: LIBLINEAR prints %g,
 digits, so 5e-6 is its rounding) and by max|s| (streamrank's); and c beside the constant the file
 dropped. Verdict: within 1e-5 of max|p| (+ 1e-8 for svm_rank_classify's %.8f).
 
-(b) Speed. A generated mq2007-like test set (streamrank.io.synthetic, seed 0, part ``test``, 46
+(b) Speed. A generated mq2007-like test set (streamrank.synthetic, seed 0, part ``test``, 46
 features; --rows, default about 1M rows) is scored by a linear model (zscore) and an rbf Nystroem
 model (m = --components, default 2,000, zscore; both trained on the preset's train part at scale
 0.25, about 10k rows), each three ways, interleaved, --repeats rounds:
@@ -59,7 +59,7 @@ PEERS = REPO.parent / "peers"
 DEFAULT_PROGS = {"svmrank": PEERS / "svm_rank" / "svm_rank_classify",
                  "liblinear": PEERS / "liblinear-ranksvm" / "predict"}
 PEER_LABEL = {"svmrank": "SVMrank svm_rank_classify", "liblinear": "LIBLINEAR ranksvm predict"}
-PRESET, PRESET_ROWS = "mq2007", 42158  # rows of streamrank.io.synthetic's mq2007 preset at scale 1
+PRESET, PRESET_ROWS = "mq2007", 42158  # rows of streamrank.synthetic's mq2007 preset at scale 1
 AGREE_C = 0.25
 
 
@@ -128,7 +128,7 @@ def agreement_data(args, work):
     if tr and te:
         Xtr, ytr, qtr = streamrank.load_ranking(tr)
         return f"MQ2008 Fold1 ({te})", (Xtr, ytr, qtr), streamrank.load_ranking(te, n_features=Xtr.shape[1])
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     for part, scale in (("train", 0.25), ("test", 0.1)):
         write_hdf5(work / f"agree-{part}.h5", PRESET, seed=0, part=part, scale=scale)
     return (f"generated {PRESET}-like rows ({fold} not found)", streamrank.load_ranking(work / "agree-train.h5"),
@@ -186,7 +186,7 @@ def section_agreement(args, work):
 # -- (b) speed of the exported model -------------------------------------------------------------------
 def generated(work, part, rows, seed=0):
     """An HDF5 file of about ``rows`` rows of the mq2007-like preset (kept in --workdir)."""
-    from streamrank.io.synthetic import write_hdf5
+    from streamrank.synthetic import write_hdf5
     scale = rows / PRESET_ROWS
     path = work / f"{PRESET}-{part}-{rows}.h5"
     if not path.exists():

@@ -1,13 +1,13 @@
-"""Generated LETOR-like text (streamrank.io.synthetic) and cuts of it at a query boundary."""
+"""Generated LETOR-like text (streamrank.synthetic) and cuts of it at a query boundary."""
 import time
 from pathlib import Path
 
 
 def generated_text(path, preset, scale, part="train"):
-    """Write ``path`` with streamrank.io.synthetic (seed 0) unless it is there; returns (path, bytes)."""
+    """Write ``path`` with streamrank.synthetic (seed 0) unless it is there; returns (path, bytes)."""
     path = Path(path)
     if not path.exists():
-        from streamrank.io.synthetic import write_text
+        from streamrank.synthetic import write_text
         print(f"generating {path} ({preset}, scale {scale:g}, seed 0, part {part}) ...", flush=True)
         t = time.perf_counter()
         write_text(path, preset=preset, scale=scale, seed=0, part=part)

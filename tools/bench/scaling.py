@@ -1,5 +1,5 @@
 """scaling: linear RankSVM's time and peak RSS against rows, on generated MSLR-WEB30K-like text
-(streamrank.io.synthetic's ``mslr30k`` preset, seed 0) at several sizes: streamrank from HDF5
+(streamrank.synthetic's ``mslr30k`` preset, seed 0) at several sizes: streamrank from HDF5
 (converted beforehand, untimed) and from the text (convert + train), LIBLINEAR ranksvm ``train -s
 8`` and SVMrank (``svm_rank_learn -c C*n_queries``, only on the sizes up to
 --scaling-svmrank-rows: its time grows fast with the queries), each a whole process, interleaved
@@ -157,7 +157,7 @@ def run(ctx):
                     "note": "not run on " + ", ".join(f"{n:,}" for n in skipped) + " rows (--scaling-svmrank-rows "
                             f"{args.scaling_svmrank_rows:,}: its time grows fast with the rows and queries{here})"})
     took = time.perf_counter() - t_start
-    notes = [f"scaling: generated {BIG_PRESET}-like text (streamrank.io.synthetic, seed 0, part train, {BIG_D} "
+    notes = [f"scaling: generated {BIG_PRESET}-like text (streamrank.synthetic, seed 0, part train, {BIG_D} "
              f"features, about 120 rows a query) at {len(args.scaling_rows)} sizes; C = {C:g}, eps = {EPS:g}; "
              f"streamrank: train X.h5 --C {C:g} --tol {EPS:g} --json (X.h5 converted once beforehand, untimed), and "
              f"from the text: convert + train (two processes, seconds summed, peak RSS the larger); LIBLINEAR: "
