@@ -60,12 +60,14 @@ import contextlib
 import functools
 import inspect
 import numbers
+import os
 import sys
 import tempfile
 import warnings
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from streamrank.io.dataset import Dataset, open_dataset
 from streamrank.errors import ParameterError
@@ -246,19 +248,46 @@ class RankSVM(_Estimator):
     training_ : dict, the training summary (every candidate's validation score)
     """
 
-    _METHODS = settings.RANKSVM
-    _EXCLUDE = ()
+    _METHODS: tuple[str, ...] = settings.RANKSVM
+    _EXCLUDE: tuple[str, ...] = ()
+    # the parameters its methods read (__init__ sets every parameter of the table: _table_init)
+    verbose: bool
+    memory_budget: "int | str"
+    random_state: object
 
     # __init__: keyword-only, one per setting of the table and verbose, each stored as given
     # (_table_init, below the class)
 
-    def fit(self, X, y=None, qid=None, *, valid=None, queries=None):
-        """Train on a dataset (path or :class:`Dataset`) or on in-memory arrays ``X, y, qid``.
+    def fit(self, X: "ArrayLike | str | os.PathLike[str] | Dataset", y: "ArrayLike | None" = None,
+            qid: "ArrayLike | None" = None, *, valid: "object | None" = None,
+            queries: "tuple[int, int] | None" = None) -> "RankSVM":
+        """Train on a dataset or on in-memory arrays.
 
-        ``qid``: one query id per row (integers or strings; a query's rows need not be
-        adjacent); None ranks all rows as one query. In-memory arrays are written as float32 to a
-        temporary dataset first, so every fit reads through the same query-aligned stream.
-        ``valid``: a dataset or ``(X, y, qid)`` for choosing among several C (or gamma).
+        Parameters
+        ----------
+        X : array-like (n_rows, n_features), or a dataset (path or :class:`Dataset`)
+            In-memory arrays are written as float32 to a temporary dataset first, so every fit
+            reads through the same query-aligned stream.
+        y : array-like (n_rows,), optional
+            Relevance labels (with arrays; a dataset holds its own).
+        qid : array-like (n_rows,), optional
+            One query id per row (integers or strings; a query's rows need not be adjacent).
+            None ranks all rows as one query, with a warning.
+        valid : dataset or (X, y, qid), optional
+            Validation data, which chooses among several C (or gamma, lam) by ``select_metric``.
+        queries : (int, int), optional
+            Train on the dataset's queries ``[q0, q1)`` only.
+
+        Returns
+        -------
+        self
+
+        Raises
+        ------
+        ParameterError
+            A setting out of its range or choices (whether it applies to the method or not).
+        InputError
+            Data that cannot be trained on, named with its row or file.
         """
         values = self._settings()
         with _fit_data(X, y, qid, valid, type(self).__name__) as (ds, vds), _verbose(self.verbose):
@@ -290,8 +319,10 @@ class RankSVM(_Estimator):
         self.objective_ = summary.get("objective")
         self.C_ = summary.get("C")
 
-    def predict(self, X, qid=None):
-        """Scores of the rows of ``X`` (array) or of a dataset (path/Dataset, input row order).
+    def predict(self, X: "ArrayLike | str | os.PathLike[str] | Dataset",
+                qid: "ArrayLike | None" = None) -> np.ndarray:
+        """Scores of the rows of ``X`` (array) or of a dataset (path/Dataset, input row order):
+        a float64 array of one score per row.
 
         Array rows are read as float32, as :meth:`fit` stores them, so a row scores the same
         whatever X's dtype and whether it comes in an array or a dataset; float32 X is not copied.
@@ -313,7 +344,8 @@ class RankSVM(_Estimator):
         out[order] = model.decision_function(X[order], query_ptr)
         return out
 
-    def score(self, X, y=None, qid=None, sample_weight=None):
+    def score(self, X: "ArrayLike | str | os.PathLike[str] | Dataset", y: "ArrayLike | None" = None,
+              qid: "ArrayLike | None" = None, sample_weight: "ArrayLike | None" = None) -> float:
         """Mean NDCG@10 over the queries of ``X, y, qid`` (arrays) or of a dataset (path/Dataset).
 
         The LETOR 4.0 convention (``letor4`` in :mod:`streamrank.evaluation.metrics`: gains 0/1/3
@@ -829,7 +861,25 @@ _table_init(RankSVM, [("verbose", False)])
 _table_init(CLSRRank, [("verbose", False)])
 
 
-def load(path):
-    """A fitted estimator from a model file: :class:`CLSRRank` for a CLSRRank model, else :class:`RankSVM`."""
+def load(path: "str | os.PathLike[str]") -> RankSVM:
+    """A fitted estimator from a model file.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A model that ``streamrank train``, ``grid``, ``cv`` or :meth:`RankSVM.save` wrote, of any
+        released format version.
+
+    Returns
+    -------
+    RankSVM or CLSRRank
+        :class:`CLSRRank` for a CLSRRank model, else :class:`RankSVM`; fitted, with the
+        parameters the model records.
+
+    Raises
+    ------
+    InputError
+        A file that is not a readable streamrank model, named with what is wrong.
+    """
     model = load_model(path)
     return (CLSRRank if model.config.get("method") == "clsr" else RankSVM).from_model(model)

@@ -6,10 +6,13 @@ slices through :class:`streamrank.io.query_stream.QueryStream`.
 
 import json
 import logging
+import os
 import weakref
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import h5py
+
 import numpy as np
 
 from streamrank._native import finite
@@ -19,11 +22,14 @@ from streamrank.io.atomic import forget_input, register_input
 from streamrank.io.h5_edc import RowReader, no_check_dxpl
 from streamrank.io.hdf5_format import FORMAT_NAME, FORMAT_VERSION, READABLE_VERSIONS, ContentHash, index_digest
 
+if TYPE_CHECKING:
+    from streamrank.io.query_stream import QueryStream
+
 
 log = logging.getLogger("streamrank.io.dataset")
 
 # datasets opened in this process without checksums (format version 1): said once each
-_UNVERIFIED_SAID = set()
+_UNVERIFIED_SAID: set[str] = set()
 
 # Rows of X read by one HDF5 call on a block's first read, each piece scanned for non-finite values
 # as soon as it lands, while it is still in cache. Whole HDF5 chunks (about 1 MB each,
@@ -592,8 +598,30 @@ class Dataset:
             raise _damaged(self.path, f"its rows cannot be read ({e})") from None
         return {"count": count_x + count_y, "count_features": count_x, "count_labels": count_y, "first": first}
 
-    def stream(self, **kwargs):
-        """A :class:`~streamrank.io.query_stream.QueryStream` over this dataset (keywords passed on)."""
+    def stream(self, *, block_bytes: "int | str | None" = None, memory_budget: "int | str | None" = None,
+               queries: "tuple[int, int] | None" = None, **kwargs) -> "QueryStream":
+        """Query-aligned blocks of this dataset: iterate over ``(block, start, stop)``.
+
+        Parameters
+        ----------
+        block_bytes : int or str, optional
+            Raw bytes of one block (X and y); by default the stream's share of ``memory_budget``.
+            A block always holds whole queries; the results of a pass do not depend on its size.
+        memory_budget : int or str, optional
+            The run's budget (default 2GB), used only to derive ``block_bytes``.
+        queries : (int, int), optional
+            Only the contiguous queries ``[q0, q1)``.
+        **kwargs
+            The other keywords of :class:`~streamrank.io.query_stream.QueryStream` (prefetch,
+            reuse_buffers, row_bytes, partition_rows).
+
+        Returns
+        -------
+        QueryStream
+            Yields ``(block, start, stop)``: ``block.X`` (rows x features, float32), ``block.y``,
+            ``block.query_ptr``; rows ``start:stop`` of the dataset's stored order.
+        """
+        kwargs.update(block_bytes=block_bytes, memory_budget=memory_budget, queries=queries)
         from streamrank.io.query_stream import QueryStream, stream_of
         qs = QueryStream(self, **kwargs)
         qs.spec = (stream_of, {"dataset": self, **kwargs})  # how a worker makes a part of it
@@ -673,7 +701,7 @@ class CheckedRows:
         raise ds._not_finite(r, None if self._name == "y" else ds._X[r], float(ds._y[r]))
 
 
-_REOPENED = {}
+_REOPENED: dict = {}
 
 
 def reopen(path, fingerprint, name=None):
@@ -699,6 +727,24 @@ def reopen(path, fingerprint, name=None):
     return ds
 
 
-def open_dataset(path):
-    """Open a streamrank HDF5 dataset for reading (see :class:`Dataset`)."""
+def open_dataset(path: "str | os.PathLike[str]") -> "Dataset":
+    """Open a streamrank HDF5 dataset for reading.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A dataset that ``streamrank convert`` (or :class:`~streamrank.io.hdf5_format.DatasetWriter`)
+        wrote, of any released format version.
+
+    Returns
+    -------
+    Dataset
+        Open for reading; close it, or use it as a context manager (``with open_dataset(p) as ds``).
+
+    Raises
+    ------
+    InputError
+        The file is missing, not HDF5, or not a streamrank dataset (one line naming the file and
+        what would read it).
+    """
     return Dataset(path)

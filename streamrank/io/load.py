@@ -20,13 +20,18 @@ Names (per row and per query, so that they cannot be confused):
 """
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from streamrank.errors import InputError, ParameterError
 from streamrank.units import format_size, parse_size
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
+
+if TYPE_CHECKING:
+    from streamrank.io.dataset import Dataset
 
 # rows of a dataset are read in blocks of about this many bytes when they are narrowed to some
 # features or cast to another dtype (otherwise they are read straight into the returned X)
@@ -35,8 +40,10 @@ READ_BLOCK_BYTES = 16 << 20
 QID_BYTES = 8
 
 
-def load_ranking(data, *, features=None, dtype=np.float32, memory_budget=DEFAULT_MEMORY_BUDGET,
-                 query_file=None, zero_based=False, n_features=None):
+def load_ranking(data: "str | os.PathLike[str] | Dataset", *, features: "str | Sequence[int] | None" = None,
+                 dtype: "type | np.dtype" = np.float32, memory_budget: "int | str" = DEFAULT_MEMORY_BUDGET,
+                 query_file: "str | os.PathLike[str] | None" = None, zero_based: bool = False,
+                 n_features: "int | None" = None) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
     """Read a dataset or a text file whole: ``X, y, qid`` with ONE QUERY ID PER ROW.
 
     ``RankSVM().fit(*streamrank.load_ranking("train.h5"))`` trains on it; so does

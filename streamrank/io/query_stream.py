@@ -111,6 +111,8 @@ class QueryStream:
         boundaries (query indices), ``block_partition`` the partition of each block.
     """
 
+    spec: object = None  # (function, keywords) that make this stream in another process (Dataset.stream)
+
     def __init__(self, dataset, *, block_bytes=None, memory_budget=None, queries=None, prefetch=True,
                  reuse_buffers=True, row_bytes=None, partition_rows=None, buffer_pool=None):
         self.dataset = dataset
