@@ -2,23 +2,13 @@
 
 scikit-learn is optional (the ``sklearn`` extra); ``import streamrank`` never imports it.
 
-Why no ``sklearn.base.BaseEstimator`` base class (weighed again for issue 33)
-    Measured on the project's 2-core machine (session 17; best of 3 fresh processes, 3 rounds):
-    ``import streamrank.estimator`` 0.28 s, ``import sklearn.base`` 0.77-1.01 s, both 0.78-0.86 s.
-    A BaseEstimator base would make the estimator's first use about 0.5 s slower (2.8x), for every
-    user of the Python API, scikit-learn's or not. LightGBM and XGBoost pay it only when
-    scikit-learn is installed (their ``compat.py``), but streamrank's estimators must work
-    without it (the ``sklearn`` extra is optional): two class hierarchies, one per installation,
-    would give the same estimator different behaviour (repr, tags, routing) by what else is
-    installed, and one taken only when scikit-learn happens to be imported already would depend
-    on import order. So :class:`_Estimator`
-    implements scikit-learn's estimator protocol in plain Python: ``get_params`` / ``set_params``
-    from the ``__init__`` signature (nested ``name__param`` included), the repr of the parameters
-    that differ from their defaults, ``__sklearn_tags__`` and the metadata requests. Only the
-    methods that scikit-learn alone calls import it (``__sklearn_tags__``,
-    ``get_metadata_routing``, ``set_*_request``). ``clone``, ``GridSearchCV``, ``Pipeline`` and
+The estimator protocol without scikit-learn
+    :class:`_Estimator` implements it in plain Python: ``get_params`` / ``set_params`` from the
+    ``__init__`` signature (nested ``name__param`` included), the repr of the parameters that
+    differ from their defaults, ``__sklearn_tags__`` and the metadata requests; only the methods
+    that scikit-learn alone calls import it. ``clone``, ``GridSearchCV``, ``Pipeline`` and
     ``sklearn.utils.estimator_checks`` take the estimators as they take a BaseEstimator
-    (tests/test_sklearn.py lists the checks that do not apply to a ranker, with their reasons).
+    (docs/design.md, "The estimators without a scikit-learn base class", says why).
 
 Query ids inside scikit-learn: metadata routing
     ``fit``, ``predict`` and ``score`` take ``qid=`` (one query id per row, as XGBoost's XGBRanker
