@@ -105,6 +105,7 @@ def test_nystroem_with_a_disk_cache_equals_the_local_model(data, dask_ex, tmp_pa
     assert s1["passes"] == s0["passes"]
 
 
+@pytest.mark.slow  # the same passes as the squared hinge's, another pair kernel
 def test_smooth_hinge_equals_the_local_model(data, dask_ex):
     tr, va = data
     kw = settings(va, loss="smooth_hinge", eta=0.1, pair_cost="gain_difference", query_weight="log_ratio")
@@ -138,7 +139,7 @@ def kill_one_worker_after(ex, client, passes):
     return t, killed
 
 
-@pytest.mark.parametrize("method", ["primal", "nystroem"])
+@pytest.mark.parametrize("method", ["primal", pytest.param("nystroem", marks=pytest.mark.slow)])
 def test_a_worker_killed_mid_training_changes_nothing(data, cluster, method):
     tr, va = data
     kw = settings(va, method=method, components=40, gamma=0.05)

@@ -86,7 +86,9 @@ def finish(p):
         raise
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=lambda s: s.name)
+# SIGHUP and SIGINT take SIGTERM's path (cli.signals maps all three to one interrupt): slow tier
+@pytest.mark.parametrize("sig", [signal.SIGTERM, pytest.param(signal.SIGHUP, marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGINT, marks=pytest.mark.slow)], ids=lambda s: s.name)
 def test_a_signal_keeps_the_checkpoint_and_says_so(data, reference, tmp_path, sig):
     from streamrank.state.checkpoint import read_checkpoint
     w = tmp_path
