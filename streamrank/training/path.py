@@ -92,6 +92,11 @@ class Method:
         """The validation score of solution ``w`` of gamma ``gi``."""
         raise NotImplementedError
 
+    def decided(self):
+        """Settings the method chose while running (e.g. ``solver_chosen`` for ``solver=auto``):
+        recorded beside the run's settings in its checkpoints and in :attr:`PathResult.decided`."""
+        return {}
+
 
 @dataclass
 class PathResult:
@@ -100,6 +105,7 @@ class PathResult:
     best: int          # the chosen point's index
     passes: int        # passes over the data along the whole path (resumed runs included)
     points: list = None  # the (gamma index, C) of each candidate (a second stage's included)
+    decided: dict = None  # what the method chose while running (:meth:`Method.decided`)
 
     @property
     def w(self):
@@ -180,8 +186,9 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
             log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score)
             return score
 
+        recorded = settings if settings is None else {**settings, **method.decided()}
         on_iteration = iteration_callback(
-            checkpoint=checkpoint, config=config, fingerprint=fingerprint, settings=settings, index=k,
+            checkpoint=checkpoint, config=config, fingerprint=fingerprint, settings=recorded, index=k,
             candidates=candidates, path_w=path_w, counter=n_ck, passes=passes, trace=trace,
             validate=None if valid_key is None else validate)
         try:
@@ -209,7 +216,7 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
         method.close(resource)
     best = (max(range(len(points)), key=lambda i: candidates[i].get(valid_key, 0.0)) if valid_key is not None
             else len(points) - 1)
-    return PathResult(candidates, path_w, best, total, points)
+    return PathResult(candidates, path_w, best, total, points, dict(method.decided()))
 
 
 def overflow_error(e, C, gamma, candidates):
