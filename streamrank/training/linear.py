@@ -132,20 +132,11 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
                         format_size(resident + STREAM_SLACK), format_size(budget * BLOCK_SHARE_OF_BUDGET),
                         -(-int(need) // 10**6))
             return fixed, given_block or max(1, int(budget * BLOCK_SHARE_OF_BUDGET)), resident
-        need = -(-int(need) // 10**6) * 10**6  # whole MB (10^6 bytes, the unit of --memory-budget), up
-        parts = [f"{format_size(resident)} resident", f"{format_size(state)} of per-row state for {n_train:,} rows"]
-        if method != "primal":
-            parts.append(f"the {method} map's {components:,} components {format_size(fixed - valid_fixed)}"
-                         + (f" (its fit's peak)" if fit >= kept + extra else " with the preconditioner"))
-        elif extra:
-            parts.append(f"the preconditioner's {format_size(extra)}")
-        if valid_fixed:
-            parts.append(f"the labels, scores and metrics of {valid.n_rows:,} validation rows {format_size(valid_fixed)}")
-        parts.append(f"a block holding the largest query ({qmax:,} rows) {format_size(int(qmax * row))}")
-        raise ParameterError(f"memory_budget {format_size(budget)} is too small for this run: it needs "
-                             f"{format_size(need)} ({', '.join(parts)}, with the allocator's headroom); "
-                             f"use memory_budget={need // 10**6}MB"
-                             + ("" if method == "primal" else f" or fewer components"))
+        raise _budget_error(budget, need, [f"{format_size(resident)} resident",
+                                           f"{format_size(state)} of per-row state for {n_train:,} rows"],
+                            method=method, components=components, map_bytes=fixed - valid_fixed,
+                            fit_peak=fit >= kept + extra, extra=extra, valid=valid, valid_fixed=valid_fixed,
+                            block=(qmax, int(qmax * row)))
     if given_block:
         return fixed, given_block, resident
     # rows of either kind a block may hold: its share of the budget, and never fewer than the largest
@@ -153,6 +144,26 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
     rows = max(min(avail, budget * BLOCK_SHARE_OF_BUDGET * BUFFERS) / row, qmax)
     block = int(np.ceil(rows * 4 * (d + 1)))  # the raw stream's rows fit, and the mapped stream's are fewer
     return fixed, max(block, 1), resident
+
+
+def _budget_error(budget, need, parts, *, method, components, map_bytes, fit_peak, extra, valid, valid_fixed, block):
+    """The refusal of a ``budget`` below a linear or mapped run's ``need``: what it needs, part by
+    part (``parts`` so far, then the map's or the preconditioner's arrays, the validation rows'
+    and a block holding the largest query, ``block`` = (its rows, its bytes)), and the budget that
+    works, in whole MB (10^6 bytes, the unit of --memory-budget), rounded up."""
+    from streamrank.units import format_size
+    need = -(-int(need) // 10**6) * 10**6
+    if method != "primal":
+        parts.append(f"the {method} map's {components:,} components {format_size(map_bytes)}"
+                     + (" (its fit's peak)" if fit_peak else " with the preconditioner"))
+    elif extra:
+        parts.append(f"the preconditioner's {format_size(extra)}")
+    if valid_fixed:
+        parts.append(f"the labels, scores and metrics of {valid.n_rows:,} validation rows {format_size(valid_fixed)}")
+    parts.append(f"a block holding the largest query ({block[0]:,} rows) {format_size(block[1])}")
+    return ParameterError(f"memory_budget {format_size(budget)} is too small for this run: it needs "
+                          f"{format_size(need)} ({', '.join(parts)}, with the allocator's headroom); "
+                          f"use memory_budget={need // 10**6}MB" + ("" if method == "primal" else " or fewer components"))
 
 
 METHODS = ("primal", "nystroem", "rff")
