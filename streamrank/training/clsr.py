@@ -34,6 +34,7 @@ rows of at most CHUNK_BYTES.
 import logging
 import math
 import time
+from dataclasses import dataclass
 
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
@@ -46,13 +47,11 @@ from streamrank.solvers.finite import numeric_error, vector_detail
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.basis_map import KernelBasisMap, clsr_plan, draw_basis, kernel_name
 from streamrank.features.kernels import KERNELS
-from streamrank.features.normalize import Normalizer
 from streamrank.objectives.linear_precond import query_groups
 from streamrank.state.model import LinearModel, settled_resident
 from streamrank.training.path import report_grid_edges
-from streamrank.training.problem import (SELECT_METRICS, attach_features, check_has_features, check_queries,
-                                        check_validation_labels, check_valid_width, gamma_path, grid_points, read_labels, validation_score,
-                                        with_features)
+from streamrank.training.problem import (SELECT_METRICS, attach_features, check_data, check_queries, fit_normalizer,
+                                        frozen, gamma_path, query_range, read_labels, validation_score, with_features)
 from streamrank.units import format_size, parse_size
 
 log = logging.getLogger("streamrank.training.clsr")
@@ -210,6 +209,22 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     t_start = time.perf_counter()
     check_queries(ds, queries)
     ds, valid, feature_cols, input_width = with_features(ds, valid, features)
+    settings = clsr_settings(valid, lam=lam, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, normalize=normalize,
+                             components=components, memory_budget=memory_budget, select_metric=select_metric, seed=seed,
+                             queries=queries)
+    check_data(ds, valid, select_metric, settings["lambda_path"], settings["gamma_path"], "lambda")
+    problem = clsr_problem(ds, valid, settings, query_range(ds, queries), block_bytes, executor,
+                           kernel=kernel, degree=degree, coef0=coef0, seed=seed)
+    path = ClsrPath(problem, settings)
+    path.run(checkpoint, resume)
+    model, summary = clsr_model(problem, settings, path, t_start)
+    return attach_features(model, feature_cols, input_width), summary
+
+
+def clsr_settings(valid, *, lam, kernel, gamma, degree, coef0, normalize, components, memory_budget, select_metric,
+                  seed, queries):
+    """The checked settings of a CLSRRank run, read-only: the config its model records (the
+    kernel by name; ``gamma_path`` [None] for a callable kernel)."""
     lams = _lambda_path(lam)
     if not callable(kernel) and kernel not in KERNELS:
         raise ParameterError(f"kernel must be one of {', '.join(KERNELS)} or a callable K(A, B); got {kernel!r}. "
@@ -219,14 +234,22 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {select_metric!r}")
     if components is not None:
         components = params.check("components", components)
-    check_has_features(ds)
-    check_valid_width(ds, valid)
-    check_validation_labels(valid, select_metric)
-    grid_points(lams, gammas, valid, "lambda")
-    budget = parse_size(memory_budget)
-    q0, q1 = queries if queries is not None else (0, ds.n_queries)
-    n_train = int(ds.query_ptr[q1] - ds.query_ptr[q0])
-    d = ds.n_features
+    return frozen({"method": "clsr", "lambda_path": lams, "kernel": kernel_name(kernel), "gamma_path": gammas,
+                   "degree": params.check("degree", degree), "coef0": params.check("coef0", coef0),
+                   "normalize": normalize, "components": components, "seed": params.check("seed", seed),
+                   "select_metric": select_metric, "memory_budget": parse_size(memory_budget),
+                   "queries": list(queries) if queries is not None else None,
+                   "valid_fingerprint": valid.fingerprint if valid is not None else None})
+
+
+def system_size(ds, settings, queries):
+    """(m basis rows, the training rows, the resident bytes) of a run whose m x m system, its
+    factor and a product (24 m^2 bytes), the basis and (all rows as the basis) the training rows
+    fit SYSTEM_SHARE of the budget beside what the process holds; else ParameterError naming the
+    components or the budget that fit."""
+    q0, q1 = queries
+    n_train, d, budget, components = (int(ds.query_ptr[q1] - ds.query_ptr[q0]), ds.n_features,
+                                      settings["memory_budget"], settings["components"])
     m = n_train if components is None else min(int(components), n_train)
     need = 24 * m * m + 8 * m * d + (8 * n_train * d if components is None else 0)  # G0, its factor, a product
     resident = settled_resident()
@@ -239,104 +262,179 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
                              f"{format_size(budget)} leaves beside the {format_size(resident)} resident; use "
                              + (f"components={fit} (basis rows drawn from the data) or {budget_fix}" if fit >= 10
                                 else budget_fix))
-    cfg = {"method": "clsr", "lambda_path": lams, "kernel": kernel_name(kernel), "gamma_path": gammas,
-           "degree": params.check("degree", degree), "coef0": params.check("coef0", coef0), "normalize": normalize,
-           "components": components, "seed": params.check("seed", seed), "select_metric": select_metric, "memory_budget": budget,
-           "queries": list(queries) if queries is not None else None,
-           "valid_fingerprint": valid.fingerprint if valid is not None else None}
-    # the groups' buffer and its kernel rows: CHUNK_BYTES each (a function of m alone, so that the
-    # sums do not depend on the budget); blocks get the rest (their prefetch buffers and float64
-    # normalised copy, 2 + 2 bytes per raw byte)
-    # the system, its factor, the basis, the groups' buffer, the tiles and the validation's chunk
-    # beside the blocks (features.basis_map.clsr_plan), or refused with the smallest budget that works
-    raw_block = block_bytes or clsr_plan(budget, resident, m=m, d=d, n_train=n_train,
+    return m, n_train, resident
+
+
+@dataclass(frozen=True, eq=False)
+class ClsrProblem:
+    """A CLSRRank run's data and basis, prepared once: ``ds`` and ``valid`` (its labels
+    ``valid_y``), the training ``queries`` (q0, q1) and their ``n_train`` rows, the fitted
+    ``normalizer``; the ``m`` ``basis`` rows (normalised float64) and their dataset rows
+    ``basis_rows``; ``Xn``, ``y``: the training rows and labels when they are the basis (else
+    None), read in ``base_passes`` passes; the kernel as given (a name or a callable) with its
+    ``degree`` and ``coef0``; ``raw_block``: bytes of a block read; ``rows_max``: rows of a group
+    of queries summed by one product (:class:`_Sums`)."""
+
+    ds: object
+    valid: object
+    valid_y: object
+    queries: tuple
+    n_train: int
+    normalizer: object
+    m: int
+    basis: np.ndarray
+    basis_rows: np.ndarray
+    Xn: object
+    y: object
+    base_passes: int
+    kernel: object
+    degree: object
+    coef0: object
+    raw_block: int
+    rows_max: int
+    executor: object
+
+
+def clsr_problem(ds, valid, settings, queries, block_bytes, executor, *, kernel, degree, coef0, seed):
+    """The run's :class:`ClsrProblem`: its blocks inside the budget, the normaliser, the basis
+    (every training row, read once and kept, or m rows drawn with ``seed``)."""
+    q0, q1 = queries
+    m, n_train, resident = system_size(ds, settings, queries)
+    all_rows, d = settings["components"] is None, ds.n_features
+    # the system, its factor, the basis, the groups' buffer (CHUNK_BYTES, a function of m alone, so
+    # that the sums do not depend on the budget), the tiles and the validation's chunk beside the
+    # blocks (features.basis_map.clsr_plan), or refused with the smallest budget that works
+    raw_block = block_bytes or clsr_plan(settings["memory_budget"], resident, m=m, d=d, n_train=n_train,
                                          largest_query=int(np.diff(ds.query_ptr[q0:q1 + 1]).max(initial=0)),
-                                         all_rows=components is None, validating=valid is not None,
-                                         chunk_bytes=CHUNK_BYTES)
-    normalizer = Normalizer(normalize)
-    if normalize == "zscore":
-        normalizer.fit(partitioned_stream(ds, executor, block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
-    rows_max = max(1, CHUNK_BYTES // (8 * m))
-    passes = 0
-
-    # -- the basis: every training row (read once, kept) or m drawn rows ------------------------------
+                                         all_rows=all_rows, validating=valid is not None, chunk_bytes=CHUNK_BYTES)
+    normalizer = fit_normalizer(ds, settings["normalize"], queries, raw_block, executor)
     t = time.perf_counter()
-    if components is None:
-        Xn, y, _ = read_rows(ds, normalizer, (q0, q1), raw_block, executor=executor)
+    if all_rows:
+        Xn, y, _ = read_rows(ds, normalizer, queries, raw_block, executor=executor)
         basis, basis_rows = Xn, np.arange(int(ds.query_ptr[q0]), int(ds.query_ptr[q1]))
-        passes += 1
     else:
-        basis, basis_rows = draw_basis(ds, m, seed, normalizer=normalizer, queries=(q0, q1), block_bytes=raw_block,
+        basis, basis_rows = draw_basis(ds, m, seed, normalizer=normalizer, queries=queries, block_bytes=raw_block,
                                        executor=executor)
-        Xn = None
+        Xn = y = None
     log.info("CLSRRank: %d basis rows (%s) of %d training rows, %d features; %s read in %.2f s", m,
-             "all of them" if components is None else f"drawn with seed {seed}", n_train, d,
-             "the rows" if components is None else "the basis", time.perf_counter() - t)
+             "all of them" if all_rows else f"drawn with seed {seed}", n_train, d,
+             "the rows" if all_rows else "the basis", time.perf_counter() - t)
+    return ClsrProblem(ds=ds, valid=valid, valid_y=read_labels(valid) if valid is not None else None, queries=queries,
+                       n_train=n_train, normalizer=normalizer, m=m, basis=basis, basis_rows=basis_rows, Xn=Xn, y=y,
+                       base_passes=1 if all_rows else 0, kernel=kernel, degree=degree, coef0=coef0,
+                       raw_block=raw_block, rows_max=max(1, CHUNK_BYTES // (8 * m)), executor=executor)
 
-    valid_y = read_labels(valid) if valid is not None else None
-    candidates, alphas, maps = [], [], []
-    ck_config = {k: v for k, v in cfg.items() if k != "memory_budget"}  # the model does not depend on it
-    done = 0
-    if checkpoint is not None and resume:
+
+class ClsrPath:
+    """The (gamma, lambda) path of a CLSRRank run: per gamma one pass builds the m x m system
+    (:class:`_Sums`), then every lambda is a direct solve (:func:`_solve`), scored on the
+    validation data. ``candidates``, ``alphas`` and ``maps`` hold every point in path order;
+    ``passes`` the passes over the data. With a checkpoint directory, each finished gamma is kept
+    there, and a resumed run skips the gammas found."""
+
+    def __init__(self, problem, settings):
+        self.problem, self.settings = problem, settings
+        self.candidates, self.alphas, self.maps, self.passes = [], [], [], problem.base_passes
+        # what a checkpoint must match: the model does not depend on the budget
+        self.ck_config = {k: v for k, v in settings.items() if k != "memory_budget"}
+
+    def run(self, checkpoint, resume):
+        done = self.resume(checkpoint) if checkpoint is not None and resume else 0
+        p = self.problem
+        for gi, g in enumerate(self.settings["gamma_path"]):
+            fmap = KernelBasisMap(p.basis, p.kernel, g, p.degree, p.coef0, basis_rows=p.basis_rows)
+            if gi < done:  # solved before the interruption: its candidates came from the checkpoint
+                self.maps += [fmap] * len(self.settings["lambda_path"])
+                continue
+            self.solve_gamma(fmap)
+            if checkpoint is not None:  # this gamma's pass and solves are kept
+                self.save(checkpoint, gi)
+
+    def resume(self, checkpoint):
+        """The number of gammas the checkpoint in ``checkpoint`` holds done (their candidates and
+        solutions taken from it), 0 without one."""
         from streamrank.state.checkpoint import read_checkpoint
-        ck = read_checkpoint(checkpoint, config=ck_config, fingerprint=ds.fingerprint, warn=log.warning)
-        if ck is not None:
-            sc = ck["scalars"]
-            # the gammas' passes of the earlier run (its read of the rows is this run's again)
-            done, candidates, passes = int(sc["gammas_done"]), list(sc["candidates"]), passes + int(sc["gamma_passes"])
-            alphas = [np.asarray(ck["extra"][f"alpha{i}"], np.float64) for i in range(len(candidates))]
-            if not 0 <= done <= len(gammas) or len(candidates) != done * len(lams) or \
-                    any(a.shape != (m,) for a in alphas):
-                raise FormatError(f"{checkpoint}: the CLSRRank checkpoint is inconsistent ({done} gammas done, "
-                                  f"{len(candidates)} candidates); start again with resume=False")
-            log.info("resuming from %s: %d of %d gammas done", checkpoint, done, len(gammas))
-    for gi, g in enumerate(gammas):
-        fmap = KernelBasisMap(basis, kernel, g, degree, coef0, basis_rows=basis_rows)
-        if gi < done:  # solved before the interruption: its candidates came from the checkpoint
-            maps += [fmap] * len(lams)
-            continue
-        t = time.perf_counter()
-        qp_all = ds.query_ptr[q0:q1 + 1] - ds.query_ptr[q0]
-        if Xn is not None:  # all rows as the basis: they are in memory already
-            sums = _Sums(m, qp_all, rows_max)
-            sums.add(fmap, Xn, y, 0, q1 - q0, int(ds.query_ptr[q0]))
+        ck = read_checkpoint(checkpoint, config=self.ck_config, fingerprint=self.problem.ds.fingerprint,
+                             warn=log.warning)
+        if ck is None:
+            return 0
+        sc, n_gammas = ck["scalars"], len(self.settings["gamma_path"])
+        # the gammas' passes of the earlier run (its read of the rows is this run's again)
+        done, self.candidates = int(sc["gammas_done"]), list(sc["candidates"])
+        self.passes += int(sc["gamma_passes"])
+        self.alphas = [np.asarray(ck["extra"][f"alpha{i}"], np.float64) for i in range(len(self.candidates))]
+        if not 0 <= done <= n_gammas or len(self.candidates) != done * len(self.settings["lambda_path"]) or \
+                any(a.shape != (self.problem.m,) for a in self.alphas):
+            raise FormatError(f"{checkpoint}: the CLSRRank checkpoint is inconsistent ({done} gammas done, "
+                              f"{len(self.candidates)} candidates); start again with resume=False")
+        log.info("resuming from %s: %d of %d gammas done", checkpoint, done, n_gammas)
+        return done
+
+    def system(self, fmap):
+        """The sums G0, b0, c0, S of gamma ``fmap``: from the rows in memory, or one pass."""
+        p = self.problem
+        q0, q1 = p.queries
+        qp_all = p.ds.query_ptr[q0:q1 + 1] - p.ds.query_ptr[q0]
+        if p.Xn is not None:  # all rows as the basis: they are in memory already
+            sums = _Sums(p.m, qp_all, p.rows_max)
+            sums.add(fmap, p.Xn, p.y, 0, q1 - q0, int(p.ds.query_ptr[q0]))
         else:
-            sums, _ = executor_or_local(executor).run(
-                _System(fmap, normalizer, qp_all, q0, rows_max, n_train),
-                partitioned_stream(ds, executor, block_bytes=raw_block, queries=(q0, q1)))
-            passes += 1
-        system = sums.system()
+            sums, _ = executor_or_local(p.executor).run(
+                _System(fmap, p.normalizer, qp_all, q0, p.rows_max, p.n_train),
+                partitioned_stream(p.ds, p.executor, block_bytes=p.raw_block, queries=p.queries))
+            self.passes += 1
+        return sums.system()
+
+    def solve_gamma(self, fmap):
+        """Every lambda of gamma ``fmap``'s system, each a candidate (scored on the validation data)."""
+        p, metric, lams = self.problem, self.settings["select_metric"], self.settings["lambda_path"]
+        t = time.perf_counter()
+        system = self.system(fmap)
         secs = time.perf_counter() - t
         log.info("gamma %s: the %d x %d system from %d rows in %.2f s (%.0f rows/s)",
-                 "callable" if callable(kernel) else f"{fmap.gamma_:g}", m, m, system["rows"], secs,
+                 "callable" if callable(p.kernel) else f"{fmap.gamma_:g}", p.m, p.m, system["rows"], secs,
                  system["rows"] / max(secs, 1e-9))
         for lm in lams:
             alpha, obj = _solve(system, lm)
-            cand = {"lambda": lm, "gamma": fmap.gamma_, "objective": obj, "passes": passes,
+            cand = {"lambda": lm, "gamma": fmap.gamma_, "objective": obj, "passes": self.passes,
                     "seconds": secs / len(lams)}
-            if valid is not None:
-                model = LinearModel(alpha, normalizer, n_features=d, fmap=fmap)
-                cand["valid_" + select_metric] = validation_score(model, valid, valid_y, select_metric,
-                                                                  block_bytes=raw_block, executor=executor)
+            if p.valid is not None:
+                model = LinearModel(alpha, p.normalizer, n_features=p.ds.n_features, fmap=fmap)
+                cand["valid_" + metric] = validation_score(model, p.valid, p.valid_y, metric, block_bytes=p.raw_block,
+                                                           executor=p.executor)
             log.info("  lambda=%g: objective %.6e%s", lm, obj,
-                     f", validation {select_metric} {cand['valid_' + select_metric]:.4f}" if valid is not None else "")
-            candidates.append(cand)
-            alphas.append(alpha)
-            maps.append(fmap)
-        if checkpoint is not None:  # this gamma's pass and solves are kept
-            from streamrank.state.checkpoint import write_checkpoint
-            write_checkpoint(checkpoint, config=ck_config, fingerprint=ds.fingerprint,
-                             scalars={"gammas_done": gi + 1, "candidates": candidates,
-                                      "gamma_passes": passes - (1 if components is None else 0)},
-                             w=np.zeros(0), g=np.zeros(0), extra={f"alpha{i}": a for i, a in enumerate(alphas)})
-    key = "valid_" + select_metric
-    best = max(range(len(candidates)), key=lambda i: candidates[i][key]) if valid is not None else len(candidates) - 1
-    chosen = candidates[best]
+                     f", validation {metric} {cand['valid_' + metric]:.4f}" if p.valid is not None else "")
+            self.candidates.append(cand)
+            self.alphas.append(alpha)
+            self.maps.append(fmap)
+
+    def save(self, checkpoint, gi):
+        """The checkpoint after gamma ``gi``: its candidates and solutions, the passes of the
+        gammas (the rows' read, when they are the basis, is a resumed run's own again)."""
+        from streamrank.state.checkpoint import write_checkpoint
+        write_checkpoint(checkpoint, config=self.ck_config, fingerprint=self.problem.ds.fingerprint,
+                         scalars={"gammas_done": gi + 1, "candidates": self.candidates,
+                                  "gamma_passes": self.passes - self.problem.base_passes},
+                         w=np.zeros(0), g=np.zeros(0), extra={f"alpha{i}": a for i, a in enumerate(self.alphas)})
+
+    def best(self):
+        """The chosen point: the best on the validation data, else the last."""
+        key = "valid_" + self.settings["select_metric"]
+        if self.problem.valid is None:
+            return len(self.candidates) - 1
+        return max(range(len(self.candidates)), key=lambda i: self.candidates[i][key])
+
+
+def clsr_model(problem, settings, path, t_start):
+    """(the chosen point's LinearModel with its KernelBasisMap, the run's summary)."""
+    best = path.best()
+    chosen = path.candidates[best]
     summary = {"method": "clsr", "objective": chosen["objective"], "lambda": chosen["lambda"],
-               "gamma": chosen["gamma"], "C": None, "passes": passes, "basis": m, "candidates": candidates,
-               "seconds": time.perf_counter() - t_start, "kernel": kernel_name(kernel), "iterations": 0,
-               "grad_norm": 0.0}
-    report_grid_edges(summary, lams, gammas, c_name="lambda")
-    model = LinearModel(alphas[best], normalizer, n_features=d, fmap=maps[best], config=cfg, training=summary,
-                        fingerprint=ds.fingerprint, levels=np.unique(read_labels(ds)).tolist())
-    return attach_features(model, feature_cols, input_width), summary
+               "gamma": chosen["gamma"], "C": None, "passes": path.passes, "basis": problem.m,
+               "candidates": path.candidates, "seconds": time.perf_counter() - t_start, "kernel": settings["kernel"],
+               "iterations": 0, "grad_norm": 0.0}
+    report_grid_edges(summary, settings["lambda_path"], settings["gamma_path"], c_name="lambda")
+    model = LinearModel(path.alphas[best], problem.normalizer, n_features=problem.ds.n_features, fmap=path.maps[best],
+                        config=settings, training=summary, fingerprint=problem.ds.fingerprint,
+                        levels=np.unique(read_labels(problem.ds)).tolist())
+    return model, summary

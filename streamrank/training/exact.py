@@ -16,14 +16,14 @@ gets the rest.
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from streamrank import params
-from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
-from streamrank.execution.executor import executor_or_local, partitioned_stream
+from streamrank.execution.executor import executor_or_local
 from streamrank.features.exact_map import ExactKernelMap
 from streamrank.cache.feature_cache import array_digest
 from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective
@@ -32,12 +32,11 @@ from streamrank.cache.kernel_cache import KernelCache, RoundingBounds, read_rows
 from streamrank.features.kernels import check_psd_kernel
 from streamrank.io.budget import release_freed
 from streamrank.state.model import LinearModel
-from streamrank.features.normalize import Normalizer
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (attach_features, c_path, check_config, check_has_features, check_queries,
-                                        check_validation_labels, check_valid_width, eta_for, grid_points, pair_cost_table, pair_weight_sum,
-                                        query_weights, read_labels, validation_score, with_features)
+from streamrank.training.problem import (Problem, attach_features, base_config, c_path, check_config, check_data,
+                                        check_queries, fit_normalizer, frozen, label_weights, query_range, read_labels,
+                                        validation_score, with_features)
 from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
 from streamrank.units import format_size, parse_size
@@ -150,6 +149,27 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     t_start = time.perf_counter()
     check_queries(ds, queries)
     ds, valid, feature_cols, input_width = with_features(ds, valid, features)
+    settings, refine = exact_settings(
+        ds, valid, C=C, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, precondition=precondition,
+        landmarks=landmarks, solver=solver, memory_budget=memory_budget, normalize=normalize, tol=tol,
+        max_iter=max_iter, gap_tol=gap_tol, block_bytes=block_bytes, pair_cost=pair_cost, query_weight=query_weight,
+        select_metric=select_metric, seed=seed, queries=queries, loss=loss, eta=eta, abs_gtol=abs_gtol,
+        abs_dtol=abs_dtol)
+    points = check_data(ds, valid, select_metric, settings["C_path"], settings["gamma_path"])
+    problem, rows = exact_problem(ds, valid, settings, query_range(ds, queries), executor)
+    path = ExactPath(problem, rows, gram_plan(problem, rows, settings, cache_dir), settings)
+    res = run_settings(path, points, settings, validate=valid is not None, checkpoint=checkpoint, resume=resume,
+                       fingerprint=ds.fingerprint, refine=refine)
+    model, summary = exact_model(problem, settings, res, path, t_start)
+    return attach_features(model, feature_cols, input_width), summary
+
+
+def exact_settings(ds, valid, *, C, kernel, gamma, degree, coef0, precondition, landmarks, solver, memory_budget,
+                   **common):
+    """(the checked settings of an exact kernel run on ``ds``, read-only: the config its model
+    records; the two-stage rule's refine function or None). The kernel's settings as
+    :func:`~streamrank.features.kernels.check_psd_kernel` reads them (Q must be PSD); ``landmarks``
+    0 without a preconditioner. ``common``: :func:`~streamrank.training.problem.base_config`'s."""
     Cs, refine = c_path(C)
     gammas = [None] if gamma is None else params.check_all("gamma", gamma)
     d = ds.n_features
@@ -161,120 +181,142 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     if precondition == "off" or kernel == "linear":
         landmarks = 0
     elif landmarks == "auto":
-        q0_, q1_ = queries if queries is not None else (0, ds.n_queries)
-        landmarks = auto_landmarks(int(ds.query_ptr[q1_] - ds.query_ptr[q0_]))
+        q0, q1 = query_range(ds, common["queries"])
+        landmarks = auto_landmarks(int(ds.query_ptr[q1] - ds.query_ptr[q0]))
     if solver not in ("tron", "newton_yuan"):
         raise ParameterError(f"method=exact is solved by tron or newton_yuan; got solver={solver!r}. Use solver=tron")
-    cfg = {"method": "exact", "solver": solver, "C_path": Cs, "kernel": kernel, "gamma_path": gammas,
-           "degree": degree, "coef0": coef0, "normalize": normalize, "tol": params.check("tol", tol),
-           "max_iter": params.check("max_iter", max_iter),
-           **({"gap_tol": params.check("gap_tol", gap_tol)} if gap_tol is not None else {}),  # absent: old checkpoints match
-           "memory_budget": budget, "block_bytes": block_bytes,
-           "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
-           "query_weight": query_weight, "select_metric": select_metric, "seed": params.check("seed", seed),
-           "queries": list(queries) if queries is not None else None,
-           "valid_fingerprint": valid.fingerprint if valid is not None else None,
-           "landmarks": int(landmarks), "loss": loss, "eta": eta, "abs_gtol": abs_gtol, "abs_dtol": abs_dtol}
-    if refine is not None:
-        cfg["C_rule"] = "two-stage"
+    cfg = {"method": "exact", "solver": solver, **base_config(Cs=Cs, refine=refine, memory_budget=budget, valid=valid, **common),
+           "kernel": kernel, "gamma_path": gammas, "degree": degree, "coef0": coef0, "landmarks": int(landmarks)}
     check_config(cfg)
-    check_has_features(ds)
-    check_valid_width(ds, valid)
-    check_validation_labels(valid, select_metric)
-    points = grid_points(Cs, gammas, valid)
+    return frozen(cfg), refine
 
-    # -- the rows, labels, weights, costs ------------------------------------------------------------
-    q0, q1 = queries if queries is not None else (0, ds.n_queries)
-    raw_block = memplan.raw_block_bytes(budget)
-    normalizer = Normalizer(normalize)
-    if normalize == "zscore":
-        normalizer.fit(partitioned_stream(ds, executor, block_bytes=raw_block, queries=(q0, q1)), d, executor=executor)
-    Xn, y, qp = read_rows(ds, normalizer, (q0, q1), raw_block, executor=executor)
-    l = len(y)
-    levels = np.unique(y)
-    rank = np.searchsorted(levels, y).astype(np.int32)
-    mu = query_weights(query_weight, y, qp)
-    cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
-    weight_sum = pair_weight_sum(rank, qp, cost.lam, mu) if cfg["loss"] == "smooth_hinge" else 0.0
 
-    def point_cost(Ck):
-        """The costs with the loss of point C (the smooth hinge's eta may depend on C)."""
-        return pk.pair_cost(cost, eta=eta_for(cfg["loss"], cfg["eta"], Ck, weight_sum))
+@dataclass(frozen=True, eq=False)
+class KernelRows:
+    """An exact kernel run's training rows, read once and kept: ``Xn`` (l, d) normalised float64,
+    their label ranks (int32), their queries' offsets ``qp`` from 0, and ``raw_block``, the bytes
+    of a block of raw rows read (statistics, validation)."""
 
-    qblock, tier, tile_threads = memplan.exact_kernel_plan(l, d, budget, block_bytes, cfg["landmarks"], loss=cfg["loss"],
-                                                           with_threads=True)
-    fits = kernel == "linear" or tier >= 4 * l * l
+    Xn: np.ndarray
+    rank: np.ndarray
+    qp: np.ndarray
+    raw_block: int
+
+    @property
+    def l(self):
+        return len(self.rank)
+
+
+def exact_problem(ds, valid, settings, queries, executor):
+    """(the run's :class:`~streamrank.training.problem.Problem`, its :class:`KernelRows`): the
+    normaliser fitted on the training queries, their rows read once (one pass), their labels'
+    weights and costs, the validation labels."""
+    raw_block = memplan.raw_block_bytes(settings["memory_budget"])
+    normalizer = fit_normalizer(ds, settings["normalize"], queries, raw_block, executor)
+    Xn, y, qp = read_rows(ds, normalizer, queries, raw_block, executor=executor)
+    levels, mu, cost, weight_sum = label_weights(y, qp, settings["query_weight"], settings["pair_cost"], settings["loss"])
+    problem = Problem(ds=ds, valid=valid, queries=queries, levels=levels, mu=mu, cost=cost, loss=settings["loss"],
+                      eta=settings["eta"], weight_sum=weight_sum, normalizer=normalizer,
+                      valid_y=read_labels(valid) if valid is not None else None, executor=executor)
+    return problem, KernelRows(Xn, np.searchsorted(levels, y).astype(np.int32), qp, raw_block)
+
+
+@dataclass(frozen=True)
+class GramPlan:
+    """How Q is held (:func:`~streamrank.training.memory_plan.exact_kernel_plan`): stored blocks of
+    ``qblock`` bytes, ``tier`` bytes of them in memory, the rest under ``where`` (None: memory
+    only), computed on ``tile_threads``; ``key``: what identifies a stored Q besides its kernel."""
+
+    qblock: int
+    tier: int
+    tile_threads: object
+    where: object
+    key: dict
+
+
+def gram_plan(problem, rows, settings, cache_dir):
+    """The run's :class:`GramPlan` inside its memory budget; Q goes under ``cache_dir`` (default
+    :func:`default_cache_dir` when it does not fit in memory)."""
+    l, ds, normalizer = rows.l, problem.ds, problem.normalizer
+    qblock, tier, tile_threads = memplan.exact_kernel_plan(l, ds.n_features, settings["memory_budget"],
+                                                           settings["block_bytes"], settings["landmarks"],
+                                                           loss=settings["loss"], with_threads=True)
     where = cache_dir
-    if where is None and not fits:
+    if where is None and not (settings["kernel"] == "linear" or tier >= 4 * l * l):
         where = default_cache_dir()
         log.info("Q (%s) does not fit in the memory budget: stored under %s (use cache_dir=DIR to choose)",
                  format_size(4 * l * l), where)
-    key = {"dataset": ds.fingerprint, "queries": [q0, q1], "normalize": normalizer.kind,
+    key = {"dataset": ds.fingerprint, "queries": list(problem.queries), "normalize": normalizer.kind,
            "normalize_arrays": array_digest(*[a for a in (normalizer.mean_, normalizer.scale_) if a is not None])}
-    valid_y = read_labels(valid) if valid is not None else None
+    return GramPlan(qblock, tier, tile_threads, where, key)
 
-    def make_gram(gi):
-        return _Gram(Xn, qp, rank, cost, mu, kernel=kernel, gamma=gammas[gi], degree=degree, coef0=coef0, key=key,
-                     qblock=qblock, tier=tier, where=where, landmarks=cfg["landmarks"], seed=seed, executor=executor,
-                     tile_threads=tile_threads)
 
-    def kmap(gi, rows=slice(None)):
-        return ExactKernelMap(Xn[rows], kernel, gammas[gi], degree, coef0)
+class ExactPath(Method):
+    """Exact kernel RankSVM on the training path: Q of each gamma (:class:`_Gram`), a
+    :class:`KernelObjective` over beta per C, solved by TRON or Newton-Yuan."""
 
-    def score_valid(beta, gi):
-        model = LinearModel(beta, normalizer, n_features=d, fmap=kmap(gi))
-        return validation_score(model, valid, valid_y, select_metric, block_bytes=raw_block, executor=executor)
+    def __init__(self, problem, rows, plan, settings):
+        self.problem, self.rows, self.plan, self.settings = problem, rows, plan, settings
+        self.build_seconds = self.precond_seconds = 0.0
+        self.in_memory = self.jitter = self.shift = None
 
-    # -- the path of (gamma, C) points -----------------------------------------------------------------
-    class Exact(Method):
-        def __init__(self):
-            self.build_seconds = self.precond_seconds = 0.0
-            self.in_memory = self.jitter = self.shift = None
+    def open(self, gi):
+        s, p, r, g = self.settings, self.problem, self.rows, self.plan
+        gram = _Gram(r.Xn, r.qp, r.rank, p.cost, p.mu, kernel=s["kernel"], gamma=s["gamma_path"][gi], degree=s["degree"],
+                     coef0=s["coef0"], key=g.key, qblock=g.qblock, tier=g.tier, where=g.where, landmarks=s["landmarks"],
+                     seed=s["seed"], executor=p.executor, tile_threads=g.tile_threads)
+        self.build_seconds += gram.build_seconds
+        self.precond_seconds += gram.precond_seconds
+        return gram
 
-        def open(self, gi):
-            gram = make_gram(gi)
-            self.build_seconds += gram.build_seconds
-            self.precond_seconds += gram.precond_seconds
-            return gram
+    def close(self, gram):
+        self.in_memory, self.jitter, self.shift = gram.in_memory, gram.jitter, gram.shift
+        gram.close()
 
-        def close(self, gram):
-            self.in_memory, self.jitter, self.shift = gram.in_memory, gram.jitter, gram.shift
-            gram.close()
+    def start(self, gi):
+        return np.zeros(self.rows.l)
 
-        def start(self, gi):
-            return np.zeros(l)
+    def prepare(self, gram, gi, C, w):
+        s, ck = self.settings, self.problem.point_cost(C)
+        log.info("C=%g: exact kernel %s%s eps=%g on %d rows, %d queries", C, s["solver"],
+                 f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", s["tol"], self.rows.l, self.problem.n_queries)
+        kw = {"precondition": True} if gram.precond is not None else {}
+        if s["solver"] == "newton_yuan":
+            kw.update(gtol_abs=s["abs_gtol"], dtol_abs=s["abs_dtol"])
+        else:  # Q's spread spectrum: CG also ends once the model stops decreasing (tron._trpcg)
+            kw["cg_stop"] = "quadratic"
+        return gram.objective(C, ck), tron if s["solver"] == "tron" else newton_yuan, kw
 
-        def prepare(self, gram, gi, Ck, w):
-            ck = point_cost(Ck)
-            log.info("C=%g: exact kernel %s%s eps=%g on %d rows, %d queries", Ck, solver,
-                     f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", tol, l, q1 - q0)
-            kw = {"precondition": True} if gram.precond is not None else {}
-            if solver == "newton_yuan":
-                kw.update(gtol_abs=abs_gtol, dtol_abs=abs_dtol)
-            else:  # Q's spread spectrum: CG also ends once the model stops decreasing (tron._trpcg)
-                kw["cg_stop"] = "quadratic"
-            return gram.objective(Ck, ck), tron if solver == "tron" else newton_yuan, kw
+    def gamma(self, gi):
+        return self.settings["gamma_path"][gi]
 
-        def gamma(self, gi):
-            return gammas[gi]
+    def point_info(self, gi, C):
+        return self.problem.point_info(C)
 
-        def point_info(self, gi, Ck):
-            return {"eta": point_cost(Ck).eta} if cfg["loss"] == "smooth_hinge" else {}
+    def kernel_map(self, gi, rows=slice(None)):
+        """The kernel map of gamma ``gi`` over the training rows ``rows`` (the model's support)."""
+        s = self.settings
+        return ExactKernelMap(self.rows.Xn[rows], s["kernel"], s["gamma_path"][gi], s["degree"], s["coef0"])
 
-        score = staticmethod(score_valid)
+    def score(self, beta, gi):
+        p = self.problem
+        model = LinearModel(beta, p.normalizer, n_features=p.ds.n_features, fmap=self.kernel_map(gi))
+        return validation_score(model, p.valid, p.valid_y, self.settings["select_metric"],
+                                block_bytes=self.rows.raw_block, executor=p.executor)
 
-    path = Exact()
-    res = run_settings(path, points, cfg, validate=valid is not None, checkpoint=checkpoint, resume=resume,
-                       fingerprint=ds.fingerprint, refine=refine)
-    build_s, precond_s, in_memory, jitter = path.build_seconds, path.precond_seconds, path.in_memory, path.jitter
 
+def exact_model(problem, settings, res, path, t_start):
+    """(the chosen point's LinearModel over its support rows, the run's summary) after the path
+    ``res`` of ``path``."""
     beta = np.asarray(res.w, np.float64)
     support = np.flatnonzero(beta)
     summary = {**res.summary(), "cg_steps": sum(c["cg_steps"] for c in res.candidates),
-               "seconds": time.perf_counter() - t_start, "kernel_seconds": build_s, "precondition_seconds": precond_s,
-               "jitter": jitter, "kernel_shift": path.shift, "method": "exact", "solver": solver, "kernel": kernel, "in_memory": in_memory,
-               "support": int(support.size), "landmarks": cfg["landmarks"]}
-    report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), gammas)
-    model = LinearModel(beta[support], normalizer, n_features=d, fmap=kmap(res.points[res.best][0], support), config=cfg,
-                        training=summary, fingerprint=ds.fingerprint, levels=levels)
-    return attach_features(model, feature_cols, input_width), summary
+               "seconds": time.perf_counter() - t_start, "kernel_seconds": path.build_seconds,
+               "precondition_seconds": path.precond_seconds, "jitter": path.jitter, "kernel_shift": path.shift,
+               "method": "exact", "solver": settings["solver"], "kernel": settings["kernel"],
+               "in_memory": path.in_memory, "support": int(support.size), "landmarks": settings["landmarks"]}
+    report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), settings["gamma_path"])
+    model = LinearModel(beta[support], problem.normalizer, n_features=problem.ds.n_features,
+                        fmap=path.kernel_map(res.points[res.best][0], support), config={**settings, **res.decided},
+                        training=summary, fingerprint=problem.ds.fingerprint, levels=problem.levels)
+    return model, summary

@@ -9,14 +9,13 @@ candidates, and the solver state.
 
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from streamrank import params
-from streamrank._native import pairkernels as pk
 from streamrank.errors import ParameterError
-from streamrank.execution.executor import executor_or_local, partitioned_stream
-from streamrank.features.normalize import Normalizer
+from streamrank.execution.executor import executor_or_local
 from streamrank.objectives.rank_objective import BlockSource, RankObjective, preconditioner_bytes
 from streamrank.solvers.newton import newton_cholesky
 from streamrank.solvers.newton_yuan import newton_yuan
@@ -24,10 +23,10 @@ from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import TWO_STAGE_FACTORS, Method, report_grid_edges, run_settings
-from streamrank.training.problem import (attach_features, c_path, check_c_scale, check_config, check_has_features, check_queries,
-                                        check_validation_labels, check_valid_width, eta_for, gamma_path, grid_points, pair_cost_table,
-                                        pair_weight_sum, query_weights, read_labels, validation_score, with_features,
-                                        MappedValidation, mapped_validation_bytes, max_row_sq_norm, row_sq_norm_bound)
+from streamrank.training.problem import (MappedValidation, Problem, attach_features, base_config, c_path, check_c_scale,
+                                        check_config, check_data, check_queries, fit_normalizer, frozen, gamma_path,
+                                        label_weights, mapped_validation_bytes, max_row_sq_norm, pair_weight_sum,
+                                        query_range, read_labels, row_sq_norm_bound, validation_score, with_features)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -133,20 +132,11 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
                         format_size(resident + STREAM_SLACK), format_size(budget * BLOCK_SHARE_OF_BUDGET),
                         -(-int(need) // 10**6))
             return fixed, given_block or max(1, int(budget * BLOCK_SHARE_OF_BUDGET)), resident
-        need = -(-int(need) // 10**6) * 10**6  # whole MB (10^6 bytes, the unit of --memory-budget), up
-        parts = [f"{format_size(resident)} resident", f"{format_size(state)} of per-row state for {n_train:,} rows"]
-        if method != "primal":
-            parts.append(f"the {method} map's {components:,} components {format_size(fixed - valid_fixed)}"
-                         + (f" (its fit's peak)" if fit >= kept + extra else " with the preconditioner"))
-        elif extra:
-            parts.append(f"the preconditioner's {format_size(extra)}")
-        if valid_fixed:
-            parts.append(f"the labels, scores and metrics of {valid.n_rows:,} validation rows {format_size(valid_fixed)}")
-        parts.append(f"a block holding the largest query ({qmax:,} rows) {format_size(int(qmax * row))}")
-        raise ParameterError(f"memory_budget {format_size(budget)} is too small for this run: it needs "
-                             f"{format_size(need)} ({', '.join(parts)}, with the allocator's headroom); "
-                             f"use memory_budget={need // 10**6}MB"
-                             + ("" if method == "primal" else f" or fewer components"))
+        raise _budget_error(budget, need, [f"{format_size(resident)} resident",
+                                           f"{format_size(state)} of per-row state for {n_train:,} rows"],
+                            method=method, components=components, map_bytes=fixed - valid_fixed,
+                            fit_peak=fit >= kept + extra, extra=extra, valid=valid, valid_fixed=valid_fixed,
+                            block=(qmax, int(qmax * row)))
     if given_block:
         return fixed, given_block, resident
     # rows of either kind a block may hold: its share of the budget, and never fewer than the largest
@@ -154,6 +144,26 @@ def plan_blocks(budget, ds, n_train, queries, method, components, extra, loss, g
     rows = max(min(avail, budget * BLOCK_SHARE_OF_BUDGET * BUFFERS) / row, qmax)
     block = int(np.ceil(rows * 4 * (d + 1)))  # the raw stream's rows fit, and the mapped stream's are fewer
     return fixed, max(block, 1), resident
+
+
+def _budget_error(budget, need, parts, *, method, components, map_bytes, fit_peak, extra, valid, valid_fixed, block):
+    """The refusal of a ``budget`` below a linear or mapped run's ``need``: what it needs, part by
+    part (``parts`` so far, then the map's or the preconditioner's arrays, the validation rows'
+    and a block holding the largest query, ``block`` = (its rows, its bytes)), and the budget that
+    works, in whole MB (10^6 bytes, the unit of --memory-budget), rounded up."""
+    from streamrank.units import format_size
+    need = -(-int(need) // 10**6) * 10**6
+    if method != "primal":
+        parts.append(f"the {method} map's {components:,} components {format_size(map_bytes)}"
+                     + (" (its fit's peak)" if fit_peak else " with the preconditioner"))
+    elif extra:
+        parts.append(f"the preconditioner's {format_size(extra)}")
+    if valid_fixed:
+        parts.append(f"the labels, scores and metrics of {valid.n_rows:,} validation rows {format_size(valid_fixed)}")
+    parts.append(f"a block holding the largest query ({block[0]:,} rows) {format_size(block[1])}")
+    return ParameterError(f"memory_budget {format_size(budget)} is too small for this run: it needs "
+                          f"{format_size(need)} ({', '.join(parts)}, with the allocator's headroom); "
+                          f"use memory_budget={need // 10**6}MB" + ("" if method == "primal" else " or fewer components"))
 
 
 METHODS = ("primal", "nystroem", "rff")
@@ -198,6 +208,30 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     executor = executor_or_local(executor)
     check_queries(ds, queries)
     ds, valid, feature_cols, input_width = with_features(ds, valid, features)
+    settings, refine = linear_settings(
+        valid, executor, C=C, method=method, solver=solver, precondition=precondition, map_cache=map_cache,
+        kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, components=components, rank=rank,
+        memory_budget=memory_budget, normalize=normalize, tol=tol, max_iter=max_iter, gap_tol=gap_tol,
+        block_bytes=block_bytes, pair_cost=pair_cost, query_weight=query_weight, select_metric=select_metric,
+        seed=seed, queries=queries, loss=loss, eta=eta, abs_gtol=abs_gtol, abs_dtol=abs_dtol)
+    points = check_data(ds, valid, select_metric, settings["C_path"], settings.get("gamma_path", [None]))
+    rows = plan_rows(ds, valid, settings, queries, components=components, cache_dir=cache_dir, map_cache=map_cache,
+                     cache_size=cache_size)
+    problem = linear_problem(ds, valid, settings, query_range(ds, queries), rows.block_bytes, executor)
+    check_scale(problem, settings, refine, rows.block_bytes)
+    maps = FeatureMaps(problem, MapSpec(method, kernel, settings.get("gamma_path", [None]), degree, coef0, components,
+                                        rank, seed), rows.block_bytes)
+    path = LinearPath(problem, settings, rows, maps)
+    res = run_settings(path, points, settings, validate=valid is not None, checkpoint=checkpoint, resume=resume,
+                       fingerprint=ds.fingerprint, refine=refine)
+    model, summary = linear_model(problem, settings, res, path, t_start)
+    return attach_features(model, feature_cols, input_width), summary
+
+
+def linear_settings(valid, executor, *, C, method, solver, precondition, map_cache, kernel, gamma, degree, coef0,
+                    components, rank, memory_budget, **common):
+    """(the checked settings of a linear or mapped run, read-only: the config its model records;
+    the two-stage rule's refine function or None). ``common``: :func:`~streamrank.training.problem.base_config`'s."""
     Cs, refine = c_path(C)
     if method not in METHODS:
         raise ParameterError(f"method must be one of {', '.join(METHODS)}; got {method!r}. Use method=nystroem")
@@ -214,178 +248,237 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     budget = parse_size(memory_budget)
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Use solver=tron")
-    cfg = {"method": method, "solver": solver, "C_path": Cs, "normalize": normalize, "tol": params.check("tol", tol),
-           **({"gap_tol": params.check("gap_tol", gap_tol)} if gap_tol is not None else {}),  # absent: old checkpoints match
-           "max_iter": params.check("max_iter", max_iter), "memory_budget": budget, "block_bytes": block_bytes,
-           "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
-           "query_weight": query_weight, "select_metric": select_metric, "seed": params.check("seed", seed),
-           "precondition": precondition, "loss": loss, "eta": eta, "abs_gtol": abs_gtol,
-           "abs_dtol": abs_dtol,
-           "queries": list(queries) if queries is not None else None, "partition_rows": executor.partition_rows,
-           "valid_fingerprint": valid.fingerprint if valid is not None else None}
+    cfg = {"method": method, "solver": solver, **base_config(Cs=Cs, refine=refine, memory_budget=budget, valid=valid, **common),
+           "precondition": precondition, "partition_rows": executor.partition_rows}
     if method != "primal":
-        cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": params.check("degree", degree), "coef0": params.check("coef0", coef0),
-                    "components": params.check("components", components),
+        cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": params.check("degree", degree),
+                    "coef0": params.check("coef0", coef0), "components": params.check("components", components),
                     "rank": None if rank is None else params.check("rank", rank)})
-    if refine is not None:
-        cfg["C_rule"] = "two-stage"
     check_config(cfg)
-    check_has_features(ds)
-    check_valid_width(ds, valid)
-    check_validation_labels(valid, select_metric)
-    points = grid_points(Cs, gammas, valid)
-    q0, q1 = queries if queries is not None else (0, ds.n_queries)
-    n_train = int(ds.query_ptr[queries[1]] - ds.query_ptr[queries[0]]) if queries is not None else ds.n_rows
-    widest = max([ds.n_features] + ([] if method == "primal" else [cfg["components"]]))
+    return frozen(cfg), refine
+
+
+@dataclass(frozen=True)
+class RowPlan:
+    """Where a run's rows live: blocks of ``block_bytes``, ``tier`` bytes of them kept in memory,
+    ``valid_map_bytes`` for the mapped validation rows (0: each score maps them again), and mapped
+    rows kept as ``map_cache`` says, under ``cache_dir`` within ``cache_size``. None of it changes
+    a model."""
+
+    block_bytes: int
+    tier: int
+    valid_map_bytes: int
+    cache_dir: object
+    map_cache: str
+    cache_size: object
+
+
+def plan_rows(ds, valid, settings, queries, *, components, cache_dir, map_cache, cache_size):
+    """The run's :class:`RowPlan` inside its memory budget (:func:`plan_blocks`, then
+    ``memory_plan.linear_plan``), or ParameterError with the smallest budget that works."""
+    method, budget, loss = settings["method"], settings["memory_budget"], settings["loss"]
+    q0, q1 = query_range(ds, queries)
+    n_train = int(ds.query_ptr[q1] - ds.query_ptr[q0]) if queries is not None else ds.n_rows
+    widest = max([ds.n_features] + ([] if method == "primal" else [settings["components"]]))
     # a kernel map's C path scores the validation rows mapped once per gamma, when they fit their share
     valid_map_bytes = mapped_validation_bytes(valid, widest) if method != "primal" else 0
     if valid_map_bytes > memplan.VALID_MAP_SHARE * budget:
         valid_map_bytes = 0
-    fixed, block_bytes, resident = plan_blocks(budget, ds, n_train, (q0, q1) if queries is not None else None,
-                                               method, cfg.get("components", 0), preconditioner_bytes(widest) + valid_map_bytes,
-                                               cfg["loss"], block_bytes, valid)
+    fixed, block_bytes, resident = plan_blocks(budget, ds, n_train, (q0, q1) if queries is not None else None, method,
+                                               settings.get("components", 0), preconditioner_bytes(widest) + valid_map_bytes,
+                                               loss, settings["block_bytes"], valid)
     block_bytes, tier = memplan.linear_plan(budget, n_train, fixed, block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
-                                            loss=cfg["loss"], resident=resident)
+                                            loss=loss, resident=resident)
+    return RowPlan(block_bytes, tier, valid_map_bytes, cache_dir, map_cache, cache_size)
 
-    # -- one-time preparation: labels, weights, costs, normaliser ------------------------------------
-    y_all = read_labels(ds)
+
+def linear_problem(ds, valid, settings, queries, block_bytes, executor):
+    """The run's :class:`~streamrank.training.problem.Problem`: labels, weights and costs of the
+    training queries ``queries`` = (q0, q1) (mu over every query of ``ds``, 0 outside the range),
+    the normaliser fitted on them, the validation labels."""
+    q0, q1 = queries
     qp = ds.query_ptr
-    levels = np.unique(y_all[qp[q0]:qp[q1]])
+    levels, mu_range, cost, weight_sum = label_weights(read_labels(ds)[qp[q0]:qp[q1]], qp[q0:q1 + 1] - qp[q0],
+                                                       settings["query_weight"], settings["pair_cost"], settings["loss"])
     mu = np.zeros(ds.n_queries)
-    mu[q0:q1] = query_weights(query_weight, y_all[qp[q0]:qp[q1]], qp[q0:q1 + 1] - qp[q0])
-    cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
-    weight_sum = (pair_weight_sum(np.searchsorted(levels, y_all[qp[q0]:qp[q1]]), qp[q0:q1 + 1] - qp[q0], cost.lam,
-                                  mu[q0:q1]) if cfg["loss"] == "smooth_hinge" else 0.0)
-    del y_all
+    mu[q0:q1] = mu_range
+    normalizer = fit_normalizer(ds, settings["normalize"], queries, block_bytes, executor)
+    return Problem(ds=ds, valid=valid, queries=queries, levels=levels, mu=mu, cost=cost, loss=settings["loss"],
+                   eta=settings["eta"], weight_sum=weight_sum, normalizer=normalizer,
+                   valid_y=read_labels(valid) if valid is not None else None, executor=executor)
 
-    def point_cost(Ck):
-        """The costs with the loss of point C (the smooth hinge's eta may depend on C)."""
-        return pk.pair_cost(cost, eta=eta_for(cfg["loss"], cfg["eta"], Ck, weight_sum))
-    normalizer = Normalizer(normalize)
-    if normalize == "zscore":
-        normalizer.fit(partitioned_stream(ds, executor, block_bytes=block_bytes, queries=(q0, q1)), ds.n_features,
-                       executor=executor)
-    sq_bound, exact_norm = row_sq_norm_bound(method, kernel, normalize, ds.n_features, qp[q1] - qp[q0])
-    if sq_bound is not None:  # otherwise a solver's NumericError names the point (training.path)
-        check_c_scale(max(Cs) * (max(TWO_STAGE_FACTORS) if refine is not None else 1.0), query_ptr=qp[q0:q1 + 1],
-                      lam=cost.lam, mu=mu[q0:q1], data_name=ds.name, sq_norm_bound=sq_bound,
-                      weight_sum=lambda: weight_sum or pair_weight_sum(
-                          np.searchsorted(levels, read_labels(ds)[qp[q0]:qp[q1]]), qp[q0:q1 + 1] - qp[q0], cost.lam,
-                          mu[q0:q1]),
-                      max_sq_norm=None if not exact_norm else lambda: max_row_sq_norm(
-                          ds.stream(block_bytes=block_bytes, queries=(q0, q1)), normalizer))
-    valid_y = read_labels(valid) if valid is not None else None
-    maps = {}
 
-    def feature_map(gi):
-        """The fitted map of gamma number gi (None for the linear model), fitted once."""
-        if method == "primal":
+def check_scale(problem, settings, refine, block_bytes):
+    """Before the first iteration: refuse a largest C whose objective overflows float64 on these
+    data (:func:`~streamrank.training.problem.check_c_scale`), where a row's squared norm has a
+    bound; otherwise a solver's NumericError names the point (training.path)."""
+    ds, (q0, q1) = problem.ds, problem.queries
+    qp = ds.query_ptr
+    sq_bound, exact_norm = row_sq_norm_bound(settings["method"], settings.get("kernel"), settings["normalize"],
+                                             ds.n_features, qp[q1] - qp[q0])
+    if sq_bound is None:
+        return
+
+    def weight_sum():  # the labels read again: the squared hinge's run does not keep its sum
+        return problem.weight_sum or pair_weight_sum(np.searchsorted(problem.levels, read_labels(ds)[qp[q0]:qp[q1]]),
+                                                     qp[q0:q1 + 1] - qp[q0], problem.cost.lam, problem.mu[q0:q1])
+
+    def max_sq_norm():
+        return max_row_sq_norm(ds.stream(block_bytes=block_bytes, queries=(q0, q1)), problem.normalizer)
+    C_max = max(settings["C_path"]) * (max(TWO_STAGE_FACTORS) if refine is not None else 1.0)
+    check_c_scale(C_max, query_ptr=qp[q0:q1 + 1], lam=problem.cost.lam, mu=problem.mu[q0:q1], data_name=ds.name,
+                  sq_norm_bound=sq_bound, weight_sum=weight_sum, max_sq_norm=max_sq_norm if exact_norm else None)
+
+
+@dataclass(frozen=True)
+class MapSpec:
+    """A run's feature map as its arguments give it: ``method`` (primal: none), its kernel, the
+    gamma of each path gamma index, and the map's settings (:func:`~streamrank.features.maps.make_map`)."""
+
+    method: str
+    kernel: str
+    gammas: list
+    degree: object
+    coef0: object
+    components: int
+    rank: object
+    seed: object
+
+
+class FeatureMaps:
+    """The fitted map of each gamma of a run (None for the linear model), fitted once on the
+    problem's training queries (one pass; seeded, so a resumed run refits the same map)."""
+
+    def __init__(self, problem, spec, block_bytes):
+        self.problem, self.spec, self.block_bytes = problem, spec, block_bytes
+        self.maps = {}
+
+    def get(self, gi):
+        if self.spec.method == "primal":
             return None
-        if gi not in maps:
-            from streamrank.features.maps import make_map
-            t = time.perf_counter()
-            fm = make_map(method, kernel=kernel, gamma=gammas[gi], degree=degree, coef0=coef0,
-                          n_components=components, rank=rank, seed=seed)
-            fm.fit(ds, queries=(q0, q1), block_bytes=block_bytes, normalizer=normalizer, executor=executor)
-            log.info("%s map (%s kernel, gamma %s): %d features from %d, fitted in %.2f s", method, kernel,
-                     f"{fm.gamma_:g}" if getattr(fm, "gamma_", None) else "default", fm.n_components_,
-                     ds.n_features, time.perf_counter() - t)
-            maps[gi] = fm
-        return maps[gi]
+        if gi not in self.maps:
+            self.maps[gi] = self._fit(gi)
+        return self.maps[gi]
 
-    def make_source(gi):
-        fm = feature_map(gi)
+    def _fit(self, gi):
+        from streamrank.features.maps import make_map
+        s, p = self.spec, self.problem
+        t = time.perf_counter()
+        fm = make_map(s.method, kernel=s.kernel, gamma=s.gammas[gi], degree=s.degree, coef0=s.coef0,
+                      n_components=s.components, rank=s.rank, seed=s.seed)
+        fm.fit(p.ds, queries=p.queries, block_bytes=self.block_bytes, normalizer=p.normalizer, executor=p.executor)
+        log.info("%s map (%s kernel, gamma %s): %d features from %d, fitted in %.2f s", s.method, s.kernel,
+                 f"{fm.gamma_:g}" if getattr(fm, "gamma_", None) else "default", fm.n_components_,
+                 p.ds.n_features, time.perf_counter() - t)
+        return fm
+
+    def width(self, gi):
+        """The model's width at gamma ``gi``: the data's features, or the map's components."""
+        fm = self.get(gi)
+        return self.problem.ds.n_features if fm is None else int(fm.n_components_)
+
+    def gamma(self, gi):
+        return None if self.spec.method == "primal" else self.get(gi).gamma_
+
+
+class LinearPath(Method):
+    """The linear and mapped methods on the training path: a block source per gamma (raw rows, or
+    rows through its map), a :class:`RankObjective` per C, solved by ``settings["solver"]`` (or
+    the one ``auto`` measures as cheaper at the first point: :meth:`decided`)."""
+
+    def __init__(self, problem, settings, rows, maps):
+        self.problem, self.settings, self.rows, self.maps = problem, settings, rows, maps
+        self.solver, self.read_seconds, self.last, self.last_gi = settings["solver"], 0.0, None, None
+        self.sketch = None  # the wide preconditioner's sketch of the open map, for all its C
+        self.mapped_valid = {}  # one gamma's mapped validation rows at a time
+
+    def open(self, gi):
+        from streamrank.objectives.sketch_precond import SharedSketch
+        self.last, self.last_gi = self._source(gi), gi
+        self.sketch = SharedSketch(self.maps.spec.seed)
+        return self.last
+
+    def _source(self, gi):
+        p, r, fm = self.problem, self.rows, self.maps.get(gi)
+        kw = dict(block_bytes=r.block_bytes, memory_bytes=r.tier, queries=p.queries, levels=p.levels,
+                  partition_rows=p.executor.partition_rows)
         if fm is None:
-            return BlockSource(ds, normalizer, block_bytes=block_bytes, memory_bytes=tier,
-                               queries=(q0, q1), levels=levels, partition_rows=executor.partition_rows)
+            return BlockSource(p.ds, p.normalizer, **kw)
         from streamrank.objectives.mapped_source import MappedSource
-        return MappedSource(ds, fm, normalizer, block_bytes=block_bytes, memory_bytes=tier,
-                            queries=(q0, q1), levels=levels, cache_dir=cache_dir, mode=map_cache,
-                            cache_size=cache_size, partition_rows=executor.partition_rows)
+        return MappedSource(p.ds, fm, p.normalizer, cache_dir=r.cache_dir, mode=r.map_cache, cache_size=r.cache_size,
+                            **kw)
 
-    def width(gi):
-        fm = feature_map(gi)
-        return ds.n_features if fm is None else int(fm.n_components_)
+    def close(self, source):
+        self.read_seconds += source.read_seconds
 
-    mapped_valid = {}
+    def fresh(self, source):
+        source.passes = 0
 
-    def score_valid(w, gi):
-        model = LinearModel(w, normalizer, n_features=ds.n_features, fmap=feature_map(gi))
-        if not valid_map_bytes:
-            return validation_score(model, valid, valid_y, select_metric, block_bytes=block_bytes, executor=executor)
-        if gi not in mapped_valid:  # one gamma's mapped validation rows at a time
-            mapped_valid.clear()
-            mapped_valid[gi] = MappedValidation(model, valid, valid_y, select_metric, block_bytes=block_bytes,
-                                                executor=executor)
-        return mapped_valid[gi].score(model)
+    def start(self, gi):
+        return np.zeros(self.maps.width(gi))
 
-    # -- the path of (gamma, C) points ----------------------------------------------------------------
-    class Linear(Method):
-        def __init__(self):
-            self.solver, self.read_seconds, self.last, self.last_gi = solver, 0.0, None, None
-            self.sketch = None  # the wide preconditioner's sketch of the open map, for all its C
+    def prepare(self, source, gi, C, w):
+        p, m, ck = self.problem, self.maps.width(gi), self.problem.point_cost(C)
+        if self.solver == "auto":
+            self.solver, why = choose_solver(RankObjective(source, m, C=C, cost=ck, mu=p.mu, executor=p.executor), w)
+            log.info("solver auto: %s (%s)", self.solver, why)
+        obj = RankObjective(source, m, C=C, cost=ck, mu=p.mu, keep_scores=self.solver == "newton_cholesky",
+                            executor=p.executor, sketch=self.sketch)
+        log.info("C=%g: %s%s eps=%g on %d rows, %d queries, %d features (%s)", C, self.solver,
+                 f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", self.settings["tol"], source.n_rows,
+                 p.n_queries, m, f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
+                 else f"rows {'re-mapped' if self.maps.spec.method != 'primal' else 're-read'} every pass in "
+                      f"{len(source.stream)} blocks")
+        return obj, SOLVER_FUNCTIONS[self.solver], self._solver_options()
 
-        def open(self, gi):
-            from streamrank.objectives.sketch_precond import SharedSketch
-            self.last, self.last_gi = make_source(gi), gi
-            self.sketch = SharedSketch(seed)
-            return self.last
+    def _solver_options(self):
+        s, kw = self.settings, {}
+        if self.solver in ("tron", "newton_yuan"):
+            kw["precondition"] = s["precondition"] != "off"
+        if self.solver == "newton_yuan":
+            kw.update(dense_max=memplan.dense_hessian_max(s["memory_budget"]), gtol_abs=s["abs_gtol"],
+                      dtol_abs=s["abs_dtol"])
+        return kw
 
-        def close(self, source):
-            self.read_seconds += source.read_seconds
+    def gamma(self, gi):
+        return self.maps.gamma(gi)
 
-        def fresh(self, source):
-            source.passes = 0
+    def point_info(self, gi, C):
+        return self.problem.point_info(C)
 
-        def start(self, gi):
-            return np.zeros(width(gi))
+    def score(self, w, gi):
+        p, metric = self.problem, self.settings["select_metric"]
+        model = LinearModel(w, p.normalizer, n_features=p.ds.n_features, fmap=self.maps.get(gi))
+        if not self.rows.valid_map_bytes:
+            return validation_score(model, p.valid, p.valid_y, metric, block_bytes=self.rows.block_bytes,
+                                    executor=p.executor)
+        if gi not in self.mapped_valid:
+            self.mapped_valid.clear()
+            self.mapped_valid[gi] = MappedValidation(model, p.valid, p.valid_y, metric, block_bytes=self.rows.block_bytes,
+                                                     executor=p.executor)
+        return self.mapped_valid[gi].score(model)
 
-        def prepare(self, source, gi, Ck, w):
-            m = width(gi)
-            ck = point_cost(Ck)
-            if self.solver == "auto":
-                self.solver, why = choose_solver(RankObjective(source, m, C=Ck, cost=ck, mu=mu,
-                                                                        executor=executor), w)
-                cfg["solver_chosen"] = self.solver
-                log.info("solver auto: %s (%s)", self.solver, why)
-            obj = RankObjective(source, m, C=Ck, cost=ck, mu=mu, keep_scores=self.solver == "newton_cholesky",
-                                executor=executor, sketch=self.sketch)
-            log.info("C=%g: %s%s eps=%g on %d rows, %d queries, %d features (%s)", Ck, self.solver,
-                     f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", tol, source.n_rows,
-                     q1 - q0, m, f"rows kept in memory, {source.memory_bytes / 1e6:.0f} MB" if source.in_memory
-                     else f"rows {'re-mapped' if method != 'primal' else 're-read'} every pass in "
-                          f"{len(source.stream)} blocks")
-            kw = {}
-            if self.solver in ("tron", "newton_yuan"):
-                kw["precondition"] = precondition != "off"
-            if self.solver == "newton_yuan":
-                kw.update(dense_max=memplan.dense_hessian_max(budget), gtol_abs=abs_gtol, dtol_abs=abs_dtol)
-            return obj, SOLVER_FUNCTIONS[self.solver], kw
+    def decided(self):
+        return {"solver_chosen": self.solver} if self.settings["solver"] == "auto" and self.solver != "auto" else {}
 
-        def gamma(self, gi):
-            return None if method == "primal" else feature_map(gi).gamma_
 
-        def point_info(self, gi, Ck):
-            return {"eta": point_cost(Ck).eta} if cfg["loss"] == "smooth_hinge" else {}
-
-        score = staticmethod(score_valid)
-
-    path = Linear()
-    res = run_settings(path, points, cfg, validate=valid is not None, checkpoint=checkpoint, resume=resume,
-                       fingerprint=ds.fingerprint, refine=refine)
-    solver, read_s, source, source_gi = path.solver, path.read_seconds, path.last, path.last_gi
-
-    fmap = feature_map(res.points[res.best][0])
-    summary = {**res.summary(), "seconds": time.perf_counter() - t_start, "read_seconds": read_s, "method": method,
-               "solver": solver, "in_memory": source.in_memory if source else None}
-    report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), gammas)
+def linear_model(problem, settings, res, path, t_start):
+    """(the chosen point's LinearModel, the run's summary) after the path ``res`` of ``path``;
+    the model's config is the settings with what the run decided (``solver_chosen``)."""
+    method, gi = settings["method"], res.points[res.best][0]
+    fmap, source = path.maps.get(gi), path.last
+    summary = {**res.summary(), "seconds": time.perf_counter() - t_start, "read_seconds": path.read_seconds,
+               "method": method, "solver": res.decided.get("solver_chosen", settings["solver"]),
+               "in_memory": source.in_memory if source else None}
+    report_grid_edges(summary, sorted({c["C"] for c in res.candidates}), settings.get("gamma_path", [None]))
     if method != "primal":
         summary["components"] = int(fmap.n_components_)
-        summary["map_storage"] = source.mode if res.points[res.best][0] == source_gi else None
-    model = LinearModel(res.w, normalizer, n_features=ds.n_features, fmap=fmap, config=cfg, training=summary,
-                        fingerprint=ds.fingerprint, levels=levels)
-    return attach_features(model, feature_cols, input_width), summary
+        summary["map_storage"] = source.mode if gi == path.last_gi else None
+    model = LinearModel(res.w, problem.normalizer, n_features=problem.ds.n_features, fmap=fmap,
+                        config={**settings, **res.decided}, training=summary, fingerprint=problem.ds.fingerprint,
+                        levels=problem.levels)
+    return model, summary
 
 
 train = train_linear

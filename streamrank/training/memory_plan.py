@@ -116,7 +116,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
         load_kernel_runtime()
         drop_idle_library_pages()
     from streamrank.features.kernels import tile_rows, tile_threads
-    from streamrank.objectives.kernel_precond import a_chunk_bytes
+
     def qblock_of(b):  # a stored block of Q grows with the budget (a fixed share of it)
         return int(block_bytes) if block_bytes else max(4 * l, min(Q_BLOCK_BYTES, b // Q_BLOCKS_IN_BUDGET))
     qblock = qblock_of(budget)
@@ -126,11 +126,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     threads = tile_threads()
     chunk = threads * tile
     m = min(landmarks, l)
-    # float32 U, diag(R) and two D (the base's and the point's), five m x m float64 matrices (A,
-    # U^T D^-1 U, R_A, B's factor and a temporary; the last point's are released first) and the
-    # chunks of their products (kernel_precond); its float64 build-time factor (8 l m) is freed
-    # before the tier of Q fills memory
-    precond = (4 * l * m + 24 * l + 40 * m * m + a_chunk_bytes(l, m)) if m else 0
+    precond = _precond_bytes(l, m)
     resident = resident_bytes() if resident is None else resident
     fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond + EXACT_SLACK
     fixed += 2 * (state_bytes_per_row(loss) - STATE_BYTES_PER_ROW) * l  # the band state of two points
@@ -149,22 +145,8 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
                     "use memory_budget=%s", format_size(budget), format_size(resident), format_size(_round_up(need)))
         return (qblock, 0, 1) if with_threads else (qblock, 0)
     if need > budget:
-        # what the run needs besides Q does not fit: said before any work, with the smallest budget
-        # that holds it (Q then read from disk every pass); the preconditioner named when it is
-        # what does not fit. The blocks of Q grow with the budget named, so the budget named is
-        # the fixed point of need(b) <= b (3 blocks of b / 64 add under 5% of b: a few steps)
-        at_budget = need
-        for _ in range(8):
-            named = _round_up(need)
-            need = resident + fixed + READ_BUFFERS * qblock_of(named)
-            if need <= named:
-                break
-        raise ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
-                             f"{l} rows: with {format_size(resident)} resident, the rows, solver vectors, "
-                             f"preconditioner and {READ_BUFFERS} blocks of Q need {format_size(need)}; use "
-                             f"memory_budget={format_size(_round_up(need))}"
-                             + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
-                                f"use precondition=off to drop them)" if precond and at_budget - precond <= budget else ""))
+        raise _exact_budget_error(budget, l, m, precond, lambda named: resident + fixed + READ_BUFFERS * qblock_of(named),
+                                  resident, need)
     fixed += resident
     tier = max(0, budget - fixed - READ_BUFFERS * qblock - margin)
     _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes)
@@ -172,6 +154,37 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
         log.info("Q's tiles computed on one thread (two tiles of %s do not fit the budget beside the rest)",
                  format_size(tile))
     return (qblock, tier, threads) if with_threads else (qblock, tier)
+
+
+def _precond_bytes(l, m):
+    """Bytes the Nystroem preconditioner of m landmarks holds over l rows while Q fills memory."""
+    from streamrank.objectives.kernel_precond import a_chunk_bytes
+    # float32 U, diag(R) and two D (the base's and the point's), five m x m float64 matrices (A,
+    # U^T D^-1 U, R_A, B's factor and a temporary; the last point's are released first) and the
+    # chunks of their products (kernel_precond); its float64 build-time factor (8 l m) is freed
+    # before the tier of Q fills memory
+    return (4 * l * m + 24 * l + 40 * m * m + a_chunk_bytes(l, m)) if m else 0
+
+
+def _exact_budget_error(budget, l, m, precond, need_at, resident, at_budget):
+    """What an exact run needs besides Q does not fit: the ParameterError said before any work,
+    with the smallest budget that holds it (Q then read from disk every pass); the preconditioner
+    named when it is what does not fit. ``need_at(b)``: the need at budget b, whose blocks of Q grow
+    with b, so the budget named is the fixed point of need(b) <= b (3 blocks of b / 64 add under 5%
+    of b: a few steps); ``at_budget``: the need at ``budget``."""
+    from streamrank.cache.kernel_cache import READ_BUFFERS
+    need = at_budget
+    for _ in range(8):
+        named = _round_up(need)
+        need = need_at(named)
+        if need <= named:
+            break
+    return ParameterError(f"memory_budget {format_size(budget)} is too small for exact kernel RankSVM on "
+                          f"{l} rows: with {format_size(resident)} resident, the rows, solver vectors, "
+                          f"preconditioner and {READ_BUFFERS} blocks of Q need {format_size(need)}; use "
+                          f"memory_budget={format_size(_round_up(need))}"
+                          + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
+                             f"use precondition=off to drop them)" if precond and at_budget - precond <= budget else ""))
 
 
 def _round_up(n, step=10 ** 7):

@@ -92,6 +92,11 @@ class Method:
         """The validation score of solution ``w`` of gamma ``gi``."""
         raise NotImplementedError
 
+    def decided(self):
+        """Settings the method chose while running (e.g. ``solver_chosen`` for ``solver=auto``):
+        recorded beside the run's settings in its checkpoints and in :attr:`PathResult.decided`."""
+        return {}
+
 
 @dataclass
 class PathResult:
@@ -100,6 +105,7 @@ class PathResult:
     best: int          # the chosen point's index
     passes: int        # passes over the data along the whole path (resumed runs included)
     points: list = None  # the (gamma index, C) of each candidate (a second stage's included)
+    decided: dict = None  # what the method chose while running (:meth:`Method.decided`)
 
     @property
     def w(self):
@@ -149,40 +155,85 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
     candidates, path_w, start_index, state, passes0, trace = resume_point(checkpoint if resume else None, config,
                                                                           fingerprint, all_points)
     points = all_points(candidates)
-    n_ck = [0]
-    resource, resource_gi, total = None, None, passes0
+    walk = _Walk(method, tol=tol, max_iter=max_iter, gap_tol=gap_tol, select_metric=select_metric,
+                 checkpoint=checkpoint, config=config, settings=settings, fingerprint=fingerprint,
+                 candidates=candidates, path_w=path_w, passes=passes0)
     k = start_index
     while k < len(points):
         gi, Ck = points[k]
-        if resource_gi != gi:
-            if resource is not None:
-                total += resource.passes
-                method.close(resource)
-            resource, resource_gi = method.open(gi), gi
-            if k == start_index:
-                method.fresh(resource)
-        # warm start from the previous point of the same gamma
-        w = (np.asarray(path_w[k - 1], np.float64) if k > 0 and points[k - 1][0] == gi and len(path_w) >= k
-             else method.start(gi))
-        if state is not None:
-            if state.w.shape != w.shape:
-                raise FormatError(f"the checkpoint in {checkpoint} holds a solution of {state.w.shape[0]} entries where "
-                                  f"this point's has {w.shape[0]}; it was changed after it was written. Start again "
-                                  f"with resume=False")
-            w = state.w
+        resource = walk.open(gi)
+        w = _first_iterate(method, points, path_w, k, state, checkpoint)
+        walk.solve(k, gi, Ck, resource, w, state, trace)
+        state, trace = None, []
+        for hook in list(_POINT_HOOKS):
+            hook()
+        points = all_points(candidates)
+        k += 1
+    walk.close()
+    best = (max(range(len(points)), key=lambda i: candidates[i].get(valid_key, 0.0)) if valid_key is not None
+            else len(points) - 1)
+    return PathResult(candidates, path_w, best, walk.total, points, dict(method.decided()))
+
+
+def _first_iterate(method, points, path_w, k, state, checkpoint):
+    """Point ``k``'s first iterate: the checkpoint's ``state`` (a resumed point), else a warm start
+    from the previous point's solution of the same gamma, else the method's start."""
+    gi = points[k][0]
+    w = (np.asarray(path_w[k - 1], np.float64) if k > 0 and points[k - 1][0] == gi and len(path_w) >= k
+         else method.start(gi))
+    if state is not None:
+        if state.w.shape != w.shape:
+            raise FormatError(f"the checkpoint in {checkpoint} holds a solution of {state.w.shape[0]} entries where "
+                              f"this point's has {w.shape[0]}; it was changed after it was written. Start again "
+                              f"with resume=False")
+        w = state.w
+    return w
+
+
+class _Walk:
+    """One run along a path: the open gamma's resource, the passes of the closed ones (``total``),
+    the finished candidates and solutions, and the solve of one point with its checkpoints."""
+
+    def __init__(self, method, *, tol, max_iter, gap_tol, select_metric, checkpoint, config, settings, fingerprint,
+                 candidates, path_w, passes):
+        self.method, self.tol, self.max_iter, self.gap_tol = method, tol, max_iter, gap_tol
+        self.select_metric, self.checkpoint, self.config, self.settings = select_metric, checkpoint, config, settings
+        self.fingerprint, self.candidates, self.path_w, self.total = fingerprint, candidates, path_w, passes
+        self.resource, self.gi, self.counter = None, None, [0]
+
+    def open(self, gi):
+        """The resource of gamma ``gi`` (the open one, or the previous closed and this one opened;
+        the run's first resource counts its passes from here)."""
+        if self.gi != gi:
+            first = self.resource is None
+            self.close()
+            self.resource, self.gi = self.method.open(gi), gi
+            if first:
+                self.method.fresh(self.resource)
+        return self.resource
+
+    def close(self):
+        if self.resource is not None:
+            self.total += self.resource.passes
+            self.method.close(self.resource)
+
+    def passes(self):
+        return self.total + self.resource.passes
+
+    def solve(self, k, gi, Ck, resource, w, state, trace):
+        """Solve point ``k`` = (``gi``, ``Ck``) from ``w`` (or the resumed ``state``, its ``trace``
+        so far) and record its candidate and solution."""
+        method, valid_key = self.method, None if self.select_metric is None else "valid_" + self.select_metric
         obj, solve, kw = method.prepare(resource, gi, Ck, w)
 
-        def passes(resource=resource, total=total):
-            return total + resource.passes
-
-        def validate(st, Ck=Ck, gi=gi):
+        def validate(st):
             score = method.score(st.w, gi)
-            log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, select_metric, score)
+            log.info("    C=%g iter %d: validation %s %.4f", Ck, st.iteration, self.select_metric, score)
             return score
-
+        recorded = self.settings if self.settings is None else {**self.settings, **method.decided()}
         on_iteration = iteration_callback(
-            checkpoint=checkpoint, config=config, fingerprint=fingerprint, settings=settings, index=k,
-            candidates=candidates, path_w=path_w, counter=n_ck, passes=passes, trace=trace,
+            checkpoint=self.checkpoint, config=self.config, fingerprint=self.fingerprint, settings=recorded, index=k,
+            candidates=self.candidates, path_w=self.path_w, counter=self.counter, passes=self.passes, trace=trace,
             validate=None if valid_key is None else validate)
         try:
             # the solver's BLAS calls (dot products of l-vectors, Newton's Cholesky) on one thread:
@@ -190,26 +241,14 @@ def run_path(method, points, *, tol, max_iter, select_metric=None, checkpoint=No
             # rounds it otherwise than on one, and every thread count must give the same model.
             # Wide products inside run in fixed blocks on parallel threads (_native.blas)
             with one_thread():
-                st = solve(obj, w, eps=tol, max_iter=max_iter, gap_tol=gap_tol, state=state, callback=on_iteration,
-                           describe=lambda: f"passes {passes()}", **kw)
+                st = solve(obj, w, eps=self.tol, max_iter=self.max_iter, gap_tol=self.gap_tol, state=state,
+                           callback=on_iteration, describe=lambda: f"passes {self.passes()}", **kw)
         except NumericError as e:
-            raise overflow_error(e, Ck, method.gamma(gi), candidates) from None
-        state = None
-        finish_point(st, C=Ck, gamma=method.gamma(gi), passes=passes(), candidates=candidates, path_w=path_w,
-                     valid=None if valid_key is None else
+            raise overflow_error(e, Ck, method.gamma(gi), self.candidates) from None
+        finish_point(st, C=Ck, gamma=method.gamma(gi), passes=self.passes(), candidates=self.candidates,
+                     path_w=self.path_w, valid=None if valid_key is None else
                      (valid_key, _last_score(trace, st, lambda: method.score(st.w, gi))),
                      extra=dict(method.point_info(gi, Ck), trace=list(trace)))
-        trace = []
-        for hook in list(_POINT_HOOKS):
-            hook()
-        points = all_points(candidates)
-        k += 1
-    if resource is not None:
-        total += resource.passes
-        method.close(resource)
-    best = (max(range(len(points)), key=lambda i: candidates[i].get(valid_key, 0.0)) if valid_key is not None
-            else len(points) - 1)
-    return PathResult(candidates, path_w, best, total, points)
 
 
 def overflow_error(e, C, gamma, candidates):

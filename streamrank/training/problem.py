@@ -1,5 +1,14 @@
 """What every training method shares before its path starts: labels, query weights (paper 001's
-mu), label-pair costs (lambda), the validation metric's value, and the settings' checks."""
+mu), label-pair costs (lambda), the validation metric's value, and the settings' checks.
+
+A training run reads in three steps: its settings are checked once and frozen (a read-only
+mapping, the config its model records), the data are prepared once into a :class:`Problem`
+(labels, weights, costs, normaliser, validation labels), and a method's path runs over that
+problem (:mod:`streamrank.training.path`); what the run decides on the way (e.g. the solver of
+``solver=auto``) comes back with the path's result, never written into the settings."""
+
+from dataclasses import dataclass
+from types import MappingProxyType
 
 import numpy as np
 
@@ -407,3 +416,99 @@ def max_row_sq_norm(stream, normalizer=None):
             X = np.asarray(X, np.float64)
             top = max(top, float(np.einsum("ij,ij->i", X, X).max()))
     return top
+
+
+def frozen(settings):
+    """A read-only copy of a run's checked ``settings`` (the config its model records)."""
+    return MappingProxyType(dict(settings))
+
+
+def base_config(*, Cs, refine, normalize, tol, max_iter, gap_tol, memory_budget, block_bytes, pair_cost, query_weight,
+                select_metric, seed, queries, valid, loss, eta, abs_gtol, abs_dtol):
+    """The settings every method of the C path (primal, maps, exact) records, the numbers checked
+    (:mod:`streamrank.params`); ``gap_tol`` only when given (old checkpoints match), ``C_rule``
+    only for the two-stage rule."""
+    return {"C_path": Cs, "normalize": normalize, "tol": params.check("tol", tol),
+            **({"gap_tol": params.check("gap_tol", gap_tol)} if gap_tol is not None else {}),
+            "max_iter": params.check("max_iter", max_iter), "memory_budget": memory_budget, "block_bytes": block_bytes,
+            "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
+            "query_weight": query_weight, "select_metric": select_metric, "seed": params.check("seed", seed),
+            "queries": list(queries) if queries is not None else None,
+            "valid_fingerprint": valid.fingerprint if valid is not None else None,
+            "loss": loss, "eta": eta, "abs_gtol": abs_gtol, "abs_dtol": abs_dtol,
+            **({"C_rule": "two-stage"} if refine is not None else {})}
+
+
+def check_data(ds, valid, select_metric, values, gammas, name="C"):
+    """The path's (gamma index, value) points, once the data are known to be trainable: rows and
+    features present, validation data as wide and with labels the metric takes."""
+    check_has_features(ds)
+    check_valid_width(ds, valid)
+    check_validation_labels(valid, select_metric)
+    return grid_points(values, gammas, valid, name)
+
+
+def query_range(ds, queries):
+    """(q0, q1): the training queries (None: all of them)."""
+    return tuple(queries) if queries is not None else (0, ds.n_queries)
+
+
+def fit_normalizer(ds, normalize, queries, block_bytes, executor):
+    """The normaliser of ``normalize``, fitted on training queries [q0, q1) when it needs
+    statistics (zscore: one streamed pass)."""
+    from streamrank.features.normalize import Normalizer
+    normalizer = Normalizer(normalize)
+    if normalize == "zscore":
+        normalizer.fit(partitioned_stream(ds, executor, block_bytes=block_bytes, queries=queries), ds.n_features,
+                       executor=executor)
+    return normalizer
+
+
+def label_weights(y, qp, query_weight, pair_cost, loss):
+    """(label levels, mu per query, pair costs, sum of lambda mu over the pairs or 0) of the
+    training labels ``y`` in queries ``qp`` (offsets from 0); the sum only for the smooth hinge,
+    whose eta=auto needs it."""
+    from streamrank._native import pairkernels as pk
+    levels = np.unique(y)
+    mu = query_weights(query_weight, y, qp)
+    cost = pk.pair_cost(pair_cost_table(pair_cost, levels))
+    weight_sum = pair_weight_sum(np.searchsorted(levels, y), qp, cost.lam, mu) if loss == "smooth_hinge" else 0.0
+    return levels, mu, cost, weight_sum
+
+
+@dataclass(frozen=True, eq=False)
+class Problem:
+    """A training run's data as its path needs them, prepared once.
+
+    ``ds``, ``valid``: the (feature-selected) training and validation data; ``queries``: the
+    training range (q0, q1); ``levels``: the training labels' distinct values; ``mu``: the query
+    weights the objective takes (indexed as its queries are); ``cost``: lambda per label-rank pair;
+    ``loss`` and ``eta`` as checked (:func:`check_loss`); ``weight_sum``: sum of lambda mu over the
+    pairs (smooth hinge only); ``normalizer``: fitted; ``valid_y``: the validation labels or None;
+    ``executor``: what runs the passes."""
+
+    ds: object
+    valid: object
+    queries: tuple
+    levels: np.ndarray
+    mu: np.ndarray
+    cost: object
+    loss: str
+    eta: object
+    weight_sum: float
+    normalizer: object
+    valid_y: object
+    executor: object
+
+    @property
+    def n_queries(self):
+        return self.queries[1] - self.queries[0]
+
+    def point_cost(self, C):
+        """The costs with the loss of point C (the smooth hinge's eta may depend on C)."""
+        from streamrank._native import pairkernels as pk
+        return pk.pair_cost(self.cost, eta=eta_for(self.loss, self.eta, C, self.weight_sum))
+
+    def point_info(self, C):
+        """What a candidate of point C records beside the path's entries: the smooth hinge's eta."""
+        return {"eta": self.point_cost(C).eta} if self.loss == "smooth_hinge" else {}
