@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import streamrank
-from streamrank.io.synthetic import write_hdf5
+from streamrank.synthetic import write_hdf5
 from streamrank.state.checkpoint import read_checkpoint
 from streamrank.state.model import load
 from streamrank.training import linear
