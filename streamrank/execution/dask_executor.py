@@ -170,9 +170,10 @@ def _pass_task(session, home, sid, part, spec_msg, bounds, pass_msg, kept, out_i
     return ("done", msg)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _run_takes_on_error():
     import inspect
+
     from distributed import Client
     return "on_error" in inspect.signature(Client.run).parameters
 
@@ -341,7 +342,7 @@ class DaskExecutor(Executor):
         n_parts = len(info.bounds) - 1
         homes = []
         load = {w: 0 for w in alive}
-        for (sid, _), w in self._home.items():
+        for w in self._home.values():
             if w in load:
                 load[w] += 1
         for part in range(n_parts):
@@ -431,6 +432,7 @@ class DaskExecutor(Executor):
     # -- running ----------------------------------------------------------------------------------
     def run(self, p, source, *, kept=(), collect=None):
         import asyncio
+
         from distributed.client import FutureCancelledError, FuturesCancelledError
         try:
             return self._run(p, source, kept, collect)
@@ -494,8 +496,8 @@ class DaskExecutor(Executor):
         for part in parts:
             if carry is not None and p.done(carry):
                 break
-            c = carry
-            res = self._gather(info, [part], lambda w, pt, resend: self._submit(
+            # the carry bound now: _gather calls (and may resubmit) within this iteration only
+            res = self._gather(info, [part], lambda w, pt, resend, c=carry: self._submit(
                 w, info, pt, pass_msg, pass_arrays, kept, out_id, carry=c, resend=resend), kept)
             carry, o, s = res[part]
             outs.append(o or [])

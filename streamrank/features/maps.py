@@ -36,8 +36,17 @@ import numpy as np
 from streamrank._native.blas import one_thread
 from streamrank.errors import InputError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
-from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, parallel_tiles, tile_threads,
-                      tile_rows)
+from streamrank.features.kernels import (
+    ROW_ALIGN,
+    SHIFT_INVARIANT,
+    PreparedKernel,
+    aligned_empty,
+    check_kernel,
+    check_row0,
+    parallel_tiles,
+    tile_rows,
+    tile_threads,
+)
 from streamrank.settings import DEFAULT_COMPONENTS
 
 FORMAT_VERSION = 1
@@ -431,7 +440,8 @@ class Nystroem(FeatureMap):
 
     kind = "nystroem"
 
-    def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None, seed=0):
+    def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None,
+                 seed=0):
         super().__init__()
         check_kernel(kernel, 1.0 if gamma is None else gamma, degree, coef0)
         self.kernel, self.gamma, self.degree, self.coef0 = kernel, gamma, degree, coef0
@@ -471,7 +481,8 @@ class Nystroem(FeatureMap):
         res = Reservoir(self.n_components, self.seed)
         L = np.zeros((self.n_components, d))
         if hasattr(data, "stream"):
-            stream = partitioned_stream(data, executor, block_bytes=block_bytes, memory_budget=memory_budget, queries=queries)
+            stream = partitioned_stream(data, executor, block_bytes=block_bytes, memory_budget=memory_budget,
+                                        queries=queries)
             n = stream.n_rows
             row0 = int(data.query_ptr[stream.bounds[0]])
             carry, _ = executor_or_local(executor).run(_LandmarkDraw(self.n_components, self.seed, d, normalizer,
@@ -641,7 +652,8 @@ class RandomFourier(FeatureMap):
         self.n_components_ = self.omega_.shape[1]
 
 
-def make_map(method, *, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None, seed=0):
+def make_map(method, *, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None,
+             seed=0):
     """The map for a ``--method``: primal -> identity, nystroem, rff."""
     if method in ("primal", "linear", "identity"):
         return IdentityMap()

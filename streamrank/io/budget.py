@@ -11,8 +11,6 @@ the data), only the number of reads.
 import ctypes
 import ctypes.util
 import logging
-import os
-
 
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 from streamrank.units import format_size
@@ -93,9 +91,9 @@ def _glibc():
     if _libc is None:
         try:
             lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            lib.mallopt, lib.malloc_trim  # glibc only (musl and macOS have neither)
-            _libc = lib
-        except (OSError, AttributeError):
+            # glibc only (musl and macOS have neither)
+            _libc = lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else False
+        except OSError:
             _libc = False
     return _libc
 

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import h5py
-
 import numpy as np
 
 from streamrank._native import finite
@@ -225,7 +224,8 @@ class Dataset:
             raise InputError(f"{self.path} is a directory; give a dataset file (.h5) or LETOR/SVMlight text")
         if not h5py.is_hdf5(self.path):
             raise FormatError(f"{self.path}: not an HDF5 file. If it is LETOR/SVMlight text, convert it "
-                              f"with: streamrank convert {self.path} -o {self.path.with_name(converted_name(self.path))}")
+                              f"with: streamrank convert {self.path} "
+                              f"-o {self.path.with_name(converted_name(self.path))}")
         try:
             self._file = h5py.File(self.path, "r", rdcc_nbytes=4 << 20)
         except OSError as e:

@@ -20,7 +20,8 @@ _DXPL = []  # [plist or None], made on first use
 
 def _library():
     here = os.path.dirname(h5py.__file__)
-    for pattern in (os.path.join(here, "..", "h5py.libs", "libhdf5-*.so*"), os.path.join(here, ".dylibs", "libhdf5*.dylib")):
+    for pattern in (os.path.join(here, "..", "h5py.libs", "libhdf5-*.so*"),
+                    os.path.join(here, ".dylibs", "libhdf5*.dylib")):
         for path in sorted(glob.glob(pattern)):
             if "_hl" not in os.path.basename(path):
                 return ctypes.CDLL(path)

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from streamrank.errors import InputError, ParameterError
-from streamrank.units import format_size, parse_size
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
+from streamrank.units import format_size, parse_size
 
 if TYPE_CHECKING:
     from streamrank.io.dataset import Dataset

@@ -31,8 +31,8 @@ import time
 import numpy as np
 
 from streamrank._native import linalg as la
-from streamrank._native import parallel
 from streamrank._native import pairkernels as pk
+from streamrank._native import parallel
 from streamrank._native import qprod as qp
 from streamrank.execution.executor import Pass
 from streamrank.objectives.rank_objective import RankObjective
@@ -218,7 +218,8 @@ class KernelObjective(RankObjective):
         return self
 
     def hessian(self, max_rows=None):
-        raise NotImplementedError("exact kernel RankSVM does not form its l x l Hessian in beta (TRON and Newton-Yuan use products)")
+        raise NotImplementedError("exact kernel RankSVM does not form its l x l Hessian in beta "
+                                  "(TRON and Newton-Yuan use products)")
 
 
 # -- the passes over the row blocks of Q (streamrank.execution) -------------------------------------

@@ -46,11 +46,10 @@ stall, and the same bits for any block layout of Q).
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
-from streamrank.errors import NumericError
-
 from streamrank._native import parallel
 from streamrank._native import qprod as _qprod
 from streamrank._native.blas import add_atb_upper, matmul_fixed, matmul_rows, mirror_upper, one_thread
+from streamrank.errors import NumericError
 from streamrank.features.kernels import PreparedKernel
 
 # landmarks (columns of Q): "auto" = LANDMARKS_PER_ROOT sqrt(l) rounded to a multiple of
@@ -162,7 +161,8 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
             continue
         idle = 0
         P = cand[acc]
-        G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - matmul_rows(F[:, :j], F[P, :j].T)  # residual columns
+        # residual columns
+        G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - matmul_rows(F[:, :j], F[P, :j].T)
         with one_thread():  # b x b and l x b x b: small; one thread keeps their bits
             L = np.linalg.cholesky(0.5 * (G[P] + G[P].T))
             F[:, j:j + len(P)] = solve_triangular(L, G.T, lower=True).T

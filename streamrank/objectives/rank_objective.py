@@ -29,8 +29,8 @@ from streamrank._native import fused as fz
 from streamrank._native import linalg as la
 from streamrank._native import pairkernels as pk
 from streamrank._native import parallel as par
-from streamrank._native.memory import trimmer
 from streamrank._native.blas import add_atb
+from streamrank._native.memory import trimmer
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.normalize import Normalizer
 from streamrank.objectives.block_rows import block_phi as _phi
@@ -286,6 +286,7 @@ class RankObjective:
         unlike fun/grad/hessp the product's rounding follows BLAS (not the data alone).
         """
         from contextlib import nullcontext
+
         from streamrank._native.blas import one_thread
         from streamrank.objectives.linear_precond import AUTO_WIDTH
         # narrow products: one BLAS thread (streamrank._native.blas; the preconditioner's reason)
@@ -312,8 +313,8 @@ class RankObjective:
         preconditioner of one sketch of G(0), built by the first call (one pass) and shared
         through ``sketch`` by every C of a path.
         """
-        from streamrank.objectives import linear_precond as pc
         from streamrank._native.blas import one_thread
+        from streamrank.objectives import linear_precond as pc
         m = self.n_features
         if m > pc.AUTO_WIDTH:
             if self.sketch is None:

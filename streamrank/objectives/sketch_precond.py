@@ -48,8 +48,8 @@ import numpy as np
 from streamrank._native import pairkernels as pk
 from streamrank._native.blas import add_atb, matmul_fixed, one_thread
 from streamrank.execution.executor import Pass
-from streamrank.objectives.linear_precond import group_rows  # rows of whole queries per group product
 from streamrank.objectives.block_rows import block_phi as _phi
+from streamrank.objectives.linear_precond import group_rows  # rows of whole queries per group product
 
 log = logging.getLogger("streamrank.objectives.sketch_precond")
 
