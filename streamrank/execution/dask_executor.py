@@ -660,8 +660,7 @@ def stop_cluster(client, cluster=None):
             os.kill(pid, signal.SIGKILL)
         except OSError:  # already gone
             pass
-    # distributed's exit handler would try again for 10 s more (measured: 16 s between main's return
-    # and the process's end, under load)
+    # distributed's exit handler would otherwise try to close it again at the process's exit
     cluster.shutdown_on_close = False
     log.info("the local dask cluster did not close within %d s: its worker processes were killed", CALL_SECONDS)
 
@@ -686,8 +685,7 @@ def start_cluster(workers=None, scheduler=None):
     from streamrank._native.parallel import usable_cpus
     threads = max(1, usable_cpus() // n)  # the cores this process may use, not the machine's
     env = {k: str(threads) for k in ("NUMBA_NUM_THREADS",)}
-    # idle OpenMP threads sleep rather than spin: workers share the machine's cores (measured with
-    # one worker on 2 cores: a Hessian pass over 262k rows 0.13-0.14 s spinning, 0.09-0.11 s passive)
+    # idle OpenMP threads sleep rather than spin: workers share the machine's cores
     env["OMP_WAIT_POLICY"] = "PASSIVE"
     import importlib.util
     dashboard = ":0" if importlib.util.find_spec("bokeh") else None  # the dashboard needs bokeh

@@ -33,9 +33,8 @@ Standard operators only (opset :data:`OPSET`, IR version :data:`IR_VERSION`), ch
 content digest, the input width and the feature names are in the model's metadata_props.
 
 Cost (docs/formats.md): a Nystroem graph does streamrank's flops, its two float64 GEMMs in
-onnxruntime's MLAS (m = k = 2,000 rbf: 0.5-0.8 of streamrank's predict time on the loaded 2-core
-machine with one intra-op thread or two without spinning); laplacian's difference is written and
-read once more than streamrank's numba kernel does (about 2x its time), within 32 MB a step.
+onnxruntime's MLAS; laplacian's difference is written and read once more than streamrank's numba
+kernel does, within 32 MB a step.
 """
 
 import json

@@ -284,7 +284,7 @@ def ensure_space(path, nbytes, shown=None):
     output, when ``path`` is the hidden file being written), else ``path``.
 
     HDF5 must never meet a full disk itself: a flush that fails leaves its file in a state that
-    later crashes the interpreter (measured: a segmentation fault at exit after ENOSPC in a close),
+    later crashes the interpreter (a segmentation fault at exit after ENOSPC in a close),
     so every HDF5 writer of streamrank checks the room before it writes a block.
     """
     limit = file_size_limit()

@@ -13,8 +13,8 @@ check runs on the prefetch thread, fused with the read (no pass over the rows of
 Rows are read into two buffers allocated once per stream and reused by every pass (double
 buffering: the prefetch thread fills one while the caller works on the other). A block's arrays
 are therefore valid until the caller asks for the next block; copy what must outlive that.
-Fresh allocations for every block cost page faults that, measured here, cut a pass from
-~7 GB/s to 0.35 GB/s for large blocks.
+Fresh allocations for every block would cost page faults on every pass (docs/design.md,
+"Measurements behind the code").
 """
 
 import warnings

@@ -498,11 +498,10 @@ _buffers = threading.local()
 
 def _group_buffers(most_q, most_r, m):
     """GROUP_BUFFERS sets of a pass's group buffers, kept by the thread for its next pass, grown
-    when too small and never shrunk (blocks differ in their largest group). Made afresh per
-    block, their pages were mapped and faulted in again: 850 faults a fun + grad pass on 1.1M
-    MSLR rows in 5 blocks. GROUP_BUFFERS x (GROUP_PARTIALS_BYTES + 8 GROUP_ROWS) bytes at most
-    (5 MB; more only for a query longer than GROUP_ROWS, 8 bytes a row), in the memory plan's
-    slack (io.budget.STREAM_SLACK)."""
+    when too small and never shrunk (blocks differ in their largest group), so that their pages
+    are not mapped and faulted in again for every block. GROUP_BUFFERS x (GROUP_PARTIALS_BYTES +
+    8 GROUP_ROWS) bytes at most (5 MB; more only for a query longer than GROUP_ROWS, 8 bytes a
+    row), in the memory plan's slack (io.budget.STREAM_SLACK)."""
     have = getattr(_buffers, "sets", None)
     if have is not None and have[0]["partials"].shape[1] == m:
         if have[0]["loss"].shape[0] >= most_q and have[0]["z"].shape[0] >= most_r:

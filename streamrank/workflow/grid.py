@@ -53,13 +53,10 @@ DEFAULT_GRIDS = {
 # scikit-learn's gamma='scale' = 1 / (d Var X) of the training rows as the kernel sees them (after
 # --normalize; Var X over all their values) rounded to a power of two, so that the grid is written
 # in --gamma's 2^k grammar and a grid edge can be extended in it. Var X makes gamma ||x - y||^2 of
-# order one whatever the features' units (raw LETOR features reach 1e4: 2^-9 was then far too
-# large). Ranking prefers wider kernels than that: on MQ2008 (normalize none: Var X = 0.103..0.108
-# over 46 columns, gamma='scale' = 2^-2.25..2^-2.31, anchor 2^-2 on every fold) the folds chose
-# anchor x 2^-7..2^-3 (Nystroem 2^-7, -7, -5, -9, -9; exact 2^-5, -7, -5, -9, -9; CLSRRank 2^-7, -5,
-# -7, -5, -7), and so did generated raw-scale folds (tools/bench_raw_scale.py; CLSRRank's
-# validation peaked lower there, at anchor x 2^-5..2^-9): the offsets hold all of them inside the
-# grid (the former fixed grids had them at an edge on 2, 4 and 3 of 5 folds).
+# order one whatever the features' units (raw LETOR features reach 1e4). Ranking prefers wider
+# kernels than that: the offsets reach anchor x 2^-9 (CLSRRank 2^-11), and every gamma chosen on the
+# MQ2008 folds and on generated raw-scale folds (tools/bench_raw_scale.py) lies inside the grid
+# (docs/design.md, "Measurements behind the code").
 DEFAULT_GAMMA_OFFSETS = {"nystroem": (-9, -7, -5, -3, -1), "rff": (-9, -7, -5, -3, -1),
                          "exact": (-9, -7, -5, -3, -1), "clsr": (-11, -9, -7, -5, -3, -1)}
 
