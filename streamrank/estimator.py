@@ -59,12 +59,12 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from streamrank.io.dataset import Dataset, open_dataset
+from streamrank import settings
 from streamrank.errors import ParameterError
 from streamrank.evaluation.metrics import evaluate
+from streamrank.io.dataset import Dataset, open_dataset
 from streamrank.io.hdf5_format import DatasetWriter
 from streamrank.state.model import load as load_model
-from streamrank import settings
 from streamrank.training.trainers import train
 
 # scikit-learn's "keep the request as it is" (sklearn.utils.metadata_routing.UNCHANGED, compared by
@@ -612,6 +612,7 @@ def _verbose(on):
         yield
         return
     import logging
+
     from streamrank.execution.progress import progress
     logger = logging.getLogger("streamrank")
     handler = logging.StreamHandler(sys.stderr)

@@ -209,7 +209,8 @@ def inapplicable(given, methods):
     if len(off) == 1:
         s = off[0]
         return ParameterError(f"{s.flag} applies to --method {' or '.join(s.methods)}, not to {', '.join(methods)}; "
-                              f"drop {s.flag}" + (f" ({s.instead})" if s.instead else f" or pass --method {s.methods[0]}"))
+                              f"drop {s.flag}"
+                              + (f" ({s.instead})" if s.instead else f" or pass --method {s.methods[0]}"))
     if off:
         names = ", ".join(s.flag for s in off)
         why = "; ".join(f"{s.flag} to {' or '.join(s.methods)}" for s in off)

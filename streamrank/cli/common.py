@@ -15,7 +15,8 @@ from streamrank.errors import StreamrankError
 # library parameter -> command-line flag: library messages name parameters (``C=0.5``,
 # ``resume=False``); what the CLI prints names its flags (``--C 0.5``, ``without --resume``)
 FLAGS = {**training_settings.flags(),  # the training settings' flags (and the estimators' names for them)
-         **{s.api_name: s.flag for s in training_settings.TABLE.values() if s.flag and s.api_name not in (None, s.name)},
+         **{s.api_name: s.flag for s in training_settings.TABLE.values()
+            if s.flag and s.api_name not in (None, s.name)},
          "n_features": "--n-features", "query_files": "--query-file", "zero_based": "--zero-based", "valid": "--valid",
          "part": "--part", "preset": "--preset", "scale": "--scale", "importance": "--importance",
          "tradeoff": "--tradeoff", "workers": "--workers", "scheduler": "--scheduler",
@@ -274,7 +275,8 @@ def _add_cluster(p):
     p.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                    help="run every pass on the running dask cluster at this address; its workers read the data "
                         "by its path (a shared file system; default: in this process)")
-    p.add_argument("--partition-rows", type=_positive_int("--partition-rows", PARTITION_ROWS), default=PARTITION_ROWS, metavar="R",
+    p.add_argument("--partition-rows", type=_positive_int("--partition-rows", PARTITION_ROWS), default=PARTITION_ROWS,
+                   metavar="R",
                    help=f"rows of one partition, the unit of work a worker keeps (default {PARTITION_ROWS}); the "
                         f"model depends on it, not on the number of workers")
 

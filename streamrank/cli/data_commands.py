@@ -2,9 +2,17 @@
 
 from pathlib import Path
 
+from streamrank.cli.common import (
+    _add_progress,
+    _add_query_file,
+    _cache_outputs,
+    _check_outputs,
+    _data_inputs,
+    _positive_int,
+    emit_json,
+    shows_progress,
+)
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
-from streamrank.cli.common import (_add_progress, _add_query_file, _cache_outputs, _check_outputs, _data_inputs,
-                                   _positive_int, emit_json, shows_progress)
 
 
 def _cmd_convert(args):
@@ -21,7 +29,8 @@ def _cmd_convert(args):
               f"{stats['features']} features in {stats['seconds']:.2f} s "
               f"({stats['text_mb_per_s']:.1f} MB/s of text, {stats['rows_per_s']:,.0f} rows/s"
               f"{'; queries regrouped' if stats['regrouped'] else ''}"
-              f"{'; continued after ' + format(stats['resumed_rows'], ',') + ' rows' if stats['resumed_rows'] else ''})")
+              f"{'; continued after ' + format(stats['resumed_rows'], ',') + ' rows' if stats['resumed_rows'] else ''}"
+              ")")
     return 0
 
 
@@ -81,6 +90,7 @@ def demo_steps(workdir):
     """Where the demo's files are, and its steps as the commands that redo them on those files
     (the same model, scores and metrics)."""
     import shlex
+
     from streamrank.demo import C_EXPONENTS, NORMALIZE
     d = Path(workdir)
 
@@ -98,16 +108,19 @@ def demo_steps(workdir):
 
 def register(sub):
     """The data commands' parsers."""
-    c = sub.add_parser("convert", help="LETOR/SVMlight text (.txt .gz .bz2 .xz; LF, CRLF or CR line ends) to an HDF5 dataset")
+    c = sub.add_parser("convert",
+                       help="LETOR/SVMlight text (.txt .gz .bz2 .xz; LF, CRLF or CR line ends) to an HDF5 dataset")
     c.add_argument("inputs", nargs="+", metavar="IN", help="text files, concatenated in order")
     c.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="the HDF5 dataset to write")
     c.add_argument("--query-file", action="append", metavar="F",
-                   help="group sizes (one per line) for an input without qid:; give once per input (default: IN.query beside each input, if present)")
+                   help="group sizes (one per line) for an input without qid:; give once per input "
+                        "(default: IN.query beside each input, if present)")
     c.add_argument("--zero-based", action="store_true", help="feature indices start at 0 (default 1)")
     c.add_argument("--n-features", type=_positive_int("--n-features", 46), metavar="D",
                    help="fix the number of features (train, vali and test must agree; default: the largest id seen)")
     c.add_argument("--compression", choices=["gzip", "lzf", "none"], default=None,
-                   help="HDF5 compression of the rows (default: none; docs/benchmarks-archive.md, \"Storage defaults\")")
+                   help="HDF5 compression of the rows "
+                        "(default: none; docs/benchmarks-archive.md, \"Storage defaults\")")
     c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
     c.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET, metavar="SIZE",
                    help=f"bound on the memory the conversion uses (default {DEFAULT_MEMORY_BUDGET})")
@@ -130,12 +143,13 @@ def register(sub):
     e.add_argument("scores", metavar="SCORES.txt", help="one score per line, in the input's row order")
     _add_query_file(e)
     e.add_argument("--convention", choices=["letor4", "standard"], default="letor4",
-                   help="letor4 (default): LETOR 4.0's Eval-Score-4.0.pl; standard: gain 2^y - 1, ideal DCG of each query")
+                   help="letor4 (default): LETOR 4.0's Eval-Score-4.0.pl; "
+                        "standard: gain 2^y - 1, ideal DCG of each query")
     e.add_argument("--per-query", action="store_true", help="print every query's values")
     e.add_argument("--cache-dir", default=None, help="where text DATA is converted (default ~/.cache/streamrank)")
     e.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET, metavar="SIZE",
-                   help=f"(default {DEFAULT_MEMORY_BUDGET}) text DATA is converted within it; eval keeps about 48 bytes per row and says so when "
-                        "that does not fit")
+                   help=f"(default {DEFAULT_MEMORY_BUDGET}) text DATA is converted within it; eval keeps about "
+                        "48 bytes per row and says so when that does not fit")
     e.add_argument("--json", action="store_true", help="print the metrics as one JSON line")
     e.set_defaults(func=_cmd_eval, paths=_eval_paths)
 

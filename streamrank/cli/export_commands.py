@@ -72,7 +72,9 @@ def register(sub):
     x.add_argument("--feature-names", metavar="FILE",
                    help="one name per line, for the model's input features in order (default f1..fd); solr, "
                         "elasticsearch, onnx and json carry them")
-    x.add_argument("--name", default=None, help="the model's name inside the file (solr, elasticsearch, onnx, json; default: OUT's name without its suffix)")
+    x.add_argument("--name", default=None,
+                   help="the model's name inside the file (solr, elasticsearch, onnx, json; "
+                        "default: OUT's name without its suffix)")
     x.add_argument("--json", action="store_true", help="print the summary as one JSON line")
     x.add_argument("--quiet", action="store_true", help="no summary")
     x.set_defaults(func=_cmd_export, paths=_export_paths)

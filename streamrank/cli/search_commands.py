@@ -3,9 +3,20 @@ protocol over folds)."""
 
 from pathlib import Path
 
-from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_query_file, _cache_outputs, _data_inputs,
-                                   _executor, _features_inputs, _setup_logging, _values, emit_json)
+from streamrank.cli.common import (
+    _add_cluster,
+    _add_json_quiet,
+    _add_query_file,
+    _cache_outputs,
+    _data_inputs,
+    _executor,
+    _features_inputs,
+    _setup_logging,
+    _values,
+    emit_json,
+)
 from streamrank.cli.train_commands import add_model_options, intake
+
 # settings that change no result: a rerun may change them and still continue the run
 NEUTRAL = ("memory_budget", "cache_dir", "cache_size", "map_cache")
 
@@ -82,7 +93,8 @@ def _cmd_cv(args):
     elif not args.quiet:
         print("\n".join(table_lines(record)))
         print(f"letor4 test metrics, chosen on vali by {args.select_metric}; {record['seconds']:.1f} s. Written: "
-              f"{Path(args.output) / 'cv.md'}, cv.csv, cv.json (every fold's grid in {Path(args.output) / 'FoldK' / 'METHOD'})")
+              f"{Path(args.output) / 'cv.md'}, cv.csv, cv.json "
+              f"(every fold's grid in {Path(args.output) / 'FoldK' / 'METHOD'})")
     return 0
 
 
@@ -114,7 +126,8 @@ _GRID_HELP = (("several (with --valid) form a warm-started path", "several form 
 _LOSS_HELP = ("one or both of squared_hinge (RankSVM) or smooth_hinge", "one or both of squared_hinge (RankSVM) and "
               "smooth_hinge")
 # the default gamma grid follows the data (streamrank.workflow.grid.DEFAULT_GAMMA_OFFSETS)
-_GAMMA_DEFAULT = ("one map each (default: the method's grid, docs/methods.md)", "one map each (default: the method's grid around "
+_GAMMA_DEFAULT = ("one map each (default: the method's grid, docs/methods.md)",
+                  "one map each (default: the method's grid around "
                   "the data's gamma='scale' = 1/(d Var X) after --normalize, docs/methods.md)")
 
 

@@ -2,10 +2,24 @@
 
 import argparse
 
+from streamrank.cli.common import (
+    _add_cluster,
+    _add_json_quiet,
+    _add_progress,
+    _add_query_file,
+    _cache_outputs,
+    _check_checkpoint_dir,
+    _check_outputs,
+    _checkpoint_outputs,
+    _data_inputs,
+    _executor,
+    _features_inputs,
+    _positive_int,
+    _setup_logging,
+    _values,
+    emit_json,
+)
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
-from streamrank.cli.common import (_add_cluster, _add_json_quiet, _add_progress, _add_query_file, _cache_outputs,
-                                   _check_checkpoint_dir, _check_outputs, _checkpoint_outputs, _data_inputs, _executor,
-                                   _features_inputs, _values, _positive_int, _setup_logging, emit_json)
 
 
 def _train_paths(args):
@@ -146,7 +160,8 @@ def intake(args):
         raise ParameterError("--cache-size caps the feature caches in --cache-dir; pass --cache-dir DIR too")
     many = args.command != "train"
     for name, s in settings.TABLE.items():
-        if hasattr(args, name) and getattr(args, name) is None and name not in _LATER and not (many and s.many == "list"):
+        if (hasattr(args, name) and getattr(args, name) is None and name not in _LATER
+                and not (many and s.many == "list")):
             setattr(args, name, s.default)
     if many and args.method is None:
         args.method = [settings.TABLE["method"].default]
@@ -190,6 +205,7 @@ def _check_width(args, model, ds):
     dataset records its width: another one is refused unless --pad-features (narrower) or
     --ignore-extra-features (wider) asks for SVMlight's rule."""
     import h5py
+
     from streamrank.errors import InputError
     if not h5py.is_hdf5(args.data):
         return
@@ -236,7 +252,8 @@ def register(sub):
     g.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET, metavar="SIZE",
                     help=f"bound on the process's memory (default {DEFAULT_MEMORY_BUDGET})")
     g.add_argument("--cache-dir", metavar="DIR", help="where text DATA is converted (default ~/.cache/streamrank)")
-    g.add_argument("--checkpoint", metavar="DIR", help="write the pass's sums here every --commit-every seconds (default: none)")
+    g.add_argument("--checkpoint", metavar="DIR",
+                   help="write the pass's sums here every --commit-every seconds (default: none)")
     g.add_argument("--resume", action="store_true", help="continue the pass from the checkpoint in --checkpoint DIR")
     g.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",
                    help="how often the checkpoint is written (default 60)")

@@ -60,8 +60,9 @@ def write_scores(path, scores, data_name, *, stdout=None):
     bad = np.flatnonzero(~np.isfinite(scores))
     if bad.size:
         i = int(bad[0])
-        raise NumericError(f"{data_name}: data row {i + 1} scores {float(scores[i])!r} ({bad.size:,} of {scores.size:,} "
-                           f"rows are not finite); no scores were written. Its feature values lie beyond what the "
+        raise NumericError(f"{data_name}: data row {i + 1} scores {float(scores[i])!r} "
+                           f"({bad.size:,} of {scores.size:,} rows are not finite); no scores were written. "
+                           f"Its feature values lie beyond what the "
                            f"model can score (a kernel value past float32's range): check that row, or train on rows "
                            f"that span the values to be scored (normalize=zscore)")
     if str(path) == "-":

@@ -170,9 +170,10 @@ def _pass_task(session, home, sid, part, spec_msg, bounds, pass_msg, kept, out_i
     return ("done", msg)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _run_takes_on_error():
     import inspect
+
     from distributed import Client
     return "on_error" in inspect.signature(Client.run).parameters
 
@@ -341,7 +342,7 @@ class DaskExecutor(Executor):
         n_parts = len(info.bounds) - 1
         homes = []
         load = {w: 0 for w in alive}
-        for (sid, _), w in self._home.items():
+        for w in self._home.values():
             if w in load:
                 load[w] += 1
         for part in range(n_parts):
@@ -431,6 +432,7 @@ class DaskExecutor(Executor):
     # -- running ----------------------------------------------------------------------------------
     def run(self, p, source, *, kept=(), collect=None):
         import asyncio
+
         from distributed.client import FutureCancelledError, FuturesCancelledError
         try:
             return self._run(p, source, kept, collect)
@@ -494,8 +496,8 @@ class DaskExecutor(Executor):
         for part in parts:
             if carry is not None and p.done(carry):
                 break
-            c = carry
-            res = self._gather(info, [part], lambda w, pt, resend: self._submit(
+            # the carry bound now: _gather calls (and may resubmit) within this iteration only
+            res = self._gather(info, [part], lambda w, pt, resend, c=carry: self._submit(
                 w, info, pt, pass_msg, pass_arrays, kept, out_id, carry=c, resend=resend), kept)
             carry, o, s = res[part]
             outs.append(o or [])
@@ -658,8 +660,7 @@ def stop_cluster(client, cluster=None):
             os.kill(pid, signal.SIGKILL)
         except OSError:  # already gone
             pass
-    # distributed's exit handler would try again for 10 s more (measured: 16 s between main's return
-    # and the process's end, under load)
+    # distributed's exit handler would otherwise try to close it again at the process's exit
     cluster.shutdown_on_close = False
     log.info("the local dask cluster did not close within %d s: its worker processes were killed", CALL_SECONDS)
 
@@ -684,8 +685,7 @@ def start_cluster(workers=None, scheduler=None):
     from streamrank._native.parallel import usable_cpus
     threads = max(1, usable_cpus() // n)  # the cores this process may use, not the machine's
     env = {k: str(threads) for k in ("NUMBA_NUM_THREADS",)}
-    # idle OpenMP threads sleep rather than spin: workers share the machine's cores (measured with
-    # one worker on 2 cores: a Hessian pass over 262k rows 0.13-0.14 s spinning, 0.09-0.11 s passive)
+    # idle OpenMP threads sleep rather than spin: workers share the machine's cores
     env["OMP_WAIT_POLICY"] = "PASSIVE"
     import importlib.util
     dashboard = ":0" if importlib.util.find_spec("bokeh") else None  # the dashboard needs bokeh

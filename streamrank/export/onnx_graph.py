@@ -33,9 +33,8 @@ Standard operators only (opset :data:`OPSET`, IR version :data:`IR_VERSION`), ch
 content digest, the input width and the feature names are in the model's metadata_props.
 
 Cost (docs/formats.md): a Nystroem graph does streamrank's flops, its two float64 GEMMs in
-onnxruntime's MLAS (m = k = 2,000 rbf: 0.5-0.8 of streamrank's predict time on the loaded 2-core
-machine with one intra-op thread or two without spinning); laplacian's difference is written and
-read once more than streamrank's numba kernel does (about 2x its time), within 32 MB a step.
+onnxruntime's MLAS; laplacian's difference is written and read once more than streamrank's numba
+kernel does, within 32 MB a step.
 """
 
 import json
@@ -279,8 +278,8 @@ def to_onnx(model, *, names, name="streamrank"):
     if norm == "zscore":
         mean = np.asarray(model.normalizer.mean_[:d], np.float64)
         inv = 1.0 / np.asarray(model.normalizer.scale_[:d], np.float64)  # Normalizer.affine's reciprocal
-        x = g.op("Mul", [g.op("Sub", [x, g.const(mean[None, :], "mean")], "centred"), g.const(inv[None, :], "inv_scale")],
-                 "xn")
+        x = g.op("Mul", [g.op("Sub", [x, g.const(mean[None, :], "mean")], "centred"),
+                         g.const(inv[None, :], "inv_scale")], "xn")
     elif norm == "query_minmax":
         x = _query_minmax(g, x, onnx)
     if model.fmap is None:
@@ -289,9 +288,9 @@ def to_onnx(model, *, names, name="streamrank"):
         s = _chunked(g, x, model, onnx)
     s = g.op("Reshape", [s, g.ints([-1], "score_shape")], "s64")
     if g.counter[1] > MAX_CONSTANT_BYTES:
-        raise ParameterError(f"format=onnx: the model's arrays take {g.counter[1] / 2 ** 30:.2f} GiB in the graph, more "
-                             f"than one ONNX file can hold (protobuf's 2 GiB); use format=json, or retrain with fewer "
-                             f"landmarks or support rows (use components=N, N smaller)")
+        raise ParameterError(f"format=onnx: the model's arrays take {g.counter[1] / 2 ** 30:.2f} GiB in the graph, "
+                             f"more than one ONNX file can hold (protobuf's 2 GiB); use format=json, or retrain with "
+                             f"fewer landmarks or support rows (use components=N, N smaller)")
     g.nodes.append(helper.make_node("Cast", [s], [OUTPUT], name="n_score", to=T.FLOAT))
 
     inputs = [helper.make_tensor_value_info(INPUT, T.FLOAT, ["N", width])]

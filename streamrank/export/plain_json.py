@@ -23,7 +23,7 @@ import math
 import numpy as np
 
 from streamrank._version import __version__
-from streamrank.export.common import input_width, kind, model_digest, settings, finite_json
+from streamrank.export.common import finite_json, input_width, kind, model_digest, settings
 
 JSON_FORMAT = "streamrank-model-json"
 JSON_VERSION = 1

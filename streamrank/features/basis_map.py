@@ -117,10 +117,10 @@ def clsr_plan(budget, resident, *, m, d, n_train, largest_query, all_rows=False,
     (SCORE_CHUNK_BYTES);
     and per raw block byte its read-ahead twin and its float64 normalised copy (4). A block holds
     the largest query whole."""
+    from streamrank.features.kernels import tile_rows, tile_threads
     from streamrank.io.budget import BUFFERS, HEADROOM, STREAM_SLACK
     from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
     from streamrank.units import format_size
-    from streamrank.features.kernels import tile_rows, tile_threads
     system = 24 * m * m + 8 * m * d + (8 * n_train * d if all_rows else 0)
     group = max(chunk_bytes, 8 * m * largest_query)
     tiles = 8 * tile_rows(d + m) * (d + m) * tile_threads()

@@ -16,8 +16,8 @@ so its score does not depend on the chunks or blocks either.
 
 import numpy as np
 
-from streamrank.features.maps import FeatureMap
 from streamrank.features.kernels import PreparedKernel, check_psd_kernel
+from streamrank.features.maps import FeatureMap
 
 # float32 kernel values K(x, S) held at a time while scoring
 SCORE_CHUNK_BYTES = 32 << 20

@@ -36,8 +36,17 @@ import numpy as np
 from streamrank._native.blas import one_thread
 from streamrank.errors import InputError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
-from streamrank.features.kernels import (ROW_ALIGN, SHIFT_INVARIANT, PreparedKernel, aligned_empty, check_kernel, check_row0, parallel_tiles, tile_threads,
-                      tile_rows)
+from streamrank.features.kernels import (
+    ROW_ALIGN,
+    SHIFT_INVARIANT,
+    PreparedKernel,
+    aligned_empty,
+    check_kernel,
+    check_row0,
+    parallel_tiles,
+    tile_rows,
+    tile_threads,
+)
 from streamrank.settings import DEFAULT_COMPONENTS
 
 FORMAT_VERSION = 1
@@ -323,9 +332,9 @@ def plan_bytes(method, n_features, n_components):
 
     Nystroem (m landmarks, k <= m kept eigenpairs): the landmarks and the kernel's copy of them
     (2 m d), and eigh's peak: W, numpy's working copy of it, LAPACK's dsyevd workspace (1 + 6 m +
-    2 m^2) and the eigenvectors, 5 m^2 (measured 5.2-5.3 x 8 m^2 above the start at m = 2,000 and
-    3,000, the allocator's slack included: 5.5); then the projection and its column blocks (at
-    most 2 m k). RFF: Omega as drawn (m x d) and transposed (d x m), then Omega and b."""
+    2 m^2) and the eigenvectors, 5 m^2, counted as 5.5 x 8 m^2 bytes with the allocator's slack
+    (docs/design.md, "Measurements behind the code"); then the projection and its column blocks
+    (at most 2 m k). RFF: Omega as drawn (m x d) and transposed (d x m), then Omega and b."""
     d, m = int(n_features), int(n_components)
     if method == "nystroem":
         fit, kept, widths = 8 * (2 * m * d) + 44 * m * m, 8 * (2 * m * d + 2 * m * m + m), 2 * m
@@ -382,8 +391,8 @@ def projection_blocks(P):
     [j0, j1) needs only rows j0: of a lower-trapezoidal projection (r0 = j0), so the product costs
     about (1 + 1/blocks) / 2 of a dense one; any other projection is read from row 0. (BLAS trmm
     would do the same in one call, but scipy's trmm lives in a second OpenBLAS whose thread pool
-    spins against numpy's when calls alternate: measured 2x slower than numpy alone.) The ONNX
-    export cuts its graph the same way (streamrank.export.onnx_graph)."""
+    spins against numpy's when calls alternate.) The ONNX export cuts its graph the same way
+    (streamrank.export.onnx_graph)."""
     k = P.shape[1]
     triangular = not np.any(np.triu(P, 1))
     n_blocks = max(1, min(16, -(-k // PROJECTION_BLOCK_COLS)))
@@ -415,8 +424,7 @@ class Nystroem(FeatureMap):
     trapezoidal. phi(x).phi(y) = K(x, L) W_k^+ K(L, y) is unchanged (Q Q^T = I), and so is an
     L2-regularised linear model on phi (w -> Q^T w keeps scores and ||w||). What changes is the
     cost: the product with a triangular matrix takes about half the flops of a dense one, and it
-    is the dominant cost of the map (2 n m k flops dense; measured 3.8 s -> 2.2 s for n = 42,000,
-    m = k = 2000 on 2 cores).
+    is the dominant cost of the map (2 n m k flops dense).
 
     The eigenvalue floor: eigenpairs with lambda <= max|lambda| * m * eps64 are dropped. ``eigh``
     is backward stable, i.e. it returns the exact eigenpairs of W + E with ||E||_2 of the order of
@@ -431,7 +439,8 @@ class Nystroem(FeatureMap):
 
     kind = "nystroem"
 
-    def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None, seed=0):
+    def __init__(self, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None,
+                 seed=0):
         super().__init__()
         check_kernel(kernel, 1.0 if gamma is None else gamma, degree, coef0)
         self.kernel, self.gamma, self.degree, self.coef0 = kernel, gamma, degree, coef0
@@ -471,7 +480,8 @@ class Nystroem(FeatureMap):
         res = Reservoir(self.n_components, self.seed)
         L = np.zeros((self.n_components, d))
         if hasattr(data, "stream"):
-            stream = partitioned_stream(data, executor, block_bytes=block_bytes, memory_budget=memory_budget, queries=queries)
+            stream = partitioned_stream(data, executor, block_bytes=block_bytes, memory_budget=memory_budget,
+                                        queries=queries)
             n = stream.n_rows
             row0 = int(data.query_ptr[stream.bounds[0]])
             carry, _ = executor_or_local(executor).run(_LandmarkDraw(self.n_components, self.seed, d, normalizer,
@@ -498,7 +508,7 @@ class Nystroem(FeatureMap):
         self.landmark_rows_ = np.asarray(rows, np.int64)
         W = PreparedKernel(L, self.kernel, self.gamma_, self.degree, self.coef0)(L)
         # LAPACK's factorisations on one BLAS thread: with two, eigh's and qr's bits (and so the
-        # map's) depend on the thread count; one is as fast on 2 cores (m = 1,000: eigh 0.6 s)
+        # map's) depend on the thread count
         with one_thread():
             lam, U = np.linalg.eigh(W)  # ascending; reads the lower triangle
         del W  # each m x m matrix is dropped once used: the fit's peak is eigh's (fit_bytes)
@@ -641,7 +651,8 @@ class RandomFourier(FeatureMap):
         self.n_components_ = self.omega_.shape[1]
 
 
-def make_map(method, *, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None, seed=0):
+def make_map(method, *, kernel="rbf", gamma=None, degree=3, coef0=1.0, n_components=DEFAULT_COMPONENTS, rank=None,
+             seed=0):
     """The map for a ``--method``: primal -> identity, nystroem, rff."""
     if method in ("primal", "linear", "identity"):
         return IdentityMap()

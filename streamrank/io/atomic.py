@@ -26,7 +26,6 @@ from pathlib import Path
 from streamrank.errors import InputError, StorageError
 from streamrank.units import format_size
 
-
 # the inputs of this process: token -> (resolved path, (st_dev, st_ino) or None, what, path as given)
 _INPUTS = {}
 _INPUTS_LOCK = threading.Lock()
@@ -285,7 +284,7 @@ def ensure_space(path, nbytes, shown=None):
     output, when ``path`` is the hidden file being written), else ``path``.
 
     HDF5 must never meet a full disk itself: a flush that fails leaves its file in a state that
-    later crashes the interpreter (measured: a segmentation fault at exit after ENOSPC in a close),
+    later crashes the interpreter (a segmentation fault at exit after ENOSPC in a close),
     so every HDF5 writer of streamrank checks the room before it writes a block.
     """
     limit = file_size_limit()
@@ -295,14 +294,16 @@ def ensure_space(path, nbytes, shown=None):
         except OSError:
             size = 0
         if size + nbytes + SPACE_MARGIN > limit:
-            err = StorageError(f"{shown or path}: cannot be written (file too large: {format_size(size + nbytes)} would "
+            err = StorageError(f"{shown or path}: cannot be written "
+                               f"(file too large: {format_size(size + nbytes)} would "
                                f"pass this process's file size limit of {format_size(limit)}, ulimit -f); nothing "
                                f"was left half-written. Raise the limit, then run again")
             err.errno = errno.EFBIG
             raise err
     free = free_bytes(path)
     if free < nbytes + SPACE_MARGIN:
-        err = StorageError(f"{shown or path}: cannot be written (no space left on the device: {format_size(nbytes)} more "
+        err = StorageError(f"{shown or path}: cannot be written "
+                           f"(no space left on the device: {format_size(nbytes)} more "
                            f"to write, {format_size(free)} free); nothing was left half-written. Free space or "
                            f"choose another location, then run again")
         err.errno = errno.ENOSPC

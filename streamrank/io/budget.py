@@ -11,8 +11,6 @@ the data), only the number of reads.
 import ctypes
 import ctypes.util
 import logging
-import os
-
 
 from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
 from streamrank.units import format_size
@@ -22,21 +20,19 @@ log = logging.getLogger("streamrank.io.budget")
 # two block buffers (one in use, one being read ahead)
 BUFFERS = 2
 # resident bytes per byte of numpy arrays planned here: the allocator's retained free memory,
-# the numba kernels' per-query temporaries and HDF5's buffers (measured on generated mslr30k x
-# 0.5 with a 309 MB budget: arrays peaked at 103 MB while RSS rose 128 MB above its start, and
-# more over a longer run as the allocator fragments)
+# the numba kernels' per-query temporaries and HDF5's buffers, which grow over a long run as the
+# allocator fragments (docs/design.md, "Measurements behind the code")
 HEADROOM = 1.4
 # bytes a streamed run holds besides its planned arrays whatever their size: HDF5's chunk buffers
-# and checksum reads, the read-ahead thread, the allocator's arenas (measured: a stream of 10 MB
-# blocks over generated mslr30k x 0.5 peaked 25 MB above its start, not 20)
+# and checksum reads, the read-ahead thread, the allocator's arenas (counted on top of HEADROOM)
 STREAM_SLACK = 16 << 20
 
 
 def load_kernel_runtime():
     """Call one small compiled kernel, so that numba's runtime is resident: the first call of any
-    kernel maps LLVM's code (about 45 MB measured on Linux x86-64 with the threading layer),
-    which a plan measured before it would leave out. Later calls cost nothing; the kernel is the
-    smallest there is, so a first run does not compile a large one before it is needed."""
+    kernel maps LLVM's code (tens of MB with the threading layer), which a plan measured before
+    it would leave out. Later calls cost nothing; the kernel is the smallest there is, so a first
+    run does not compile a large one before it is needed."""
     from streamrank._native.linalg import runtime_probe
     runtime_probe(0)
 
@@ -72,15 +68,12 @@ def block_bytes(budget, n_rows, *, per_row, per_block_byte=BUFFERS, extra=0, res
 # glibc's malloc: a fixed mmap threshold (setting it turns off the dynamic one, which rises to the
 # size of the largest mmapped block freed, up to 32 MB: after that every array up to that size
 # comes from the heap or a thread's arena and stays in the resident set when freed, fragmented),
-# and a heap trimmed past TRIM_BYTES. Measured on MQ2008 Fold1's exact path at a 300 MB budget
-# (Q on disk): the heap held 134 MB during the passes, most of it arrays freed long before. Not
-# below HDF5's buffer for a chunk (about 1 MB in our files): at 256 KB each chunk read mapped,
-# faulted in and unmapped a fresh buffer, and a linear training's first pass over 1.1M x 136 rows
-# took 705 ms of reading instead of 423 (tools/bench_finite.py, 'parent' against 'none').
+# and a heap trimmed past TRIM_BYTES, so that arrays freed long before do not stay in the
+# resident set. Not below HDF5's buffer for a chunk (about 1 MB in our files): below it each chunk
+# read maps, faults in and unmaps a fresh buffer (docs/design.md, "Measurements behind the code").
 MMAP_THRESHOLD = 4 << 20
 # the exact path's: its passes keep many arrays of 0.25-4 MB (rows of Q's blocks, the
-# preconditioner's chunks) whose holes in the heap the budget cannot hold: generated mq2007 at a
-# 2 GB budget peaked at 2,018 MB with the 4 MB threshold, 1,986 MB with this one
+# preconditioner's chunks) whose holes in the heap the budget cannot hold
 EXACT_MMAP_THRESHOLD = 256 << 10
 _threshold = None  # the threshold set in this process: the smallest any plan asked for
 TRIM_BYTES = 4 << 20
@@ -93,9 +86,9 @@ def _glibc():
     if _libc is None:
         try:
             lib = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            lib.mallopt, lib.malloc_trim  # glibc only (musl and macOS have neither)
-            _libc = lib
-        except (OSError, AttributeError):
+            # glibc only (musl and macOS have neither)
+            _libc = lib if hasattr(lib, "mallopt") and hasattr(lib, "malloc_trim") else False
+        except OSError:
             _libc = False
     return _libc
 

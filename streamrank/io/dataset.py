@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import h5py
-
 import numpy as np
 
 from streamrank._native import finite
@@ -33,13 +32,9 @@ _UNVERIFIED_SAID: set[str] = set()
 
 # Rows of X read by one HDF5 call on a block's first read, each piece scanned for non-finite values
 # as soon as it lands, while it is still in cache. Whole HDF5 chunks (about 1 MB each,
-# docs/formats.md) are never split between two pieces. Measured on generated mslr30k (136 features,
-# chunks of 1 MB; this 2-core machine shared with other work, CPU seconds): a 250 MB block's
-# pieces, best of 5 each, took 70-71 ms to read whatever their size and 2.9 ms to scan in 1 MB
-# pieces (L2 holds 1 MB a core), 5.3 in 4 MB, 7.3 in 16 MB, 7.1 scanning the block after its
-# read. Over a whole first read of 622 MB (166 ms, median of 11) a piece's HDF5 call costs about
-# what the cache saves: +17 ms in 1 MB pieces, +27 in 16 MB, +21 scanning each block after its
-# read, within this machine's noise of each other (tools/bench_finite.py compares them).
+# docs/formats.md) are never split between two pieces. A piece fits L2 (1 MB a core), where its
+# scan is fastest; tools/bench_finite.py compares piece sizes (docs/design.md, "Measurements
+# behind the code").
 PIECE_BYTES = 1 << 20
 # a first read of at least two groups of this many bytes of X is scanned by one thread of its own
 # while the next pieces are read (Dataset._read_x_scanned_alongside): the read's own thread pays
@@ -225,7 +220,8 @@ class Dataset:
             raise InputError(f"{self.path} is a directory; give a dataset file (.h5) or LETOR/SVMlight text")
         if not h5py.is_hdf5(self.path):
             raise FormatError(f"{self.path}: not an HDF5 file. If it is LETOR/SVMlight text, convert it "
-                              f"with: streamrank convert {self.path} -o {self.path.with_name(converted_name(self.path))}")
+                              f"with: streamrank convert {self.path} "
+                              f"-o {self.path.with_name(converted_name(self.path))}")
         try:
             self._file = h5py.File(self.path, "r", rdcc_nbytes=4 << 20)
         except OSError as e:
@@ -498,7 +494,7 @@ class Dataset:
             while p < stop and bad_x < 0:  # a bounded walk: p grows by at least one row a group
                 if 0 <= bad_y < p - start:
                     break  # the label before this group is the first bad value
-                # one HDF5 call a group (a call a chunk cost 12 ms over 622 MB, more than the scan),
+                # one HDF5 call a group (a call a chunk costs more than the scan saves),
                 # chunk-aligned, so no chunk is read twice
                 q = min(stop, (p // group_rows + 1) * group_rows)
                 self._rx.read(X[p - start:q - start], p, q)

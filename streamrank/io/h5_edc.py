@@ -1,10 +1,10 @@
 """Reads that skip HDF5's checksum verification, for rows this process has verified already.
 
-HDF5 checks a chunk's Fletcher-32 checksum on every read; measured on a 124 MB X that halves the
-read speed (4.6 -> 2.2 GB/s), and streamed training re-reads every block on every pass (+45% on
-a 309 MB budget over generated mslr30k x0.5). A dataset verifies each block the first time this
-process reads it; later reads of the same rows use a transfer property list with error detection
-off (``H5Pset_edc_check``, which h5py does not wrap: it is called on h5py's own HDF5 library).
+HDF5 checks a chunk's Fletcher-32 checksum on every read, at a cost comparable to the read
+itself, and streamed training re-reads every block on every pass (docs/design.md, "Measurements
+behind the code"). A dataset verifies each block the first time this process reads it; later
+reads of the same rows use a transfer property list with error detection off
+(``H5Pset_edc_check``, which h5py does not wrap: it is called on h5py's own HDF5 library).
 Where that library cannot be found every read verifies, which is slower but never less safe.
 """
 
@@ -20,7 +20,8 @@ _DXPL = []  # [plist or None], made on first use
 
 def _library():
     here = os.path.dirname(h5py.__file__)
-    for pattern in (os.path.join(here, "..", "h5py.libs", "libhdf5-*.so*"), os.path.join(here, ".dylibs", "libhdf5*.dylib")):
+    for pattern in (os.path.join(here, "..", "h5py.libs", "libhdf5-*.so*"),
+                    os.path.join(here, ".dylibs", "libhdf5*.dylib")):
         for path in sorted(glob.glob(pattern)):
             if "_hl" not in os.path.basename(path):
                 return ctypes.CDLL(path)
@@ -56,8 +57,8 @@ def read_rows(dataset, out, start, stop, dxpl):
 class RowReader:
     """``read_rows`` of one dataset with its dataspaces kept between calls (one set a thread: a
     selection is state, and two streams of one file may read from two threads). A first read of
-    a block reads it in chunk-sized pieces; a fresh file space and memory space for each cost
-    about 7 of the 15 us a piece took (h5py 3.16)."""
+    a block reads it in chunk-sized pieces, and a fresh file space and memory space for each would
+    cost about half of a piece's read."""
 
     def __init__(self, dataset):
         self.dataset = dataset

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from streamrank.errors import InputError, ParameterError
-from streamrank.units import format_size, parse_size
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
+from streamrank.units import format_size, parse_size
 
 if TYPE_CHECKING:
     from streamrank.io.dataset import Dataset
@@ -311,9 +311,8 @@ def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
 
 # Bytes alive while text is read, per byte of a chunk: the chunk's buffer and the next one, the
 # parser's per-line arrays and the chunk's parsed rows; compressed text also holds what one raw read
-# (text_source.RAW_READ_BYTES) decompresses to before it is cut into chunks. Measured (peak RSS less
-# the process before it and the rows returned) on 79 MB of generated text, 300,000 rows of 20
-# features, 8.4 MB chunks: plain 4.3, gzip -1 (ratio 3.1) 9.7, bzip2 -1 (ratio 5.0) 9.3.
+# (text_source.RAW_READ_BYTES) decompresses to before it is cut into chunks. Each value bounds
+# the peak RSS it stands for with a margin (docs/design.md, "Measurements behind the code").
 TEXT_BYTES_PER_CHUNK_BYTE = {"plain": 6, "gzip": 12, "bzip2": 12}
 # a compressed file's text is taken to be at most this many times its size when its chunks are
 # sized (LETOR text compresses 3 to 8 times; a larger ratio only makes more chunks)

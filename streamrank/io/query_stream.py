@@ -13,8 +13,8 @@ check runs on the prefetch thread, fused with the read (no pass over the rows of
 Rows are read into two buffers allocated once per stream and reused by every pass (double
 buffering: the prefetch thread fills one while the caller works on the other). A block's arrays
 are therefore valid until the caller asks for the next block; copy what must outlive that.
-Fresh allocations for every block cost page faults that, measured here, cut a pass from
-~7 GB/s to 0.35 GB/s for large blocks.
+Fresh allocations for every block would cost page faults on every pass (docs/design.md,
+"Measurements behind the code").
 """
 
 import warnings
@@ -25,8 +25,8 @@ import numpy as np
 
 from streamrank._native.memory import aligned_empty
 from streamrank.execution.partitions import block_partitions, partition_bounds
-from streamrank.units import format_size, parse_size
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
+from streamrank.units import format_size, parse_size
 
 # Share of --memory-budget given to one raw block: a pass holds the block being used, the one
 # being prefetched, and float64 / mapped working copies of the block (up to ~4x the raw bytes).
@@ -202,7 +202,8 @@ class QueryStream:
         n_buf = 2 if self.prefetch and n > 1 else 1
         if self.reuse_buffers and self.buffer_pool is None and (self._buffers is None or len(self._buffers) != n_buf):
             d = self.dataset.n_features
-            self._buffers = [(aligned_empty((self.max_block_rows, d), np.float32), np.empty(self.max_block_rows, np.float32))
+            self._buffers = [(aligned_empty((self.max_block_rows, d), np.float32),
+                              np.empty(self.max_block_rows, np.float32))
                              for _ in range(n_buf)]
         if not self.prefetch or n <= 1:
             for k in range(n):

@@ -31,35 +31,32 @@ import time
 import numpy as np
 
 from streamrank._native import linalg as la
-from streamrank._native import parallel
 from streamrank._native import pairkernels as pk
+from streamrank._native import parallel
 from streamrank._native import qprod as qp
 from streamrank.execution.executor import Pass
 from streamrank.objectives.rank_objective import RankObjective
 
 # Bytes of Q rows per sub-block (whole queries): the rows stay in the 1 MB L2 / 32 MB L3 between
-# the two products. Measured on MQ2008 Fold1-sized Q (9,630 columns), a pass over 371 MB:
-# 38 ms with ~1 MB sub-blocks, 47 ms with 4 MB, 52 ms with 15 MB.
+# the two products (docs/design.md, "Measurements behind the code").
 SUB_BYTES = 1 << 20
 # Threads of a pass: the kernels start two parallel loops per sub-block, so a thread the OS
-# starves (another process on its core; streamrank run under nice) stalls every one of them:
-# measured on MQ2008 Fold1 with the other core busy, a pass took 75 ms to 3.5 s with 2 threads and
-# a steady 65 to 150 ms with 1 (38 ms with 2 threads on an idle machine). The thread count never
-# changes a result (each row and each column of the products is one thread's, in a fixed order),
-# so passes are timed and the faster count is used; the other is tried again after PROBE_EVERY
-# passes, an interval that doubles each time the probe loses. The first pass on several threads
-# is not timed: it starts numba's threading layer, and with that time counted one thread won the
-# first comparison and ran 22 of 48 passes of an MQ2008 training at 62 ms instead of 39. A count
-# is judged by the fastest of its last WINDOW timed passes: the pass after a preconditioner update
-# shares the cores with BLAS threads still spinning (96-128 ms on two threads against 41), and one
-# such time made one thread win for the rest of the run.
+# starves (another process on its core; streamrank run under nice) stalls every one of them
+# (docs/design.md, "Measurements behind the code"). The thread count never changes a result (each
+# row and each column of the products is one thread's, in a fixed order), so passes are timed and
+# the faster count is used; the other is tried again after PROBE_EVERY passes, an interval that
+# doubles each time the probe loses. The first pass on several threads is not timed: it starts
+# numba's threading layer, whose cost would hand the first comparison to one thread. A count is
+# judged by the fastest of its last WINDOW timed passes: the pass after a preconditioner update
+# shares the cores with BLAS threads still spinning, and one such time must not decide the rest
+# of the run.
 PROBE_EVERY = 16
 WINDOW = 3
 
 
 # the first pass of each kind in this process loads its kernels, and a load runs LLVM's code again
-# (streamrank.io.budget.IDLE_LIBRARIES: 50 MB of it measured back in the resident set after the
-# first passes of MQ2008 Fold1): those pages are dropped once after each
+# (streamrank.io.budget.IDLE_LIBRARIES) back into the resident set: those pages are dropped
+# once after each
 _FIRST = set()
 
 
@@ -218,7 +215,8 @@ class KernelObjective(RankObjective):
         return self
 
     def hessian(self, max_rows=None):
-        raise NotImplementedError("exact kernel RankSVM does not form its l x l Hessian in beta (TRON and Newton-Yuan use products)")
+        raise NotImplementedError("exact kernel RankSVM does not form its l x l Hessian in beta "
+                                  "(TRON and Newton-Yuan use products)")
 
 
 # -- the passes over the row blocks of Q (streamrank.execution) -------------------------------------

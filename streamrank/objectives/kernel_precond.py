@@ -21,10 +21,9 @@ are taken at the accepted point's active set, once per accepted TRON iteration.
 
 Why a diagonal and not one number: rows the landmarks explain (a tight cluster of near-identical
 documents, explained by one pivot) have R_ii ~ 0, rows far from every landmark R_ii ~ K_ii. A
-single sigma = mean(R_ii) made M overweight the first kind by orders of magnitude (0.175 against
-1e-6 on generated clustered data), so the M-norm trust region all but froze those directions and
-TRON crawled (400 iterations without converging at C = 1/4, against 12 with the diagonal); the
-loss's part of the diagonal then cut CG steps 5x where a 1,000-document query makes L large.
+single sigma = mean(R_ii) makes M overweight the first kind by orders of magnitude, so the M-norm
+trust region all but freezes those directions and TRON crawls; the loss's part of the diagonal
+cuts CG steps where a long query makes L large (docs/design.md, "Measurements behind the code").
 
 By Woodbury, with A = R_A R_A^T (Cholesky; R_A = I for M ~ Q), W = D^-1/2 U R_A and
 B = I + W^T W = I + R_A^T (U^T D^-1 U) R_A (eigenvalues >= 1, so its Cholesky factor is well
@@ -34,9 +33,8 @@ conditioned from below whatever D's spread),
 
 each O(l k + k^2) per CG step; U^T D^-1 U costs one more k x l x k product per accepted point.
 The subtraction cancels where D is small and A large: ``solve`` inverts ``mdot`` to about
-eps64 max(A) max(U^T D^-1 U) relative (1e-6 at D >= 1e-6, C = 3 on generated data; Q' carries a
-jitter of that size, and D >= the float32 rounding of diag(R) in any case). CG needs a fixed
-operator close to M^-1, not an exact one. U
+eps64 max(A) max(U^T D^-1 U) relative (Q' carries a jitter of that size, and D >= the float32
+rounding of diag(R) in any case). CG needs a fixed operator close to M^-1, not an exact one. U
 is kept in float32 (M is then exactly D + U32 A U32^T, still symmetric positive definite, with
 U32's products formed from the same numbers) and its products go through ``_qprod``'s
 fixed-order float64 kernels on one thread (half the bytes of float64, no thread a busy core can
@@ -46,20 +44,17 @@ stall, and the same bits for any block layout of Q).
 import numpy as np
 from scipy.linalg import cho_factor, cho_solve, solve_triangular
 
-from streamrank.errors import NumericError
-
 from streamrank._native import parallel
 from streamrank._native import qprod as _qprod
 from streamrank._native.blas import add_atb_upper, matmul_fixed, matmul_rows, mirror_upper, one_thread
+from streamrank.errors import NumericError
 from streamrank.features.kernels import PreparedKernel
 
 # landmarks (columns of Q): "auto" = LANDMARKS_PER_ROOT sqrt(l) rounded to a multiple of
 # LANDMARKS_STEP, within [LANDMARKS_MIN, LANDMARKS_MAX] and at most l. More landmarks cut CG steps
 # (each one pass over Q, l^2 floats) and cost 2 l k^2 flops per TRON iteration (A) plus 4 l k
 # bytes; sqrt(l) scaling keeps A's cost a few passes' worth. A function of l alone, so the model
-# does not depend on the memory budget. Measured (rbf 2^-5, C=1, eps=1e-3; benchmark --precond):
-# MQ2008 Fold1 (l = 9,630) 108 CG steps with 1,000, 50 with 2,000 (but A then costs more than
-# the passes it saves there); generated mq2007 (l = 42,158) 107 CG steps with 2,000.
+# does not depend on the memory budget (docs/design.md, "Measurements behind the code").
 DEFAULT_LANDMARKS = "auto"
 LANDMARKS_PER_ROOT = 10
 LANDMARKS_STEP = 1000
@@ -69,12 +64,10 @@ LANDMARKS_MAX = 4000
 # rows of U, L U and D^-1 U in the chunk are the temporaries, 24 bytes per row and landmark): about
 # 1/A_CHUNKS of the rows, at least A_CHUNK_BYTES and at most A_CHUNK_MAX bytes for the three
 # (a_chunk_bytes). Each chunk's product is added to a k x k float64 sum (32 MB at k = 2,000), which
-# a chunk of few rows reads and writes for little arithmetic: on generated mq2007 (42,158 rows,
-# 2,000 landmarks) an update took 58-59 s in 8 MB chunks (166 rows) on the loaded 2-core machine,
-# 30.6 s in 64 MB chunks (1,333 rows), 24.8 s in 128 MB (issue 34). MQ2008 Fold1 (9,630 rows, 1,000
-# landmarks) keeps its 8 MB chunks (333 rows; l / 32 is less), and with them its 300 MB plan. The
-# chunks are fixed by l, k and these constants alone, never by the budget (the model does not
-# depend on it); the memory plan counts a_chunk_bytes(l, k).
+# a chunk of few rows reads and writes for little arithmetic, hence chunks of many rows
+# (docs/design.md, "Measurements behind the code"). The chunks are fixed by l, k and these
+# constants alone, never by the budget (the model does not depend on it); the memory plan counts
+# a_chunk_bytes(l, k).
 A_CHUNK_BYTES = 8 << 20
 A_CHUNK_MAX = 64 << 20
 A_CHUNKS = 32
@@ -162,7 +155,8 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
             continue
         idle = 0
         P = cand[acc]
-        G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - matmul_rows(F[:, :j], F[P, :j].T)  # residual columns
+        # residual columns
+        G = PreparedKernel(Xn[P], kernel, gamma, degree, coef0)(Xn) - matmul_rows(F[:, :j], F[P, :j].T)
         with one_thread():  # b x b and l x b x b: small; one thread keeps their bits
             L = np.linalg.cholesky(0.5 * (G[P] + G[P].T))
             F[:, j:j + len(P)] = solve_triangular(L, G.T, lower=True).T
@@ -182,8 +176,8 @@ class NystroemPreconditioner:
         self.loss_term = bool(loss_term)  # at_point: M ~ H rather than M ~ Q
         if diagonal not in ("rows", "mean"):
             raise ValueError(f"diagonal must be rows or mean; got {diagonal!r}")
-        # "mean": D = mean(diag(R)) + ridge for every row and no loss term in D (session 3's M,
-        # kept for the comparison in tools/bench_exact_kernel.py --clustered)
+        # "mean": D = mean(diag(R)) + ridge for every row and no loss term in D (the single sigma
+        # of the module's docstring, for the comparison in tools/bench_exact_kernel.py --clustered)
         self.diagonal = diagonal
         Xn = np.asarray(Xn, np.float64)
         l = Xn.shape[0]
@@ -224,8 +218,7 @@ class NystroemPreconditioner:
         """D = diag(R) + ``ridge``, the jitter Q' carries (known once Q is built), which also keeps
         D^-1 in the Woodbury form from amplifying rounding where the landmarks explain Q. M ~ Q
         itself (one k x l x k product and a k x k Cholesky) is factored when first used: a
-        training with the loss term uses only :meth:`at_point`'s M (0.27 s a factorisation on
-        MQ2008 Fold1, twice per run before). Returns self."""
+        training with the loss term uses only :meth:`at_point`'s M. Returns self."""
         self.ridge = float(ridge)
         r = self._resid if self.diagonal == "rows" else np.full_like(self._resid, self._resid.mean())
         self._D = np.maximum(r + self.ridge, self._floor)
@@ -282,11 +275,9 @@ class NystroemPreconditioner:
         D = np.empty(l)
         bounds = query_groups(query_ptr, l, max(1, a_chunk_bytes(l, k) // (24 * max(k, 1))))
         # the chunk's temporaries (its rows of U, L U and D^-1/2 U in float64) are made once and
-        # reused: made afresh per chunk, the temporaries (then with a k x k product, 32 MB at
-        # k = 2,000, past glibc's largest mmap threshold) were mapped and faulted in again each time,
-        # 130k page faults an update on generated mq2007, where a page first touched costs the VM's
-        # host too (an update inside the training 7.2-7.3 -> 5.9-6.0 s). The block products add
-        # into A and G through 256 x 256 temporaries (add_atb_upper)
+        # reused, so that their pages are not mapped and faulted in again for every chunk
+        # (docs/design.md, "Measurements behind the code"). The block products add into A and G
+        # through 256 x 256 temporaries (add_atb_upper)
         most = max((int(query_ptr[b] - query_ptr[a]) for a, b in zip(bounds[:-1], bounds[1:])), default=0)
         Ub, LUb, Wb = np.empty((most, k)), np.empty((most, k)), np.empty((most, k))
         for qa, qb in zip(bounds[:-1], bounds[1:]):

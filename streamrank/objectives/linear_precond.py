@@ -6,7 +6,7 @@ is H = I + C Phi^T L Phi (paper 004 (B.3); L = A^T D A at the accepted point, bl
 query) with the sum over all queries replaced by the first queries of the data, up to
 ``sample_rows`` rows, scaled to all n rows. Preconditioned CG then works on M^-1/2 H M^-1/2,
 whose eigenvalues cluster near 1 when the sample represents the data: CG needs a few steps per
-Newton iteration where plain CG needs tens (measured by ``tools/bench_linear.py --precond``).
+Newton iteration where plain CG needs tens (``tools/bench_linear.py --precond`` compares them).
 
 The sample is fixed by the query index alone and each query's product Phi_q^T (L_q Phi_q) is its
 own BLAS call, summed in query order: M is bit-identical for any block size or memory budget, so
@@ -29,7 +29,8 @@ GROUP_ROWS = 2048
 GROUP_BYTES = 8 << 20
 # widest Phi preconditioned by this M: at most LETOR's 46 to 220 features, where building M
 # costs about a pass and saves most CG steps; wider (mapped features) sketch_precond's
-# Nystrom preconditioner costs less (measured: tools/bench_linear.py --precond, tools/bench_grid.py)
+# Nystrom preconditioner costs less (tools/bench_linear.py --precond and tools/bench_grid.py
+# compare them)
 AUTO_WIDTH = 256
 
 
@@ -37,10 +38,11 @@ class DensePreconditioner:
     """``solve(r)`` = M^-1 r = L^-T (L^-1 r) with M = L L^T; ``mdot(u, v)`` = u^T M v.
 
     L^-1 is formed once (m <= AUTO_WIDTH, a few milliseconds) so that each CG step costs two
-    m x m products and nothing here needs scipy.linalg, whose import takes longer than a whole
-    MQ2008 solve (issue 17). The applied operator L^-T L^-1 is symmetric positive definite by
-    construction, which is all preconditioned CG asks of it; its rounding (about cond(L) eps,
-    against eps for triangular solves) only perturbs the preconditioner, never the Hessian.
+    m x m products and nothing here needs scipy.linalg, whose import costs more than a small
+    linear solve (docs/design.md, "Measurements behind the code"). The applied operator L^-T L^-1
+    is symmetric positive definite by construction, which is all preconditioned CG asks of it;
+    its rounding (about cond(L) eps, against eps for triangular solves) only perturbs the
+    preconditioner, never the Hessian.
     """
 
     def __init__(self, M):

@@ -121,7 +121,8 @@ class MappedSource(BlockSource):
         """A pass over the feature cache: block k + 1 is read (and its crc32 checked) by a
         thread into the other of two buffers while block k is used, as QueryStream does for rows."""
         if self._buf2 is None:
-            self._buf2 = np.empty_like(self._buf) if self._pool is None else self._pool.array(("mapped", 1), self._buf.shape)
+            self._buf2 = (np.empty_like(self._buf) if self._pool is None
+                          else self._pool.array(("mapped", 1), self._buf.shape))
         bufs = (self._buf, self._buf2)
         n = self._disk.n_blocks
 

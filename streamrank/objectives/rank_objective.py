@@ -29,8 +29,8 @@ from streamrank._native import fused as fz
 from streamrank._native import linalg as la
 from streamrank._native import pairkernels as pk
 from streamrank._native import parallel as par
-from streamrank._native.memory import trimmer
 from streamrank._native.blas import add_atb
+from streamrank._native.memory import trimmer
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank.features.normalize import Normalizer
 from streamrank.objectives.block_rows import block_phi as _phi
@@ -286,6 +286,7 @@ class RankObjective:
         unlike fun/grad/hessp the product's rounding follows BLAS (not the data alone).
         """
         from contextlib import nullcontext
+
         from streamrank._native.blas import one_thread
         from streamrank.objectives.linear_precond import AUTO_WIDTH
         # narrow products: one BLAS thread (streamrank._native.blas; the preconditioner's reason)
@@ -312,8 +313,8 @@ class RankObjective:
         preconditioner of one sketch of G(0), built by the first call (one pass) and shared
         through ``sketch`` by every C of a path.
         """
-        from streamrank.objectives import linear_precond as pc
         from streamrank._native.blas import one_thread
+        from streamrank.objectives import linear_precond as pc
         m = self.n_features
         if m > pc.AUTO_WIDTH:
             if self.sketch is None:
@@ -497,11 +498,10 @@ _buffers = threading.local()
 
 def _group_buffers(most_q, most_r, m):
     """GROUP_BUFFERS sets of a pass's group buffers, kept by the thread for its next pass, grown
-    when too small and never shrunk (blocks differ in their largest group). Made afresh per
-    block, their pages were mapped and faulted in again: 850 faults a fun + grad pass on 1.1M
-    MSLR rows in 5 blocks. GROUP_BUFFERS x (GROUP_PARTIALS_BYTES + 8 GROUP_ROWS) bytes at most
-    (5 MB; more only for a query longer than GROUP_ROWS, 8 bytes a row), in the memory plan's
-    slack (io.budget.STREAM_SLACK)."""
+    when too small and never shrunk (blocks differ in their largest group), so that their pages
+    are not mapped and faulted in again for every block. GROUP_BUFFERS x (GROUP_PARTIALS_BYTES +
+    8 GROUP_ROWS) bytes at most (5 MB; more only for a query longer than GROUP_ROWS, 8 bytes a
+    row), in the memory plan's slack (io.budget.STREAM_SLACK)."""
     have = getattr(_buffers, "sets", None)
     if have is not None and have[0]["partials"].shape[1] == m:
         if have[0]["loss"].shape[0] >= most_q and have[0]["z"].shape[0] >= most_r:

@@ -29,9 +29,6 @@ that the sketch captures move to about C lam_k + 1; the rest are unchanged.
   eta: one sketch serves every C of a warm-started path and every iteration, and a resumed
   run rebuilds the same bits (the checkpoint needs nothing more).
 
-Measured on MQ2008 Fold1, Nystroem m = 2000, C = 2^-5..2^5 warm-started (``tools/bench_grid.py``):
-the path's CG steps fell from 2,015 to about 250, which the docs' benchmark tables record.
-
 **The sketch pass** (one pass over the blocks): Y = (n / n_S) sum_g Phi_g^T L_g(0) (Phi_g Omega)
 over groups g of whole sampled queries, each two BLAS-3 products (4 n_S m k flops in all).
 Queries are sampled evenly by query index up to SKETCH_ROWS rows (all of them below), and the
@@ -48,14 +45,14 @@ import numpy as np
 from streamrank._native import pairkernels as pk
 from streamrank._native.blas import add_atb, matmul_fixed, one_thread
 from streamrank.execution.executor import Pass
-from streamrank.objectives.linear_precond import group_rows  # rows of whole queries per group product
 from streamrank.objectives.block_rows import block_phi as _phi
+from streamrank.objectives.linear_precond import group_rows  # rows of whole queries per group product
 
 log = logging.getLogger("streamrank.objectives.sketch_precond")
 
 # k, the sketch's rank: CG then converges in about as many steps as G has eigenvalues above
-# lam_k beyond the first k (measured on MQ2008 Fold1, m = 2000: k = 100 -> 374 passes for the
-# 11-C path, 192 -> ~300, 400 -> 280; the sketch's flops grow as k)
+# lam_k beyond the first k; the sketch's flops grow as k (docs/design.md, "Measurements behind
+# the code")
 SKETCH_RANK = 192
 # columns of Omega per BLAS product: the products' bits depend on this width alone (see
 # _native.blas.ATB_COLUMNS), and four blocks keep up to four threads busy
@@ -124,8 +121,9 @@ def nystrom(Y, Omega):
     point and is taken off the eigenvalues again)."""
     if not np.any(Y):  # no pairs sampled: no preconditioning
         return Y[:, :0].copy(), np.zeros(0)
-    import scipy.linalg  # here, not at import: a linear run needs no scipy (issue 17); before
-    # one_thread(), which then limits scipy's own OpenBLAS too
+    # here, not at import: a linear run needs no scipy; before one_thread(), which then limits
+    # scipy's own OpenBLAS too
+    import scipy.linalg
     with one_thread():
         nu = np.sqrt(Y.shape[0]) * np.spacing(np.linalg.norm(Y))
         Yn = Y + nu * Omega

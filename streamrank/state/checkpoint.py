@@ -25,9 +25,9 @@ import h5py
 import numpy as np
 
 from streamrank._version import __version__
-from streamrank.io.atomic import check_not_input, ensure_space, fsync_dir, fsync_file
 from streamrank.errors import CheckpointMismatch, FormatError
 from streamrank.faultpoints import faultpoint
+from streamrank.io.atomic import check_not_input, ensure_space, fsync_dir, fsync_file
 
 FORMAT_NAME = "streamrank-checkpoint"
 FORMAT_VERSION = 1

@@ -24,12 +24,12 @@ from streamrank._version import __version__
 from streamrank.errors import FormatError, InputError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.faultpoints import faultpoint
+from streamrank.features.normalize import Normalizer
 from streamrank.io.atomic import ensure_space, written
 from streamrank.io.budget import BUFFERS
 from streamrank.io.h5digest import DIGEST_ATTR, declared_bytes, file_digest
-from streamrank.features.normalize import Normalizer
-from streamrank.state.model_checks import check_model
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
+from streamrank.state.model_checks import check_model
 
 log = logging.getLogger("streamrank.state.model")
 
@@ -243,8 +243,8 @@ class LinearModel:
                         "exceed it; use memory_budget=%dMB", format_size(budget),
                         format_size(resident + io_budget.STREAM_SLACK), need)
             return max(1, int(budget * BLOCK_SHARE_OF_BUDGET))
-        return io_budget.block_bytes(budget, ds.n_rows, per_row=SCORE_BYTES_PER_ROW + row_bytes, per_block_byte=per_byte,
-                                     extra=extra, resident=resident)
+        return io_budget.block_bytes(budget, ds.n_rows, per_row=SCORE_BYTES_PER_ROW + row_bytes,
+                                     per_block_byte=per_byte, extra=extra, resident=resident)
 
     def score_stream(self, ds, *, block_bytes=None, memory_budget=None, executor=None, collect=None,
                      quiet_width=False):

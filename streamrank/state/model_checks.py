@@ -93,12 +93,12 @@ def _check_divisors(model, path):
             bad = ~((norm.scale_ > 0) & np.isfinite(1.0 / norm.scale_))
         if bad.any():
             j = int(np.flatnonzero(bad)[0])
-            raise _refuse(path, f"/normalize/scale of feature {j + 1} is {float(norm.scale_[j])!r} (rows are divided by "
-                                f"it: it must be positive, with a finite reciprocal)")
+            raise _refuse(path, f"/normalize/scale of feature {j + 1} is {float(norm.scale_[j])!r} "
+                                f"(rows are divided by it: it must be positive, with a finite reciprocal)")
     if fmap is not None and fmap.kind == "nystroem" and not (fmap.eigenvalues_ > 0).all():
         j = int(np.flatnonzero(~(fmap.eigenvalues_ > 0))[0])
-        raise _refuse(path, f"/feature_map/eigenvalues[{j}] is {float(fmap.eigenvalues_[j])!r} (Nystroem divides by the "
-                            f"square roots of its kept eigenvalues: each must be positive)")
+        raise _refuse(path, f"/feature_map/eigenvalues[{j}] is {float(fmap.eigenvalues_[j])!r} "
+                            f"(Nystroem divides by the square roots of its kept eigenvalues: each must be positive)")
     if fmap is not None and getattr(fmap, "kernel", None) in ("rbf", "laplacian") and not fmap.gamma_ > 0:
         raise _refuse(path, f"the {fmap.kernel} kernel's gamma is {fmap.gamma_!r} (it must be positive)")
 

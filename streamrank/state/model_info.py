@@ -51,11 +51,13 @@ def format_model_info(info):
              (f" (of {info['candidates']} candidates)" if info["candidates"] > 1 else ""),
              "training: " + ", ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}"
                                       for k, v in info["training"].items()),
-             f"trained on: {info['trained_on']['features']} features, data fingerprint {info['trained_on']['fingerprint']}",
+             f"trained on: {info['trained_on']['features']} features, "
+             f"data fingerprint {info['trained_on']['fingerprint']}",
              f"weights: {info['width']}" + ("" if "weights" in info else " (over the feature map's outputs)")]
     if "weights" in info:
         w = info["weights"]
         order = np.argsort(-np.abs(np.asarray(w["weight"])), kind="stable")[:SHOWN_WEIGHTS]
-        lines.append(f"largest |weight| on {w['on']} (feature ids as in the data, 1-based; all of them in the JSON form):")
+        lines.append(f"largest |weight| on {w['on']} "
+                     f"(feature ids as in the data, 1-based; all of them in the JSON form):")
         lines += [f"  {w['feature'][i]:>7}  {w['weight'][i]:+.6g}" for i in order]
     return "\n".join(lines)

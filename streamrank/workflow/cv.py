@@ -21,11 +21,20 @@ import numpy as np
 
 from streamrank.errors import InputError
 from streamrank.io.atomic import check_no_input_inside, check_not_input, reading, write_atomically
-from streamrank.workflow.grid import (APPLIES, WorkBar, configuration_points, configuration_work, configurations,
-                                      evaluate_model, per_query, run_grid, run_outputs as grid_outputs)
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
+from streamrank.workflow.grid import (
+    APPLIES,
+    WorkBar,
+    configuration_points,
+    configuration_work,
+    configurations,
+    evaluate_model,
+    per_query,
+    run_grid,
+)
+from streamrank.workflow.grid import run_outputs as grid_outputs
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import csv_text, markdown_table, point_text, text_table
-from streamrank.settings import DEFAULT_MEMORY_BUDGET
 
 log = logging.getLogger("streamrank.workflow.cv")
 
@@ -44,9 +53,11 @@ def find_folds(folds_dir, folds=None):
     d = Path(folds_dir)
     if not d.is_dir():
         raise InputError(f"{d}: not a directory; give the folder that holds Fold1, Fold2, ... (LETOR's layout)")
-    found = sorted((int(m.group(1)), p) for p in d.iterdir() if p.is_dir() and (m := re.fullmatch(r"Fold(\d+)", p.name)))
+    found = sorted((int(m.group(1)), p) for p in d.iterdir()
+                   if p.is_dir() and (m := re.fullmatch(r"Fold(\d+)", p.name)))
     if not found:
-        raise InputError(f"{d}: holds no Fold1, Fold2, ... folders (LETOR's layout: FoldK/train.txt, vali.txt, test.txt)")
+        raise InputError(f"{d}: holds no Fold1, Fold2, ... folders "
+                         f"(LETOR's layout: FoldK/train.txt, vali.txt, test.txt)")
     if folds is not None:
         missing = sorted(set(folds) - {k for k, _ in found})
         if missing:
@@ -140,7 +151,8 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
                     m_axes = method_axes(axes, method)
                     grid = run_grid(ds, vali, out, axes=m_axes, settings=settings, select_metric=select_metric,
                                     executor=executor, neutral=neutral, command=command, progress=outer)
-                    rep = evaluate_model(load(out / "model.h5"), test, settings.get("memory_budget", DEFAULT_MEMORY_BUDGET))
+                    rep = evaluate_model(load(out / "model.h5"), test,
+                                         settings.get("memory_budget", DEFAULT_MEMORY_BUDGET))
                     done = {"format": CV_FORMAT + "-test", "version": CV_VERSION, "fold": name, "method": method,
                             "chosen": grid["chosen"], "grid_seconds": grid["seconds"],
                             "test": {"name": str(paths["test"]), "fingerprint": test.fingerprint}, "data": data,

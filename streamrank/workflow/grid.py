@@ -23,11 +23,11 @@ from pathlib import Path
 from streamrank import settings as settings_table
 from streamrank.errors import ParameterError
 from streamrank.execution.progress import bar
-from streamrank.training.path import values_text
 from streamrank.io.atomic import check_no_input_inside, check_not_input, reading, write_atomically, written
+from streamrank.settings import DEFAULT_MEMORY_BUDGET
+from streamrank.training.path import values_text
 from streamrank.workflow.rundir import open_run, read_json, write_json
 from streamrank.workflow.tables import chosen_point, csv_text
-from streamrank.settings import DEFAULT_MEMORY_BUDGET
 
 log = logging.getLogger("streamrank.workflow.grid")
 
@@ -53,13 +53,10 @@ DEFAULT_GRIDS = {
 # scikit-learn's gamma='scale' = 1 / (d Var X) of the training rows as the kernel sees them (after
 # --normalize; Var X over all their values) rounded to a power of two, so that the grid is written
 # in --gamma's 2^k grammar and a grid edge can be extended in it. Var X makes gamma ||x - y||^2 of
-# order one whatever the features' units (raw LETOR features reach 1e4: 2^-9 was then far too
-# large). Ranking prefers wider kernels than that: on MQ2008 (normalize none: Var X = 0.103..0.108
-# over 46 columns, gamma='scale' = 2^-2.25..2^-2.31, anchor 2^-2 on every fold) the folds chose
-# anchor x 2^-7..2^-3 (Nystroem 2^-7, -7, -5, -9, -9; exact 2^-5, -7, -5, -9, -9; CLSRRank 2^-7, -5,
-# -7, -5, -7), and so did generated raw-scale folds (tools/bench_raw_scale.py; CLSRRank's
-# validation peaked lower there, at anchor x 2^-5..2^-9): the offsets hold all of them inside the
-# grid (the former fixed grids had them at an edge on 2, 4 and 3 of 5 folds).
+# order one whatever the features' units (raw LETOR features reach 1e4). Ranking prefers wider
+# kernels than that: the offsets reach anchor x 2^-9 (CLSRRank 2^-11), and every gamma chosen on the
+# MQ2008 folds and on generated raw-scale folds (tools/bench_raw_scale.py) lies inside the grid
+# (docs/design.md, "Measurements behind the code").
 DEFAULT_GAMMA_OFFSETS = {"nystroem": (-9, -7, -5, -3, -1), "rff": (-9, -7, -5, -3, -1),
                          "exact": (-9, -7, -5, -3, -1), "clsr": (-11, -9, -7, -5, -3, -1)}
 
@@ -87,7 +84,8 @@ def data_gamma_scale(ds, settings, executor=None):
     data, _, _, _ = with_features(ds, None, settings.get("features"))
     normalize = settings.get("normalize") or "none"
     var = kernel_value_variance(data, normalize, executor=executor,
-                                block_bytes=raw_block_bytes(parse_size(settings.get("memory_budget") or DEFAULT_MEMORY_BUDGET)))
+                                block_bytes=raw_block_bytes(
+                                    parse_size(settings.get("memory_budget") or DEFAULT_MEMORY_BUDGET)))
     d = data.n_features
     g = default_gamma(d, var)
     out = {"normalize": normalize, "n_features": int(d), "value_var": var, "gamma_scale": g, "anchor": gamma_anchor(g)}
@@ -114,9 +112,8 @@ def configurations(axes, anchor=None):
         raise ParameterError("eta is the smooth hinge's band; use loss=smooth_hinge")
     out = []
     for m in methods:
-        default = DEFAULT_GRIDS[m]
-
-        def values(name, fallback):
+        # bound per method: values() is called within this iteration only
+        def values(name, fallback, m=m, default=DEFAULT_GRIDS[m]):
             if m not in APPLIES[name]:
                 return [None]
             v = axes.get(name)
@@ -191,7 +188,8 @@ def train_configuration(ds, valid, cfg, settings, *, select_metric, checkpoint=N
     """(model, summary) of one configuration: the method's trainer over its inner path."""
     from streamrank.training.trainers import train
     if cfg.get("gamma_default") and cfg["gamma"] is None:
-        raise AssertionError(f"{cfg['label']}: the default gamma grid needs the data's anchor (configurations(axes, anchor))")
+        raise AssertionError(f"{cfg['label']}: the default gamma grid needs the data's anchor "
+                             f"(configurations(axes, anchor))")
     values = dict(settings, select_metric=select_metric, checkpoint=checkpoint, resume=resume,
                   **{k: cfg[k] for k in ("method", "loss", "eta", "gamma", "C", "lam")})
     if cfg["components"] is not None:
@@ -210,7 +208,8 @@ def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", ex
     the grid's own bar (cv's bar over every fold)."""
     if valid is None:
         raise ParameterError("a grid chooses on validation data; use valid=DATA")
-    valid.row  # its /row is read (and checked) by the chosen model's report: a bad one refused before training
+    # its /row is read (and checked) by the chosen model's report: reading it here refuses a bad one before training
+    _ = valid.row
     with reading(*_dataset_inputs((ds, "training data"), (valid, "validation data"))):
         check_run_outputs(run_dir, axes)
         return _run_grid(ds, valid, Path(run_dir), axes=axes, settings=settings, select_metric=select_metric,
@@ -331,7 +330,8 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
         shutil.copyfile(chosen_model, tmp)
     rep = evaluate_model(load(chosen_model), valid, settings.get("memory_budget", DEFAULT_MEMORY_BUDGET))
     record = {"format": GRID_FORMAT, "version": GRID_VERSION, "command": command, "select_metric": select_metric,
-              "settings": dict(record_settings, settings=settings), "data": {"train": _data_info(ds), "valid": _data_info(valid)},
+              "settings": dict(record_settings, settings=settings),
+              "data": {"train": _data_info(ds), "valid": _data_info(valid)},
               "configs": results, "best": best, "chosen": chosen_point(results[best], select_metric),
               "valid_per_query": per_query(rep), "seconds": time.perf_counter() - t0, "continued": continued,
               **({"gamma_scale": scale} if scale is not None else {})}

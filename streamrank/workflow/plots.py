@@ -140,7 +140,8 @@ def query_distribution(record):
         where = "validation"
     elif record.get("format") == "streamrank-cv":
         for m in record["settings"]["methods"]:
-            vals = [v for r in record["results"] if r["method"] == m for v in (r.get("per_query") or {}).get("ndcg@10", ())]
+            vals = [v for r in record["results"] if r["method"] == m
+                    for v in (r.get("per_query") or {}).get("ndcg@10", ())]
             series.append((m, vals))
         where = "test, all folds"
     # a query the metric skips (None) is left out; a method without any query left has no line

@@ -40,8 +40,8 @@ def load_run(run_dir):
 
 
 def write_report(run_dir, output, *, plots=True, png_dir=None):
-    """Write the report of ``run_dir`` to ``output`` (atomically; "-": standard output); with ``png_dir``, each plot also
-    as a PNG file there. Returns the number of plots."""
+    """Write the report of ``run_dir`` to ``output`` (atomically; "-": standard output); with ``png_dir``, each plot
+    also as a PNG file there. Returns the number of plots."""
     run_dir = Path(run_dir)
     with reading(*((p, f"record {p.relative_to(run_dir)}") for p in run_records(run_dir))):
         if str(output) != "-":
@@ -101,7 +101,8 @@ def _write_report(run_dir, output, *, plots, png_dir):
 def _table(rows, columns, chosen=None):
     """An HTML table of ``rows`` (dicts) under ``columns`` [(key, title, fmt)]; row ``chosen`` marked."""
     from streamrank.workflow.tables import cell
-    head = "".join(f"<th class=\"{'l' if i == 0 else ''}\">{html.escape(t)}</th>" for i, (_, t, _) in enumerate(columns))
+    head = "".join(f"<th class=\"{'l' if i == 0 else ''}\">{html.escape(t)}</th>"
+                   for i, (_, t, _) in enumerate(columns))
     out = [f"<table><thead><tr>{head}</tr></thead><tbody>"]
     for n, r in enumerate(rows):
         cells = "".join(f"<td class=\"{'l' if i == 0 else ''}\">{html.escape(cell(r.get(k), f))}</td>"
@@ -113,7 +114,8 @@ def _table(rows, columns, chosen=None):
 
 def _settings(rec):
     s = rec["settings"]
-    rows = [{"k": "command", "v": rec.get("command") or "-"}, {"k": "chosen by", "v": f"validation {s['select_metric']}"}]
+    rows = [{"k": "command", "v": rec.get("command") or "-"},
+            {"k": "chosen by", "v": f"validation {s['select_metric']}"}]
     for k, v in sorted(s.get("axes", {}).items()):
         rows.append({"k": f"grid: {k}", "v": ", ".join(map(str, v)) if isinstance(v, list) else str(v)})
     if "methods" in s:
@@ -132,8 +134,7 @@ def _data(items):
 
 def _grid_body(rec):
     from streamrank.workflow.grid import CANDIDATE_COLUMNS, candidates_table
-    from streamrank.workflow.tables import chosen_point
-    from streamrank.workflow.tables import grid_columns, point_text
+    from streamrank.workflow.tables import chosen_point, grid_columns, point_text
     metric = rec["select_metric"]
     c = rec["chosen"]
     out = [f"<p>Chosen: <b>{html.escape(c['label'])}</b> ({html.escape(point_text(c))}), validation {metric} "

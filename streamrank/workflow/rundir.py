@@ -33,7 +33,8 @@ def read_json(path, kind=None, version=1):
     except (ValueError, UnicodeDecodeError) as e:
         raise FormatError(f"{path}: not a JSON record of streamrank ({e}); remove it to recompute it") from None
     if kind is not None and (not isinstance(record, dict) or record.get("format") != kind):
-        raise FormatError(f"{path}: not a {kind} record (format {record.get('format') if isinstance(record, dict) else None!r})")
+        shown = record.get("format") if isinstance(record, dict) else None
+        raise FormatError(f"{path}: not a {kind} record (format {shown!r})")
     if kind is not None and (not isinstance(record.get("version"), int) or record["version"] > version):
         raise FormatError(f"{path}: a {kind} record of version {record.get('version')!r}; this streamrank reads "
                           f"versions up to {version} (written by a newer streamrank?)")
@@ -54,7 +55,8 @@ def open_run(run_dir, kind, settings):
         write_json(run_dir / SETTINGS, record)
         return False
     if old.get("format") != RUN_FORMAT or old.get("kind") != kind:
-        raise InputError(f"{run_dir}: holds a {old.get('kind', 'foreign')} run, not a {kind} run; give another directory")
+        raise InputError(f"{run_dir}: holds a {old.get('kind', 'foreign')} run, not a {kind} run; "
+                         f"give another directory")
     if old.get("version", 0) > RUN_VERSION:
         raise FormatError(f"{run_dir / SETTINGS}: written by a newer streamrank (run format version "
                           f"{old['version']}); this one reads version {RUN_VERSION}")

@@ -88,5 +88,6 @@ def grid_lines(record, run_dir):
     best = record["chosen"]
     n = sum(len(r["summary"]["candidates"]) for r in record["configs"])
     return (text_table(rows, cols) +
-            [f"chosen: {best['label']} ({point_text(best)}), valid {metric} {best['valid_' + metric]:.4f}, of {n} candidates in "
-             f"{record['seconds']:.1f} s; model {Path(run_dir) / 'model.h5'}, every candidate in {Path(run_dir) / 'grid.json'}"])
+            [f"chosen: {best['label']} ({point_text(best)}), valid {metric} {best['valid_' + metric]:.4f}, "
+             f"of {n} candidates in {record['seconds']:.1f} s; model {Path(run_dir) / 'model.h5'}, "
+             f"every candidate in {Path(run_dir) / 'grid.json'}"])
