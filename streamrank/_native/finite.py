@@ -15,6 +15,7 @@ is ``tests/io/finite_oracle.py``.
 
 import numba
 import numpy as np
+
 from streamrank._native import numba_cache
 
 numba_cache.install()  # cached kernels load without numba's compiler registries

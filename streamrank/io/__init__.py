@@ -1,1 +1,2 @@
-"""Input and output of data: text parsing, conversion, the HDF5 dataset format, its reader and query stream, the synthetic generator, atomic writes."""
+"""Rows as users keep them: text parsing and conversion, the HDF5 dataset format, its reader and query
+stream, opening data files, atomic writes."""

@@ -39,19 +39,30 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.linalg import LinAlgError, cho_factor, cho_solve
 
-from streamrank.cache.kernel_cache import read_rows
-from streamrank._native.blas import add_atb, one_thread
 from streamrank import params
+from streamrank._native.blas import add_atb, one_thread
+from streamrank.cache.kernel_cache import read_rows
 from streamrank.errors import FormatError, ParameterError
-from streamrank.solvers.finite import numeric_error, vector_detail
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.basis_map import KernelBasisMap, clsr_plan, draw_basis, kernel_name
 from streamrank.features.kernels import KERNELS
 from streamrank.objectives.linear_precond import query_groups
+from streamrank.solvers.finite import numeric_error, vector_detail
 from streamrank.state.model import LinearModel, settled_resident
 from streamrank.training.path import report_grid_edges
-from streamrank.training.problem import (SELECT_METRICS, attach_features, check_data, check_queries, fit_normalizer,
-                                        frozen, gamma_path, query_range, read_labels, validation_score, with_features)
+from streamrank.training.problem import (
+    SELECT_METRICS,
+    attach_features,
+    check_data,
+    check_queries,
+    fit_normalizer,
+    frozen,
+    gamma_path,
+    query_range,
+    read_labels,
+    validation_score,
+    with_features,
+)
 from streamrank.units import format_size, parse_size
 
 log = logging.getLogger("streamrank.training.clsr")
@@ -209,9 +220,9 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     t_start = time.perf_counter()
     check_queries(ds, queries)
     ds, valid, feature_cols, input_width = with_features(ds, valid, features)
-    settings = clsr_settings(valid, lam=lam, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, normalize=normalize,
-                             components=components, memory_budget=memory_budget, select_metric=select_metric, seed=seed,
-                             queries=queries)
+    settings = clsr_settings(valid, lam=lam, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                             normalize=normalize, components=components, memory_budget=memory_budget,
+                             select_metric=select_metric, seed=seed, queries=queries)
     check_data(ds, valid, select_metric, settings["lambda_path"], settings["gamma_path"], "lambda")
     problem = clsr_problem(ds, valid, settings, query_range(ds, queries), block_bytes, executor,
                            kernel=kernel, degree=degree, coef0=coef0, seed=seed)

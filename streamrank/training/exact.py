@@ -22,23 +22,36 @@ from pathlib import Path
 import numpy as np
 
 from streamrank import params
+from streamrank.cache.feature_cache import array_digest
+from streamrank.cache.kernel_cache import KernelCache, RoundingBounds, read_rows
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import executor_or_local
 from streamrank.features.exact_map import ExactKernelMap
-from streamrank.cache.feature_cache import array_digest
-from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective
-from streamrank.objectives.kernel_precond import DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
-from streamrank.cache.kernel_cache import KernelCache, RoundingBounds, read_rows
 from streamrank.features.kernels import check_psd_kernel
 from streamrank.io.budget import release_freed
+from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective
+from streamrank.objectives.kernel_precond import DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
+from streamrank.solvers.newton_yuan import newton_yuan
+from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
-from streamrank.training.problem import (Problem, attach_features, base_config, c_path, check_config, check_data,
-                                        check_queries, fit_normalizer, frozen, label_weights, query_range, read_labels,
-                                        validation_score, with_features)
-from streamrank.solvers.newton_yuan import newton_yuan
-from streamrank.solvers.tron import tron
+from streamrank.training.problem import (
+    Problem,
+    attach_features,
+    base_config,
+    c_path,
+    check_config,
+    check_data,
+    check_queries,
+    fit_normalizer,
+    frozen,
+    label_weights,
+    query_range,
+    read_labels,
+    validation_score,
+    with_features,
+)
 from streamrank.units import format_size, parse_size
 
 log = logging.getLogger("streamrank.training.exact")
@@ -185,7 +198,8 @@ def exact_settings(ds, valid, *, C, kernel, gamma, degree, coef0, precondition, 
         landmarks = auto_landmarks(int(ds.query_ptr[q1] - ds.query_ptr[q0]))
     if solver not in ("tron", "newton_yuan"):
         raise ParameterError(f"method=exact is solved by tron or newton_yuan; got solver={solver!r}. Use solver=tron")
-    cfg = {"method": "exact", "solver": solver, **base_config(Cs=Cs, refine=refine, memory_budget=budget, valid=valid, **common),
+    cfg = {"method": "exact", "solver": solver,
+           **base_config(Cs=Cs, refine=refine, memory_budget=budget, valid=valid, **common),
            "kernel": kernel, "gamma_path": gammas, "degree": degree, "coef0": coef0, "landmarks": int(landmarks)}
     check_config(cfg)
     return frozen(cfg), refine
@@ -214,7 +228,8 @@ def exact_problem(ds, valid, settings, queries, executor):
     raw_block = memplan.raw_block_bytes(settings["memory_budget"])
     normalizer = fit_normalizer(ds, settings["normalize"], queries, raw_block, executor)
     Xn, y, qp = read_rows(ds, normalizer, queries, raw_block, executor=executor)
-    levels, mu, cost, weight_sum = label_weights(y, qp, settings["query_weight"], settings["pair_cost"], settings["loss"])
+    levels, mu, cost, weight_sum = label_weights(y, qp, settings["query_weight"], settings["pair_cost"],
+                                                 settings["loss"])
     problem = Problem(ds=ds, valid=valid, queries=queries, levels=levels, mu=mu, cost=cost, loss=settings["loss"],
                       eta=settings["eta"], weight_sum=weight_sum, normalizer=normalizer,
                       valid_y=read_labels(valid) if valid is not None else None, executor=executor)
@@ -262,9 +277,9 @@ class ExactPath(Method):
 
     def open(self, gi):
         s, p, r, g = self.settings, self.problem, self.rows, self.plan
-        gram = _Gram(r.Xn, r.qp, r.rank, p.cost, p.mu, kernel=s["kernel"], gamma=s["gamma_path"][gi], degree=s["degree"],
-                     coef0=s["coef0"], key=g.key, qblock=g.qblock, tier=g.tier, where=g.where, landmarks=s["landmarks"],
-                     seed=s["seed"], executor=p.executor, tile_threads=g.tile_threads)
+        gram = _Gram(r.Xn, r.qp, r.rank, p.cost, p.mu, kernel=s["kernel"], gamma=s["gamma_path"][gi],
+                     degree=s["degree"], coef0=s["coef0"], key=g.key, qblock=g.qblock, tier=g.tier, where=g.where,
+                     landmarks=s["landmarks"], seed=s["seed"], executor=p.executor, tile_threads=g.tile_threads)
         self.build_seconds += gram.build_seconds
         self.precond_seconds += gram.precond_seconds
         return gram

@@ -23,10 +23,29 @@ from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import TWO_STAGE_FACTORS, Method, report_grid_edges, run_settings
-from streamrank.training.problem import (MappedValidation, Problem, attach_features, base_config, c_path, check_c_scale,
-                                        check_config, check_data, check_queries, fit_normalizer, frozen, gamma_path,
-                                        label_weights, mapped_validation_bytes, max_row_sq_norm, pair_weight_sum,
-                                        query_range, read_labels, row_sq_norm_bound, validation_score, with_features)
+from streamrank.training.problem import (
+    MappedValidation,
+    Problem,
+    attach_features,
+    base_config,
+    c_path,
+    check_c_scale,
+    check_config,
+    check_data,
+    check_queries,
+    fit_normalizer,
+    frozen,
+    gamma_path,
+    label_weights,
+    mapped_validation_bytes,
+    max_row_sq_norm,
+    pair_weight_sum,
+    query_range,
+    read_labels,
+    row_sq_norm_bound,
+    validation_score,
+    with_features,
+)
 from streamrank.units import parse_size
 
 log = logging.getLogger("streamrank.training.linear")
@@ -163,7 +182,8 @@ def _budget_error(budget, need, parts, *, method, components, map_bytes, fit_pea
     parts.append(f"a block holding the largest query ({block[0]:,} rows) {format_size(block[1])}")
     return ParameterError(f"memory_budget {format_size(budget)} is too small for this run: it needs "
                           f"{format_size(need)} ({', '.join(parts)}, with the allocator's headroom); "
-                          f"use memory_budget={need // 10**6}MB" + ("" if method == "primal" else " or fewer components"))
+                          f"use memory_budget={need // 10**6}MB"
+                          + ("" if method == "primal" else " or fewer components"))
 
 
 METHODS = ("primal", "nystroem", "rff")
@@ -248,7 +268,8 @@ def linear_settings(valid, executor, *, C, method, solver, precondition, map_cac
     budget = parse_size(memory_budget)
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Use solver=tron")
-    cfg = {"method": method, "solver": solver, **base_config(Cs=Cs, refine=refine, memory_budget=budget, valid=valid, **common),
+    cfg = {"method": method, "solver": solver,
+           **base_config(Cs=Cs, refine=refine, memory_budget=budget, valid=valid, **common),
            "precondition": precondition, "partition_rows": executor.partition_rows}
     if method != "primal":
         cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": params.check("degree", degree),
@@ -285,7 +306,8 @@ def plan_rows(ds, valid, settings, queries, *, components, cache_dir, map_cache,
     if valid_map_bytes > memplan.VALID_MAP_SHARE * budget:
         valid_map_bytes = 0
     fixed, block_bytes, resident = plan_blocks(budget, ds, n_train, (q0, q1) if queries is not None else None, method,
-                                               settings.get("components", 0), preconditioner_bytes(widest) + valid_map_bytes,
+                                               settings.get("components", 0),
+                                               preconditioner_bytes(widest) + valid_map_bytes,
                                                loss, settings["block_bytes"], valid)
     block_bytes, tier = memplan.linear_plan(budget, n_train, fixed, block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
@@ -300,7 +322,8 @@ def linear_problem(ds, valid, settings, queries, block_bytes, executor):
     q0, q1 = queries
     qp = ds.query_ptr
     levels, mu_range, cost, weight_sum = label_weights(read_labels(ds)[qp[q0]:qp[q1]], qp[q0:q1 + 1] - qp[q0],
-                                                       settings["query_weight"], settings["pair_cost"], settings["loss"])
+                                                       settings["query_weight"], settings["pair_cost"],
+                                                       settings["loss"])
     mu = np.zeros(ds.n_queries)
     mu[q0:q1] = mu_range
     normalizer = fit_normalizer(ds, settings["normalize"], queries, block_bytes, executor)
@@ -455,8 +478,8 @@ class LinearPath(Method):
                                     executor=p.executor)
         if gi not in self.mapped_valid:
             self.mapped_valid.clear()
-            self.mapped_valid[gi] = MappedValidation(model, p.valid, p.valid_y, metric, block_bytes=self.rows.block_bytes,
-                                                     executor=p.executor)
+            self.mapped_valid[gi] = MappedValidation(model, p.valid, p.valid_y, metric,
+                                                     block_bytes=self.rows.block_bytes, executor=p.executor)
         return self.mapped_valid[gi].score(model)
 
     def decided(self):

@@ -145,8 +145,8 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
                     "use memory_budget=%s", format_size(budget), format_size(resident), format_size(_round_up(need)))
         return (qblock, 0, 1) if with_threads else (qblock, 0)
     if need > budget:
-        raise _exact_budget_error(budget, l, m, precond, lambda named: resident + fixed + READ_BUFFERS * qblock_of(named),
-                                  resident, need)
+        raise _exact_budget_error(budget, l, m, precond,
+                                  lambda named: resident + fixed + READ_BUFFERS * qblock_of(named), resident, need)
     fixed += resident
     tier = max(0, budget - fixed - READ_BUFFERS * qblock - margin)
     _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes)
@@ -184,7 +184,8 @@ def _exact_budget_error(budget, l, m, precond, need_at, resident, at_budget):
                           f"preconditioner and {READ_BUFFERS} blocks of Q need {format_size(need)}; use "
                           f"memory_budget={format_size(_round_up(need))}"
                           + (f" (the preconditioner's {m} landmarks take {format_size(precond)}; "
-                             f"use precondition=off to drop them)" if precond and at_budget - precond <= budget else ""))
+                             f"use precondition=off to drop them)"
+                             if precond and at_budget - precond <= budget else ""))
 
 
 def _round_up(n, step=10 ** 7):

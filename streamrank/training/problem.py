@@ -14,8 +14,8 @@ import numpy as np
 
 from streamrank import params
 from streamrank.errors import InputError, ParameterError
-from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.evaluation.metrics import evaluate
+from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.io.info import preference_pairs_per_query
 from streamrank.units import parse_size
 
