@@ -20,7 +20,8 @@ _LAZY = {"Dataset": "streamrank.io.dataset", "open_dataset": "streamrank.io.data
          "load_ranking": "streamrank.io.load",
          "RankSVM": "streamrank.estimator", "CLSRRank": "streamrank.estimator", "load": "streamrank.estimator"}
 
-__all__ = ["__version__", "configure", "Dataset", "open_dataset", "load_ranking", "RankSVM", "CLSRRank", "load"]
+__all__ = ["__version__", "configure", "Dataset", "open_dataset", "load_ranking", "RankSVM",
+           "CLSRRank", "load"]
 
 
 def __getattr__(name):

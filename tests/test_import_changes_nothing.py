@@ -32,16 +32,18 @@ def state():
         if callable(v) or isinstance(v, (classmethod, staticmethod, property)):
             f = getattr(v, "__func__", getattr(v, "fget", v))
             return f"{getattr(f, '__module__', '?')}.{getattr(f, '__qualname__', type(f).__name__)}"
-        return repr(v) if isinstance(v, (int, float, str, bool, type(None), tuple)) else type(v).__name__
+        simple = isinstance(v, (int, float, str, bool, type(None), tuple))
+        return repr(v) if simple else type(v).__name__
 
-    # every class numba's caching and dispatcher modules define (Cache, FunctionCache, Dispatcher, ...)
+    # every class numba's caching and dispatcher modules define (Cache, FunctionCache, Dispatcher...)
     classes = {f"{m.__name__}.{c.__qualname__}": {k: name(v) for k, v in sorted(vars(c).items())}
                for m in (caching, dispatcher) for c in vars(m).values()
                if isinstance(c, type) and c.__module__ == m.__name__}
     return {"hugepage": bool(hugepage),
             "config": {k: name(v) for k, v in sorted(vars(config).items()) if k.isupper()},
             "classes": classes,
-            "signals": {s: name(signal.getsignal(getattr(signal, s))) for s in ("SIGINT", "SIGTERM", "SIGHUP")},
+            "signals": {s: name(signal.getsignal(getattr(signal, s)))
+                        for s in ("SIGINT", "SIGTERM", "SIGHUP")},
             "hooks": [name(sys.excepthook), name(warnings.showwarning)],
             "threads": numba.get_num_threads()}
 """
@@ -82,10 +84,13 @@ print("STATE:" + json.dumps(dict(state(), env_changed=changed)))
 """
 
 
+SETTINGS = ("OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT", "NUMBA_SLP_VECTORIZE", "STREAMRANK_NUMPY_HUGEPAGES")
+
+
 def _run(code):
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT", "NUMBA_SLP_VECTORIZE", "STREAMRANK_NUMPY_HUGEPAGES")}
-    p = subprocess.run([sys.executable, "-c", STATE + code], env=env, capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k not in SETTINGS}
+    p = subprocess.run([sys.executable, "-c", STATE + code], env=env, capture_output=True, text=True,
+                       timeout=600)
     assert p.returncode == 0, p.stderr
     return json.loads(next(line for line in p.stdout.splitlines() if line.startswith("STATE:"))[6:])
 

@@ -1,5 +1,6 @@
-"""Start-up imports only what it needs: ``import streamrank`` and ``streamrank --help``
-load at most numpy, not numba, scipy, h5py, dask, scikit-learn, onnx or onnxruntime; the public names still resolve.
+"""Start-up imports only what it needs: ``import streamrank`` and ``streamrank --help`` load at
+most numpy, not numba, scipy, h5py, dask, scikit-learn, onnx or onnxruntime; the public names
+still resolve.
 (How long start-up takes is measured by tools/bench_peers.py, not asserted here.)"""
 
 import subprocess

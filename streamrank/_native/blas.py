@@ -41,7 +41,8 @@ def _get_controller():
 def _threadpoolctl():
     """threadpoolctl, imported without its mark on the environment: its import sets
     ``KMP_DUPLICATE_LIB_OK=True`` (Intel's and LLVM's OpenMP runtimes read it when they load, to
-    tolerate a second copy), which the user's process did not ask for and streamrank does not need."""
+    tolerate a second copy), which the user's process did not ask for and streamrank does not
+    need."""
     unset = "KMP_DUPLICATE_LIB_OK" not in os.environ
     import threadpoolctl
     if unset:

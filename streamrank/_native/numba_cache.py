@@ -1,4 +1,5 @@
-"""streamrank's kernels: compiled with their own LLVM settings, loaded without numba's compiler registries.
+"""streamrank's kernels: compiled with their own LLVM settings, loaded without numba's compiler
+registries.
 
 Each module that defines numba kernels ends with ``numba_cache.adopt(globals())``, which gives
 every kernel of the module (each numba dispatcher, not numba's classes) two things:
@@ -46,8 +47,8 @@ except ImportError:  # another numba layout: numba's own loads, unchanged
     rtsys = None
 
 # the lean load needs these of numba's Cache; a numba built otherwise keeps its own loads
-_LEAN = rtsys is not None and all(hasattr(caching.Cache, a) for a in ("_load_overload",
-                                                                       "_guard_against_spurious_io_errors"))
+_LEAN = rtsys is not None and all(hasattr(caching.Cache, a)
+                                  for a in ("_load_overload", "_guard_against_spurious_io_errors"))
 SLP_ENV = "NUMBA_SLP_VECTORIZE"
 
 # (acquire, release) of an exclusive lock named by a path, taken on a cache miss until the compiled
@@ -62,7 +63,8 @@ def slp_vectorize():
 
 
 def compile_settings():
-    """The numba settings that shape a streamrank kernel's machine code, as its compiles use them."""
+    """The numba settings that shape a streamrank kernel's machine code, as its compiles use
+    them."""
     return ("opt", int(config.OPT), "slp", slp_vectorize(), "loop", bool(config.LOOP_VECTORIZE))
 
 
@@ -71,7 +73,8 @@ def _compile_scope():
     """numba's compiler lock held and ``config.SLP_VECTORIZE`` as :func:`slp_vectorize` says; put
     back on the way out, however the compile ends."""
     with global_compiler_lock:
-        config.reload_config()  # numba re-reads NUMBA_* here when one changed: not inside the compile
+        # numba re-reads NUMBA_* variables when one changed: here, not inside the compile
+        config.reload_config()
         before = config.SLP_VECTORIZE
         config.SLP_VECTORIZE = int(slp_vectorize())
         try:
@@ -123,7 +126,7 @@ class KernelCache(caching.FunctionCache):
             rtsys.initialize(target_context)  # the runtime's symbols, before the code is linked
             with self._guard_against_spurious_io_errors():
                 return self._load_overload(sig, target_context)
-        except Exception:  # noqa: BLE001 - anything this load lacks: numba's own, registries and all
+        except Exception:  # noqa: BLE001 - what this load lacks: numba's own, registries and all
             return super().load_overload(sig, target_context)
 
 

@@ -31,7 +31,7 @@ LLVM's SLP vectoriser needs no call: streamrank turns it on around its own compi
 import os
 import sys
 
-# OPENBLAS_THREAD_TIMEOUT: the spin before a BLAS thread sleeps, 2^value cycles (OpenBLAS accepts 4..30)
+# OPENBLAS_THREAD_TIMEOUT: the spin before a BLAS thread sleeps, 2^value cycles (4..30 accepted)
 BLAS_SPIN_LOG2 = "20"
 HUGEPAGES_ENV = "STREAMRANK_NUMPY_HUGEPAGES"
 

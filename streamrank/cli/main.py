@@ -70,8 +70,8 @@ def build_parser():
 
 
 def main(argv=None):
-    """Run one command (``argv``, default ``sys.argv[1:]``) and return its exit status. The program's
-    process settings (``_native.process.configure``) come first, before numpy is imported."""
+    """Run one command (``argv``, default ``sys.argv[1:]``) and return its exit status. The
+    program's process settings (``_native.process.configure``) come first, before numpy loads."""
     configure()
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:

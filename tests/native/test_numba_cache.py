@@ -90,7 +90,8 @@ def test_slp_applies_to_streamrank_compiles_only(tmp_path):
         print(json.dumps({"config": config.SLP_VECTORIZE, **ir}))
     """)
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_SLP_VECTORIZE"}
-    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env, capture_output=True, text=True,
+                       timeout=300)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout.strip().splitlines()[-1])
     packed = re.compile(r"fmul (\w+ )?<\d+ x double>")
@@ -112,6 +113,7 @@ def test_every_kernel_of_the_package_is_adopted(name):
     from numba.core.dispatcher import Dispatcher
     from streamrank._native import numba_cache
     module = importlib.import_module(name)
-    kernels = [v for v in vars(module).values() if isinstance(v, Dispatcher) and v.py_func.__module__ == name]
+    kernels = [v for v in vars(module).values()
+               if isinstance(v, Dispatcher) and v.py_func.__module__ == name]
     assert kernels, f"{name} mentions njit( but defines no kernel at module level"
     assert [k.__name__ for k in kernels if not numba_cache.adopted(k)] == []

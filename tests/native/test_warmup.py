@@ -34,7 +34,8 @@ def test_every_entry_names_a_cached_kernel_and_decodes():
         assert entries, command
         for i, (module, qualname, sig, seconds, callees, end) in enumerate(entries):
             k = warmup._kernel(module, qualname)
-            assert k._cache.__class__.__name__ == "KernelCache", (module, qualname)  # cache=True, adopted
+            # cache=True, adopted by numba_cache
+            assert k._cache.__class__.__name__ == "KernelCache", (module, qualname)
             warmup.decode(sig)
             assert seconds >= 0 and end >= seconds and all(j < i for j in callees)
 
