@@ -114,3 +114,16 @@ def test_configure_changes_what_it_says_and_the_probe_sees_it(bare):
     assert used.pop("env_changed") == ["OMP_WAIT_POLICY", "OPENBLAS_THREAD_TIMEOUT"]
     assert not used["hugepage"]
     assert used["classes"] == bare["classes"] and used["config"] == bare["config"]
+
+
+@pytest.mark.slow  # compiles the kernel methods' kernels when the cache is cold
+def test_every_method_changes_nothing(bare):
+    """CLSRRank, Nystroem and the exact kernel path leave the process as they found it too."""
+    fits = ('    streamrank.CLSRRank(n_components=20).fit(X, y, qid=qid).predict(X)\n'
+            '    streamrank.RankSVM(method="nystroem", n_components=20).fit(X, y, qid=qid).predict(X)\n'
+            '    streamrank.RankSVM(method="exact", gamma=0.1).fit(X, y, qid=qid).predict(X)\n')
+    anchor = "    m = streamrank.RankSVM(C=1.0).fit(X, y, qid=qid)\n"
+    used = _run(USE.replace(anchor, fits + anchor))
+    assert used.pop("env_changed") == []
+    for part in bare:
+        assert used[part] == bare[part], part
