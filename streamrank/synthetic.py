@@ -68,8 +68,6 @@ from streamrank.errors import ParameterError
 from streamrank.io.atomic import written
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 __all__ = [
     "Preset", "PRESETS", "resolve", "query_sizes", "all_zero_queries", "generate_batches", "iter_blocks",
     "write_text", "write_hdf5", "format_rows_py",
@@ -776,3 +774,6 @@ def clustered_rows(seed=0, n_cluster=700, n_spread=900, d=25):
     s = X[:, 2] / scales[2] + np.tanh(X[:, 3] / scales[3]) + 0.5 * rng.standard_normal(len(X))
     y = np.digitize(s, np.quantile(s, [0.6, 0.9])).astype(np.float32)
     return X.astype(np.float32), y, qp
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

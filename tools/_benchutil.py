@@ -94,6 +94,7 @@ def record(bench, section, rows, columns, *, notes=(), plot=None, params=None, r
 def test_metrics(model, path):
     """(prediction seconds, letor4 means) of ``model`` on the HDF5 file at ``path``; for children."""
     import streamrank
+    getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
     from streamrank.evaluation.metrics import evaluate
     from streamrank.training.problem import read_labels
     with streamrank.open_dataset(path) as tds:

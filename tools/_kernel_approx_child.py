@@ -10,6 +10,7 @@ import time, warnings
 _t = time.perf_counter()
 import numpy as np
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank.training.linear import train_linear  # noqa: E402
 from streamrank.training.problem import read_labels
 from streamrank.evaluation.metrics import evaluate

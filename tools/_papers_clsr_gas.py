@@ -59,6 +59,7 @@ def _summarise(rows, models, keys):
 
 def clsr_quality(args, converted, have_mq2008):
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.training.clsr import train_clsr
     from streamrank.training.linear import train_linear
     folds = [int(f) for f in args.folds.split(",")]
@@ -95,6 +96,7 @@ def clsr_quality(args, converted, have_mq2008):
 
 def gas_quality(args, converted, have_mq2008):
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.io.feature_subset import FeatureSubset
     from streamrank.selection.gas import gas_scores
     from streamrank.training.linear import train_linear
@@ -159,6 +161,7 @@ def gas_topk(args, converted, have_mq2008):
     """RankSVM on the top 5 and top 10 features of ``select-features -k K`` (map, c = 0.5) beside all
     46, five folds (module docstring)."""
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.evaluation.metrics import evaluate
     from streamrank.io.feature_subset import FeatureSubset
     from streamrank.selection.gas import gas_scores
@@ -212,6 +215,7 @@ def gas_check(args, converted, have_mq2008):
     (tests/selection/tie_oracle.py, itself checked there against every order of small ties), per
     feature and per negated feature."""
     import streamrank
+    streamrank.configure()  # the command line's process settings
     import sys
     from scipy.stats import kendalltau
     from streamrank.selection.gas import gas_scores
@@ -262,6 +266,7 @@ def gas_check(args, converted, have_mq2008):
 
 def timing(args, subsets):
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.selection.gas import gas_scores
     from streamrank.training.clsr import train_clsr
     print("\n== one-pass methods, time against training rows (MQ2008 S1 .. S1-S5), median of 3 ==")
@@ -292,6 +297,7 @@ def out_of_core(args):
     from streamrank.synthetic import write_hdf5
     from streamrank.units import parse_size
     import streamrank
+    streamrank.configure()  # the command line's process settings
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
     print(f"\n== out of core: CLSRRank and GAS on generated data larger than --memory-budget {args.ooc_budget} ==")

@@ -26,6 +26,7 @@ JOB = """
 import json, os, time
 import numpy as np
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank.io.convert import convert
 s = convert([{src!r}], {out!r}, quiet=True, compression={comp!r}, chunk_bytes={chunk})
 passes = []
@@ -47,6 +48,7 @@ CHECKSUMS = """
 import json, time
 import h5py, numpy as np
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank.io.convert import convert
 v2, v1 = {v2!r}, {v1!r}
 convert([{src!r}], v2, quiet=True)

@@ -23,8 +23,9 @@ import statistics
 import sys
 from pathlib import Path
 
-# the children's environment as this script found it: importing streamrank here would set this
-# tree's defaults (numba's SLP setting) for the old tree's children too
+# the children's environment as this script found it: each child takes its own tree's process
+# settings (the command line's: streamrank.configure() where the tree has it; older trees set them
+# when imported), and none set here may reach the other tree's children
 BASE_ENV = dict(os.environ)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,6 +37,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 CONVERT = """
 import json, os
+import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's settings, as a run of it has
 from streamrank.io.convert import convert
 s = convert([{src!r}], {out!r}, quiet=True, compression={comp!r}, memory_budget={budget!r})
 t = os.times()

@@ -38,6 +38,7 @@ from _benchutil import machine_facts, run_child, args_params, table_record  # no
 CHILD = r"""
 import json, os, statistics, time, numpy as np, logging
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank.training.linear import train_linear
 from streamrank.execution.executor import LocalExecutor
 logging.getLogger("distributed").setLevel(logging.CRITICAL)
@@ -113,6 +114,7 @@ def main():
         print(f"generating {data} ...", flush=True)
         write_hdf5(data, "mslr30k", scale=args.scale, seed=1, part="train")
     import streamrank
+    streamrank.configure()  # the command line's process settings
     with streamrank.open_dataset(data) as ds:
         rows, d = ds.n_rows, ds.n_features
     print(machine_facts())

@@ -44,6 +44,7 @@ WARM = """
 import time, warnings, tempfile, pathlib
 import numpy as np
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank.synthetic import write_hdf5
 from streamrank.training.exact import train_exact
 _d = pathlib.Path(tempfile.mkdtemp())

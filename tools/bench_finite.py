@@ -53,6 +53,7 @@ CHILD = r"""
 import json, statistics, time, warnings
 import numpy as np
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank.io import dataset as dsmod
 cfg = json.loads({cfg!r})
 mode = cfg["mode"]
@@ -138,6 +139,7 @@ def main():
     if not warm.exists():
         write_hdf5(warm, "small", scale=1.0, seed=0)
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.io import dataset as dsmod
     with streamrank.open_dataset(data) as ds:
         rows, d, chunk = ds.n_rows, ds.n_features, ds._X.chunks

@@ -373,6 +373,7 @@ def lgbm_fold(args, paths):
     import numpy as np
 
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.evaluation.metrics import evaluate
     data = {}
     for part, p in paths.items():
@@ -416,6 +417,7 @@ def section_table(args):
     import numpy as np
 
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.evaluation.metrics import evaluate
     from streamrank.training.linear import train_linear
     from streamrank.training.problem import read_labels

@@ -19,8 +19,8 @@ measured in the same run.
 - **dense GEMM**: ``A @ B`` of n x n float64 and float32 (numpy / OpenBLAS), GFLOP/s = 2 n^3 /
   seconds, on 1 and 2 threads.
 
-Measured under streamrank's own memory settings (its import turns numpy's transparent huge-page
-advice off, streamrank._native.memory; ``STREAMRANK_NUMPY_HUGEPAGES=1`` keeps it): the rows a pass
+Measured under the command line's process settings (``streamrank.configure()`` turns numpy's
+transparent huge-page advice off, streamrank._native.process; ``STREAMRANK_NUMPY_HUGEPAGES=1`` keeps it): the rows a pass
 reads are allocated the same way. Measured on the 2-core EPYC, huge pages read 5-15 % faster.
 
 Machine facts first; the table is appended to docs/results/limits.jsonl (_benchutil.record).
@@ -248,7 +248,8 @@ def measure_limits(quick=False, *, workdir=None, results_dir=None, bench="limits
     repeats = repeats or (3 if quick else 7)
     disk_bytes = disk_bytes or ((64 << 20) if quick else (2 << 30))
     gemm_n = gemm_n or (256 if quick else 3000)
-    import streamrank  # noqa: F401 - its memory settings (huge-page advice) before any array is made
+    import streamrank
+    streamrank.configure()  # the command line's settings (huge-page advice off) before any array is made
     print(machine_facts())
     load = os.getloadavg()
     hugepages = "on" if os.environ.get("STREAMRANK_NUMPY_HUGEPAGES", "") == "1" else "off (streamrank's setting)"

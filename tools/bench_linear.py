@@ -51,6 +51,7 @@ WARM = """
 import time, warnings
 _t = time.perf_counter()
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank.training.linear import train_linear
 with streamrank.open_dataset({warm!r}) as _ds, warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -80,6 +81,7 @@ print(json.dumps({"first": ts[0], "again": ts[1]}))
 TRAIN = WARM + """
 import json, resource, time
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank.training.linear import train_linear
 
 with streamrank.open_dataset({path!r}) as ds:
@@ -99,6 +101,7 @@ BREAKDOWN = WARM + """
 import json, resource, time
 import numpy as np
 import streamrank
+getattr(streamrank, "configure", lambda: None)()  # the command line's process settings
 from streamrank._native import pairkernels as pk
 from streamrank.objectives.rank_objective import BlockSource, RankObjective
 from streamrank.training.problem import read_labels, pair_cost_table
@@ -224,6 +227,7 @@ def generated(work, preset, scale):
 
 def shape_of(path):
     import streamrank
+    streamrank.configure()  # the command line's process settings
     with streamrank.open_dataset(path) as ds:
         return ds.n_rows, ds.n_features, ds.n_queries
 
@@ -246,6 +250,7 @@ def section_oracle(args):
     import numpy as np
 
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.training.linear import train_linear
     spec = importlib.util.spec_from_file_location("dense_oracle", ORACLE)
     oracle = importlib.util.module_from_spec(spec)
@@ -412,6 +417,7 @@ def section_table(args):
     import numpy as np
 
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.evaluation.metrics import evaluate
     from streamrank.training.linear import train_linear
     from streamrank.training.problem import read_labels

@@ -70,6 +70,7 @@ TOL = 1e-3
 def quality(args):
     import numpy as np
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.evaluation.metrics import evaluate
     from streamrank.training.linear import train_linear
     from streamrank.training.problem import read_labels
@@ -145,6 +146,7 @@ def liblinear_seconds(binary, text_files, C, workdir):
 
 def timing(args):
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.training.linear import train_linear
     if not have_mq2008(args.data, (1, 2, 3, 4, 5)):
         return
@@ -233,6 +235,7 @@ def out_of_core(args):
         write_hdf5(data, "mslr30k", scale=args.ooc_scale, seed=0)
     size = data.stat().st_size
     import streamrank
+    streamrank.configure()  # the command line's process settings
     with streamrank.open_dataset(data) as ds:
         x_bytes, n_rows = 4 * ds.n_rows * ds.n_features, ds.n_rows
     print(f"\n== out of core: cs-sRSVM on generated mslr30k x{args.ooc_scale:g} ({n_rows:,} rows, X {x_bytes / 1e6:.0f} MB "

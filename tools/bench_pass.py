@@ -59,11 +59,15 @@ def main(argv=None):
     ap.add_argument("--memory-budget", default="4GB", help="must hold the rows (default 4GB)")
     ap.add_argument("--workdir", default=None, help="where the data is generated and kept (default: a temporary "
                                                     "directory, removed at the end)")
+    ap.add_argument("--no-configure", action="store_true",
+                    help="run with the library's defaults, without streamrank.configure() (the program's settings)")
     args = ap.parse_args(argv)
     if args.repeats < 1 or not args.scale > 0:
         ap.error("--repeats must be >= 1 and --scale > 0")
-    import numpy as np
     import streamrank
+    if not args.no_configure:
+        streamrank.configure()  # the command line's process settings, before numpy loads
+    import numpy as np
     from streamrank.synthetic import write_hdf5
     from streamrank.objectives.rank_objective import _Scores
     from streamrank.training.linear import train_linear
@@ -116,10 +120,12 @@ def main(argv=None):
                 ("target", "target", "{:.0f}x"), ("met", "met", None)]
         note = (f"{ds.n_rows:,} x {ds.n_features} rows in memory (mslr30k x{args.scale:g}, seed 1), C = 1, tol 1e-3, "
                 f"zscore, TRON, {args.repeats} trainings; bound = X's bytes / float32 X @ v at "
-                f"{limits['bandwidth_gbs']:.1f} GB/s (2 threads, this run); weights equal over the trainings: {same}")
+                f"{limits['bandwidth_gbs']:.1f} GB/s (2 threads, this run); weights equal over the trainings: {same}"
+                f"{'; without streamrank.configure()' if args.no_configure else ''}")
         print(note)
         table_record("pass", "linear passes in memory", rows, cols, notes=[note],
                      params={"scale": args.scale, "repeats": args.repeats, "memory_budget": args.memory_budget,
+                             "configure": not args.no_configure,
                              "bandwidth_gbs": limits["bandwidth_gbs"]})
         ds.close()
         return 0 if same else 1

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _benchutil import machine_facts, args_params, table_record  # noqa: E402
 
 import streamrank  # noqa: E402
+streamrank.configure()  # the command line's process settings
 from streamrank._native import pairkernels as pk  # noqa: E402
 from streamrank.solvers import tron as T  # noqa: E402
 from streamrank.io.convert import convert  # noqa: E402

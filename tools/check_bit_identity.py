@@ -31,9 +31,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-# the environment as the user started this script: importing streamrank here (machine_facts) sets
-# defaults in os.environ (OPENBLAS_THREAD_TIMEOUT, NUMBA_SLP_VECTORIZE) that each tree's own
-# import must decide for itself, or the old tree would run with the new one's settings
+# the environment as the user started this script: each tree's command line decides its process
+# settings itself (OPENBLAS_THREAD_TIMEOUT, OMP_WAIT_POLICY; older trees also NUMBA_SLP_VECTORIZE,
+# which they set when imported), so nothing set in this process may reach the other tree
 BASE_ENV = dict(os.environ)
 
 HERE = Path(__file__).resolve().parent

@@ -8,6 +8,7 @@ gain little from a second thread on an idle machine either, so they run on one; 
 (mapped features, the exact path's k x l x k products) keep every thread.
 """
 
+import os
 import sys
 import threading
 from contextlib import contextmanager
@@ -31,10 +32,22 @@ def _get_controller():
     global _controller, _controller_saw_scipy
     has_scipy = "scipy.linalg" in sys.modules
     if _controller is None or has_scipy != _controller_saw_scipy:
-        from threadpoolctl import ThreadpoolController
+        ThreadpoolController = _threadpoolctl().ThreadpoolController
         _controller, _controller_saw_scipy = ThreadpoolController(), has_scipy
         return _controller, True
     return _controller, False
+
+
+def _threadpoolctl():
+    """threadpoolctl, imported without its mark on the environment: its import sets
+    ``KMP_DUPLICATE_LIB_OK=True`` (Intel's and LLVM's OpenMP runtimes read it when they load, to
+    tolerate a second copy), which the user's process did not ask for and streamrank does not
+    need."""
+    unset = "KMP_DUPLICATE_LIB_OK" not in os.environ
+    import threadpoolctl
+    if unset:
+        os.environ.pop("KMP_DUPLICATE_LIB_OK", None)
+    return threadpoolctl
 
 
 @contextmanager

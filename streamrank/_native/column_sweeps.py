@@ -27,8 +27,6 @@ from streamrank._native import numba_cache
 from streamrank._native.pairkernels import _sweep_levels_into
 from streamrank._native.query_sort import sort_query
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 # --------------------------------------------------------------------------------------------
 # Loss and gradient (paper 004 (B.1), (B.2)), per-level moments, squared hinge
 # --------------------------------------------------------------------------------------------
@@ -241,3 +239,6 @@ def query_hess(uq, rq, lam, lam_r, muq, order, cut_pref, cut_less, tq, us, rs, t
     _hess_frame(us[:l], rs[:l], cut_less, lam_r, 2.0 * muq, pre, tm, True)
     for p in range(l):
         tq[order[p]] = ts[p] + tm[l - 1 - p]
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -45,8 +45,6 @@ import numpy as np
 from streamrank._native import numba_cache
 from streamrank._native.query_sort import argsort_decreasing
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 _LN2 = math.log(2.0)
 
 # the measures' codes (``kind``)
@@ -146,3 +144,6 @@ def block_measures(X, y, qp, k, kind, negate, log_table, out):
                     xs[p] = -xs[p]
                     ws[p] = -ws[p]
                 out[1, f] += _tied_measure(xs, ys, argsort_decreasing(ws), kind, k, log_table, best_k)
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -18,8 +18,6 @@ import numpy as np
 
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 _RUN = 1 << 14             # values per max test: 64 KB, many vector iterations per test
 _SHIFTED_INF = 0xFF000000  # (bits << 1) of +-inf; NaNs are above it
 
@@ -66,3 +64,6 @@ def count_non_finite(bits):
 def bits_of(a):
     """The uint32 words of a contiguous float32 array, as one dimension (a view, no copy)."""
     return a.reshape(-1).view(np.uint32)
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -49,8 +49,6 @@ from streamrank._native import numba_cache
 from streamrank._native.memory import ALIGN
 from streamrank._native.prefetch import prefetch
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 
 @numba.njit(cache=True, nogil=True, inline="always")
 def _raw_dot(X, i, w):
@@ -340,3 +338,6 @@ def fused_scores(q0, q1, X, w, shift, scale, affine, qptr, out):
     for q in range(q0, q1):
         c = _refold(w, shift, scale, affine, q, wf, c)
         _scores(X, qptr[q], qptr[q + 1], wf, c, out[qptr[q]:qptr[q + 1]])
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -34,8 +34,6 @@ import numpy as np
 from streamrank._native import numba_cache
 from streamrank._native.query_sort import argsort_decreasing
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 
 @numba.njit(cache=True, nogil=True, inline="always")  # compile time: module docstring
 def _inversions(a, tmp):
@@ -220,3 +218,6 @@ def pair_ranges(r, d, parts):
         bounds.append(min(max(k, bounds[-1]), r * d))
     bounds.append(r * d)
     return [(bounds[t], bounds[t + 1]) for t in range(parts) if bounds[t + 1] > bounds[t]]
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -12,8 +12,6 @@ reassociate the sums.
 import numba
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 
 @numba.njit(cache=True, nogil=True)
 def add_rows_in_order(acc, partials):
@@ -36,3 +34,6 @@ def runtime_probe(x):
     """x + 1: the smallest compiled call, which maps numba's runtime and LLVM's code (the
     memory plans measure the resident set after it; ``io.budget.load_kernel_runtime``)."""
     return x + 1
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

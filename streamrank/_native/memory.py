@@ -1,62 +1,8 @@
-"""Process-wide memory settings that streamrank's large buffers depend on.
-
-numpy asks the kernel for transparent huge pages on every large allocation
-(``madvise(MADV_HUGEPAGE)``). Where THP ``defrag`` is ``madvise`` (a common default), every
-such fault compacts memory synchronously: measured on this project's machines, first touching a
-600 MB array took 1.60 s with the advice and 0.26 s without. streamrank allocates its blocks and
-in-memory tiers once and touches them in one sweep, so it turns the advice off when imported.
-Set ``STREAMRANK_NUMPY_HUGEPAGES=1`` to keep numpy's default.
-
-OpenBLAS's threads busy-wait for 2^28 cycles (about 0.1 s) after each call before they sleep.
-streamrank alternates BLAS products with numba passes on the same cores (the exact kernel path:
-the preconditioner's update, then a pass over Q), and the spinning threads took the cores from
-the next pass: measured on MQ2008 Fold1, the pass after each update took 96 to 134 ms instead of
-41, and the update itself, which interleaves the two per chunk, 0.35-0.54 s instead of 0.31-0.35.
-When streamrank is imported before numpy, the spin is cut to 2^20 cycles (OpenBLAS reads
-``OPENBLAS_THREAD_TIMEOUT`` once, when numpy loads it); a value already set is kept.
-
-numba leaves LLVM's SLP vectoriser off by default (``NUMBA_SLP_VECTORIZE=0``), so the row dots'
-interleaved partial sums (``_native.fused``; four lanes then) compile to scalar multiply-adds: the linear
-Hessian pass on 1.1M x 136 rows in memory took 0.078 s, 5.8x the time to read X once, scaling
-1.96x from one thread to two (arithmetic, not bandwidth; tools/bench_limits.py, issue 34). With
-SLP on, the same sums run several lanes at a time. SLP only packs independent operations of the same
-kind; with no fastmath anywhere (qprod, linalg) LLVM may not reassociate a sum, so every kernel
-gives the same bits (tools/check_bit_identity.py). When streamrank is imported before numba, it is
-switched on (numba reads it once, when it loads); a value already set is kept. Kernels cached
-by a process that compiled them otherwise are kept under their own key and not loaded
-(:mod:`streamrank._native.numba_cache`).
-
-numba's OpenMP threading layer (the ``prange`` loops of the kernel paths: Q's blocks, the
-kernel maps) keeps its workers spinning between parallel loops (libgomp's default wait policy).
-On two cores the spinning workers took the core from the thread that maps the next block of Q,
-and the exact kernel path's first two-thread pass took about 10 s instead of 1 (generated
-mq2007, issue 34). When streamrank is imported before numba, ``OMP_WAIT_POLICY=PASSIVE`` lets
-them sleep; libgomp reads it once, when it loads; a value already set is kept.
-"""
+"""Memory helpers for streamrank's large buffers: heap trimming, cache-line-aligned arrays and the
+resident set. (The process-wide settings, numpy's huge-page advice among them, are in
+:mod:`streamrank._native.process`.)"""
 
 import os
-import sys
-
-# OPENBLAS_THREAD_TIMEOUT: the spin before a BLAS thread sleeps, 2^value cycles (OpenBLAS accepts 4..30)
-BLAS_SPIN_LOG2 = "20"
-
-
-def configure():
-    if "numpy" not in sys.modules:
-        os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", BLAS_SPIN_LOG2)
-    if "numba" not in sys.modules:
-        os.environ.setdefault("NUMBA_SLP_VECTORIZE", "1")
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    if os.environ.get("STREAMRANK_NUMPY_HUGEPAGES", "") == "1":
-        return
-    try:
-        from numpy._core.multiarray import _set_madvise_hugepage
-    except ImportError:  # numpy < 2
-        try:
-            from numpy.core.multiarray import _set_madvise_hugepage
-        except ImportError:
-            return
-    _set_madvise_hugepage(False)
 
 
 def trimmer(min_growth=0):

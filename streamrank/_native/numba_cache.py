@@ -1,79 +1,159 @@
-"""Loading streamrank's cached kernels without numba's compiler registries.
+"""streamrank's kernels: compiled with their own LLVM settings, loaded without numba's compiler
+registries.
 
-numba's ``Cache.load_overload`` refreshes the target context before it loads a cached function:
-the first load in a process imports and installs every typing and lowering registry numba has
-(its NumPy, random, typed containers, ...; ``numba.np.linalg`` imports ``scipy.linalg`` on the
-way), which a compile needs and a load does not. A load only needs the object code, the
-function's environment and numba's runtime (NRT, whose symbols the code links against). Measured
-on this project's 2-core machine (interleaved runs), a warm ``streamrank train`` on MQ2008 Fold1
-took 0.87 s with numba's loads and 0.70 s with these (``python tools/bench_peers.py --only
-linear`` times the whole process).
+Each module that defines numba kernels ends with ``numba_cache.adopt(globals())``, which gives
+every kernel of the module (each numba dispatcher, not numba's classes) two things:
 
-:func:`install` makes the loads of streamrank's own functions initialise the runtime alone and
-leaves every other function's load as numba has it. A compile still refreshes the contexts
-itself (numba's ``CompilerBase``), so a process that loads some kernels and compiles others gets
-the registries when it first compiles. Each module that defines kernels imports this one.
+- Its compiles run with LLVM's SLP vectoriser on. numba leaves it off by default
+  (``NUMBA_SLP_VECTORIZE=0``), so the row dots' interleaved partial sums (``_native.fused``; four
+  lanes) compiled to scalar multiply-adds: the linear Hessian pass on 1.1M x 136 rows in memory
+  took 0.078 s, 5.8x the time to read X once, and scaled 1.96x from one thread to two (arithmetic,
+  not bandwidth; tools/bench_limits.py). With SLP on, the same sums run several lanes at a time
+  (0.079 s to 0.063 s). SLP only packs independent operations of the same kind; with no fastmath
+  anywhere LLVM may not reassociate a sum, so every kernel gives the same bits either way
+  (tools/check_bit_identity.py). numba reads ``numba.core.config.SLP_VECTORIZE`` when it
+  optimises a function's module, so the value is set around the kernel's compile, under numba's
+  compiler lock, and put back after: other numba code in the process compiles as it would
+  without streamrank. ``NUMBA_SLP_VECTORIZE`` set in the environment is obeyed instead.
 
-numba keys a cached function by its signature, the CPU and its bytecode, not by how LLVM was
-told to compile it. streamrank switches LLVM's SLP vectoriser on when it is imported before
-numba (:mod:`streamrank._native.memory`); a process that imported numba first (a notebook that
-loaded another numba user, a test module) compiled the kernels without it and cached them, and
-every later run, however it started, loaded that code: the row dots 2.5x slower (measured,
-issue 34). :func:`install` adds the settings that shape the code (``NUMBA_OPT``,
-``NUMBA_SLP_VECTORIZE``, ``NUMBA_LOOP_VECTORIZE``) to the key of streamrank's functions, so code
-compiled under other settings sits beside it under its own key and is never loaded for it.
+- Its cache (numba's ``cache=True`` files, the same files) is a :class:`KernelCache`, which
+  differs from numba's in two ways. numba keys a cached function by its signature, the CPU and
+  its bytecode, not by how LLVM was told to compile it; code compiled under other settings was
+  loaded by every later run (the row dots 2.5x slower), so the key adds the settings the code was
+  compiled with (:func:`compile_settings`), and code compiled otherwise sits beside it under its
+  own key. And numba's load refreshes the target context first: the first load in a process
+  imports and installs every typing and lowering registry numba has (``numba.np.linalg`` imports
+  ``scipy.linalg`` on the way), which a compile needs and a load does not. A load needs the object
+  code, the function's environment and numba's runtime (NRT, whose symbols the code links
+  against); measured on a 2-core machine (interleaved runs), a warm ``streamrank train`` on MQ2008
+  Fold1 took 0.87 s with numba's loads and 0.70 s with these (``python tools/bench_peers.py
+  --only linear`` times the whole process). A compile still refreshes the contexts itself, so a
+  process that loads some kernels and compiles others gets the registries when it first compiles.
+
+A cache miss can also take the kernel's compile lock (:data:`compile_lock`, which
+``warmup.install_compile_locks`` sets) so that two processes never compile one kernel at once.
 """
 
-from numba.core import caching
+import contextlib
+import os
+
+from numba.core import caching, config
+from numba.core.compiler_lock import global_compiler_lock
+from numba.core.dispatcher import Dispatcher
 
 try:
     from numba.core.runtime import rtsys
-except ImportError:  # another numba layout: its own loads, unchanged
+except ImportError:  # another numba layout: numba's own loads, unchanged
     rtsys = None
 
-_PACKAGE = __name__.split(".")[0] + "."
+# the lean load needs these of numba's Cache; a numba built otherwise keeps its own loads
+_LEAN = rtsys is not None and all(hasattr(caching.Cache, a)
+                                  for a in ("_load_overload", "_guard_against_spurious_io_errors"))
+SLP_ENV = "NUMBA_SLP_VECTORIZE"
+
+# (acquire, release) of an exclusive lock named by a path, taken on a cache miss until the compiled
+# code is saved; None: no locks (warmup.install_compile_locks sets it)
+compile_lock = None
 
 
-def _ours(cache):
-    return getattr(cache._py_func, "__module__", "").startswith(_PACKAGE)
+def slp_vectorize():
+    """Whether streamrank's kernels compile with LLVM's SLP vectoriser: yes, unless
+    ``NUMBA_SLP_VECTORIZE`` is set in the environment, whose value numba read is then obeyed."""
+    return bool(config.SLP_VECTORIZE) if SLP_ENV in os.environ else True
 
 
-def install():
-    """Idempotent; composes with wrappers installed later (``warmup.install_compile_locks``)."""
-    cls = caching.Cache
-    if getattr(cls, "_streamrank_fast", False):
-        return
-    if rtsys is None or not all(hasattr(cls, a) for a in ("_load_overload", "_guard_against_spurious_io_errors")):
-        return  # a numba whose cache is built otherwise keeps its own loads
-    numba_load = cls.load_overload
+def compile_settings():
+    """The numba settings that shape a streamrank kernel's machine code, as its compiles use
+    them."""
+    return ("opt", int(config.OPT), "slp", slp_vectorize(), "loop", bool(config.LOOP_VECTORIZE))
+
+
+@contextlib.contextmanager
+def _compile_scope():
+    """numba's compiler lock held and ``config.SLP_VECTORIZE`` as :func:`slp_vectorize` says; put
+    back on the way out, however the compile ends."""
+    with global_compiler_lock:
+        # numba re-reads NUMBA_* variables when one changed: here, not inside the compile
+        config.reload_config()
+        before = config.SLP_VECTORIZE
+        config.SLP_VECTORIZE = int(slp_vectorize())
+        try:
+            yield
+        finally:
+            config.SLP_VECTORIZE = before
+
+
+class KernelCache(caching.FunctionCache):
+    """numba's cache of one streamrank kernel (its files, its locator), keyed by the compile
+    settings too, loading with numba's runtime alone, and taking the compile lock on a miss."""
+
+    @classmethod
+    def of(cls, cache):
+        """This class's view of numba's cache object ``cache`` (the same state, none rebuilt)."""
+        own = cls.__new__(cls)
+        own.__dict__.update(vars(cache))
+        return own
 
     def load_overload(self, sig, target_context):
-        if not _ours(self):
-            return numba_load(self, sig, target_context)
+        cres = self._load(sig, target_context)
+        if cres is not None or compile_lock is None or not self._enabled:
+            return cres
+        self._impl.locator.ensure_cache_path()
+        path = self._lock_path()
+        compile_lock[0](path)
+        cres = self._load(sig, target_context)  # the other process may have just saved it
+        if cres is not None:
+            compile_lock[1](path)
+        return cres
+
+    def save_overload(self, sig, data):
+        try:
+            return super().save_overload(sig, data)
+        finally:
+            if compile_lock is not None:
+                compile_lock[1](self._lock_path())
+
+    def _index_key(self, sig, codegen):
+        return super()._index_key(sig, codegen) + (compile_settings(),)
+
+    def _lock_path(self):
+        return self._cache_file._index_path + ".compiling"
+
+    def _load(self, sig, target_context):
+        if not _LEAN:
+            return super().load_overload(sig, target_context)
         try:
             rtsys.initialize(target_context)  # the runtime's symbols, before the code is linked
             with self._guard_against_spurious_io_errors():
                 return self._load_overload(sig, target_context)
-        except Exception:  # noqa: BLE001 - anything this load lacks: numba's own, registries and all
-            return numba_load(self, sig, target_context)
-
-    load_overload._streamrank_fast = True
-    cls.load_overload = load_overload
-    if hasattr(cls, "_index_key"):
-        numba_key = cls._index_key
-
-        def _index_key(self, sig, codegen):
-            key = numba_key(self, sig, codegen)
-            return key + (compile_settings(),) if _ours(self) else key
-
-        cls._index_key = _index_key
-    cls._streamrank_fast = True
+        except Exception:  # noqa: BLE001 - what this load lacks: numba's own, registries and all
+            return super().load_overload(sig, target_context)
 
 
-def compile_settings():
-    """The numba settings that change the machine code of a kernel, as read at compile time."""
-    from numba.core import config
-    return ("opt", int(config.OPT), "slp", bool(config.SLP_VECTORIZE), "loop", bool(config.LOOP_VECTORIZE))
+def _with_settings(compile):
+    def compile_with_settings(sig):
+        with _compile_scope():
+            return compile(sig)
+    compile_with_settings.streamrank_settings = True
+    return compile_with_settings
 
 
+def adopt(namespace):
+    """Give each numba kernel defined in the module whose ``globals()`` is ``namespace`` its
+    compile settings and, where it caches (``cache=True``), a :class:`KernelCache` over numba's
+    files. Each module that defines kernels calls it last; a second call changes nothing."""
+    module = namespace["__name__"]
+    for obj in list(namespace.values()):
+        if not isinstance(obj, Dispatcher) or getattr(obj.py_func, "__module__", None) != module:
+            continue
+        if not getattr(obj.compile, "streamrank_settings", False):
+            obj.compile = _with_settings(obj.compile)
+        if type(obj._cache) is caching.FunctionCache:
+            obj._cache = KernelCache.of(obj._cache)
 
+
+def adopted(dispatcher):
+    """Whether ``dispatcher`` compiles with streamrank's settings and, if it caches, through a
+    :class:`KernelCache` (for tests)."""
+    settings = getattr(dispatcher.compile, "streamrank_settings", False)
+    return settings and type(dispatcher._cache) in (KernelCache, caching.NullCache)

@@ -62,8 +62,6 @@ from streamrank._native.query_sort import argsort_decreasing
 from streamrank.errors import ParameterError
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 MODE_LEVELS = 0
 MODE_CONSTANT = 1
 MODE_SEPARABLE = 2
@@ -1062,3 +1060,6 @@ def hess_diag(y_rank, query_ptr, lam, mu, state):
     LT = hess_prod(T, y_rank, query_ptr, cost, mu, state)
     rows = np.arange(r.shape[0])
     return LT[rows, r] - LT[rows, r + 1]
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -35,7 +35,6 @@ from streamrank._native import pairkernels as pk
 from streamrank._native import parallel
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
 # columns per thread task of add_cols: 2048 float64 accumulators (16 KB) stay in L1 while the
 # task's rows stream past
 COL_CHUNK = 2048
@@ -205,3 +204,6 @@ def hess_block(Qb, v, r0, qp, rank, lam, g, c0, lam_r, g_r, mode, eta, mu, C, de
             t[a + i] = v[r0 + a + i] + C * lu[i, 0]
         _add_cols(Qb, a, b, t[a:b], acc)
         q = e
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -18,8 +18,6 @@ from numba import njit
 
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 # runs sorted by insertion before the merges: short queries (most of LETOR's) never merge
 SORT_RUN = 16
 # an insertion sort from the previous order stops after this many moves per document (plus a
@@ -140,3 +138,6 @@ def argsort_decreasing(z):
     """The order of ``z`` by decreasing value, ties in index order, in fresh arrays."""
     n = z.shape[0]
     return _merge_sort_into(z, np.empty(n, np.int64), np.empty(n, np.int64))
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

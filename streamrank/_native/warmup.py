@@ -147,41 +147,16 @@ def release_all():
 
 
 def install_compile_locks():
-    """One compiler per function at a time across processes (POSIX ``flock``): on a cache miss
-    a process takes the function's lock before it compiles, and looks in the cache once more
-    when it has it; the lock goes when the result is saved. So the command never compiles what
-    the helper is compiling at that moment: it waits for it and loads it. This also makes
-    numba's index updates safe: numba saves an index by reading it, taking the first free
-    data-file name and writing it back, and two processes saving different signatures of one
-    function at once would lose one entry or give two keys one file."""
-    from numba.core import caching
+    """One compiler per kernel at a time across processes (POSIX ``flock``): on a cache miss of a
+    streamrank kernel (``numba_cache.KernelCache``) a process takes the kernel's lock before it
+    compiles, and looks in the cache once more when it has it; the lock goes when the result is
+    saved. So the command never compiles what the helper is compiling at that moment: it waits
+    for it and loads it. This also makes numba's index updates safe: numba saves an index by
+    reading it, taking the first free data-file name and writing it back, and two processes
+    saving different signatures of one function at once would lose one entry or give two keys one
+    file. Only streamrank's kernels take the locks; numba's classes are left alone."""
     from streamrank._native import numba_cache
-    numba_cache.install()  # beneath the locks, whichever is imported first
-    cls = caching.Cache
-    if getattr(cls.load_overload, "_streamrank_locked", False):
-        return
-    load, save = cls.load_overload, cls.save_overload
-
-    def load_overload(self, sig, target_context):
-        cres = load(self, sig, target_context)
-        if cres is not None or not self._enabled:
-            return cres
-        self._impl.locator.ensure_cache_path()
-        path = self._cache_file._index_path + ".compiling"
-        _acquire(path)
-        cres = load(self, sig, target_context)  # the other process may have just saved it
-        if cres is not None:
-            _release(path)
-        return cres
-
-    def save_overload(self, sig, data):
-        try:
-            return save(self, sig, data)
-        finally:
-            _release(self._cache_file._index_path + ".compiling")
-
-    load_overload._streamrank_locked = True
-    cls.load_overload, cls.save_overload = load_overload, save_overload
+    numba_cache.compile_lock = (_acquire, _release)
 
 
 def helper_command(lists, from_back=False, cap=None, skip=0):

@@ -56,8 +56,6 @@ from streamrank.features.kernels import PreparedKernel, ScratchPool, aligned_emp
 from streamrank.io.query_stream import plan_blocks
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 log = logging.getLogger("streamrank.cache.kernel_cache")
 
 # block buffers for reads from disk: the one in use, the one queued, the one being read
@@ -600,3 +598,6 @@ class RoundingBounds(Pass):
         for _, _, _, c in kept:
             cols += c
         return max((float((r + cols[a:b]).max()) for a, b, r, _ in kept if b > a), default=0.0)
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -7,6 +7,7 @@ import shlex
 import signal
 import sys
 
+from streamrank._native.process import configure
 from streamrank._version import __version__
 from streamrank.cli import data_commands, export_commands, search_commands, train_commands
 from streamrank.cli.common import _check_paths, _os_error, _setup_logging, shows_progress, translate
@@ -69,6 +70,9 @@ def build_parser():
 
 
 def main(argv=None):
+    """Run one command (``argv``, default ``sys.argv[1:]``) and return its exit status. The
+    program's process settings (``_native.process.configure``) come first, before numpy loads."""
+    configure()
     argv = sys.argv[1:] if argv is None else [str(a) for a in argv]
     try:
         args = _parse(build_parser(), argv)

@@ -20,8 +20,6 @@ import contextlib
 import sys
 import time
 
-import numpy as np
-
 # a pass's bar appears only once the pass has run this long (short passes, most of them, stay silent)
 PASS_BAR_DELAY = 2.0
 # at most this many redraws a second
@@ -205,6 +203,7 @@ def duration(seconds):
 def block_rows(source):
     """Rows of each block of ``source`` when its plan says (a stream, a source over one, a kernel
     cache's own blocks), else None."""
+    import numpy as np  # here: the command line imports this module before it configures numpy
     layout, own = getattr(source, "layout", None), getattr(source, "own", None)
     if layout is not None and own is not None:
         return np.array([layout[k][1] - layout[k][0] for k in own], np.int64)

@@ -38,8 +38,6 @@ from numba import prange
 from streamrank.errors import ParameterError
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 KERNELS = ("rbf", "laplacian", "poly", "sigmoid", "linear")
 # Kernels whose Gram matrices are positive semi-definite for every valid parameter (poly only
 # with coef0 >= 0, see is_psd). sigmoid is not PSD for any useful gamma/coef0: a method that
@@ -392,3 +390,6 @@ def check_psd_kernel(kernel, gamma, degree, coef0, n_features):
                              f"(its objective in beta would not be convex); use kernel=rbf, laplacian, poly or "
                              f"linear, or method=nystroem for {kernel}")
     return kernel, gamma, degree, coef0
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -11,8 +11,6 @@ from streamrank.errors import ParameterError
 from streamrank.execution.executor import Pass, executor_or_local
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 KINDS = ("none", "zscore", "query_minmax")
 
 
@@ -191,3 +189,6 @@ class Normalizer:
             n.mean_ = group["mean"][:]
             n.scale_ = group["scale"][:]
         return n
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -18,8 +18,6 @@ import numba
 import numpy as np
 from streamrank._native import numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 # error codes, one per line (0 = fine); messages live in convert.py
 E_LABEL = 1
 E_NAN_INF = 2
@@ -366,3 +364,6 @@ def gather_qid_bytes(r0, r1, buf, qs, qe, out):
     for r in range(r0, r1):
         for t in range(qe[r] - qs[r]):
             out[r, t] = buf[qs[r] + t]
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -50,8 +50,6 @@ from streamrank.io.atomic import (atomic_replace, check_not_input, discard_h5, e
                                   remove_stale_temps, storage_error, temp_name)
 from streamrank._native import finite as _finite, numba_cache
 
-numba_cache.install()  # cached kernels load without numba's compiler registries
-
 FORMAT_NAME = "streamrank-dataset"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1: the same layout without checksums
@@ -727,3 +725,6 @@ class DatasetWriter:
             discard_h5(out, out_path)
             raise
         return out_path
+
+
+numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

@@ -122,6 +122,7 @@ def peer_scores(prog, fmt, model, test_file, work, tag):
 def agreement_data(args, work):
     """(where, train X y q, test X y q): MQ2008 Fold1, else a generated mq2007-like pair."""
     import streamrank
+    streamrank.configure()  # the command line's process settings
     fold = Path(args.data) / "Fold1"
     tr = next((fold / n for n in ("train.txt", "train.txt.gz") if (fold / n).is_file()), None)
     te = next((fold / n for n in ("test.txt", "test.txt.gz") if (fold / n).is_file()), None)
@@ -138,6 +139,7 @@ def agreement_data(args, work):
 def section_agreement(args, work):
     import numpy as np
     import streamrank
+    streamrank.configure()  # the command line's process settings
     from streamrank.export.common import linear_weights
     progs = {k: program(getattr(args, f"{k}_prog"), k) for k in ("svmrank", "liblinear")}
     for k, (p, why) in progs.items():
@@ -269,6 +271,7 @@ def time_model(label, model, model_path, data_path, X, batch, args, work):
 
 def section_speed(args, work):
     import streamrank
+    streamrank.configure()  # the command line's process settings
     print(f"\n(b) speed: generated {PRESET}-like rows (46 features), {args.repeats} rounds interleaved; models trained "
           f"on its train part at scale 0.25; ratio = onnxruntime's median / the row's median")
     train = generated(work, "train", int(PRESET_ROWS * 0.25))
