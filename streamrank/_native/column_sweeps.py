@@ -192,7 +192,8 @@ def _hess_frame(us, rs, cut, lam, two_mu, pre, out, mirror):
         while p < l and cut[p] <= top:
             i = cut[p] - base
             if i < 0:
-                raise ValueError("a stored active set's prefix lengths decrease: not a state this query's loss pass wrote")
+                raise ValueError("a stored active set's prefix lengths decrease: "
+                                 "not a state this query's loss pass wrote")
             pp = last - p if mirror else p
             a = n_lev - 1 - rs[pp] if mirror else rs[pp]
             wsum = 0.0

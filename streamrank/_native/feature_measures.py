@@ -42,6 +42,7 @@ import math
 
 import numba
 import numpy as np
+
 from streamrank._native import numba_cache
 from streamrank._native.query_sort import argsort_decreasing
 

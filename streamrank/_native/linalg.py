@@ -10,6 +10,7 @@ reassociate the sums.
 """
 
 import numba
+
 from streamrank._native import numba_cache
 
 

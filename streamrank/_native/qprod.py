@@ -31,9 +31,8 @@ import numba
 import numpy as np
 from numba import prange
 
+from streamrank._native import numba_cache, parallel
 from streamrank._native import pairkernels as pk
-from streamrank._native import parallel
-from streamrank._native import numba_cache
 
 # columns per thread task of add_cols: 2048 float64 accumulators (16 KB) stay in L1 while the
 # task's rows stream past

@@ -89,6 +89,7 @@ def stamp_path(command):
     ``__pycache__``), or in ``$XDG_CACHE_HOME/streamrank`` where the package is read-only (numba
     then caches in the user's folder too)."""
     import hashlib
+
     from streamrank._native import warm_manifest
     from streamrank._version import __version__
     with open(warm_manifest.__file__, "rb") as f:
@@ -168,7 +169,8 @@ def helper_command(lists, from_back=False, cap=None, skip=0):
     such as a checkout."""
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     names = [lists] if isinstance(lists, str) else list(lists)
-    opts = (["@back"] if from_back else []) + ([f"@cap={int(cap)}"] if cap else []) + ([f"@skip={int(skip)}"] if skip else [])
+    opts = (["@back"] if from_back else []) + ([f"@cap={int(cap)}"] if cap else [])
+    opts += [f"@skip={int(skip)}"] if skip else []
     return [sys.executable, "-m", "streamrank._native.warmup", *opts, *names], root
 
 

@@ -48,13 +48,13 @@ import numba
 import numpy as np
 from numba import prange
 
+from streamrank._native import numba_cache
 from streamrank._native.threads import background
+from streamrank.cache.feature_cache import FeatureCache, array_digest
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.execution.partitions import block_partitions, partition_bounds
-from streamrank.cache.feature_cache import FeatureCache, array_digest
 from streamrank.features.kernels import PreparedKernel, ScratchPool, aligned_empty, check_psd_kernel, parallel_tiles
 from streamrank.io.query_stream import plan_blocks
-from streamrank._native import numba_cache
 
 log = logging.getLogger("streamrank.cache.kernel_cache")
 
@@ -110,7 +110,8 @@ _MAP_FLAGS = 0
 # jitter = max_i [ (sum_j h_ij + sum_j h_ji) / 2 + sum_j |K_ij| eps64 (EVAL_ULPS + a_i + a_j) ],
 # a_i the row's factor of (4) (JITTER_FACTOR = 1: no margin is needed, the bound holds for every
 # matrix). It is loose by about 2 where the rounding errors are spread uniformly (|E_ij| averages
-# h_ij / 2) and by up to sqrt(l) / 2 beside the old bound where they are independent. The shift c keeps this small: at a small gamma
+# h_ij / 2) and by up to sqrt(l) / 2 beside the old bound where they are independent. The shift c
+# keeps this small: at a small gamma
 # K - c is 10 to 1,000 times smaller than K where K is near 1, and so is its spacing (MQ2008, 150
 # queries, gamma 2^-11: row sums of h 8.1e-5 unshifted, 7.7e-7 with c = 0.997). c drops out of the
 # pair loss (a constant added to every score of a query moves no pair margin), so it costs one
@@ -230,8 +231,8 @@ def read_rows(dataset, normalizer, queries, block_bytes, executor=None):
         Xn[a - int(qp[q0]):b - int(qp[q0])] = Xb
         y[a - int(qp[q0]):b - int(qp[q0])] = yb
 
-    executor_or_local(executor).run(_NormalizedRows(normalizer), partitioned_stream(dataset, executor, block_bytes=block_bytes,
-                                                                                 queries=(q0, q1)), collect=put)
+    stream = partitioned_stream(dataset, executor, block_bytes=block_bytes, queries=(q0, q1))
+    executor_or_local(executor).run(_NormalizedRows(normalizer), stream, collect=put)
     return Xn, y, qp[q0:q1 + 1] - qp[q0]
 
 
@@ -397,7 +398,7 @@ class KernelCache(FeatureCache):
                     self._note(k, Qk)
             finally:
                 self._tile_scratch = None
-        self.jitter  # the blocks not seen yet are read once for it
+        _ = self.jitter  # read now: the blocks not seen yet are read once for it
         self.build_seconds += time.perf_counter() - t0
         return self.build_seconds
 

@@ -15,7 +15,6 @@ from streamrank.cli.signals import Handlers, signal_of
 from streamrank.errors import StreamrankError
 from streamrank.execution.progress import progress
 
-
 # the first-use kernel lists (streamrank/_native/warm_manifest.py) each command starts with; train,
 # grid and cv add each method's own (_warm_lists)
 _WARM_LISTS = {"demo": "demo", "convert": "convert", "train": "train", "grid": "train", "cv": "train",
@@ -91,7 +90,8 @@ def main(argv=None):
         _check_paths(args, inputs)  # the inputs, which no output may be or replace
         # on a cold numba cache, helpers compile the command's kernels before it plans its memory
         warmup.start(_warm_lists(args), _budget_bytes(args))
-        _setup_logging(getattr(args, "quiet", False), progress=args.command in ("train", "select-features", "grid", "cv"))
+        _setup_logging(getattr(args, "quiet", False),
+                       progress=args.command in ("train", "select-features", "grid", "cv"))
         # bars on a terminal or with --progress; plain progress lines in a log (execution.progress)
         with progress(shows_progress(args), draw=True if getattr(args, "progress", False) else None):
             return args.func(args)
@@ -170,6 +170,7 @@ def _checkpoint_left(args):
     conversion's last commit; None when there is none. Every message that names a checkpoint
     takes it from here, so none promises one that does not exist."""
     from pathlib import Path
+
     from streamrank.state.checkpoint import CURRENT, PREVIOUS
     try:
         if getattr(args, "checkpoint", None):
@@ -193,7 +194,8 @@ def _kept(args):
     left = _checkpoint_left(args)
     if left is None:
         return ""
-    return f"; checkpoint kept at {left}" + (" (the same command continues from it)" if args.command == "convert" else "")
+    return f"; checkpoint kept at {left}" + (
+        " (the same command continues from it)" if args.command == "convert" else "")
 
 
 def _message(exc, args):
@@ -212,11 +214,13 @@ def _after_cluster_loss(args):
     left = _checkpoint_left(args)
     if left is not None:
         if getattr(args, "checkpoint", None):
-            how = "run the same command again" if getattr(args, "resume", False) else "pass --resume to the same command"
+            how = ("run the same command again" if getattr(args, "resume", False)
+                   else "pass --resume to the same command")
             return f"the checkpoint in {left} is kept: {how} to continue from it ({where})"
         return f"the same command continues from the checkpoint kept at {left} ({where})"
     if getattr(args, "checkpoint", None):
-        return f"{args.checkpoint} holds no checkpoint yet (none was written before the loss): run the same command again ({where})"
+        return (f"{args.checkpoint} holds no checkpoint yet (none was written before the loss): run the same "
+                f"command again ({where})")
     if hasattr(args, "resume"):
         return (f"nothing of the run was saved: run the same command again ({where}); with --checkpoint DIR too, "
                 f"a run that loses its cluster can continue with --resume")

@@ -35,8 +35,8 @@ import numba
 import numpy as np
 from numba import prange
 
-from streamrank.errors import ParameterError
 from streamrank._native import numba_cache
+from streamrank.errors import ParameterError
 
 KERNELS = ("rbf", "laplacian", "poly", "sigmoid", "linear")
 # Kernels whose Gram matrices are positive semi-definite for every valid parameter (poly only

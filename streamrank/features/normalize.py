@@ -7,9 +7,9 @@ Every transform returns float64 rows: the solver works in float64 whatever is st
 import numba
 import numpy as np
 
+from streamrank._native import numba_cache
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import Pass, executor_or_local
-from streamrank._native import numba_cache
 
 KINDS = ("none", "zscore", "query_minmax")
 

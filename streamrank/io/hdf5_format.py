@@ -43,12 +43,21 @@ import h5py
 import numba
 import numpy as np
 
+from streamrank._native import finite as _finite
+from streamrank._native import numba_cache
 from streamrank._version import __version__
 from streamrank.errors import InputError, StreamrankError
 from streamrank.faultpoints import faultpoint
-from streamrank.io.atomic import (atomic_replace, check_not_input, discard_h5, ensure_space, fsync_file,
-                                  remove_stale_temps, storage_error, temp_name)
-from streamrank._native import finite as _finite, numba_cache
+from streamrank.io.atomic import (
+    atomic_replace,
+    check_not_input,
+    discard_h5,
+    ensure_space,
+    fsync_file,
+    remove_stale_temps,
+    storage_error,
+    temp_name,
+)
 
 FORMAT_NAME = "streamrank-dataset"
 FORMAT_VERSION = 2
