@@ -659,6 +659,16 @@ def _progress(total, enabled, desc):
     return tqdm(total=total, unit="rows", unit_scale=True, desc=desc, smoothing=0.1)
 
 
+def _counted(p, stats, bar, **kw):
+    """The blocks of :func:`iter_blocks` (generated in a background thread), each added to
+    ``stats`` and to the progress ``bar`` once the caller has written it."""
+    for blk in background(iter_blocks(p, **kw)):
+        yield blk
+        stats.add(blk)
+        if bar is not None:
+            bar.update(blk.M.shape[0])
+
+
 def write_text(path, preset="small", *, scale=1.0, seed=0, part=0, sparse=False, gzip_level=1,
                progress=False, batch_rows=None):
     """Write the data set as LETOR text (gzip-compressed when ``path`` ends in ``.gz``).
@@ -695,12 +705,9 @@ def write_text(path, preset="small", *, scale=1.0, seed=0, part=0, sparse=False,
             out = (gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=gzip_level, mtime=0)
                    if fmt == "text.gz" else raw)
             try:
-                for blk in background(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows, part=part)):
+                for blk in _counted(p, stats, bar, scale=scale, seed=seed, batch_rows=batch_rows, part=part):
                     for chunk in fmtr.chunks(blk):
                         out.write(chunk)
-                    stats.add(blk)
-                    if bar is not None:
-                        bar.update(blk.M.shape[0])
             finally:
                 if out is not raw:
                     out.close()
@@ -738,12 +745,9 @@ def write_hdf5(path, preset="small", *, scale=1.0, seed=0, part=0, compression=N
     try:
         with DatasetWriter(path, n_features=p.n_features, source=[{"name": name, "sha256": ""}],
                            fixed_width=True, comments=comments, extra=extra, **kw) as w:
-            for blk in background(iter_blocks(p, scale=scale, seed=seed, batch_rows=batch_rows, part=part)):
+            for blk in _counted(p, stats, bar, scale=scale, seed=seed, batch_rows=batch_rows, part=part):
                 w.append(blk.X(), blk.grade.astype(np.float32), blk.qid,
                          comments=_comments(blk) if comments else None)
-                stats.add(blk)
-                if bar is not None:
-                    bar.update(blk.M.shape[0])
     finally:
         if bar is not None:
             bar.close()

@@ -229,9 +229,7 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
     sdz = np.empty(lmax)  # dz in scratch: an allocation per query cost 4% of the pass
     smom = np.empty((lam.shape[0], 3))
     for q in range(q0, q1):
-        s = qptr[q]
-        e = qptr[q + 1]
-        c = _refold(w, shift, scale, affine, q, wf, c)
+        s, e, c, _, _ = _query_rows(qptr, q, w, shift, scale, affine, wf, c, False)
         l = e - s
         if _single_level(rank[s:e]):
             _no_pairs(X, wf, c, q, s, e, order, cut_pref, cut_less, loss_q, partials, zout)
@@ -244,6 +242,17 @@ def _loss_grad_levels(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0
         _query_rmatvec(X, s, e, dz, shift, scale, affine, q, xacc, partials[q])
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _query_rows(qptr, q, w, shift, scale, affine, wf, c, band):
+    """(s, e, c, bs, be) for query q: its rows s:e, the folded constant (:func:`_refold`) and its
+    rows bs:be in the smooth hinge's state arrays (empty without a band: the levels kernels)."""
+    s = qptr[q]
+    e = qptr[q + 1]
+    c = _refold(w, shift, scale, affine, q, wf, c)
+    bs, be = (s, e) if band else (0, 0)
+    return s, e, c, bs, be
+
+
 @numba.njit(cache=True, nogil=True)
 def _loss_grad_generic(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, lam_r, g_r, mode, eta, mu,
                        order, cut_pref, cut_less, cut_band, zsort, loss_q, partials, zout, warm):
@@ -251,11 +260,8 @@ def _loss_grad_generic(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c
     xacc = _aligned_acc(X.shape[1])  # the X^T product's sums
     band = eta > 0.0  # the smooth hinge's state arrays exist (else they are empty)
     for q in range(q0, q1):
-        s = qptr[q]
-        e = qptr[q + 1]
-        c = _refold(w, shift, scale, affine, q, wf, c)
+        s, e, c, bs, be = _query_rows(qptr, q, w, shift, scale, affine, wf, c, band)
         l = e - s
-        bs, be = (s, e) if band else (0, 0)
         if _single_level(rank[s:e]):
             _no_pairs(X, wf, c, q, s, e, order, cut_pref, cut_less, loss_q, partials, zout)
             for p in range(be - bs):
@@ -292,13 +298,10 @@ def _hess_levels(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, lam
     su = np.empty(lmax)  # u and t in scratch too: an allocation per query cost 4% of the pass (the
     stt = np.empty(lmax)  # X^T loop, compiled on its own, vectorises over slices as well)
     for q in range(q0, q1):
-        s = qptr[q]
-        e = qptr[q + 1]
-        c = _refold(v, shift, scale, affine, q, wf, c)
+        s, e, c, _, _ = _query_rows(qptr, q, v, shift, scale, affine, wf, c, False)
         l = e - s
-        if _single_level(rank[s:e]):
-            for k in range(partials.shape[1]):
-                partials[q, k] = 0.0
+        if _single_level(rank[s:e]):  # a query of one label level: no pairs, no product
+            partials[q, :] = 0.0
             continue
         u = su[:l]
         _scores(X, s, e, wf, c, u)
@@ -315,14 +318,10 @@ def _hess_generic(q0, q1, X, v, shift, scale, affine, qptr, rank, lam, g, c0, la
     xacc = _aligned_acc(X.shape[1])  # the X^T product's sums
     band = eta > 0.0
     for q in range(q0, q1):
-        s = qptr[q]
-        e = qptr[q + 1]
-        c = _refold(v, shift, scale, affine, q, wf, c)
+        s, e, c, bs, be = _query_rows(qptr, q, v, shift, scale, affine, wf, c, band)
         l = e - s
-        bs, be = (s, e) if band else (0, 0)
-        if _single_level(rank[s:e]):
-            for k in range(partials.shape[1]):
-                partials[q, k] = 0.0
+        if _single_level(rank[s:e]):  # a query of one label level: no pairs, no product
+            partials[q, :] = 0.0
             continue
         u = np.empty(l)
         _scores(X, s, e, wf, c, u)

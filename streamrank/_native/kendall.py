@@ -32,43 +32,7 @@ same order (no fastmath: LLVM may not reorder them), so every tau-b is the same 
 import numba
 import numpy as np
 from streamrank._native import numba_cache
-from streamrank._native.query_sort import argsort_decreasing
-
-
-@numba.njit(cache=True, nogil=True, inline="always")  # compile time: module docstring
-def _inversions(a, tmp):
-    """Strict inversions (a[p] > a[q], p < q) of ``a`` by bottom-up merge sort; sorts ``a``."""
-    n = a.shape[0]
-    count = 0
-    width = 1
-    while width < n:
-        lo = 0
-        while lo < n - width:
-            mid = lo + width
-            hi = min(lo + 2 * width, n)
-            p, q, k = lo, mid, lo
-            while p < mid and q < hi:
-                if a[q] < a[p]:  # strictly smaller from the right: it passes every element left in [p, mid)
-                    count += mid - p
-                    tmp[k] = a[q]
-                    q += 1
-                else:
-                    tmp[k] = a[p]
-                    p += 1
-                k += 1
-            while p < mid:
-                tmp[k] = a[p]
-                p += 1
-                k += 1
-            while q < hi:
-                tmp[k] = a[q]
-                q += 1
-                k += 1
-            for t in range(lo, hi):
-                a[t] = tmp[t]
-            lo += 2 * width
-        width *= 2
-    return count
+from streamrank._native.query_sort import argsort_decreasing, merge_runs
 
 
 @numba.njit(cache=True, nogil=True, inline="always")  # compile time: module docstring
@@ -136,7 +100,7 @@ def _pair_tau_sorted(ri, rj, oj, ti, tj, l, count, seq, tmp):
     n3 += run * (run - 1) // 2
     for p in range(l):
         seq[p] = rj[seq[p]]
-    swaps = _inversions(seq[:l], tmp)
+    swaps = merge_runs(None, seq[:l], tmp[:l], 1)[1]  # strict inversions of the sequence
     num = float(n0 - ti - tj + n3 - 2 * swaps)
     return num / np.sqrt(float(n0 - ti) * float(n0 - tj))
 

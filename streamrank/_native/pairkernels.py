@@ -312,6 +312,16 @@ def _active_end(zs, ptr, zi, thr):
     return ptr
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _push_active(tree, zs, rs, ptr, zi, thr):
+    """Push (weight 1) into the moment tree every position from ``ptr`` on whose pair with the
+    document of score ``zi`` is :func:`_active`; return the end of the active prefix."""
+    end = _active_end(zs, ptr, zi, thr)
+    for k in range(ptr, end):
+        _mom_fenwick_push(tree, rs[k], 1.0, zs[k])
+    return end
+
+
 @njit(cache=True, nogil=True)
 def _pair_terms(w, mean, m2, zi):
     """Partner sums for document ``i`` from the moments of its partners' scores.
@@ -369,54 +379,38 @@ def _sweep_levels_into(zs, rs, lam, thr, cut, lin, mom):
 
 
 @njit(cache=True, nogil=True)
-def _sweep_loss_grad_constant(zs, rs, n_lev, c0, thr, cut, lin):
-    """Sweep with one Fenwick tree of moments (weights 1), cost ``c0``; O(log L) per document."""
-    tree = np.zeros((n_lev + 1, 3))
-    total = 0.0
-    ptr = 0
-    for p in range(zs.shape[0]):
-        zi = zs[p]
-        end = _active_end(zs, ptr, zi, thr)
-        for k in range(ptr, end):
-            _mom_fenwick_push(tree, rs[k], 1.0, zs[k])
-        ptr = end
-        cut[p] = ptr
-        w, m, s = _mom_fenwick_prefix(tree, rs[p])
-        sq, s1 = _pair_terms(w, m, s, zi)
-        lin[p] = c0 * s1
-        total += c0 * sq
-    return total
-
-
-@njit(cache=True, nogil=True)
-def _sweep_loss_grad_separable(zs, rs, g, thr, cut, lin):
-    """Sweep with two Fenwick trees of moments, weights 1 and ``g[r_j]``; O(log L) per document.
+def _sweep_loss_grad_trees(zs, rs, n_lev, c0, g, separable, thr, cut, lin):
+    """Sweep with Fenwick trees of moments; O(log L) per document. Constant cost ``c0``: one
+    tree of weights 1. ``separable`` cost g[a] - g[b]: a second tree of weights ``g[r_j]``, and
 
     ``sum_j (g_a - g_j) f_j = g_a sum_j f_j - sum_j g_j f_j``: both sums are >= 0, every term
     of the difference is >= 0, and its relative error is about ``eps g_a / (g_a - g_b)`` for the
     nearest level ``b`` below with ``g_b < g_a`` (levels of equal ``g`` add zero cost exactly).
     """
-    n_lev = g.shape[0]
     tree = np.zeros((n_lev + 1, 3))
-    treeh = np.zeros((n_lev + 1, 3))
+    treeh = np.zeros((n_lev + 1 if separable else 0, 3))
     total = 0.0
     ptr = 0
     for p in range(zs.shape[0]):
         zi = zs[p]
-        end = _active_end(zs, ptr, zi, thr)
-        for k in range(ptr, end):
-            _mom_fenwick_push(tree, rs[k], 1.0, zs[k])
-            if g[rs[k]] > 0.0:
-                _mom_fenwick_push(treeh, rs[k], g[rs[k]], zs[k])
+        end = _push_active(tree, zs, rs, ptr, zi, thr)
+        if separable:
+            for k in range(ptr, end):  # the same positions into the second tree (trees are independent)
+                if g[rs[k]] > 0.0:
+                    _mom_fenwick_push(treeh, rs[k], g[rs[k]], zs[k])
         ptr = end
         cut[p] = ptr
         a = rs[p]
         w, m, s = _mom_fenwick_prefix(tree, a)
         s2, s1 = _pair_terms(w, m, s, zi)
-        w, m, s = _mom_fenwick_prefix(treeh, a)
-        h2, h1 = _pair_terms(w, m, s, zi)
-        lin[p] = g[a] * s1 - h1
-        total += g[a] * s2 - h2
+        if separable:
+            w, m, s = _mom_fenwick_prefix(treeh, a)
+            h2, h1 = _pair_terms(w, m, s, zi)
+            lin[p] = g[a] * s1 - h1
+            total += g[a] * s2 - h2
+        else:
+            lin[p] = c0 * s1
+            total += c0 * s2
     return total
 
 
@@ -433,8 +427,8 @@ def _sweep_loss_grad(zs, rs, lam, g, c0, mode, thr, cut, lin):
     if mode == MODE_LEVELS:
         return _sweep_loss_grad_levels(zs, rs, lam, thr, cut, lin)
     if mode == MODE_CONSTANT:
-        return _sweep_loss_grad_constant(zs, rs, lam.shape[0], c0, thr, cut, lin)
-    return _sweep_loss_grad_separable(zs, rs, g, thr, cut, lin)
+        return _sweep_loss_grad_trees(zs, rs, lam.shape[0], c0, g, False, thr, cut, lin)
+    return _sweep_loss_grad_trees(zs, rs, g.shape[0], c0, g, True, thr, cut, lin)
 
 
 @njit(cache=True, nogil=True)

@@ -47,7 +47,23 @@ def _merge_sort_into(z, a, b):
                 a[j + 1] = a[j]
                 j -= 1
             a[j + 1] = v
-    w = SORT_RUN
+    return merge_runs(z, a, b, SORT_RUN)[0]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def merge_runs(key, a, b, w):
+    """Bottom-up merge sort of ``a`` from sorted runs of ``w`` (``b``: scratch of a's length):
+    by decreasing ``key[a[i]]``, or with ``key`` None by increasing ``a[i]``; ties keep their
+    order (stable). Returns (the array that holds the result, a or b; the strict inversions: pairs
+    p < q of the runs' order that the sort swapped, each counted as the later one passes the
+    earlier).
+
+    The query sort's merges (key the scores, a the positions) and Kendall's swap count
+    (:mod:`streamrank._native.kendall`: key None, w = 1) in one function; inlined, so the count
+    costs the query sort nothing (it is dead code there).
+    """
+    n = a.shape[0]
+    count = 0
     while w < n:
         for lo in range(0, n, 2 * w):
             mid = min(lo + w, n)
@@ -56,7 +72,8 @@ def _merge_sort_into(z, a, b):
             j = mid
             k = lo
             while i < mid and j < hi:
-                if z[a[j]] > z[a[i]]:
+                if _before(key, a[j], a[i]):  # strictly first: it passes every element left in [i, mid)
+                    count += mid - i
                     b[k] = a[j]
                     j += 1
                 else:
@@ -73,7 +90,16 @@ def _merge_sort_into(z, a, b):
                 k += 1
         a, b = b, a
         w *= 2
-    return a
+    return a, count
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _before(key, u, v):
+    """u goes strictly before v: key[u] > key[v], or u < v when ``key`` is None (numba drops the
+    other branch when it compiles for a None key)."""
+    if key is None:
+        return u < v
+    return key[u] > key[v]
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -609,6 +609,46 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), quer
     InputError
         NaN scores, non-finite or negative labels, or an empty query.
     """
+    ks, y, s, ptr, qid = _checked_inputs(y, scores, query_ptr, convention, ks, query_ids, qid)
+    n_q = ptr.size - 1
+    sizes = np.diff(ptr)
+    notes = _label_notes(y) if convention == "letor4" else []
+    # the columns asked for, and k = 1..20 for paper 001's AvgNDCG / AvgPrec, in one computation
+    ks_all = tuple(sorted(set(ks) | set(AVG_KS)))
+    cols = [ks_all.index(k) for k in ks]
+    avg_cols = [ks_all.index(k) for k in AVG_KS]
+    ndcg, prec, ap, mean_ndcg, has_rel = _per_query(y, s, ptr, convention, ks_all)
+    avg_ndcg = ndcg[:, avg_cols].mean(axis=1)
+    avg_prec = prec[:, avg_cols].mean(axis=1)
+    ndcg, prec = ndcg[:, cols], prec[:, cols]
+    n_pairs, correct = _pairwise_in_parts(y, s, ptr)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pair_acc = np.where(n_pairs > 0, correct / np.maximum(n_pairs, 1), np.nan)
+
+    order = _display_order(qid)
+    mask = None if convention == "letor4" else has_rel
+    means = {}
+    for j, k in enumerate(ks):
+        means[f"P@{k}"] = _ordered_mean(prec[:, j], order, mask)
+    means["MAP"] = _ordered_mean(ap, order, mask)
+    for j, k in enumerate(ks):
+        means[f"NDCG@{k}"] = _ordered_mean(ndcg[:, j], order, mask)
+    means["MeanNDCG"] = _ordered_mean(mean_ndcg, order, mask)
+    means["AvgNDCG"] = _ordered_mean(avg_ndcg, order, mask)
+    means["AvgPrec"] = _ordered_mean(avg_prec, order, mask)
+    means["pairwise_accuracy"] = _ordered_mean(pair_acc, order, n_pairs > 0)
+    tot = int(n_pairs.sum())
+    means["pairwise_accuracy_micro"] = float(correct.sum()) / tot if tot else float("nan")
+
+    return Report(convention=convention, ks=ks, qid=qid, n_docs=sizes, ndcg=ndcg,
+                  precision=prec, average_precision=ap, mean_ndcg=mean_ndcg,
+                  pairwise_accuracy=pair_acc, n_pairs=n_pairs, has_relevant=has_rel,
+                  order=order, means=means, notes=tuple(notes), avg_ndcg=avg_ndcg, avg_precision=avg_prec)
+
+
+def _checked_inputs(y, scores, query_ptr, convention, ks, query_ids, qid):
+    """(ks, y, scores, query_ptr, query ids) of :func:`evaluate` as tuples and float64 / int64
+    arrays, or the ParameterError or InputError it documents."""
     if convention not in CONVENTIONS:
         raise ParameterError(f"convention {convention!r} is unknown; use one of {', '.join(CONVENTIONS)}")
     ks = tuple(int(k) for k in ks)
@@ -650,22 +690,26 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), quer
     if bad is not None:
         r, why = bad
         raise InputError(f"label of row {r} is {float(y[r]):g}: {why}")
+    return ks, y, s, ptr, qid
 
-    notes = []
+
+def _label_notes(y):
+    """The letor4 convention's note on labels outside {0, 1, 2}, or none."""
+    odd = np.unique(y[~np.isin(y, (0.0, 1.0, 2.0))])
+    if not odd.size:
+        return []
+    shown = ", ".join("%g" % v for v in odd[:5]) + (", ..." if odd.size > 5 else "")
+    return [f"labels outside {{0, 1, 2}} present ({shown}): given gain 2^y - 1 and "
+            "counted relevant when >= 1; the official Eval-Score-4.0.pl has no gain "
+            "for them (it would score them 0 and not relevant)"]
+
+
+def _per_query(y, s, ptr, convention, ks_all):
+    """Per query q: NDCG@k and P@k at every k of ``ks_all`` (rows of two (n_q, len(ks_all))
+    arrays), average precision, mean NDCG and whether it has a relevant document."""
+    n_q, nk = ptr.size - 1, len(ks_all)
     if convention == "letor4":
-        odd = np.unique(y[~np.isin(y, (0.0, 1.0, 2.0))])
-        if odd.size:
-            shown = ", ".join("%g" % v for v in odd[:5]) + (", ..." if odd.size > 5 else "")
-            notes.append(f"labels outside {{0, 1, 2}} present ({shown}): given gain 2^y - 1 and "
-                         "counted relevant when >= 1; the official Eval-Score-4.0.pl has no gain "
-                         "for them (it would score them 0 and not relevant)")
-        log_table = _log_table(int(sizes.max()) + 1)
-
-    # the columns asked for, and k = 1..20 for paper 001's AvgNDCG / AvgPrec, in one computation
-    ks_all = tuple(sorted(set(ks) | set(AVG_KS)))
-    cols = [ks_all.index(k) for k in ks]
-    avg_cols = [ks_all.index(k) for k in AVG_KS]
-    nk = len(ks_all)
+        log_table = _log_table(int(np.diff(ptr).max()) + 1)
     ndcg = np.empty((n_q, nk))
     prec = np.empty((n_q, nk))
     ap = np.empty(n_q)
@@ -679,29 +723,4 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), quer
         else:
             res = _query_standard(yq, sq, ks_all)
         ndcg[q], prec[q], ap[q], mean_ndcg[q], has_rel[q] = res
-    avg_ndcg = ndcg[:, avg_cols].mean(axis=1)
-    avg_prec = prec[:, avg_cols].mean(axis=1)
-    ndcg, prec = ndcg[:, cols], prec[:, cols]
-    n_pairs, correct = _pairwise_in_parts(y, s, ptr)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pair_acc = np.where(n_pairs > 0, correct / np.maximum(n_pairs, 1), np.nan)
-
-    order = _display_order(qid)
-    mask = None if convention == "letor4" else has_rel
-    means = {}
-    for j, k in enumerate(ks):
-        means[f"P@{k}"] = _ordered_mean(prec[:, j], order, mask)
-    means["MAP"] = _ordered_mean(ap, order, mask)
-    for j, k in enumerate(ks):
-        means[f"NDCG@{k}"] = _ordered_mean(ndcg[:, j], order, mask)
-    means["MeanNDCG"] = _ordered_mean(mean_ndcg, order, mask)
-    means["AvgNDCG"] = _ordered_mean(avg_ndcg, order, mask)
-    means["AvgPrec"] = _ordered_mean(avg_prec, order, mask)
-    means["pairwise_accuracy"] = _ordered_mean(pair_acc, order, n_pairs > 0)
-    tot = int(n_pairs.sum())
-    means["pairwise_accuracy_micro"] = float(correct.sum()) / tot if tot else float("nan")
-
-    return Report(convention=convention, ks=ks, qid=qid, n_docs=sizes, ndcg=ndcg,
-                  precision=prec, average_precision=ap, mean_ndcg=mean_ndcg,
-                  pairwise_accuracy=pair_acc, n_pairs=n_pairs, has_relevant=has_rel,
-                  order=order, means=means, notes=tuple(notes), avg_ndcg=avg_ndcg, avg_precision=avg_prec)
+    return ndcg, prec, ap, mean_ndcg, has_rel

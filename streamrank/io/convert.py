@@ -199,6 +199,27 @@ def query_file_of(path, query_file=None):
 PIECE_BYTES = 256 << 10
 
 
+def _query_ids(buf, qid_int, qisint, qs, qe):
+    """The rows' query ids: int64 when every one is a canonical integer, else their bytes
+    buf[qs:qe] as a fixed-width bytes array."""
+    if qisint.all() and _canonical_ints(qid_int, qe - qs):
+        return qid_int
+    n, width = qs.shape[0], int((qe - qs).max())
+    out = np.zeros((n, width), np.uint8)
+    parallel.run(tp.gather_qid_bytes, n, buf, qs, qe, out)
+    return out.view(f"S{width}").ravel()
+
+
+def _comments(buf, cs, ce):
+    """(blob, ptr): the comments buf[cs:ce] one after another, row r's at blob[ptr[r]:ptr[r + 1]]."""
+    lens = ce - cs
+    ptr = np.zeros(cs.shape[0] + 1, np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    blob = np.empty(int(ptr[-1]), np.uint8)
+    _copy_spans(buf, cs, lens, blob, ptr[:-1])
+    return blob, ptr
+
+
 class _Parser:
     """Parses chunks of one conversion; keeps the width and the query-id mode across chunks."""
 
@@ -241,17 +262,12 @@ class _Parser:
             self._check_room(path, n, first_line)
             X = np.zeros((n, self.width), np.float32)
             y = np.empty(n, np.float32)
-            qid_int = np.zeros(n_lines, np.int64)
-            qs = np.zeros(n_lines, np.int64)
-            qe = np.zeros(n_lines, np.int64)
+            # per line: the qid's value and span, the comment's span, the error's span, the count of
+            # features (rows of one array: each a contiguous vector, as the kernel takes them)
+            qid_int, qs, qe, cs, ce, es, ee, nnz = np.zeros((8, n_lines), np.int64)
             qisint = np.ones(n_lines, np.uint8)
-            cs = np.zeros(n_lines, np.int64)
-            ce = np.zeros(n_lines, np.int64)
             err = np.zeros(n_lines, np.int32)
-            es = np.zeros(n_lines, np.int64)
-            ee = np.zeros(n_lines, np.int64)
             slow = np.zeros(n_lines, np.uint8)
-            nnz = np.zeros(n_lines, np.int64)
             maxcol = np.full(n_lines, -1, np.int64)
             parallel.run(tp.parse_lines, n_lines, buf, starts, ends, row_of_line, self.base, self.width,
                          self.fixed, want_qid, X, y, qid_int, qs, qe, qisint, cs, ce, err, es, ee, slow, nnz, maxcol,
@@ -277,24 +293,8 @@ class _Parser:
                              f"    line: {_line_text(buf, starts[k], ends[k])}")
         self.nnz += int(nnz.sum())
         self.rows += n
-        if want_qid:
-            if qisint[data].all() and _canonical_ints(qid_int[data], qe[data] - qs[data]):
-                qid = qid_int[data]
-            else:
-                width = int((qe[data] - qs[data]).max())
-                out = np.zeros((n, width), np.uint8)
-                parallel.run(tp.gather_qid_bytes, n, buf, qs[data], qe[data], out)
-                qid = out.view(f"S{width}").ravel()
-        else:
-            qid = None
-        comments = None
-        if self.keep_comments:
-            lens = ce[data] - cs[data]
-            ptr = np.zeros(n + 1, np.int64)
-            np.cumsum(lens, out=ptr[1:])
-            blob = np.empty(int(ptr[-1]), np.uint8)
-            _copy_spans(buf, cs[data], lens, blob, ptr[:-1])
-            comments = (blob, ptr)
+        qid = _query_ids(buf, qid_int[data], qisint[data], qs[data], qe[data]) if want_qid else None
+        comments = _comments(buf, cs[data], ce[data]) if self.keep_comments else None
         return X, y, qid, comments
 
     def _parse_slow(self, path, buf, first_line, k, ls, le, row, X, y, want_qid):
@@ -406,16 +406,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     dict
         rows, queries, features, bytes read, seconds and rates, and ``resumed_rows``.
     """
-    inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
-    if not inputs:
-        raise ParameterError("convert needs at least one input file")
-    if query_files is not None:
-        query_files = [Path(p) for p in query_files]
-        if len(query_files) != len(inputs):
-            raise ParameterError(f"query_files must be given once per input: {len(inputs)} inputs, "
-                                 f"{len(query_files)} query files")
-    else:
-        query_files = _query_files_beside(inputs)
+    inputs, query_files = _inputs(inputs, query_files)
     if n_features is not None:
         n_features = params.check("n_features", n_features)
     for p in inputs + (query_files or []):
@@ -444,58 +435,13 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     resumed_rows = writer.n_rows
     # a bar on a terminal (or with the CLI's --progress), a plain line now and then in a log (execution.progress)
     bar = PlainBar(total_raw, "convert", "B", silent=True) if quiet else progress_bar(total_raw, "convert", "B", own=True)
-    text_bytes, raw_done = pos["text_bytes"], pos["raw_done"]
-    group_base = pos["group_base"]
-    last_commit = time.perf_counter()
-
+    run = _Run(parser, writer, pos, bar, record, ident, commit_seconds, t0)
     try:
         wt = _WriterThread(writer, trim=text_chunk_bytes < given_chunk)
         try:
             for i, path in enumerate(inputs):
-                if i < pos["input"]:
-                    continue
-                here = i == pos["input"]
-                offset, line = (pos["text_offset"], pos["line"]) if here else (0, 0)
-                rows_in_file = pos["rows_in_file"] if here else 0
-                src = TextChunks(path, text_chunk_bytes, skip=offset, first_line=line, line_ends=True)
-                if query_files is not None:
-                    sizes = read_query_file(query_files[i])
-                    cum = np.cumsum(sizes)
-                for buf, first_line, ends in background(src, depth=2, name="streamrank-reader"):
-                    X, y, qid, comments = parser.parse(path, buf, first_line, query_files is None, ends)
-                    r = X.shape[0]
-                    if query_files is not None:
-                        qid = query_ids_of_rows(cum, rows_in_file, r, query_files[i], path) + group_base
-                    rows_in_file += r
-                    if rows_in_file >= 10000 or r == 0:
-                        parser.check_density(path)
-                    if r:
-                        wt.put((X, y, qid, comments))
-                    offset += buf.shape[0]
-                    src.recycle(buf)  # parsed: rows, ids and comments are copies
-                    bar.update(src.raw_bytes - (bar.n - raw_done))
-                    bar.set_postfix_str(f"{parser.rows / max(time.perf_counter() - t0, 1e-9):,.0f} rows/s",
-                                        refresh=False)
-                    if time.perf_counter() - last_commit >= commit_seconds:
-                        wt.drain()
-                        _commit(record, ident, writer, parser, {
-                            "input": i, "text_offset": offset, "line": first_line + len(ends),
-                            "rows_in_file": rows_in_file, "group_base": group_base, "text_bytes": text_bytes,
-                            "raw_done": raw_done, "anchor": list(src.anchor(offset))})
-                        writer.keep_on_failure = True  # a failure from now on keeps the partial
-                        last_commit = time.perf_counter()
-                if rows_in_file == 0:
-                    raise InputError(f"{path}: no data rows (the file is empty or holds only comments)")
-                if query_files is not None:
-                    if rows_in_file != cum[-1]:
-                        raise InputError(f"{query_files[i]}: the group sizes add up to {int(cum[-1])} rows "
-                                         f"but {path} has {rows_in_file}")
-                    group_base += len(sizes)
-                parser.check_density(path)
-                raw_done += src.raw_bytes
-                text_bytes += src.text_bytes
-                writer.source.append({"name": path.name, "sha256": src.sha256, "rows": rows_in_file,
-                                      **({"query_file": query_files[i].name} if query_files else {})})
+                if i >= pos["input"]:
+                    run.input(i, path, None if query_files is None else query_files[i], wt, text_chunk_bytes)
         finally:
             wt.finish()
         writer.close()
@@ -509,10 +455,86 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     seconds = time.perf_counter() - t0
     return {
         "output": str(output), "rows": writer.n_rows, "queries": len(writer._keys),
-        "features": writer.n_features, "text_bytes": text_bytes, "raw_bytes": total_raw,
-        "seconds": seconds, "text_mb_per_s": text_bytes / 1e6 / seconds,
+        "features": writer.n_features, "text_bytes": run.text_bytes, "raw_bytes": total_raw,
+        "seconds": seconds, "text_mb_per_s": run.text_bytes / 1e6 / seconds,
         "rows_per_s": writer.n_rows / seconds, "regrouped": writer._scattered, "resumed_rows": resumed_rows,
     }
+
+
+def _inputs(inputs, query_files):
+    """(inputs, query files) of :func:`convert` as lists of paths (query files None when no input
+    has one), or ParameterError."""
+    inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    if not inputs:
+        raise ParameterError("convert needs at least one input file")
+    if query_files is not None:
+        query_files = [Path(p) for p in query_files]
+        if len(query_files) != len(inputs):
+            raise ParameterError(f"query_files must be given once per input: {len(inputs)} inputs, "
+                                 f"{len(query_files)} query files")
+    else:
+        query_files = _query_files_beside(inputs)
+    return inputs, query_files
+
+
+class _Run:
+    """A conversion's position past its inputs (from ``pos``, the start or the last commit): the
+    text and raw bytes of the finished inputs, the group numbers they used and the time of the
+    last commit."""
+
+    def __init__(self, parser, writer, pos, bar, record, ident, commit_seconds, t0):
+        self.parser, self.writer, self.pos, self.bar = parser, writer, pos, bar
+        self.record, self.ident, self.commit_seconds, self.t0 = record, ident, commit_seconds, t0
+        self.text_bytes, self.raw_done, self.group_base = pos["text_bytes"], pos["raw_done"], pos["group_base"]
+        self.last_commit = time.perf_counter()
+
+    def input(self, i, path, query_file, wt, chunk_bytes):
+        """Parse input i (from the commit's position when it is the input the commit stopped in)
+        and queue its rows to the writer thread ``wt``; ``query_file``: its group sizes, or None
+        when the lines carry ``qid:``."""
+        pos, parser = self.pos, self.parser
+        here = i == pos["input"]
+        offset, line = (pos["text_offset"], pos["line"]) if here else (0, 0)
+        rows_in_file = pos["rows_in_file"] if here else 0
+        src = TextChunks(path, chunk_bytes, skip=offset, first_line=line, line_ends=True)
+        if query_file is not None:
+            sizes = read_query_file(query_file)
+            cum = np.cumsum(sizes)
+        for buf, first_line, ends in background(src, depth=2, name="streamrank-reader"):
+            X, y, qid, comments = parser.parse(path, buf, first_line, query_file is None, ends)
+            r = X.shape[0]
+            if query_file is not None:
+                qid = query_ids_of_rows(cum, rows_in_file, r, query_file, path) + self.group_base
+            rows_in_file += r
+            if rows_in_file >= 10000 or r == 0:
+                parser.check_density(path)
+            if r:
+                wt.put((X, y, qid, comments))
+            offset += buf.shape[0]
+            src.recycle(buf)  # parsed: rows, ids and comments are copies
+            self.bar.update(src.raw_bytes - (self.bar.n - self.raw_done))
+            self.bar.set_postfix_str(f"{parser.rows / max(time.perf_counter() - self.t0, 1e-9):,.0f} rows/s",
+                                     refresh=False)
+            if time.perf_counter() - self.last_commit >= self.commit_seconds:
+                wt.drain()
+                _commit(self.record, self.ident, self.writer, parser, {
+                    "input": i, "text_offset": offset, "line": first_line + len(ends),
+                    "rows_in_file": rows_in_file, "group_base": self.group_base, "text_bytes": self.text_bytes,
+                    "raw_done": self.raw_done, "anchor": list(src.anchor(offset))})
+                self.writer.keep_on_failure = True  # a failure from now on keeps the partial
+                self.last_commit = time.perf_counter()
+        if rows_in_file == 0:
+            raise InputError(f"{path}: no data rows (the file is empty or holds only comments)")
+        if query_file is not None:
+            if rows_in_file != cum[-1]:
+                raise InputError(f"{query_file}: the group sizes add up to {int(cum[-1])} rows "
+                                 f"but {path} has {rows_in_file}")
+            self.group_base += len(sizes)
+        parser.check_density(path)
+        self.raw_done += src.raw_bytes
+        self.text_bytes += src.text_bytes
+        self.writer.source.append({"name": path.name, "sha256": src.sha256, "rows": rows_in_file,
+                                   **({"query_file": query_file.name} if query_file is not None else {})})
 
 
 def _query_files_beside(inputs):

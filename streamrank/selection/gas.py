@@ -558,88 +558,28 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
     config = {"gas": FORMAT_VERSION, "importance": str(importance), "signed": bool(signed), "queries": [q0, q1]}
     carry, start_q, first_block, done, stored_at, digests = None, q0, 0, None, None, []
     if checkpoint is not None and resume:
-        from streamrank.state.checkpoint import read_checkpoint
-        ck = read_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint, warn=log.warning)
-        if ck is not None:
-            sc = ck["scalars"]
-            first_block, start_q = int(sc["block"]), int(sc["next_query"])
-            r, stored_at = int(sc["rows_per_pass"]), sc.get("similarity_file")
-            digests = list(sc.get("similarity_sha256", []))
-            carry = {"imp": np.asarray(ck["w"], np.float64).reshape(2, d), "pairs": int(sc["pairs"]),
-                     "tau": np.asarray(ck["extra"]["tau"], np.float64), "queries": int(sc["queries"]),
-                     "count": np.asarray(ck["extra"]["count"], np.int64), "rows": int(sc["rows"]),
-                     "varies": np.asarray(ck["extra"]["varies"], bool), "lo": np.asarray(ck["extra"]["lo"], np.float64),
-                     "hi": np.asarray(ck["extra"]["hi"], np.float64)}
-            if sc.get("first_done"):
-                done = {k: np.asarray(ck["extra"][k]) if k in ("imp",) else sc["first_done"][k]
-                        for k in ("imp", "pairs", "queries", "rows")}
-            blocks = [(i0, min(d, i0 + r)) for i0 in range(0, d, r)]
-            shape = (blocks[first_block][1] - blocks[first_block][0], d) if first_block < len(blocks) else None
-            if not q0 <= start_q <= q1 or shape is None or carry["tau"].shape != shape or carry["count"].shape != shape:
-                raise FormatError(f"{checkpoint}: the GAS checkpoint is inconsistent (block {first_block}, next query "
-                                  f"{start_q}); start again with resume=False")
-            log.info("GAS: resuming from %s at rows %d.. of the similarity matrix, query %d of %d", checkpoint,
-                     blocks[first_block][0], start_q - q0, q1 - q0)
+        resumed = _resume(checkpoint, config, ds, r, q0, q1)
+        if resumed is not None:
+            carry, start_q, first_block, done, stored_at, digests, r = resumed
     blocks = [(i0, min(d, i0 + r)) for i0 in range(0, d, r)]
     store = None
     if len(blocks) > 1:
-        if checkpoint is not None:
-            Path(checkpoint).mkdir(parents=True, exist_ok=True)
-        path = similarity_file or stored_at or (Path(checkpoint) / "similarity.h5" if checkpoint is not None else None)
-        if path is None:
-            fd, path = tempfile.mkstemp(prefix="streamrank-gas-", suffix=".h5")
-            import os
-            os.close(fd)
-        if first_block > 0:  # the rows of the finished blocks must be there
-            if stored_at is not None and Path(path).resolve() != Path(stored_at).resolve():
-                raise ParameterError(f"the checkpoint in {checkpoint} keeps the similarity rows it has summed in "
-                                     f"{stored_at}, not {path}; resume with similarity_file={stored_at}")
-            if not Path(path).exists():
-                raise FormatError(f"{path}: the similarity rows of the {first_block} finished blocks of the "
-                                  f"checkpoint in {checkpoint} are gone; start again with resume=False")
-        store = StoredSimilarity(path, None if first_block > 0 else d)
-        for k, want in enumerate(digests[:first_block]):  # the finished rows, as the checkpoint saw them
-            a, b = k * r, min(d, (k + 1) * r)
-            if rows_digest(store[a:b]) != want:
-                raise FormatError(f"{path}: the similarity rows {a}..{b - 1} differ from those the checkpoint in "
-                                  f"{checkpoint} recorded (damaged or changed since); start again with resume=False")
-        if similarity_file is None and checkpoint is None:
-            weakref.finalize(store, Path(path).unlink, missing_ok=True)
-        log.info("GAS: %d features need %d passes of %d rows of the similarity matrix (kept in %s)", d, len(blocks),
-                 r, path)
-    from streamrank.state.checkpoint import write_checkpoint
+        store = _similarity_store(d, r, blocks, first_block, checkpoint, similarity_file, stored_at, digests)
+    save = _GasCheckpoint(checkpoint, config, ds.fingerprint, commit_seconds, q1, r, store, digests, done)
     sizes = np.diff(ds.query_ptr)
     log_table = _log_table(int(sizes.max(initial=0)) + 2)
     t = time.perf_counter()
     E, sign = None, None
     for bi in range(first_block, len(blocks)):
         i0, i1 = blocks[bi]
-
-        def save(c, next_query, bi=bi, force=False):
-            """A checkpoint of block bi at ``next_query`` (due every commit_seconds, or forced)."""
-            if checkpoint is None or (not force and (time.perf_counter() - save.last < commit_seconds
-                                                     or next_query >= q1)):
-                return
-            first = done or {"imp": c["imp"], "pairs": c["pairs"], "queries": c["queries"], "rows": c["rows"]}
-            write_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint,
-                             scalars={"block": bi, "next_query": int(next_query), "pairs": int(c["pairs"]),
-                                      "rows_per_pass": r, "similarity_file": None if store is None else str(store.path),
-                                      "similarity_sha256": digests[:bi],
-                                      "queries": int(c["queries"]), "rows": int(c["rows"]),
-                                      "first_done": None if done is None else {
-                                          k: int(first[k]) for k in ("pairs", "queries", "rows")}},
-                             w=c["imp"].ravel(), g=np.zeros(0),
-                             extra={"tau": c["tau"], "count": c["count"], "imp": np.asarray(first["imp"]),
-                                    "varies": c["varies"].astype(np.uint8), "lo": c["lo"], "hi": c["hi"]})
-            save.last = time.perf_counter()
-        save.last = time.perf_counter()
+        save.bi, save.last = bi, time.perf_counter()
         stream = partitioned_stream(ds, executor, block_bytes=block_bytes, queries=(start_q, q1))
         c, _ = executor_or_local(executor).run(
             _GasPass(d, kind, cut, signed, log_table, carry, save, q1 - q0, rows=(i0, i1), importance=done is None,
                      qmax=int(sizes.max(initial=1))),
             stream)
         if done is None:
-            done = {"imp": c["imp"], "pairs": c["pairs"], "queries": c["queries"], "rows": c["rows"]}
+            done = save.done = {"imp": c["imp"], "pairs": c["pairs"], "queries": c["queries"], "rows": c["rows"]}
         if done["queries"] == 0:
             raise ParameterError(f"{ds.name} has no query with documents; there is nothing to select from")
         imp, sign = _importance(done, kind, signed, d)
@@ -654,20 +594,124 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
             digests.append(rows_digest(rows))
             if bi + 1 < len(blocks):  # the next block starts from the top of the data
                 r1 = blocks[bi + 1][1] - blocks[bi + 1][0]
+                save.bi = bi + 1
                 save({"imp": c["imp"], "pairs": 0, "queries": 0, "rows": 0, "tau": np.zeros((r1, d)),
-                      "count": np.zeros((r1, d), np.int64), **fresh_range(d)}, q0, bi=bi + 1, force=True)
+                      "count": np.zeros((r1, d), np.int64), **fresh_range(d)}, q0, force=True)
         carry, start_q = None, q0
-    secs = time.perf_counter() - t
+    return _gas_result(ds, c, done, kind, signed, d, importance, tradeoff, E if store is None else store,
+                       time.perf_counter() - t, len(blocks), first_block)
+
+
+def _resume(checkpoint, config, ds, r, q0, q1):
+    """What a GAS checkpoint in ``checkpoint`` holds, or None when there is none to resume:
+    (carry, next query, block, the first block's importance sums or None, similarity file,
+    digests of the finished blocks' rows, rows a pass sums). FormatError when it is inconsistent."""
+    from streamrank.state.checkpoint import read_checkpoint
+    d = ds.n_features
+    ck = read_checkpoint(checkpoint, config=config, fingerprint=ds.fingerprint, warn=log.warning)
+    if ck is None:
+        return None
+    sc = ck["scalars"]
+    first_block, start_q = int(sc["block"]), int(sc["next_query"])
+    r, stored_at = int(sc["rows_per_pass"]), sc.get("similarity_file")
+    digests = list(sc.get("similarity_sha256", []))
+    carry = {"imp": np.asarray(ck["w"], np.float64).reshape(2, d), "pairs": int(sc["pairs"]),
+             "tau": np.asarray(ck["extra"]["tau"], np.float64), "queries": int(sc["queries"]),
+             "count": np.asarray(ck["extra"]["count"], np.int64), "rows": int(sc["rows"]),
+             "varies": np.asarray(ck["extra"]["varies"], bool), "lo": np.asarray(ck["extra"]["lo"], np.float64),
+             "hi": np.asarray(ck["extra"]["hi"], np.float64)}
+    done = None
+    if sc.get("first_done"):
+        done = {k: np.asarray(ck["extra"][k]) if k in ("imp",) else sc["first_done"][k]
+                for k in ("imp", "pairs", "queries", "rows")}
+    blocks = [(i0, min(d, i0 + r)) for i0 in range(0, d, r)]
+    shape = (blocks[first_block][1] - blocks[first_block][0], d) if first_block < len(blocks) else None
+    if not q0 <= start_q <= q1 or shape is None or carry["tau"].shape != shape or carry["count"].shape != shape:
+        raise FormatError(f"{checkpoint}: the GAS checkpoint is inconsistent (block {first_block}, next query "
+                          f"{start_q}); start again with resume=False")
+    log.info("GAS: resuming from %s at rows %d.. of the similarity matrix, query %d of %d", checkpoint,
+             blocks[first_block][0], start_q - q0, q1 - q0)
+    return carry, start_q, first_block, done, stored_at, digests, r
+
+
+def _similarity_store(d, r, blocks, first_block, checkpoint, similarity_file, stored_at, digests):
+    """The :class:`StoredSimilarity` that keeps the matrix's rows when a pass sums only ``r`` of
+    them: ``similarity_file``, else the checkpoint's, else one in the checkpoint directory, else a
+    temporary file removed with the store. A resumed run's finished rows must be there as the
+    checkpoint saw them (their ``digests``), else ParameterError or FormatError."""
+    if checkpoint is not None:
+        Path(checkpoint).mkdir(parents=True, exist_ok=True)
+    path = similarity_file or stored_at or (Path(checkpoint) / "similarity.h5" if checkpoint is not None else None)
+    if path is None:
+        fd, path = tempfile.mkstemp(prefix="streamrank-gas-", suffix=".h5")
+        import os
+        os.close(fd)
+    if first_block > 0:  # the rows of the finished blocks must be there
+        if stored_at is not None and Path(path).resolve() != Path(stored_at).resolve():
+            raise ParameterError(f"the checkpoint in {checkpoint} keeps the similarity rows it has summed in "
+                                 f"{stored_at}, not {path}; resume with similarity_file={stored_at}")
+        if not Path(path).exists():
+            raise FormatError(f"{path}: the similarity rows of the {first_block} finished blocks of the "
+                              f"checkpoint in {checkpoint} are gone; start again with resume=False")
+    store = StoredSimilarity(path, None if first_block > 0 else d)
+    for k, want in enumerate(digests[:first_block]):  # the finished rows, as the checkpoint saw them
+        a, b = k * r, min(d, (k + 1) * r)
+        if rows_digest(store[a:b]) != want:
+            raise FormatError(f"{path}: the similarity rows {a}..{b - 1} differ from those the checkpoint in "
+                              f"{checkpoint} recorded (damaged or changed since); start again with resume=False")
+    if similarity_file is None and checkpoint is None:
+        weakref.finalize(store, Path(path).unlink, missing_ok=True)
+    log.info("GAS: %d features need %d passes of %d rows of the similarity matrix (kept in %s)", d, len(blocks),
+             r, path)
+    return store
+
+
+class _GasCheckpoint:
+    """The GAS pass's ``commit``: a checkpoint of block ``bi`` at the next query, written when
+    ``commit_seconds`` have passed since ``last`` (never at the range's end, ``q1``), or when
+    forced; nothing without a checkpoint directory. ``done``: the first block's importance sums,
+    once known; ``digests``: the finished blocks' rows (the caller's list, read at each write)."""
+
+    def __init__(self, path, config, fingerprint, commit_seconds, q1, r, store, digests, done):
+        self.path, self.config, self.fingerprint = path, config, fingerprint
+        self.commit_seconds, self.q1, self.r, self.store = commit_seconds, q1, r, store
+        self.digests, self.done = digests, done
+        self.bi, self.last = 0, time.perf_counter()
+
+    def __call__(self, c, next_query, force=False):
+        if self.path is None or (not force and (time.perf_counter() - self.last < self.commit_seconds
+                                                or next_query >= self.q1)):
+            return
+        from streamrank.state.checkpoint import write_checkpoint
+        done, bi = self.done, self.bi
+        first = done or {"imp": c["imp"], "pairs": c["pairs"], "queries": c["queries"], "rows": c["rows"]}
+        write_checkpoint(self.path, config=self.config, fingerprint=self.fingerprint,
+                         scalars={"block": bi, "next_query": int(next_query), "pairs": int(c["pairs"]),
+                                  "rows_per_pass": self.r,
+                                  "similarity_file": None if self.store is None else str(self.store.path),
+                                  "similarity_sha256": self.digests[:bi],
+                                  "queries": int(c["queries"]), "rows": int(c["rows"]),
+                                  "first_done": None if done is None else {
+                                      k: int(first[k]) for k in ("pairs", "queries", "rows")}},
+                         w=c["imp"].ravel(), g=np.zeros(0),
+                         extra={"tau": c["tau"], "count": c["count"], "imp": np.asarray(first["imp"]),
+                                "varies": c["varies"].astype(np.uint8), "lo": c["lo"], "hi": c["hi"]})
+        self.last = time.perf_counter()
+
+
+def _gas_result(ds, c, done, kind, signed, d, importance, tradeoff, similarity, secs, n_blocks, first_block):
+    """The :class:`GasResult` of the last pass's carry ``c`` and the first's sums ``done``, with
+    its log lines."""
     imp, sign = _importance(done, kind, signed, d)
     nq = done["queries"]
     log.info("GAS: %d features over %d queries (%d rows) in %.2f s (%.0f queries/s a pass, %d pass%s)", d, nq,
-             done["rows"], secs, nq * len(blocks) / max(secs, 1e-9), len(blocks) - first_block,
-             "" if len(blocks) - first_block == 1 else "es")
+             done["rows"], secs, nq * n_blocks / max(secs, 1e-9), n_blocks - first_block,
+             "" if n_blocks - first_block == 1 else "es")
     constant = ~c["varies"]  # the last pass saw every query
     if constant.any():
         log.info("GAS: %d of %d features are constant within every query and cannot be selected: %s",
                  int(constant.sum()), d, ", ".join(str(f + 1) for f in np.flatnonzero(constant)))
-    return GasResult(importance=imp, sign=sign, similarity=E if store is None else store, kind=importance,
+    return GasResult(importance=imp, sign=sign, similarity=similarity, kind=importance,
                      tradeoff=float(tradeoff), signed=bool(signed), n_queries=nq, fingerprint=ds.fingerprint,
                      source=ds.name, constant=constant, feature_min=np.asarray(c["lo"], np.float64),
                      feature_max=np.asarray(c["hi"], np.float64))

@@ -19,8 +19,8 @@ import time
 
 import numpy as np
 
-from streamrank.solvers.finite import check_f, check_g, numeric_error, vector_detail
-from streamrank.solvers.tron import capped_message, relative_gap, start_state, stop_met
+from streamrank.solvers.finite import check_f, numeric_error, vector_detail
+from streamrank.solvers.tron import accept, finish, relative_gap, start_state, stop_met
 
 log = logging.getLogger("streamrank.solvers.newton")
 
@@ -107,11 +107,7 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
         if f_new > state.f:  # cannot happen in exact arithmetic (convex, exact search)
             state.message = "line search found no decrease: no further progress possible"
             break
-        state.iteration += 1
-        state.w, state.f = w_new, f_new
-        state.g = obj.grad(w_new)
-        state.n_grad += 1
-        check_g(state.g, "accepted", **at)
+        accept(obj, state, w_new, f_new, at)
         state.seconds = time.perf_counter() - t0
         gnorm = state.gnorm
         log.info("iter %3d f %.6e |g| %.3e step %.3g line %d %s %.1fs", state.iteration, state.f, gnorm, t, evals,
@@ -121,10 +117,4 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
             state.converged, state.message = True, "converged"
         if callback is not None:
             callback(state)
-    if state.message and not state.converged:
-        log.warning("Newton-Cholesky stopped: %s", state.message)
-    if not state.message:
-        state.message = capped_message(max_iter, state)
-    state.gap, state.gap_kind = relative_gap(obj, state.g, state.f)
-    state.seconds = time.perf_counter() - t0
-    return state
+    return finish(obj, state, max_iter, t0, log, "Newton-Cholesky")

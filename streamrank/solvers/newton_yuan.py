@@ -36,9 +36,8 @@ import time
 
 import numpy as np
 
-from streamrank.faultpoints import faultpoint
-from streamrank.solvers.finite import check_f, check_g, numeric_error, vector_detail
-from streamrank.solvers.tron import capped_message, relative_gap, start_state, stop_met
+from streamrank.solvers.finite import check_f, numeric_error, vector_detail
+from streamrank.solvers.tron import accept, cg_product, finish, relative_gap, start_state, stop_met
 
 log = logging.getLogger("streamrank.solvers.newton_yuan")
 
@@ -81,13 +80,7 @@ def _pcg(hessp, g, rtol, P, stats):
     steps = 0
     while float(np.linalg.norm(r)) > tol and steps < CG_MAX_STEPS:
         steps += 1
-        faultpoint("cg-step")
-        hp = hessp(p)
-        stats.n_hessp += 1
-        php = float(p @ hp)  # a non-finite entry of H p makes it nan or inf (0 * inf is nan)
-        if not math.isfinite(php):
-            raise numeric_error("hessp", "cg", php, cg_step=steps, detail=f"p.Hp = {php!r}" + (
-                f"; {vector_detail(hp)}" if not np.all(np.isfinite(hp)) else " overflows"), **at)
+        hp, php = cg_product(hessp, p, stats, steps, name="p")
         a = rz / php if php > 0 else math.inf
         if not math.isfinite(a):  # curvature <= 0, or below float64 resolution: see above
             return (p if steps == 1 else d), steps
@@ -188,12 +181,8 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
             if state.n_steps < max_iter:
                 state.message = "no decrease along the Newton direction: no further progress possible"
             break
-        state.iteration = k
         state.delta = float(np.linalg.norm(w_new - state.w))
-        state.w, state.f = w_new, f_new
-        state.g = obj.grad(w_new)
-        state.n_grad += 1
-        check_g(state.g, "accepted", iteration=k - 1, step=state.n_steps)
+        accept(obj, state, w_new, f_new, {"iteration": k - 1, "step": state.n_steps})
         state.seconds = time.perf_counter() - t0
         gnorm = state.gnorm
         log.info("iter %3d f %.6e |g| %.3e %s %3d step %.4g %s %.1fs", k, state.f, gnorm, how, steps, alpha,
@@ -205,10 +194,4 @@ def newton_yuan(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, 
             state.message = "step below float64 resolution: no further progress possible"
         if callback is not None:
             callback(state)
-    if state.message and not state.converged:
-        log.warning("Newton-Yuan stopped: %s", state.message)
-    if not state.message:
-        state.message = capped_message(max_iter, state)
-    state.gap, state.gap_kind = relative_gap(obj, state.g, state.f)
-    state.seconds = time.perf_counter() - t0
-    return state
+    return finish(obj, state, max_iter, t0, log, "Newton-Yuan")

@@ -135,6 +135,19 @@ def _at(stats):
     return {"iteration": getattr(stats, "iteration", 0), "step": getattr(stats, "n_steps", 0) + 1}
 
 
+def cg_product(hessp, d, stats, cg_step, name="d"):
+    """(H d, d.Hd) for CG step ``cg_step`` (counted in ``stats.n_hessp``); a d.Hd that is not
+    finite raises NumericError (``name``: the direction's letter in its message)."""
+    faultpoint("cg-step")
+    hd = hessp(d)
+    stats.n_hessp += 1
+    dhd = float(d @ hd)  # any non-finite entry of H d makes it nan or inf (0 * inf is nan)
+    if not math.isfinite(dhd):
+        raise numeric_error("hessp", "cg", dhd, cg_step=cg_step, detail=f"{name}.H{name} = {dhd!r}" + (
+            f"; {vector_detail(hd)}" if not np.all(np.isfinite(hd)) else " overflows"), **_at(stats))
+    return hd, dhd
+
+
 def _residual(ztr, stats, cg_step):
     """z.r = r^T M^-1 r checked: finite and >= 0 (M positive definite), else NumericError."""
     if not (math.isfinite(ztr) and ztr >= 0):
@@ -202,14 +215,7 @@ def _trpcg(hessp, g, delta, stats, P, quadratic=None):
     q = 0.0  # q(s) at s = 0
     while math.sqrt(ztr) > cgtol and steps < cap:
         steps += 1
-        faultpoint("cg-step")
-        hd = hessp(d)
-        stats.n_hessp += 1
-        dhd = float(d @ hd)  # any non-finite entry of H d makes it nan or inf (0 * inf is nan)
-        if not math.isfinite(dhd):
-            raise numeric_error("hessp", "cg", dhd, cg_step=steps,
-                                detail=f"d.Hd = {dhd!r}; {vector_detail(hd)}" if not np.all(np.isfinite(hd))
-                                else f"d.Hd = {dhd!r} overflows", **_at(stats))
+        hd, dhd = cg_product(hessp, d, stats, steps)
         if dhd <= 0:
             s, r = _to_boundary(s, r, d, hd, delta, P, stats, steps, f"the curvature d.Hd = {dhd:g} is not positive")
             return s, r, steps, True
@@ -380,77 +386,10 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     while not state.converged and not state.message and state.n_steps < max_iter:
         if stale:
             P, stale, p_at = obj.preconditioner(), False, state.iteration
-        # not on the first step, whose length sets the radius (LIBLINEAR's delta = min(delta, ||s||)):
-        # truncated, it made the radius 10x smaller on a 42,158-row kernel problem and doubled the iterations
-        quadratic = abs(state.f) if cg_stop == "quadratic" and state.iteration > 0 else None
-        if P is None:
-            s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state, quadratic)
-        else:
-            s, r, steps, boundary = _trpcg(obj.hessp, state.g, state.delta, state, P, quadratic)
-        state.n_cg += steps
-        w_new = state.w + s
-        if np.array_equal(w_new, state.w):  # no radius this small or smaller can move w: no pass for it
-            state.message = (f"the trial step rounds to w in float64 (radius {state.delta:.3g}): no further "
-                             f"progress possible")
-            log.warning("TRON stopped: %s", state.message)
+        accepted = _tron_step(obj, state, P, cg_stop, eps, gap_tol, extra, t0)
+        if accepted is None:
             break
-        gs = float(state.g @ s)
-        prered = -0.5 * (gs - float(s @ r))
-        at = {"iteration": state.iteration, "step": state.n_steps + 1}
-        f_new = check_f(obj.fun(w_new), "trial", **at)
-        state.n_fun += 1
-        actred = state.f - f_new
-        if not (math.isfinite(actred) and math.isfinite(prered)):
-            raise numeric_error("reduction", "trial", actred if not math.isfinite(actred) else prered,
-                                detail=f"f(w) = {state.f!r}, f(w + s) = {f_new!r}, predicted {prered!r}", **at)
-        snorm = float(np.linalg.norm(s)) if P is None else math.sqrt(max(P.mdot(s, s), 0.0))
-        if state.iteration == 0:
-            state.delta = min(state.delta, snorm)
-        # radius update (LIBLINEAR): alpha minimises the 1-D quadratic interpolation along s
-        curv = f_new - state.f - gs
-        alpha = SIGMA3 if curv <= 0 else max(SIGMA1, -0.5 * (gs / curv))
-        if actred < ETA0 * prered:
-            state.delta = min(alpha * snorm, SIGMA2 * state.delta)
-        elif actred < ETA1 * prered:
-            state.delta = max(SIGMA1 * state.delta, min(alpha * snorm, SIGMA2 * state.delta))
-        elif actred < ETA2 * prered:
-            state.delta = max(SIGMA1 * state.delta, min(alpha * snorm, SIGMA3 * state.delta))
-        elif boundary:
-            state.delta = SIGMA3 * state.delta
-        else:
-            state.delta = max(state.delta, min(alpha * snorm, SIGMA3 * state.delta))
-        state.n_steps += 1
-        accepted = actred > ETA0 * prered
-        if accepted:
-            state.iteration += 1
-            state.w = w_new
-            state.f = f_new
-            state.g = obj.grad(w_new)
-            state.n_grad += 1
-            check_g(state.g, "accepted", **at)
-            stale = P is not None  # rebuilt at the new point when another CG follows
-        state.seconds = time.perf_counter() - t0
-        gnorm = state.gnorm
-        # the log's gap: the last preconditioner's (built at this or the previous point)
-        gap, kind = relative_gap(obj, state.g, state.f, P)
-        state.gap, state.gap_kind = gap, kind  # kept (and checkpointed): the returned point's, if it is the last
-        log.info("iter %3d f %.6e |g| %.3e %sCG %3d radius %.3e %s%s %.1fs", state.iteration, state.f, gnorm,
-                 _gap_text(gap, kind), steps, state.delta, "" if accepted else f"(rejected, step {state.n_steps}) ",
-                 extra(), state.seconds)
-        state.history.append((state.iteration, state.f, gnorm, steps, bool(accepted)))
-        if accepted and stop_met(state, eps, gap_tol, gap):
-            state.converged, state.message = True, "converged"
-        elif state.f < UNBOUNDED:
-            state.message = "objective unbounded below"
-        elif prered <= 0:
-            state.message = "predicted reduction <= 0: no further progress possible"
-        elif abs(actred) <= TINY_REDUCTION * abs(state.f) and abs(prered) <= TINY_REDUCTION * abs(state.f):
-            state.message = "reductions below float64 resolution: no further progress possible"
-        elif not accepted:
-            wnorm = float(np.linalg.norm(state.w)) if P is None else math.sqrt(max(P.mdot(state.w, state.w), 0.0))
-            if state.delta <= EPS64 * wnorm:  # see EPS64
-                state.message = (f"trust radius {state.delta:.3g} below float64 resolution at w (eps ||w|| = "
-                                 f"{EPS64 * wnorm:.3g}): no further progress possible")
+        stale = accepted and P is not None  # rebuilt at the new point when another CG follows
         if callback is not None:
             callback(state)
         if state.message and not state.converged:
@@ -458,15 +397,124 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
             break
     if not state.message:
         state.message = capped_message(max_iter, state)
-    # the returned point's gap: the last log line's (with the preconditioner built at this or the
-    # previous point), which the checkpoint keeps, so a run resumed at its last iteration reports
-    # the value the uninterrupted one does. A new preconditioner only for this number cost a whole
-    # update (8 s of a 131 s exact-kernel run on 42k rows); it is built only when no log line's
-    # gap is known (a checkpoint written before the gap was kept, or no step taken)
+    _final_gap(obj, state, P, p_at)
+    state.seconds = time.perf_counter() - t0
+    return state
+
+
+def _tron_step(obj, state, P, cg_stop, eps, gap_tol, extra, t0):
+    """One trial step of :func:`tron` from ``state`` (updated in place): CG inside the radius, f at
+    the trial point, the radius update, the accepted point's gradient, the log line and the stop
+    reason. Returns whether the step was accepted, or None (and the message) when the trial
+    point rounds to w."""
+    # not on the first step, whose length sets the radius (LIBLINEAR's delta = min(delta, ||s||)):
+    # truncated, it made the radius 10x smaller on a 42,158-row kernel problem and doubled the iterations
+    quadratic = abs(state.f) if cg_stop == "quadratic" and state.iteration > 0 else None
+    if P is None:
+        s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state, quadratic)
+    else:
+        s, r, steps, boundary = _trpcg(obj.hessp, state.g, state.delta, state, P, quadratic)
+    state.n_cg += steps
+    w_new = state.w + s
+    if np.array_equal(w_new, state.w):  # no radius this small or smaller can move w: no pass for it
+        state.message = (f"the trial step rounds to w in float64 (radius {state.delta:.3g}): no further "
+                         f"progress possible")
+        log.warning("TRON stopped: %s", state.message)
+        return None
+    gs = float(state.g @ s)
+    prered = -0.5 * (gs - float(s @ r))
+    at = {"iteration": state.iteration, "step": state.n_steps + 1}
+    f_new = check_f(obj.fun(w_new), "trial", **at)
+    state.n_fun += 1
+    actred = state.f - f_new
+    if not (math.isfinite(actred) and math.isfinite(prered)):
+        raise numeric_error("reduction", "trial", actred if not math.isfinite(actred) else prered,
+                            detail=f"f(w) = {state.f!r}, f(w + s) = {f_new!r}, predicted {prered!r}", **at)
+    snorm = float(np.linalg.norm(s)) if P is None else math.sqrt(max(P.mdot(s, s), 0.0))
+    if state.iteration == 0:
+        state.delta = min(state.delta, snorm)
+    state.delta = _new_radius(state.delta, actred, prered, gs, f_new - state.f - gs, snorm, boundary)
+    state.n_steps += 1
+    accepted = actred > ETA0 * prered
+    if accepted:
+        accept(obj, state, w_new, f_new, at)
+    state.seconds = time.perf_counter() - t0
+    gnorm = state.gnorm
+    # the log's gap: the last preconditioner's (built at this or the previous point)
+    gap, kind = relative_gap(obj, state.g, state.f, P)
+    state.gap, state.gap_kind = gap, kind  # kept (and checkpointed): the returned point's, if it is the last
+    log.info("iter %3d f %.6e |g| %.3e %sCG %3d radius %.3e %s%s %.1fs", state.iteration, state.f, gnorm,
+             _gap_text(gap, kind), steps, state.delta, "" if accepted else f"(rejected, step {state.n_steps}) ",
+             extra(), state.seconds)
+    state.history.append((state.iteration, state.f, gnorm, steps, bool(accepted)))
+    if accepted and stop_met(state, eps, gap_tol, gap):
+        state.converged, state.message = True, "converged"
+    else:
+        state.message = _no_progress(state, accepted, actred, prered, P)
+    return accepted
+
+
+def _new_radius(delta, actred, prered, gs, curv, snorm, boundary):
+    """LIBLINEAR's radius update after a trial step s of M-norm ``snorm`` (``curv`` = f(w + s) -
+    f(w) - g.s): alpha minimises the 1-D quadratic interpolation along s."""
+    alpha = SIGMA3 if curv <= 0 else max(SIGMA1, -0.5 * (gs / curv))
+    if actred < ETA0 * prered:
+        return min(alpha * snorm, SIGMA2 * delta)
+    if actred < ETA1 * prered:
+        return max(SIGMA1 * delta, min(alpha * snorm, SIGMA2 * delta))
+    if actred < ETA2 * prered:
+        return max(SIGMA1 * delta, min(alpha * snorm, SIGMA3 * delta))
+    if boundary:
+        return SIGMA3 * delta
+    return max(delta, min(alpha * snorm, SIGMA3 * delta))
+
+
+def _no_progress(state, accepted, actred, prered, P):
+    """The message that ends a run which has not converged after a trial step, or "" to go on."""
+    if state.f < UNBOUNDED:
+        return "objective unbounded below"
+    if prered <= 0:
+        return "predicted reduction <= 0: no further progress possible"
+    if abs(actred) <= TINY_REDUCTION * abs(state.f) and abs(prered) <= TINY_REDUCTION * abs(state.f):
+        return "reductions below float64 resolution: no further progress possible"
+    if not accepted:
+        wnorm = float(np.linalg.norm(state.w)) if P is None else math.sqrt(max(P.mdot(state.w, state.w), 0.0))
+        if state.delta <= EPS64 * wnorm:  # see EPS64
+            return (f"trust radius {state.delta:.3g} below float64 resolution at w (eps ||w|| = "
+                    f"{EPS64 * wnorm:.3g}): no further progress possible")
+    return ""
+
+
+def _final_gap(obj, state, P, p_at):
+    """The returned point's gap: the last log line's (with the preconditioner built at this or the
+    previous point, ``p_at``), which the checkpoint keeps, so a run resumed at its last iteration
+    reports the value the uninterrupted one does. A new preconditioner only for this number cost a
+    whole update (8 s of a 131 s exact-kernel run on 42k rows); it is built only when no log line's
+    gap is known (a checkpoint written before the gap was kept, or no step taken)."""
     if P is None or getattr(obj, "strong_convexity", None):
         state.gap, state.gap_kind = relative_gap(obj, state.g, state.f, P)
     elif state.gap is None or not state.history:
         state.gap, state.gap_kind = relative_gap(obj, state.g, state.f,
                                                  P if p_at == state.iteration else obj.preconditioner())
+
+
+def accept(obj, state, w_new, f_new, at):
+    """Move ``state`` to the accepted point w_new (one more iteration) with its f and gradient
+    (one grad call, checked finite; ``at``: the step, for its message)."""
+    state.iteration += 1
+    state.w, state.f = w_new, f_new
+    state.g = obj.grad(w_new)
+    state.n_grad += 1
+    check_g(state.g, "accepted", **at)
+
+
+def finish(obj, state, max_iter, t0, logger, name):
+    """End a Newton run: warn of a stop without convergence (``name``: the solver's, in
+    ``logger``), the capped message, the returned point's gap and the seconds."""
+    if state.message and not state.converged:
+        logger.warning("%s stopped: %s", name, state.message)
+    if not state.message:
+        state.message = capped_message(max_iter, state)
+    state.gap, state.gap_kind = relative_gap(obj, state.g, state.f)
     state.seconds = time.perf_counter() - t0
     return state

@@ -196,6 +196,39 @@ def test_nan_scores_fall_back_to_the_merge_sort():
     assert np.array_equal(cold, qs.argsort_decreasing(z))
 
 
+def _runs_sorted(a, w, key):
+    """``a`` with each run of w sorted as merge_runs expects (stable; by decreasing key[a], or up)."""
+    a = a.copy()
+    for lo in range(0, len(a), w):
+        run = a[lo:lo + w]
+        a[lo:lo + w] = run[np.argsort(run if key is None else -key[run], kind="stable")]
+    return a
+
+
+@settings(max_examples=100, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(0, 120), distinct=st.integers(1, 40),
+       w=st.sampled_from([1, 2, 3, qs.SORT_RUN]), keyed=st.booleans())
+def test_merge_runs_sorts_stably_and_counts_the_strict_inversions(seed, n, distinct, w, keyed):
+    """The query sort's merges and Kendall's swap count are one kernel: the result is the stable
+    sort (NumPy's twin) and the count the pairs p < q that sort swaps (the brute-force twin)."""
+    rng = np.random.default_rng(seed)
+    if keyed:
+        key = rng.integers(0, distinct, n).astype(np.float64)
+        start = _runs_sorted(rng.permutation(n).astype(np.int64), w, key)
+        v = -key[start]  # swapped: key[later] > key[earlier]
+        want = start[np.argsort(v, kind="stable")]
+    else:
+        key = None
+        start = _runs_sorted(rng.integers(0, distinct, n).astype(np.int32), w, None)
+        v = start
+        want = np.sort(start, kind="stable")
+    want_count = int(np.triu(v[:, None] > v[None, :], 1).sum())
+    for f in (qs.merge_runs, qs.merge_runs.py_func):
+        got, count = f(key, start.copy(), np.empty_like(start), w)
+        assert np.array_equal(got, want)
+        assert count == want_count
+
+
 @settings(max_examples=40, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), n_lev=st.integers(2, pk.LEVELS_MAX), m=st.integers(1, 5), ties=st.booleans())
 def test_levels_hessian_kernel_equals_the_generic_one(seed, n_lev, m, ties):
