@@ -62,11 +62,10 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from streamrank._native import numba_cache
 from streamrank._native.threads import background
-
 from streamrank.errors import ParameterError
 from streamrank.io.atomic import written
-from streamrank._native import numba_cache
 
 __all__ = [
     "Preset", "PRESETS", "resolve", "query_sizes", "all_zero_queries", "generate_batches", "iter_blocks",

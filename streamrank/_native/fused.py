@@ -44,9 +44,9 @@ import numba
 import numpy as np
 
 from streamrank._native import column_sweeps as cs
-from streamrank._native.pairkernels import MODE_LEVELS, _query_hess, _query_loss_grad, _single_level
 from streamrank._native import numba_cache
 from streamrank._native.memory import ALIGN
+from streamrank._native.pairkernels import MODE_LEVELS, _query_hess, _query_loss_grad, _single_level
 from streamrank._native.prefetch import prefetch
 
 

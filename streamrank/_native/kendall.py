@@ -31,6 +31,7 @@ same order (no fastmath: LLVM may not reorder them), so every tau-b is the same 
 
 import numba
 import numpy as np
+
 from streamrank._native import numba_cache
 from streamrank._native.query_sort import argsort_decreasing, merge_runs
 

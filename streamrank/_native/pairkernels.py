@@ -56,11 +56,10 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from streamrank._native import parallel
+from streamrank._native import numba_cache, parallel
 from streamrank._native.linalg import sum_in_order as _sum_in_order
 from streamrank._native.query_sort import argsort_decreasing
 from streamrank.errors import ParameterError
-from streamrank._native import numba_cache
 
 MODE_LEVELS = 0
 MODE_CONSTANT = 1

@@ -349,7 +349,7 @@ def _query_standard(y, s, ks):
 
 def _fmt(v):
     """'%.4f' like the Perl script's sprintf; '-' for a skipped (NaN) value."""
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else "%.4f" % v
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4f}"
 
 
 def _json_float(v):
@@ -610,7 +610,6 @@ def evaluate(y, scores, query_ptr, *, convention="letor4", ks=range(1, 11), quer
         NaN scores, non-finite or negative labels, or an empty query.
     """
     ks, y, s, ptr, qid = _checked_inputs(y, scores, query_ptr, convention, ks, query_ids, qid)
-    n_q = ptr.size - 1
     sizes = np.diff(ptr)
     notes = _label_notes(y) if convention == "letor4" else []
     # the columns asked for, and k = 1..20 for paper 001's AvgNDCG / AvgPrec, in one computation
@@ -698,7 +697,7 @@ def _label_notes(y):
     odd = np.unique(y[~np.isin(y, (0.0, 1.0, 2.0))])
     if not odd.size:
         return []
-    shown = ", ".join("%g" % v for v in odd[:5]) + (", ..." if odd.size > 5 else "")
+    shown = ", ".join(f"{v:g}" for v in odd[:5]) + (", ..." if odd.size > 5 else "")
     return [f"labels outside {{0, 1, 2}} present ({shown}): given gain 2^y - 1 and "
             "counted relevant when >= 1; the official Eval-Score-4.0.pl has no gain "
             "for them (it would score them 0 and not relevant)"]

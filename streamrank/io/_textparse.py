@@ -16,6 +16,7 @@ The plain-Python twin of these kernels is the reference parser in ``tests/letor_
 
 import numba
 import numpy as np
+
 from streamrank._native import numba_cache
 
 # error codes, one per line (0 = fine); messages live in convert.py

@@ -22,19 +22,25 @@ from pathlib import Path
 
 import numpy as np
 
-from streamrank.io import _textparse as tp
-from streamrank._native import parallel
-from streamrank._native.threads import background
 from streamrank import params
-from streamrank.errors import InputError, ParameterError
+from streamrank._native import parallel
 from streamrank._native.memory import trimmer
-from streamrank.io.budget import HEADROOM, STREAM_SLACK, resident_bytes
+from streamrank._native.threads import background
+from streamrank.errors import InputError, ParameterError
 from streamrank.execution.progress import PlainBar
 from streamrank.execution.progress import bar as progress_bar
 from streamrank.faultpoints import faultpoint
+from streamrank.io import _textparse as tp
 from streamrank.io import convert_progress as progress
-from streamrank.io.hdf5_format import (DEFAULT_CHUNK_BYTES, DEFAULT_COMPRESSION, WRITER_CACHE_BYTES, DatasetWriter,
-                                       ResumeError, _copy_spans)
+from streamrank.io.budget import HEADROOM, STREAM_SLACK, resident_bytes
+from streamrank.io.hdf5_format import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_COMPRESSION,
+    WRITER_CACHE_BYTES,
+    DatasetWriter,
+    ResumeError,
+    _copy_spans,
+)
 from streamrank.io.text_source import DEFAULT_CHUNK_BYTES as TEXT_CHUNK_BYTES
 from streamrank.io.text_source import TextChunks
 from streamrank.units import parse_size
@@ -434,7 +440,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         raise
     resumed_rows = writer.n_rows
     # a bar on a terminal (or with the CLI's --progress), a plain line now and then in a log (execution.progress)
-    bar = PlainBar(total_raw, "convert", "B", silent=True) if quiet else progress_bar(total_raw, "convert", "B", own=True)
+    bar = (PlainBar(total_raw, "convert", "B", silent=True) if quiet
+           else progress_bar(total_raw, "convert", "B", own=True))
     run = _Run(parser, writer, pos, bar, record, ident, commit_seconds, t0)
     try:
         wt = _WriterThread(writer, trim=text_chunk_bytes < given_chunk)

@@ -57,8 +57,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from streamrank._native import linalg as la
 from streamrank._native import feature_measures as fm
+from streamrank._native import linalg as la
 from streamrank._native.kendall import block_tau_b_pairs, pair_ranges
 from streamrank.errors import FormatError, InputError, ParameterError
 from streamrank.evaluation.metrics import MAX_GAIN_LABEL, _log_table, _pairwise_in_parts

@@ -72,6 +72,7 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
     (:mod:`streamrank.solvers.finite`); an H that is not positive definite in float64 (I + PSD in
     exact arithmetic: only a scale that hides the identity makes it so) too."""
     from scipy.linalg import LinAlgError, cho_factor, cho_solve  # here: a TRON run never imports scipy.linalg
+
     from streamrank._native.blas import one_thread
     state, t0 = start_state(obj, w0, state, delta_from_gradient=False)
     extra = describe or (lambda: "")
@@ -87,7 +88,8 @@ def newton_cholesky(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=No
                 s = -cho_solve(cho_factor(H, check_finite=False), state.g, check_finite=False)
         except LinAlgError:
             raise numeric_error("hessian", "direction", state="not positive definite in float64",
-                                detail=f"max |H| = {float(np.max(np.abs(H))):.3g} hides its identity part", **at) from None
+                                detail=f"max |H| = {float(np.max(np.abs(H))):.3g} hides its identity part",
+                                **at) from None
         d0 = float(state.g @ s)
         if not math.isfinite(d0):
             raise numeric_error("direction", "direction", d0, detail=f"g.s = {d0!r}; {vector_detail(s)}", **at)

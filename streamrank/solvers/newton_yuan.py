@@ -108,6 +108,7 @@ def _cholesky_direction(H, g):
     """-H^-1 g, or None when H is not positive definite in float64 (cannot happen for I + PSD).
     An m x m factor is small work: one BLAS thread (streamrank._native.blas)."""
     from scipy.linalg import LinAlgError, cho_factor, cho_solve  # here: TRON runs import no scipy
+
     from streamrank._native.blas import one_thread
     try:
         with one_thread():

@@ -197,14 +197,14 @@ def _trpcg(hessp, g, delta, stats, P, quadratic=None):
     does a d.Hd so small that alpha = z.r / d.Hd overflows; a d.Hd, z.r or boundary step that is
     not finite raises NumericError (:mod:`streamrank.solvers.finite`).
 
-    ``quadratic`` (|f| at the point, or None): stop also at the first step j whose model decrease is small,
-    j (q_j - q_{j-1}) >= CG_QUAD_TOL q_j, once ||r^|| <= XI_QUAD ||g^||, with q(s) = g.s + 1/2 s.Hs = (g.s - s.r) / 2 (r = -g - Hs:
-    two dot products, no product with H), or when q stops decreasing (rounding). The residual
-    test can only be met later on an ill-conditioned H: with Q's spectrum inside the kernel
-    problem's Hessian Q (I + C L Q), ||r|| lingers in directions that no longer move q (measured
-    on MQ2008 Fold1, rbf 2^-5, C = 1: 112 CG steps to eps 1e-3 with the residual test, 54 with both
-    from TRON's second step on).
-    Steps are the same as without it up to that point (the same s, r, d)."""
+    ``quadratic`` (|f| at the point, or None): stop also at the first step j whose model decrease is
+    small, j (q_j - q_{j-1}) >= CG_QUAD_TOL q_j, once ||r^|| <= XI_QUAD ||g^||, with q(s) = g.s +
+    1/2 s.Hs = (g.s - s.r) / 2 (r = -g - Hs: two dot products, no product with H), or when q stops
+    decreasing (rounding). The residual test can only be met later on an ill-conditioned H: with Q's
+    spectrum inside the kernel problem's Hessian Q (I + C L Q), ||r|| lingers in directions that no
+    longer move q (measured on MQ2008 Fold1, rbf 2^-5, C = 1: 112 CG steps to eps 1e-3 with the
+    residual test, 54 with both from TRON's second step on). Steps are the same as without it up to
+    that point (the same s, r, d)."""
     s = np.zeros_like(g)
     r = -g
     z = P.solve(r)
@@ -297,8 +297,9 @@ def start_state(obj, w0, state, *, delta_from_gradient):
 
     A new state evaluates fun/grad at w0, and at 0 as well when w0 != 0: the stopping rule's
     reference ``gnorm0`` is min(||g(0)||, ||g(w0)||) (see the module docstring). A resumed
-    state's f and g are recomputed at its w and must equal the stored ones bit for bit: the data and settings were checked already, so a difference means
-    another numeric environment, and continuing would not reproduce the uninterrupted run.
+    state's f and g are recomputed at its w and must equal the stored ones bit for bit: the data
+    and settings were checked already, so a difference means another numeric environment, and
+    continuing would not reproduce the uninterrupted run.
     A value that is not finite at any of these points raises NumericError (solvers.finite).
     """
     t0 = time.perf_counter()
