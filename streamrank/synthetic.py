@@ -764,8 +764,9 @@ def _comments(blk):
 def clustered_rows(seed=0, n_cluster=700, n_spread=900, d=25):
     """(X float32, y, query_ptr): one query of n_cluster + 300 documents, n_cluster of them
     near-identical (documents that match no query term differ only in two length-like features),
-    then queries of 100; raw features of scales 10^-2 .. 10^4; labels 0-2 (60/30/10%). The shape on
-    which a public LETOR set broke the exact kernel path's preconditioner (issue 10); its tests and
+    then queries of 100; raw features of scales 10^-2 .. 10^4; labels 0-2 (60/30/10%). The shape of
+    a public LETOR set that the exact kernel path's preconditioner must handle (a large query of
+    near-duplicate documents beside spread ones); its tests and
     ``tools/bench_exact_kernel.py --clustered`` use it."""
     rng = np.random.default_rng(seed)
     scales = 10.0 ** rng.uniform(-2, 4, d)

@@ -14,30 +14,27 @@ of the block's size. Phi = (X - shift) * scale elementwise: ``affine`` 0 = ident
 (shift, scale) row for all rows (zscore), 2 = one row per query (query_minmax). float32 ->
 float64 is exact, so the values equal a float64 copy's up to the summation below.
 
-The normalisation is folded into the vectors, not applied to every element (issue 34):
+The normalisation is folded into the vectors, not applied to every element:
 
     Phi w    = X (scale * w) - shift . (scale * w)
     Phi^T t  = scale * (X^T t - shift * sum(t))
 
 so the inner loops are the identity's (convert, multiply, add: three operations an element
-instead of five), which runs the rows 1.6x faster. The terms are those of the unfolded sums
-regrouped: the rounding error of a score is at most about eps64 sum_k |x_k scale_k w_k| where the
-unfolded one's is eps64 sum_k |x_k - shift_k| |scale_k w_k|, larger by about |shift_k| /
-spread_k for a feature far from zero. That is still eps64 / eps32 = 2e-9 of the error the
-float32 storage of x_k itself puts into the score (eps32 |x_k| |scale_k w_k|): the fold adds
-nothing a model can resolve. Measured: docs/benchmarks.md (the pass section).
+instead of five). The terms are those of the unfolded sums regrouped: the rounding error of a
+score is at most about eps64 sum_k |x_k scale_k w_k| where the unfolded one's is
+eps64 sum_k |x_k - shift_k| |scale_k w_k|, larger by about |shift_k| / spread_k for a feature far
+from zero. That is still eps64 / eps32 = 2e-9 of the error the float32 storage of x_k itself
+puts into the score (eps32 |x_k| |scale_k w_k|): the fold adds nothing a model can resolve.
+Measured: docs/benchmarks.md (the pass section).
 
 Summation orders are fixed by the data (as in ``_linalg``): sixteen interleaved partial sums per
 row dot product (``_raw_dot``), rows in order within a query; the caller adds P[q] in query
-order. Sixteen, not the four of before issue 34's last change: the four lanes' add chains (34
-long on 136 columns) bounded the rows at 2.5x the time sixteen take with X in cache, and the
-scores pass on 1.1M x 136 rows went from 1.59x to 1.34x the time to read X once (1.03x with the
-rows prefetched, :func:`_scores`). The sums'
-order changed with it, so a model's last bits did: on MQ2008 Fold1 the linear models' w moved
-by at most 5.6e-14 relative and their scores by 1.6e-14, the Nystroem and RFF models' by 3.8e-15
-(``tools/check_bit_identity.py --old 7427036``); the exact kernel's models kept theirs. The plain
-NumPy twin is in ``tests/native/test_fused.py``: Phi w and Phi^T t in NumPy around
-pairkernels' per-query sweeps.
+order. Sixteen lanes keep each add chain short (8.5 adds on 136 columns), so the adds do not wait
+on each other and a scores pass takes little more than one read of X (with the rows prefetched,
+:func:`_scores`). The lane count fixes the sums' order and so a model's last bits: another count
+moves the linear, Nystroem and RFF models' w and scores by about 1e-14 relative. The plain NumPy
+twin is in ``tests/native/test_fused.py``: Phi w and Phi^T t in NumPy around pairkernels'
+per-query sweeps.
 """
 
 import numba
@@ -54,7 +51,7 @@ from streamrank._native.prefetch import prefetch
 def _raw_dot(X, i, w):
     """X_i . w in sixteen partial sums (lane k mod 16; the columns past the last full sixteen go
     to lane 0 in order), reduced pairwise: the independent chains are 8.5 adds long on 136
-    columns where four lanes made them 34, so the adds no longer wait on each other."""
+    columns (four lanes would make them 34), so the adds do not wait on each other."""
     d = X.shape[1]
     d16 = d - d % 16
     a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0

@@ -9,13 +9,12 @@ def trimmer(min_growth=0):
     """A function that hands the free pages of glibc's heaps back to the system (malloc_trim),
     or does nothing off glibc. For pipelines that allocate and free buffers of megabytes in
     several threads (conversion): glibc raises its mmap threshold to the size of every mmapped
-    block it frees, after which such buffers come from per-thread heaps that keep their pages
-    (measured: converting 960 MB of text peaked 69 MB higher without the trim).
+    block it frees, after which such buffers come from per-thread heaps that keep their pages.
 
     ``min_growth`` (bytes): trim only when the heaps' free bytes (``mallinfo2``) have grown by
     more than that since the last trim, so at most that much more stays mapped. A trim walks
-    every heap, and the linear passes called one at each pass's start with both threads idle:
-    65-800 us a pass on 1.1M MSLR rows, to free nothing on two passes of three (issue 34)."""
+    every heap while the caller's other threads wait; ungated at each pass's start, it would
+    mostly free nothing."""
     import ctypes
     import ctypes.util
     try:

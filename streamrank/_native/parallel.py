@@ -189,9 +189,9 @@ class Pipeline:
     group is reduced.
 
     The threads take the chunks in order, so while one thread finishes group k's last chunk (or
-    reduces it) the others start on group k + 1. :func:`run` per group made every thread wait for
-    the slowest at each group's end and for the reduction, and a batch per call at each block's
-    end (issue 34: 1.8 ms of a 37.7 ms fun + grad pass on 1.1M rows in 17 groups and 5 blocks).
+    reduces it) the others start on group k + 1, where :func:`run` per group would make every
+    thread wait for the slowest at each group's end and for the reduction, and a batch per call
+    at each block's end.
     A chunk of group k (counted over all batches) starts only after ``reduce`` of group
     ``k - depth`` has returned, so group k may reuse that group's buffers: ``depth`` buffer sets
     suffice. Every value is as :func:`run`'s: each item writes only its own outputs and the

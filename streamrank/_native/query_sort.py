@@ -1,14 +1,12 @@
 """The order of a query's documents by decreasing score, ties in index order
 (``np.argsort(-z, kind="stable")``), from scratch or from a previous order.
 
-A merge sort of its own, not ``np.argsort``: numba compiles its generic quicksort in about a
-second for each process on first use, this in a third of that (measured: 0.30 s against
-1.67 s); it sorts 300-element queries at 0.75x the quicksort's speed.
+A merge sort of its own, not ``np.argsort``: numba compiles its generic quicksort for each
+process on first use, in several times this sort's compile time, for little speed.
 
 The solver's passes sort each query's scores again at every point, and between two points the
 scores move little: an insertion sort from the previous order costs ``O(l + inversions)``
-where the merge sort costs ``O(l log l)`` (the sort was a quarter of a fun + grad pass on
-MSLR's rows; issue 34). The order is the unique one of (decreasing score, increasing index), so
+where the merge sort costs ``O(l log l)``. The order is the unique one of (decreasing score, increasing index), so
 the result is the merge sort's whatever the start; past ``WARM_SHIFTS`` moves per document the
 insertion sort gives up and merge-sorts (a start far from sorted costs at most that much more).
 """

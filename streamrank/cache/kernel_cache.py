@@ -72,10 +72,9 @@ MAP_BLOCKS = True
 # 10.5 s with the thread mapping ahead (OpenMP's workers spin between the pass's parallel loops and
 # starve it), and 1.37-1.40 s on one thread either way
 SYNC_MAP = True
-# mmap flags beyond MAP_SHARED: none. MAP_POPULATE faulted each block's pages in at mapping time,
-# in the one thread that maps, while the pass's threads waited (about 1.3 ms per 31 MB block,
-# 0.25 s a pass on generated mq2007); faulted where the products first touch them, the two
-# threads share the work: a hessp pass 1.15 -> 0.90 s (4 passes each, quiet machine; same bits)
+# mmap flags beyond MAP_SHARED: none. MAP_POPULATE would fault each block's pages in at mapping
+# time, in the one thread that maps, while the pass's threads wait; faulted where the products
+# first touch them, the threads share the work (the bits do not depend on it)
 _MAP_FLAGS = 0
 # Q is stored as float32(K - c) with a shift c (below), and the objective works with
 # Q' = float32(K - c) + c 1 1^T + jitter I. The rounding error E = float32(K - c) - (K - c) (plus
@@ -84,13 +83,11 @@ _MAP_FLAGS = 0
 # d.Hd < 0 in CG, where a preconditioner's M^-1 amplifies exactly those directions.
 #
 # The jitter is a bound on ||E||_2 that holds for every matrix, not only for independent errors.
-# Session 10's bound (2 max_i ||E_i|| + max |E_ij| sqrt(2 ln l), the semicircle edge for a matrix
-# of independent entries) failed on query-level-normalised LETOR data at small gamma (issue 30:
-# d.Hd = -72.8 at gamma 2^-9, 9,219 rows): there K is close to 1 1^T, many rows are exact or near
-# duplicates (documents with the same normalised features), and their rounding errors are the SAME
-# numbers in many rows, a coherent E whose norm grows like l max|E_ij| rather than sqrt(l) max|E_ij|
-# (measured: MQ2008's first 150 queries with 40% of the rows set to one vector, ||E||_2 = 2.3e-5
-# against the old bound 4.9e-6). So:
+# The bound for a matrix of independent entries (2 max_i ||E_i|| + max |E_ij| sqrt(2 ln l), the
+# semicircle edge) does not hold on query-level-normalised LETOR data at small gamma: there K is
+# close to 1 1^T, many rows are exact or near duplicates (documents with the same normalised
+# features), and their rounding errors are the SAME numbers in many rows, a coherent E whose norm
+# grows like l max|E_ij| rather than sqrt(l) max|E_ij|. So:
 #
 #   (1) Weyl: lambda_min(Q') >= lambda_min(K) - ||sym(E)||_2 + jitter, and lambda_min(K) >= 0 (a PSD
 #       kernel); only the symmetric part sym(E) = (E + E^T) / 2 enters beta^T Q' beta.
@@ -110,10 +107,9 @@ _MAP_FLAGS = 0
 # jitter = max_i [ (sum_j h_ij + sum_j h_ji) / 2 + sum_j |K_ij| eps64 (EVAL_ULPS + a_i + a_j) ],
 # a_i the row's factor of (4) (JITTER_FACTOR = 1: no margin is needed, the bound holds for every
 # matrix). It is loose by about 2 where the rounding errors are spread uniformly (|E_ij| averages
-# h_ij / 2) and by up to sqrt(l) / 2 beside the old bound where they are independent. The shift c
-# keeps this small: at a small gamma
-# K - c is 10 to 1,000 times smaller than K where K is near 1, and so is its spacing (MQ2008, 150
-# queries, gamma 2^-11: row sums of h 8.1e-5 unshifted, 7.7e-7 with c = 0.997). c drops out of the
+# h_ij / 2) and by up to sqrt(l) / 2 beside the independent-entry bound where they are independent.
+# The shift c keeps this small: at a small gamma K - c is 10 to 1,000 times smaller than K where K
+# is near 1, and so is its spacing. c drops out of the
 # pair loss (a constant added to every score of a query moves no pair margin), so it costs one
 # rank-one term per pass (the objective's) and nothing else. The jitter moves the optimum by
 # about jitter ||beta||^2 / 2.
@@ -303,7 +299,7 @@ class KernelCache(FeatureCache):
                     if queries is None or (queries[0] <= bq[k] and bq[k + 1] <= queries[1])]
         self._prepared = None
         # Q is stored as float32(K - shift) (module comment above JITTER_FACTOR); the key holds the
-        # shift, so a cache of float32(K) (before issue 30) is never read as one
+        # shift, so a cache stored with another shift (or none: float32(K)) is never read as one
         self.shift = kernel_shift(self._kernel(), self.Xn)
         self.eval_scale = eval_scale(self.Xn, kernel, gamma)
         key = {"kind": "kernel-matrix", **key_material, **self.kernel_params, "rows": l,

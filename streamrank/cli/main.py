@@ -51,11 +51,11 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         # a value such as --C -1e-5 or --coef0 -.5e1 is a (negative) number, not an option
-        # (argparse's own pattern misses exponents and said "expected one argument")
+        # (argparse's own pattern misses exponents and says "expected one argument")
         self._negative_number_matcher = re.compile(r"^-(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?$")
 
     def error(self, message):
-        # one line, as every other refusal (issue 30), ending where git's hint would be
+        # one line, as every other refusal, ending where git's hint would be
         self.exit(2, f"{self.prog}: error: {message}; try '{self.prog} --help'\n")
 
 

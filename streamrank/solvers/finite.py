@@ -3,9 +3,9 @@ once with :class:`~streamrank.errors.NumericError`, which names what was not fin
 likely causes.
 
 Why at once: every test a solver loop makes is a comparison, and a comparison with NaN is False, so
-a loop that asks ``actred > eta prered`` or ``||r|| > tol`` of a NaN neither accepts nor stops (the
-``iter 0 f nan |g| nan (rejected)`` loop of issue 30, 470 lines a second without end). No loop
-may see a value that has not passed through here.
+a loop that asks ``actred > eta prered`` or ``||r|| > tol`` of a NaN neither accepts nor stops (it
+would log ``iter 0 f nan |g| nan (rejected)`` without end). No loop may see a value that has not
+passed through here.
 
 The error carries attributes for the training layer, which adds the data's file, row and feature or
 the parameter that overflows and the largest value that works:

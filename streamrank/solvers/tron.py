@@ -14,8 +14,8 @@ rejected: "reached max_iter=5 (3 accepted, 2 rejected steps)").
   reduces its own starting gradient by eps, so it takes at least one accepted step, and a start
   that is already near its optimum is refined by the same factor as a cold one. With ||g(0)||
   alone (LIBLINEAR's C path), ||g(0)|| = C ||dloss(0)|| grows with C, and the previous C's
-  solution met the rule before any step: every C after the first stopped at 0 iterations with
-  the first C's model (issue 10).
+  solution would meet the rule before any step: every C after the first would stop at 0
+  iterations with the first C's model.
   Costs one more fun/grad when w0 != 0 (at w = 0).
 """
 

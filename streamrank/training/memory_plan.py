@@ -65,8 +65,8 @@ def memory_tier_bytes(budget, resident=0, fixed=0):
 
 
 # One stored block of Q: at most Q_BLOCK_BYTES, and at most 1/Q_BLOCKS_IN_BUDGET of the budget
-# (three are buffered; 1/32 before issue 30: 28 MB of a 300 MB budget; the block size never
-# changes a result, only the number of reads)
+# (three are buffered, so the buffers hold at most 3/64 of it; the block size never changes a
+# result, only the number of reads)
 Q_BLOCK_BYTES = 64 << 20
 Q_BLOCKS_IN_BUDGET = 64
 # what an exact run holds besides its planned arrays: LLVM's code pages that the first call of each
@@ -108,7 +108,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     shares it chose. ``with_threads``: also return the threads that compute Q's tiles (all of the
     passes' threads when their tiles fit beside the rest, else one: the tiles' bits do not depend on
     it, kernels.parallel_tiles)."""
-    # the exact path's modules, here: a linear run imports none of them (issue 17's start-up)
+    # the exact path's modules, imported here so that a linear run imports none of them (start-up)
     from streamrank.cache.kernel_cache import READ_BUFFERS
     from streamrank.io.budget import EXACT_MMAP_THRESHOLD, drop_idle_library_pages, load_kernel_runtime, tune_allocator
     tune_allocator(EXACT_MMAP_THRESHOLD)  # freed temporaries leave the resident set (io.budget)
