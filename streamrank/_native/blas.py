@@ -1,9 +1,8 @@
 """One BLAS thread for small products.
 
 OpenBLAS splits even a 136 x 2048 x 136 product across its threads, and when another process
-holds a core, every call waits for the thread that is not running: measured on 2 cores with the
-other one busy, building the linear preconditioner (eight such products and a 136 x 136
-Cholesky) took 0.66-0.88 s with two BLAS threads and 0.05-0.09 s with one. Products this small
+holds a core, every call waits for the thread that is not running (the linear preconditioner's
+products then take about ten times as long: docs/design.md, Measurements). Products this small
 gain little from a second thread on an idle machine either, so they run on one; wide ones
 (mapped features, the exact path's k x l x k products) keep every thread.
 """
@@ -76,8 +75,8 @@ def one_thread():
 # Columns of one block of a wide product A^T B (more columns than this), each block on one BLAS
 # thread, the blocks on parallel threads: the bits then depend on this width alone, never on how
 # many threads a process has. OpenBLAS otherwise splits the inner (row) dimension across its
-# threads: measured, a 2048 x 300 A^T B differs by 1.4e-13 between one and two threads, so a
-# worker with fewer cores would not give the local model.
+# threads, so the last bits would depend on the thread count, and a worker with fewer cores would
+# not give the local model.
 ATB_COLUMNS = 256
 
 

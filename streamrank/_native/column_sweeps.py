@@ -73,9 +73,8 @@ def _lin_terms(mom, lam, a, zi):
     starting at +0.0 never is (``x + -x`` is +0.0), so the bits are those of the loop over
     ``b < a``. That loop's trip count is the document's level, and its exit a mispredicted branch
     per document in the mirrored frame, where most documents (level 0 there is the top) run all
-    of it (measured, 400k MSLR-like rows, one thread: the mirrored sweep 4.9 -> 3.8 ms). The
-    preferred frame keeps its loop: most of its documents are at level 0 and run none of it,
-    and there the select's extra work cost more than the branch (+0.4 ms)."""
+    of it. The preferred frame keeps its loop: most of its documents are at level 0 and run none
+    of it, and there the select's extra work costs more than the branch."""
     lin = 0.0
     for b in range(lam.shape[0] - 1):  # the top level is never a partner
         w = mom[b, 0]
@@ -90,8 +89,8 @@ def _mirror_grad_sweep(zs, rs, n_lev, lam, cut, lin, mom):
     (``-z``, ``L-1-r``, reversed: position ``p`` is ``l-1-p`` of the preferred frame's ``zs``,
     ``rs``, read through index arithmetic, not a copy) with the prefix lengths ``cut`` known:
     the same W and mean pushes and ``lin`` terms in the same order as the generic sweep on the
-    mirrored copies, so the same bits (negation is exact), without the loss's M2 (the mirrored
-    sweep 3.50 -> 3.21 ms on 400k MSLR rows); ``mom`` is an ``(L, 3)`` scratch."""
+    mirrored copies, so the same bits (negation is exact), without the loss's M2; ``mom`` is an
+    ``(L, 3)`` scratch."""
     l = zs.shape[0]
     for r in range(mom.shape[0]):
         mom[r, 0] = 0.0
@@ -159,13 +158,12 @@ def _hess_frame(us, rs, cut, lam, two_mu, pre, out, mirror):
     first ``base + i`` positions, each row the last plus one position, in position order), then
     each ``p`` whose ``cut[p]`` (non-decreasing, as the sweeps write it) falls in the window
     reads its row. The same additions in the same order as pushing positions up to ``cut[p]``
-    before ``p``, so the same bits, without that loop's varying trip count: its exit was a
-    mispredicted branch per position (measured, 400k MSLR-like rows, one thread: the sweep
-    10.3 -> 9.6 ms). ``cut`` must be non-decreasing (a row before ``base`` is gone).
+    before ``p``, so the same bits, without that loop's varying trip count (its exit would be a
+    mispredicted branch per position). ``cut`` must be non-decreasing (a row before ``base`` is
+    gone).
 
-    ``pairkernels._sweep_hess_levels`` on (l, 1) views of scratch gives the same bits but its
-    m-wide loops and per-call accumulators made the Hessian pass 1.37x slower (400k MSLR-like
-    rows, one thread: 28.3 against 20.6 ms)."""
+    ``pairkernels._sweep_hess_levels`` on (l, 1) views of scratch gives the same bits, more slowly
+    (its m-wide loops and per-call accumulators)."""
     l = us.shape[0]
     n_lev = lam.shape[0]
     last = l - 1

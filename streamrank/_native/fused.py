@@ -120,8 +120,7 @@ def _scores(X, s, e, wf, c, out):
     PREFETCH_BYTES ahead (the next query's, near the end) are asked for meanwhile.
 
     Compiled on its own, not inlined: LLVM's SLP vectoriser then packs the sixteen sums into two
-    8-lane registers, where inside the fused kernels it paired them two by two (measured, 400k
-    MSLR-like rows, one thread: the Hessian pass 23.9 ms against 26.3 inlined)."""
+    8-lane registers, where inside the fused kernels it pairs them two by two."""
     n, d = X.shape
     row_bytes = d * X.itemsize
     ahead = max(1, PREFETCH_BYTES // max(row_bytes, 1))
@@ -189,7 +188,7 @@ def fused_loss_grad(q0, q1, X, w, shift, scale, affine, qptr, rank, lam, g, c0, 
 
     The common case (per-level accumulators, squared hinge) runs the one-column sweeps of
     :mod:`column_sweeps`, the others the generic ones, each in a kernel of its own chosen here:
-    one body holding both compiled the row and X^T loops 1.5x slower, and a run compiles only the
+    one body holding both compiles the row and X^T loops slower, and a run compiles only the
     case it uses (numba compiles every callee of a kernel on its first call).
     """
     k = _loss_grad_levels if mode == MODE_LEVELS and eta == 0.0 else _loss_grad_generic

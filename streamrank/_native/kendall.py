@@ -16,17 +16,16 @@ features: a counting sort by the first feature's ranks of the rows already in th
 and a merge sort's inversion count. The kernel takes a block of queries, in chunks of about
 ``chunk_rows`` rows, and a range of pairs, each pair summing its tau-b over the queries in query
 order; the caller runs ranges in threads (:func:`pair_ranges`), so the sums do not depend on the
-chunks, the blocks or the thread count. (A numba parallel loop per query, before, woke the threads
-471 times a pass on MQ2008 Fold1, which cost more than its work on a busy machine; and its
-parallel compile took 2.2 of a first run's seconds.)
+chunks, the blocks or the thread count. (A numba parallel loop per query would wake the threads
+once a query, which costs more than the work on a busy machine, and compile through numba's
+parfor pipeline.)
 
 Compile time (a first run compiles on an empty numba cache): the helpers are inlined into
 :func:`block_tau_b_pairs` by numba (``inline="always"``), so one function is typed and optimised
-once. As functions of their own, LLVM optimised each again inside every caller (numba links a
-callee's module into its caller's and optimises the whole), four levels deep: select-features on
-MQ2008 Fold1 spent 4.9 s compiling them (own seconds, loaded 2-core machine) and spends 2.2 s on
-the inlined whole, 1.1 of its 5.6 CPU seconds less. The arithmetic is the same operations in the
-same order (no fastmath: LLVM may not reorder them), so every tau-b is the same to the last bit.
+once. As functions of their own, LLVM would optimise each again inside every caller (numba links a
+callee's module into its caller's and optimises the whole), four levels deep. The arithmetic is the
+same operations in the same order (no fastmath: LLVM may not reorder them), so every tau-b is the
+same to the last bit.
 """
 
 import numba

@@ -1,12 +1,11 @@
 """Sums whose order is fixed by the data, not by the blocks.
 
 BLAS sums a product like Phi^T v in an order that depends on the matrix shape (and its thread
-split), so the same data cut into other blocks gives other last bits; TRON's conjugate
-gradients amplify 1e-16 into 1e-10 differences within a few iterations on ill-conditioned
-problems (measured on MQ2008: two block layouts ended 2.6e-5 apart in w at eps = 1e-8). The
-fused kernels (``_fused``) therefore compute per-query partial results, and these adders combine
-them in query order: one global sequence, whatever the blocks. No fastmath: LLVM may not
-reassociate the sums.
+split), so the same data cut into other blocks gives other last bits; TRON's conjugate gradients
+amplify 1e-16 into 1e-10 differences within a few iterations on ill-conditioned problems, and two
+block layouts would end with different models. The fused kernels (``_fused``) therefore compute
+per-query partial results, and these adders combine them in query order: one global sequence,
+whatever the blocks. No fastmath: LLVM may not reassociate the sums.
 """
 
 import numba

@@ -5,30 +5,28 @@ Each module that defines numba kernels ends with ``numba_cache.adopt(globals())`
 every kernel of the module (each numba dispatcher, not numba's classes) two things:
 
 - Its compiles run with LLVM's SLP vectoriser on. numba leaves it off by default
-  (``NUMBA_SLP_VECTORIZE=0``), so the row dots' interleaved partial sums (``_native.fused``; four
-  lanes) compiled to scalar multiply-adds: the linear Hessian pass on 1.1M x 136 rows in memory
-  took 0.078 s, 5.8x the time to read X once, and scaled 1.96x from one thread to two (arithmetic,
-  not bandwidth; tools/bench_limits.py). With SLP on, the same sums run several lanes at a time
-  (0.079 s to 0.063 s). SLP only packs independent operations of the same kind; with no fastmath
-  anywhere LLVM may not reassociate a sum, so every kernel gives the same bits either way
-  (tools/check_bit_identity.py). numba reads ``numba.core.config.SLP_VECTORIZE`` when it
-  optimises a function's module, so the value is set around the kernel's compile, under numba's
-  compiler lock, and put back after: other numba code in the process compiles as it would
-  without streamrank. ``NUMBA_SLP_VECTORIZE`` set in the environment is obeyed instead.
+  (``NUMBA_SLP_VECTORIZE=0``), and without it the row dots' interleaved partial sums
+  (``_native.fused``) compile to scalar multiply-adds, a pass bound by arithmetic, not bandwidth.
+  With SLP on, the same sums run several lanes at a time. SLP only packs independent operations of
+  the same kind; with no fastmath anywhere LLVM may not reassociate a sum, so every kernel gives the
+  same bits either way (tools/check_bit_identity.py). numba reads
+  ``numba.core.config.SLP_VECTORIZE`` when it optimises a function's module, so the value is set
+  around the kernel's compile, under numba's compiler lock, and put back after: other numba code in
+  the process compiles as it would without streamrank. ``NUMBA_SLP_VECTORIZE`` set in the
+  environment is obeyed instead.
 
-- Its cache (numba's ``cache=True`` files, the same files) is a :class:`KernelCache`, which
-  differs from numba's in two ways. numba keys a cached function by its signature, the CPU and
-  its bytecode, not by how LLVM was told to compile it; code compiled under other settings was
-  loaded by every later run (the row dots 2.5x slower), so the key adds the settings the code was
-  compiled with (:func:`compile_settings`), and code compiled otherwise sits beside it under its
-  own key. And numba's load refreshes the target context first: the first load in a process
-  imports and installs every typing and lowering registry numba has (``numba.np.linalg`` imports
-  ``scipy.linalg`` on the way), which a compile needs and a load does not. A load needs the object
-  code, the function's environment and numba's runtime (NRT, whose symbols the code links
-  against); measured on a 2-core machine (interleaved runs), a warm ``streamrank train`` on MQ2008
-  Fold1 took 0.87 s with numba's loads and 0.70 s with these (``python tools/bench_peers.py
-  --only linear`` times the whole process). A compile still refreshes the contexts itself, so a
-  process that loads some kernels and compiles others gets the registries when it first compiles.
+- Its cache (numba's ``cache=True`` files, the same files) is a :class:`KernelCache`, which differs
+  from numba's in two ways. numba keys a cached function by its signature, the CPU and its bytecode,
+  not by how LLVM was told to compile it, so code compiled under other settings (slower row dots)
+  would be loaded by every later run; the key adds the settings the code was compiled with
+  (:func:`compile_settings`), and code compiled otherwise sits beside it under its own key. And
+  numba's load refreshes the target context first: the first load in a process imports and installs
+  every typing and lowering registry numba has (``numba.np.linalg`` imports ``scipy.linalg`` on the
+  way), which a compile needs and a load does not. A load needs the object code, the function's
+  environment and numba's runtime (NRT, whose symbols the code links against); loading only these
+  makes a warm MQ2008 training about a fifth shorter (docs/design.md, Measurements). A compile still
+  refreshes the contexts itself, so a process that loads some kernels and compiles others gets the
+  registries when it first compiles.
 
 A cache miss can also take the kernel's compile lock (:data:`compile_lock`, which
 ``warmup.install_compile_locks`` sets) so that two processes never compile one kernel at once.

@@ -67,9 +67,8 @@ MODE_SEPARABLE = 2
 _MODE_NAMES = {"levels": MODE_LEVELS, "constant": MODE_CONSTANT, "separable": MODE_SEPARABLE}
 
 # Up to this many label levels the per-level slots (O(L) per document, no merges) are used even
-# for constant / separable costs; above it the Fenwick trees (O(log L)).  Measured on one
-# 200k-row query (loss_grad / hess_prod ms, slots vs tree): L=8 38/17 vs 42/23, L=16 40/20 vs
-# 40/24, L=32 43/30 vs 43/25, L=128 61/92 vs 43/27.
+# for constant / separable costs; above it the Fenwick trees (O(log L)): the crossover of the
+# two on one large query (docs/design.md, Measurements).
 LEVELS_MAX = 16
 
 # Relative tolerance (to max cost) for recognising lam[a, b] == g[a] - g[b]: a table computed as
@@ -288,7 +287,7 @@ def _mom_fenwick_prefix(tree, rank):
 # Loss and gradient: one sweep (preferred frame), run twice per query
 # --------------------------------------------------------------------------------------------
 # The sweeps dispatch on the accumulator mode once, outside the per-document loop: a mode branch
-# inside the loop (with the unused accumulators in scope) made them 5-10x slower.
+# inside the loop (with the unused accumulators in scope) makes them several times slower.
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -356,7 +355,7 @@ def _sweep_loss_grad_levels(zs, rs, lam, thr, cut, lin):
 @njit(cache=True, nogil=True, inline="always")
 def _sweep_levels_into(zs, rs, lam, thr, cut, lin, mom):
     """:func:`_sweep_loss_grad_levels` with its moments in ``mom`` (``(L, 3)`` scratch the caller
-    makes once: an allocation per query cost 0.3 ms of a 4.8 ms sweep over 400k MSLR rows)."""
+    makes once: an allocation per query would cost about 6% of a sweep)."""
     for r in range(mom.shape[0]):
         mom[r, 0] = 0.0
         mom[r, 1] = 0.0

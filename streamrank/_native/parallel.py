@@ -8,10 +8,8 @@ groups of queries, block after block), each group reduced in order once its chun
 The kernels are compiled with ``nogil=True``, so the threads run in parallel.
 
 Why not numba's ``prange``: a ``parallel=True`` kernel is compiled through numba's parfor
-pipeline, which costs far more than the loop itself: on a cold cache the demo compiled its
-kernels in 31.2 s with ``prange`` and in 16.8 s with the same loops serial (numba's compile
-events, as ``tools/kernel_manifest.py --times`` prints them; docs/benchmarks-archive.md), a cost every
-fresh install and every CI run pays once.
+pipeline, which costs far more than the loop itself (nearly twice the demo's cold compile
+time: docs/design.md, Measurements), a cost every fresh install and every CI run pays once.
 
 Each item (a query, a line segment, a row) writes only its own outputs, and no sum runs across
 items inside a kernel, so neither the chunking nor the thread count changes a value.
@@ -242,8 +240,8 @@ class Pipeline:
             self.live += start
         self.futures += [_executor().submit(self._runner, True) for _ in range(start)]
         # the caller works on the earlier batches' chunks only, and leaves this one's to the
-        # others while it makes the next batch: taking the last ones itself left them idle for
-        # the 0.1-0.3 ms of a block's set-up (and waiting for the interpreter's lock after it)
+        # others while it makes the next batch: taking the last ones itself would leave them idle
+        # for a block's set-up (and waiting for the interpreter's lock after it)
         self._runner(False, upto=first)
         with self.cond:
             self._check()
@@ -282,8 +280,8 @@ class Pipeline:
 
     def _take(self):
         # the next chunk in group order, or None (under cond). The chunks are cut a group at a
-        # time as the threads reach it: cutting every group's first kept both threads idle for
-        # 85 us a block (18 groups' bounds)
+        # time as the threads reach it: cutting every group's first would keep both threads idle
+        # while every group's bounds are made
         if not self.queue and self.cut < len(self.items) and self.error is None:
             gi = self.cut
             cs = self._chunks_of(gi)

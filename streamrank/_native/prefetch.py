@@ -2,10 +2,9 @@
 
 The fused passes read X a query at a time: its rows stream from memory for the scores, then the
 pair sweep and the X^T product work in cache while no row is read. The hardware's prefetchers
-follow a stream only within a 4 KB page and stop when the reads stop, so every query's rows began
-cold. Asking for the rows some kilobytes ahead while the current ones are scored keeps the
-stream running across pages and across the sweep (measured, 1.1M x 136 rows, the scores pass:
-19.4 -> 15.5 ms on one thread, 13.7 -> 12.2 ms on two; ``tools/bench_pass.py`` for the passes).
+follow a stream only within a 4 KB page and stop when the reads stop, so every query's rows would
+begin cold. Asking for the rows some kilobytes ahead while the current ones are scored keeps the
+stream running across pages and across the sweep (``tools/bench_pass.py`` times the passes).
 
 A prefetch is a hint: it changes no value and cannot fault, and the callers keep its addresses
 inside the array anyway.

@@ -6,23 +6,21 @@ wants the same speed calls ``streamrank.configure()`` before importing numpy (or
 imports it). Each setting changes speed only, never a result, and a value the user has set
 already is kept:
 
-- ``OPENBLAS_THREAD_TIMEOUT=20``: OpenBLAS's threads busy-wait 2^28 cycles (about 0.1 s) after
-  each call before they sleep, and streamrank alternates BLAS products with numba passes on the
-  same cores (the exact kernel path: the preconditioner's update, then a pass over Q). The
-  spinning threads took the cores from the next pass: on MQ2008 Fold1 the pass after each update
-  took 96 to 134 ms instead of 41, and the update itself 0.35-0.54 s instead of 0.31-0.35.
-  OpenBLAS reads the variable once, when numpy loads it: set only while numpy is not imported.
+- ``OPENBLAS_THREAD_TIMEOUT=20``: OpenBLAS's threads busy-wait 2^28 cycles (about 0.1 s) after each
+  call before they sleep, and streamrank alternates BLAS products with numba passes on the same
+  cores (the exact kernel path: the preconditioner's update, then a pass over Q), so spinning
+  threads would take the cores from the next pass. OpenBLAS reads the variable once, when numpy
+  loads it: set only while numpy is not imported.
 - ``OMP_WAIT_POLICY=PASSIVE``: numba's OpenMP workers (the ``prange`` loops of the kernel paths)
-  spin between parallel loops by default; on two cores they took the core from the thread that
-  maps the next block of Q, and the exact path's first two-thread pass took about 10 s instead
-  of 1 (generated mq2007). libgomp reads it once, when it loads: set only while numba is not
+  spin between parallel loops by default; on two cores they would take the core from the thread
+  that maps the next block of Q. libgomp reads it once, when it loads: set only while numba is not
   imported.
 - numpy's huge-page advice off: numpy asks for transparent huge pages on every large allocation
   (``madvise(MADV_HUGEPAGE)``), and where THP ``defrag`` is ``madvise`` (a common default) every
-  such fault compacts memory synchronously: first touching a 600 MB array took 1.60 s with the
-  advice and 0.26 s without. streamrank allocates its blocks and in-memory tiers once and touches
-  them in one sweep. ``STREAMRANK_NUMPY_HUGEPAGES=1`` keeps numpy's default. This one takes
-  effect whenever it is called (for later allocations); it imports numpy.
+  such fault compacts memory synchronously, several times the cost of the touch itself. streamrank
+  allocates its blocks and in-memory tiers once and touches them in one sweep.
+  ``STREAMRANK_NUMPY_HUGEPAGES=1`` keeps numpy's default. This one takes effect whenever it is
+  called (for later allocations); it imports numpy.
 
 LLVM's SLP vectoriser needs no call: streamrank turns it on around its own compiles only
 (:mod:`streamrank._native.numba_cache`).

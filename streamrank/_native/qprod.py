@@ -17,8 +17,8 @@ Summation orders are fixed by the data alone, never by blocks or threads:
   64 in increasing j, the tail continues lanes 0.. in column order, and the lanes are combined by
   halving, s[k] += s[k + h] for h = 32, 16, ..., 1. Sixty-four lanes held in one small array are
   a loop over lanes without a reduction in it, so LLVM vectorises it as it stands (no
-  reassociation, the order above exactly): 31 ms against 123 ms for the eight lanes, whose
-  scalar chains it would not vectorise, on one thread for a 9,630 x 9,630 float32 Q.
+  reassociation, the order above exactly), where it would not vectorise eight lanes' scalar
+  chains.
 - :func:`add_cols`: acc[j] += Q[i, j] t[i] for i in increasing row order, one add per row. The
   threads split the columns, so each acc[j] sees the same sequence whatever the thread count;
   a caller that passes the row blocks in row order gets the same bits for any block size.

@@ -3,10 +3,10 @@
 numba compiles a kernel on its first call and keeps the machine code in its on-disk cache
 (``cache=True``), so the first run after an install pays for all of a command's kernels. Compiling
 takes memory a cached run never holds: numba's typing and lowering registries and LLVM's working
-set, 100-200 MB a compiling process (measured: ``COMPILER_BYTES``). A plan made while
-kernels were still to be compiled in the same process, or beside a helper compiling them, left
-that out: the process tree of a first run peaked far above ``--memory-budget`` (377 MB at 300 MB
-for a primal run), and whether a budget was accepted depended on what was cached.
+set, 100-200 MB a compiling process (measured: ``COMPILER_BYTES``). A plan made while kernels
+were still to be compiled in the same process, or beside a helper compiling them, would leave
+that out: the process tree of a first run would peak far above ``--memory-budget``, and whether a
+budget is accepted would depend on what is cached.
 
 So when a command starts on a cold cache, :func:`start` runs ``python -m streamrank._native.warmup
 LIST...`` and waits for it: the helper compiles the lists' kernels (``warm_manifest.KERNELS``,
