@@ -30,9 +30,8 @@ Blocks
 Checksums
     CRC-32 (``zlib.crc32``, stdlib) of each block's bytes, checked on every read from disk. It
     detects damage (flipped bits, truncation, stale files), which is what is needed here; it is not
-    meant to resist someone forging blocks. Measured on this project's machine over a 100 MB block:
-    crc32 4.3 GB/s, adler32 2.9 GB/s, sha1 1.8 GB/s, sha256 1.6 GB/s, blake2b 0.9 GB/s, against
-    13 GB/s for the warm read itself; xxhash would be faster but is not a dependency. A block that
+    meant to resist someone forging blocks, and it is the fastest check in the standard library
+    (docs/design.md, Measurements); xxhash would be faster but is not a dependency. A block that
     fails (or whose file is missing or has the wrong size) is logged, dropped from the manifest and
     deleted; :meth:`FeatureCache.get` returns None and the caller recomputes and :meth:`put`\\s it.
     ``verify="once"`` checks a block's CRC on its first read in this process only and afterwards
@@ -358,8 +357,8 @@ class FeatureCache:
         With ``out`` (C-contiguous, the cache's dtype, shape ``(rows, width)``) the block is read
         or copied into ``out`` and ``out`` is returned; its content is undefined after None.
         Without it a fresh array is returned, or the in-memory tier's own read-only array.
-        Pass a buffer reused across passes: a fresh 100 MB array costs page faults that measured
-        1.1 GB/s for the whole get against 3.1 GB/s into a reused ``out`` (warm page cache).
+        Pass a buffer reused across passes: a fresh array costs page faults, which take the get
+        to about a third of its speed into a reused ``out`` (warm page cache).
         """
         rows = self.rows(k)
         shape = (rows, self.width)
@@ -397,7 +396,7 @@ class FeatureCache:
         """Store block ``k`` (exactly as mapped: same dtype, shape ``(rows, width)``).
 
         ``take``: the caller hands ``array`` over (it never writes to it again), so the in-memory
-        tier keeps it rather than a copy (a block of Q is 62 MB on MQ2008; the copies cost 0.6 s).
+        tier keeps it rather than a copy (a block of Q is tens of MB).
         Returns True when the block is on disk afterwards, False when it is not (memory-only cache,
         or the size cap could not be met). Raises :class:`CacheDiskFull` on a full disk.
         """

@@ -19,11 +19,10 @@ from the cache's files (:meth:`KernelCache._mapped`: a read-only shared mapping 
 pages in the page cache, faulted in where the products touch them) as the pass reaches them
 (SYNC_MAP), or one block ahead by a thread with at most MAPPED_AHEAD mappings handed out at a
 time: pages of a mapped file count in RSS only while mapped, so the pass holds at most what three
-read buffers would. A read() copies every byte into a buffer that the pass then reads again:
-on generated mq2007 (6 GB of Q from the page cache per pass, 2 cores) the copy took one core for
-0.6 s a pass beside the products, where a mapping costs the page table (about 24 GB/s). A block
-that is not stored (no cache directory) or fails its check is read or computed into reused
-buffers as before. Blocks are checked with ``verify="once"``: the CRC is checked on a block's first
+read buffers would. A read() copies every byte into a buffer that the pass then reads again,
+a core's work beside the products, where a mapping costs only the page table. A block that is
+not stored (no cache directory) or fails its check is read or computed into reused buffers
+instead. Blocks are checked with ``verify="once"``: the CRC is checked on a block's first
 read in the process, then trusted while the file's inode, size and mtime are unchanged (a pass
 re-reads all of Q, and the CRC would cost about 40% of the read). The files are only ever replaced
 by a rename (a new inode; a mapping keeps the old one alive), never written in place: a file
@@ -67,10 +66,7 @@ MAPPED_AHEAD = 2
 # False: every block from disk is read into buffers (tests compare the two)
 MAP_BLOCKS = True
 # True: blocks are mapped in the pass's own thread as it reaches them, not by a thread one block
-# ahead. On the quiet 2-core machine, a hessp pass over generated
-# mq2007's Q (6 GB mapped, 1 GB in memory) took 1.06 s on two threads mapped here, against 1.99 to
-# 10.5 s with the thread mapping ahead (OpenMP's workers spin between the pass's parallel loops and
-# starve it), and 1.37-1.40 s on one thread either way
+# ahead, which OpenMP's workers (spinning between the pass's parallel loops) can starve
 SYNC_MAP = True
 # mmap flags beyond MAP_SHARED: none. MAP_POPULATE would fault each block's pages in at mapping
 # time, in the one thread that maps, while the pass's threads wait; faulted where the products
@@ -422,8 +418,8 @@ class KernelCache(FeatureCache):
 
     def set_bounds(self, row_err, max_err=None):
         """The jitter: the largest per-row bound over every row of Q (:func:`rounding_bounds`; when
-        the rows were seen elsewhere: :class:`RoundingBounds`). ``max_err`` is not used (the
-        element bound of the former jitter; kept for callers)."""
+        the rows were seen elsewhere: :class:`RoundingBounds`). ``max_err`` (an element bound) is
+        accepted and not used."""
         self._jitter = float(row_err)
 
     # -- reading ---------------------------------------------------------------------------------

@@ -230,9 +230,8 @@ def _after_cluster_loss(args):
 def run():
     """The ``streamrank`` program: :func:`main`, then the exit without the interpreter's teardown.
 
-    A process that has loaded numba kernels spends 80 to 120 ms tearing down numba's and LLVM's
-    objects after the command is done (measured: a script that loads one cached kernel exits in
-    0.61 s, 0.48 s through ``os._exit``). Everything an exit must do still runs: the exit
+    A process that has loaded numba kernels spends a noticeable part of a short command's time
+    tearing down numba's and LLVM's objects after the command is done. Everything an exit must do still runs: the exit
     handlers (logging's flush among them) and the flush of standard output and error; files are
     closed by the commands themselves. Where other threads still run (a dask cluster's) the
     process exits the normal way. Tests call :func:`main`, which returns.

@@ -7,14 +7,13 @@ into one line and exit status 128 + the signal's number. A signal the process wa
 ignored (``nohup`` ignores SIGHUP) stays ignored. Before they are installed (the program's imports),
 :mod:`streamrank._native.startup_signals` ends the program on these signals with the same line.
 
-An exception a signal handler raises can be lost: CPython runs the handler at whatever bytecode
-the main thread is at, and C code that calls back into Python and then clears whatever error it
-got (``PyDict_GetItem`` does, with a key whose ``__eq__`` is Python) discards it silently
-(measured: 2 of about 40 SIGTERMs sent during a cold-cache compile let the command run to its end
-and exit 0, without a line). So the first signal also starts a watcher that re-delivers it to the main thread every
-:data:`RETRY_SECONDS` until ``cli.main`` has acknowledged it; a repeat raises again only where no
-exception is being handled, so the cleanup that a delivered one started is never cut short (a
-second Ctrl-C then waits for it; SIGKILL still ends the process).
+An exception a signal handler raises can be lost: CPython runs the handler at whatever bytecode the
+main thread is at, and C code that calls back into Python and then clears whatever error it got
+(``PyDict_GetItem`` does, with a key whose ``__eq__`` is Python) discards it silently, and the
+command would run to its end and exit 0. So the first signal also starts a watcher that re-delivers
+it to the main thread every :data:`RETRY_SECONDS` until ``cli.main`` has acknowledged it; a repeat
+raises again only where no exception is being handled, so the cleanup that a delivered one started
+is never cut short (a second Ctrl-C then waits for it; SIGKILL still ends the process).
 """
 
 import signal

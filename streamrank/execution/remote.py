@@ -121,8 +121,7 @@ class ArrayStore:
                 continue
             if not (a.flags.c_contiguous and a.flags.aligned):
                 # dask hands arrays over at any byte offset, and numpy's matmul then skips BLAS for a
-                # loop of its own (other bits, and slower): measured, a 300 x 37 float64 array came at
-                # an address = 3 mod 64
+                # loop of its own (other bits, and slower)
                 a = np.array(a, order="C")
             a.flags.writeable = False  # shared by every object that refers to it: nothing may change it
             self._d[key] = a
@@ -157,8 +156,8 @@ class Resident:
         self.outputs = {}    # (handle id, partition) -> the partition's per-block outputs
         self.data_bytes = {}  # source id -> bytes of rows kept in memory by its partitions here
         # block buffers shared by every partition of every source here (a source released by the
-        # client leaves nothing behind: measured, one source's buffers outliving it by a pass made
-        # a worker's peak 607 MB against 374 MB resident after)
+        # client leaves nothing behind: buffers outliving their source by a pass would raise a
+        # worker's peak well above its resident set after)
         self.pool = BufferPool()
         self.lock = threading.Lock()
 

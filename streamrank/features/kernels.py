@@ -51,10 +51,8 @@ USES_DEGREE = frozenset({"poly"})
 USES_COEF0 = frozenset({"poly", "sigmoid"})
 
 # Rows of every BLAS call on data rows (see the module docstring). Fewer rows mean more calls, and
-# a two-thread call waits for its second thread when another process holds a core: Nystroem
-# m = k = 2000 on 20,000 rows (2 loaded cores) took 4.5-9.3 s with 256-row tiles, 4.6-4.9 s with
-# 512 and 3.8-3.9 s with the former 912-row chunks; single-threaded, 2.3-2.5 s for all three.
-# A call on one row costs a tile (70 ms for that map).
+# a two-thread call waits for its second thread when another process holds a core; 512 rows keep
+# that wait small against the call (docs/design.md, Measurements). A call on one row costs a tile.
 ROW_TILE = 512
 # Fewer rows (a multiple of ROW_ALIGN, at least ROW_ALIGN) when a tile's float64 temporaries would
 # pass TILE_BYTES: only for products over 8,000 columns wide (exact-kernel rows against all l
@@ -122,7 +120,7 @@ class ScratchPool:
     """Scratch sets for :func:`parallel_tiles` kept from one call to the next (``take``, ``give``):
     a caller that runs it block after block (the kernel matrix's build) otherwise makes every
     thread's set afresh per block, and a tile's buffer of 32 MB is mapped and faulted in again each
-    time (generated mq2007: 4.5M page faults and 24 s of system time in a 28 s build)."""
+    time (most of a build's time, in the system)."""
 
     def __init__(self, make):
         import threading

@@ -170,12 +170,9 @@ def _parse_line(k, buf, ls, le, row, base, width, fixed, want_qid, X, y, qid_int
     # character) is read again from its start by the general path below, which reports the
     # errors. Scanning loops stop at the line's '\n' (buf[le], the caller's guarantee) without a
     # bound check, and the fast path's positions are unsigned: numba indexes those without its
-    # negative-index wraparound (three instructions a byte). Measured on generated mslr30k text,
-    # one thread: 35 ns a feature with a separate pass for the comment and for each token's end,
-    # ':', index and value; 9.5 ns like this. One function on purpose: with the fast path as an
-    # inlined helper returning (code, end, column) the kernel took 1.9x the time on MQ2008 Fold1's
-    # train.txt (26 against 13.8 ns a feature), 2.2x as a called one, and 1.1x with only the
-    # general path, qid and comment moved out (docs/design.md, "The text parser's one function").
+    # negative-index wraparound (three instructions a byte). One pass, not one for the comment
+    # and one for each token's end, ':', index and value; one function on purpose, as splitting
+    # it costs speed (docs/design.md, "The text parser's one function").
     h = le
     p = ls
     t = 0

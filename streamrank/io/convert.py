@@ -121,8 +121,8 @@ class _WriterThread:
 
     def __init__(self, writer, trim=False):
         self.writer = writer
-        # a tight budget: hand freed heap pages back after every append (measured: 12% of the
-        # conversion's time, the pages being faulted in again, so only where memory is short)
+        # a tight budget: hand freed heap pages back after every append (it costs conversion time,
+        # the pages being faulted in again, so only where memory is short)
         self._trim = trimmer() if trim else (lambda: None)
         self.q = queue.Queue(maxsize=1)
         self.error = None

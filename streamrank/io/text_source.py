@@ -24,9 +24,8 @@ from streamrank.errors import InputError
 
 RAW_READ_BYTES = 4 << 20
 # Text per chunk handed to the parser: a conversion holds about eight times this
-# (io.convert.CONVERT_BYTES_PER_TEXT_BYTE). Measured on 1.7 GB of generated MSLR-like text (two
-# cores, interleaved): 16 MB chunks 8.0-8.5 s and 359 MB peak, 8 MB 8.1-8.3 s and 293 MB, 6 MB
-# 9.9-10.4 s (slower, by a cause not yet profiled)
+# (io.convert.CONVERT_BYTES_PER_TEXT_BYTE). 8 MB: the smallest peak at the speed of larger chunks
+# (docs/design.md, Measurements)
 DEFAULT_CHUNK_BYTES = 8 << 20
 # The longest line read: a LETOR/SVMlight line of 64 MiB holds over two million features of 25
 # characters. Reading stops at end of file, and the text is held up to a line's end: without this

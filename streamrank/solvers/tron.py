@@ -47,10 +47,9 @@ XI_CG = 0.1
 # still reaches a small gradient rather than stopping at TINY_REDUCTION)
 CG_QUAD_TOL = 0.5
 CG_QUAD_FLOOR = 1e-6
-# ... and only once ||r|| <= XI_QUAD ||g|| (transformed norms): alone, the test cut CG at 3 or 4
-# steps per iteration on badly scaled piecewise quadratics and TRON crawled (1,000 iterations
-# without converging where the residual rule took 11); with it, as few or fewer products than the
-# residual rule on those, and 30 instead of 63 passes to f* (1 + 1e-3) on MQ2008's exact kernel
+# ... and only once ||r|| <= XI_QUAD ||g|| (transformed norms): alone, the test can cut CG at 3 or
+# 4 steps per iteration on badly scaled piecewise quadratics, and TRON then crawls; with it, CG
+# takes no more products than the residual rule on those, and fewer on the exact kernel problem
 XI_QUAD = 0.3
 # reductions below this fraction of |f| mean no further progress is measurable in float64
 TINY_REDUCTION = 1e-12
@@ -67,8 +66,8 @@ EPS64 = float(np.finfo(np.float64).eps)
 # an objective below this is taken as unbounded below
 UNBOUNDED = -1e32
 # the boundary step's products s.d, s.s, d.d and delta^2 are used as they are while d.d lies in this
-# range and delta^2 below its top (LIBLINEAR's formula, the same bits as before); outside it their
-# squares under- or overflow (d.d = 2e-163 and delta^2 = 2e-163 gave a radicand of 0 and a division
+# range and delta^2 below its top (LIBLINEAR's formula and its bits); outside it their squares
+# under- or overflow (d.d = 2e-163 and delta^2 = 2e-163 give a radicand of 0 and a division
 # by zero), and the root is taken with s, d and delta divided by max |d_i|, which leaves t unchanged
 BOUNDARY_RANGE = (1e-150, 1e150)
 
@@ -201,10 +200,8 @@ def _trpcg(hessp, g, delta, stats, P, quadratic=None):
     small, j (q_j - q_{j-1}) >= CG_QUAD_TOL q_j, once ||r^|| <= XI_QUAD ||g^||, with q(s) = g.s +
     1/2 s.Hs = (g.s - s.r) / 2 (r = -g - Hs: two dot products, no product with H), or when q stops
     decreasing (rounding). The residual test can only be met later on an ill-conditioned H: with Q's
-    spectrum inside the kernel problem's Hessian Q (I + C L Q), ||r|| lingers in directions that no
-    longer move q (measured on MQ2008 Fold1, rbf 2^-5, C = 1: 112 CG steps to eps 1e-3 with the
-    residual test, 54 with both from TRON's second step on). Steps are the same as without it up to
-    that point (the same s, r, d)."""
+    spectrum inside the kernel problem's Hessian Q (I + C L Q), ||r|| lingers in directions that
+    no longer move q. Steps are the same as without it up to that point (the same s, r, d)."""
     s = np.zeros_like(g)
     r = -g
     z = P.solve(r)
@@ -489,8 +486,8 @@ def _no_progress(state, accepted, actred, prered, P):
 def _final_gap(obj, state, P, p_at):
     """The returned point's gap: the last log line's (with the preconditioner built at this or the
     previous point, ``p_at``), which the checkpoint keeps, so a run resumed at its last iteration
-    reports the value the uninterrupted one does. A new preconditioner only for this number cost a
-    whole update (8 s of a 131 s exact-kernel run on 42k rows); it is built only when no log line's
+    reports the value the uninterrupted one does. A new preconditioner only for this number would
+    cost a whole update (seconds on the exact kernel path); it is built only when no log line's
     gap is known (a checkpoint written before the gap was kept, or no step taken)."""
     if P is None or getattr(obj, "strong_convexity", None):
         state.gap, state.gap_kind = relative_gap(obj, state.g, state.f, P)
