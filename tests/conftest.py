@@ -15,6 +15,14 @@ from locations import MQ2008  # noqa: E402  (../shared beside the repository; te
 os.environ.setdefault("STREAMRANK_NO_WARMUP", "1")
 
 
+def pytest_configure(config):
+    """Workers of one run (pytest -n) and the commands they start share numba's cache: each
+    compiles a kernel the others are compiling at that moment by waiting for it and loading it
+    (the command line takes the same locks), not a second time."""
+    from streamrank._native import warmup
+    warmup.install_compile_locks()
+
+
 @pytest.fixture(autouse=True)
 def _restore_logging():
     """The CLI points the "streamrank" logger at the sys.stderr of its call: restore it after each

@@ -229,6 +229,9 @@ def start(lists, budget=None):
     global _helper
     if _helper is not None:
         return
+    # every command takes a kernel's lock on a cache miss, helpers or not: another process compiling
+    # the same kernel into the same cache (a helper, a concurrent command) is waited for, not repeated
+    install_compile_locks()
     try:
         todo = cold_lists(lists)
         if not todo:
