@@ -7,6 +7,7 @@ against the memory budget (issue 12).
     python tools/bench_reliability.py --only memory --memory-parts mq2007   # exact on generated mq2007 at 2 GB
     python tools/bench_reliability.py --kills 200        # the long soak inside it
     python tools/bench_reliability.py --only properties --examples 40   # tests/properties, N examples each
+    python tools/bench_reliability.py --only properties --examples 3000 --properties-k "export or hostile"
 
 Each section runs streamrank as a user would (the CLI in a child process) on generated data, and
 counts cases tried and cases that ended as they must; a case that did not is printed with its
@@ -651,8 +652,10 @@ def section_properties(args, work):
     env = {**os.environ, "STREAMRANK_PROPERTY_PROFILE": "long", "STREAMRANK_PROPERTY_EXAMPLES": str(n),
            "STREAMRANK_PROPERTY_REPORT": str(report), "STREAMRANK_NO_WARMUP": "1"}
     t0 = time.perf_counter()
+    select = ["-k", args.properties_k] if args.properties_k else []
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp", str(work / "tmp"),
-                        str(HERE.parent / "tests" / "properties")], env=env, cwd=work, capture_output=True, text=True)
+                        *select, str(HERE.parent / "tests" / "properties")], env=env, cwd=work, capture_output=True,
+                       text=True)
     seconds = time.perf_counter() - t0
     closing = [ln for ln in r.stdout.splitlines() if ln.strip()][-1:]
     print(f"  pytest: {closing[0] if closing else r.stderr.strip()[-300:]} ({seconds:.0f} s)", file=sys.stderr, flush=True)
@@ -718,6 +721,8 @@ def main():
     ap.add_argument("--only", action="append", choices=SECTIONS, help="run these sections (default: all)")
     ap.add_argument("--kills", type=int, default=12, help="random kills per crash scenario (tools/soak.py: 40)")
     ap.add_argument("--fuzz", type=int, default=2000, help="hypothesis examples per fuzz property")
+    ap.add_argument("--properties-k", default="", metavar="EXPR",
+                    help="properties section: only the properties pytest's -k EXPR selects (a rerun of some)")
     ap.add_argument("--examples", type=int, default=200, metavar="N",
                     help="hypothesis examples per property of tests/properties (the properties section)")
     ap.add_argument("--budget", default="256MB", help="--memory-budget of the memory section")

@@ -472,7 +472,9 @@ def _no_progress(state, accepted, actred, prered, P):
     if state.f < UNBOUNDED:
         return "objective unbounded below"
     if prered <= 0:
-        return "predicted reduction <= 0: no further progress possible"
+        # the quadratic model of a positive definite Hessian decreases along every CG step, so a
+        # predicted reduction <= 0 is rounding: its decrease is below float64 resolution at this f
+        return "predicted reduction <= 0, the model's decrease below float64 resolution: no further progress possible"
     if abs(actred) <= TINY_REDUCTION * abs(state.f) and abs(prered) <= TINY_REDUCTION * abs(state.f):
         return "reductions below float64 resolution: no further progress possible"
     if not accepted:

@@ -273,3 +273,20 @@ def test_exact_refuses_a_gamma_that_is_not_a_number():
     X = np.random.default_rng(0).random((12, 3)).astype(np.float32)
     with pytest.raises(ParameterError, match="gamma must be"):
         streamrank.RankSVM(method="exact", gamma="abc").fit(X, np.arange(12.0) % 3, qid=np.repeat([1, 2, 3], 4))
+
+
+def test_a_poly_map_of_huge_offset_ends_with_a_float64_status_not_a_bare_stop():
+    """coef0 = 1506733 makes the Nystroem features about 1e18: TRON's predicted reduction went to
+    <= 0 by rounding and the run ended "no further progress possible" with nothing saying why, a
+    status the property suite counts as neither converged nor capped. A positive definite model's
+    decrease is positive in exact arithmetic: the status says it is below float64 resolution."""
+    import re
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((20, 3)).astype(np.float32)
+    y = rng.integers(0, 3, 20).astype(np.float32)
+    m = streamrank.RankSVM(method="nystroem", kernel="poly", coef0=1506733, n_components=4).fit(
+        X, y, qid=np.repeat(np.arange(4), 5))
+    accepted = re.compile(r"^(converged|reached max_iter|.*below float64 resolution|.*rounds to w in float64)")
+    for c in m.training_["candidates"]:
+        assert accepted.match(c["message"]), c["message"]
+    assert np.isfinite(m.coef_).all()
