@@ -94,6 +94,7 @@ def test_a_pass_ships_vectors_not_rows(data, dask_ex):
         assert b / parts < 4000 and b < row_bytes / 10
 
 
+@pytest.mark.slow  # the disk cache's blocks on a worker: the local disk-cache tests and the killed-worker run hold the rest
 def test_nystroem_with_a_disk_cache_equals_the_local_model(data, dask_ex, tmp_path):
     tr, va = data
     kw = settings(va, method="nystroem", components=40, gamma=0.05, map_cache="cache", memory_budget="1MB")

@@ -240,6 +240,7 @@ def test_trained_clsr_model_scores_as_predict():
     check_batches(model, session(model), raw_rows(90, 6, seed=9), np.array([0, 30, 60, 90]))
 
 
+@pytest.mark.slow  # the small-data cases above hold the same equality in the fast tier
 def test_mq2008_fold1_test_rows(mq2008):
     """Trained on 30 queries of MQ2008 Fold1 train, scored on all of Fold1 test."""
     X, y, qid = streamrank.load_ranking(mq2008 / "Fold1" / "train.txt.gz")

@@ -88,8 +88,8 @@ def _ids(qids):
     return [q.decode("utf-8", "replace") if isinstance(q, bytes) else str(q) for q in qids]
 
 
-# examples per run: 100 in the suite; tools/bench_reliability.py and long runs set more
-EXAMPLES = int(os.environ.get("STREAMRANK_FUZZ_EXAMPLES", "100"))
+# examples per run: 60 in the suite; tools/bench_reliability.py and long runs set more
+EXAMPLES = int(os.environ.get("STREAMRANK_FUZZ_EXAMPLES", "60"))
 
 
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
