@@ -78,7 +78,8 @@ class Setting:
             return False
         if self.when:
             other, allowed = self.when
-            return (others or {}).get(other, TABLE[other].default) in allowed
+            value = (others or {}).get(other)
+            return (TABLE[other].default if value is None else value) in allowed
         return True
 
 
