@@ -100,6 +100,11 @@ def main(argv=None):
         _end_bars()
         print(f"streamrank {args.command}: error: {_message(exc, args)}", file=sys.stderr)
         return 2
+    except MemoryError as exc:  # the plan fits the budget, the machine has less: one line naming the budget
+        handlers.acknowledge()
+        _end_bars()
+        print(f"streamrank {args.command}: error: {_memory_error(exc, args)}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # the reader of standard output went away (| head): stop quietly, as cat does
         handlers.acknowledge()
         import os
@@ -270,3 +275,24 @@ def _others_running():
 
 if __name__ == "__main__":  # pragma: no cover
     run()
+
+
+def _memory_error(exc, args):
+    """The line for an allocation the system refused: what was asked (numpy says it) and the budget
+    the plan was made for, which this machine cannot give."""
+    what = str(exc).split(" for an array")[0].strip() or "an allocation failed"
+    budget = getattr(args, "memory_budget", None)
+    import os
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        have = 0
+    machine = f" ({_size(have)} of memory on this machine)" if have else ""
+    return (f"out of memory: {what[0].lower() + what[1:]}; the plan fitted --memory-budget {budget}, more than the "
+            f"system could give{machine}: pass a smaller --memory-budget" if budget else
+            f"out of memory: {what[0].lower() + what[1:]}{machine}")
+
+
+def _size(n):
+    from streamrank.units import format_size
+    return format_size(n)

@@ -290,3 +290,17 @@ def test_a_poly_map_of_huge_offset_ends_with_a_float64_status_not_a_bare_stop():
     for c in m.training_["candidates"]:
         assert accepted.match(c["message"]), c["message"]
     assert np.isfinite(m.coef_).all()
+
+
+def test_an_allocation_the_machine_cannot_give_is_one_line_and_nothing_written(tmp_path, capsys):
+    """--n-features 10^9 under a --memory-budget of 112 GB: the plan accepted 20-row chunks of 74.5
+    GiB, numpy could not allocate them and the command ended in a MemoryError traceback (exit 1).
+    It is one line naming the budget, exit 2, and no output or progress file left."""
+    src = tmp_path / "t.txt"
+    src.write_text("".join(f"{k % 3} qid:{k // 5} 1:0.5 2:0.25 3:{k}\n" for k in range(20)))
+    out = tmp_path / "d.h5"
+    assert main(["convert", str(src), "-o", str(out), "--quiet", "--n-features", "1000000000",
+                 "--memory-budget", "112508862999"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out of memory" in err and "--memory-budget" in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
