@@ -212,6 +212,7 @@ def test_a_wide_map_equals_the_local_model(data, dask_ex):
     assert_same_model(model, ref)
 
 
+@pytest.mark.slow  # a grid is the trainers' passes: the bit-for-bit cluster runs of each trainer stay in the fast tier
 def test_a_grid_on_the_cluster_equals_the_local_grid(data, dask_ex, tmp_path):
     """streamrank grid with the dask executor: the same candidates (every figure of candidates.csv)
     and the same chosen model as the local executor with the same partitions."""

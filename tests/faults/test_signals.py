@@ -111,6 +111,7 @@ def test_a_signal_keeps_the_checkpoint_and_says_so(data, reference, tmp_path, si
     assert not kh.leftovers(w)
 
 
+@pytest.mark.slow  # grid's kill at a random moment (test_kills) and the signal property keep a grid in the fast tier
 def test_sigterm_during_grid_names_the_configurations_checkpoint(data, tmp_path):
     run = tmp_path / "run"
     argv = ["grid", str(data / "t.h5"), "--valid", str(data / "v.h5"), "--C", GRID_C_PATH, "--tol", "1e-8", "-o",
