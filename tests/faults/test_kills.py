@@ -31,9 +31,12 @@ def test_killed_at_a_fault_point(s, point, n, inputs, references, tmp_path):
     kh.kill_at_point(s, tmp_path, inputs, references[s.name][0], point, n)
 
 
-# an exact-kernel run killed at a random moment takes a whole exact training or more (its fault
-# points stay in the fast tier): the slow tier
-@pytest.mark.parametrize("s", [pytest.param(s, marks=[pytest.mark.slow] if s.name == "train-exact" else [])
+# an exact-kernel run killed at a random moment takes a whole exact training or more, and grid's and
+# cv's runs are their trainings' (their fault points stay in the fast tier): the slow tier
+SLOW_RANDOM = ("train-exact", "grid", "cv")
+
+
+@pytest.mark.parametrize("s", [pytest.param(s, marks=[pytest.mark.slow] if s.name in SLOW_RANDOM else [])
                                for s in SCENARIOS], ids=[s.name for s in SCENARIOS])
 def test_killed_at_a_random_moment(s, inputs, references, tmp_path):
     reference, seconds = references[s.name]
