@@ -50,7 +50,7 @@ class Setting:
     ``choice`` (of ``choices``), ``values`` (numbers in the grid grammar 0.1,1 or 2^-5:2^5),
     ``int`` / ``posint`` / ``float`` / ``text``; ``many`` how grid and cv take it: ``"one"`` (as
     train does), ``"list"`` (several, each a configuration) or ``"none"`` (not at all). ``api``: the
-    estimators' name (None: not an estimator parameter); ``flag``: None where no flag sets it."""
+    estimators' name where it is not ``name``; ``flag``: None where no flag sets it."""
 
     name: str
     flag: object
@@ -272,7 +272,7 @@ def estimator_params(methods, exclude=()):
     """``[(estimator name, setting)]`` of the settings an estimator over ``methods`` takes, in the
     table's order, less those named in ``exclude``."""
     return [(s.api_name, s) for s in TABLE.values()
-            if s.api and s.name not in exclude and set(s.methods) & set(methods)]
+            if s.name not in exclude and set(s.methods) & set(methods)]
 
 
 def estimator_signature(methods, extra=(), exclude=()):

@@ -36,23 +36,14 @@ ROOT = Path(__file__).resolve().parent.parent
 MEASURES = ("pass", "cli", "api", "firstuse")
 
 PASS_CHILD = r"""
-import json, sys, time
+import json, sys
+sys.path.insert(0, sys.argv[2])  # tools/: bench_pass's timing executor, the same in both trees
 import streamrank
-from streamrank.execution.executor import LocalExecutor
+from bench_pass import timed_executor
 from streamrank.training.linear import train_linear
 
-class Timed(LocalExecutor):
-    def __init__(self):
-        super().__init__()
-        self.log = []
-    def run(self, p, source, **kw):
-        t = time.perf_counter()
-        out = super().run(p, source, **kw)
-        self.log.append((type(p).__name__, time.perf_counter() - t))
-        return out
-
 ds = streamrank.open_dataset(sys.argv[1])
-ex = Timed()
+ex = timed_executor()
 model, summary = train_linear(ds, C=(1.0,), tol=1e-3, normalize="zscore", memory_budget="4GB", executor=ex)
 seen, times = set(), {}
 for name, secs in ex.log:
@@ -139,7 +130,7 @@ def main(argv=None):
             env = env_of(tree, caches[label])
             has_configure = (tree / "streamrank" / "_native" / "process.py").exists()
             if "pass" in only:
-                _, out = timed([py, "-c", PASS_CHILD, pass_data], env, work)
+                _, out = timed([py, "-c", PASS_CHILD, pass_data, Path(__file__).resolve().parent], env, work)
                 got = json.loads(out.strip().splitlines()[-1])
                 add((label, "pass: Hessian-vector (median s)"), statistics.median(got["hess"]))
                 add((label, "pass: fun + grad (median s)"), statistics.median(got["loss"]))

@@ -273,8 +273,6 @@ def _others_running():
                for t in threading.enumerate())
 
 
-if __name__ == "__main__":  # pragma: no cover
-    run()
 
 
 def _memory_error(exc, args):
@@ -287,12 +285,12 @@ def _memory_error(exc, args):
         have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (AttributeError, ValueError, OSError):
         have = 0
-    machine = f" ({_size(have)} of memory on this machine)" if have else ""
+    from streamrank.units import format_size
+    machine = f" ({format_size(have)} of memory on this machine)" if have else ""
     return (f"out of memory: {what[0].lower() + what[1:]}; the plan fitted --memory-budget {budget}, more than the "
             f"system could give{machine}: pass a smaller --memory-budget" if budget else
             f"out of memory: {what[0].lower() + what[1:]}{machine}")
 
 
-def _size(n):
-    from streamrank.units import format_size
-    return format_size(n)
+if __name__ == "__main__":  # pragma: no cover
+    run()
