@@ -31,3 +31,9 @@ class NumericError(StreamrankError, ArithmeticError):
     """A value that is not finite where a solver needs one (f, g or a Hessian product), or a
     parameter whose scale overflows float64 on this data: the message names the cause (the data's
     file, row and feature, or the parameters and the largest value that works)."""
+
+
+class KernelRangeError(NumericError):
+    """A kernel's or feature map's values past the float range they are kept in (float32 mapped
+    rows, float32 Q) on these data: the message names the row or value, the kernel's settings and
+    the fix (a smaller gamma, coef0 or degree, or z-scored features); C plays no part in it."""

@@ -38,6 +38,66 @@ def parse_size(text, name="memory_budget"):
     return value
 
 
+def machine_memory():
+    """Bytes of memory this process can have: the machine's physical memory, or less where its
+    cgroup sets a limit (v2 ``memory.max``, v1 ``memory.limit_in_bytes``); 0 when unknown."""
+    import os
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        have = 0
+    limit = _cgroup_limit()
+    return min(have, limit) if have and limit else have or limit
+
+
+def _cgroup_limit():
+    """This process's cgroup memory limit in bytes, the smallest set on its cgroup or an ancestor,
+    or 0 (none, or not Linux)."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            lines = fh.read().splitlines()
+    except OSError:
+        return 0
+    limits = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            base, name = "/sys/fs/cgroup", "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+        else:
+            continue
+        parts = [p for p in path.split("/") if p]
+        for k in range(len(parts), -1, -1):
+            try:
+                with open("/".join([base, *parts[:k], name])) as fh:
+                    text = fh.read().strip()
+            except OSError:
+                continue
+            if text.isdigit() and int(text) < MAX_SIZE:  # "max", or v1's 2^63 rounded to pages: no limit
+                limits.append(int(text))
+    return min(limits, default=0)
+
+
+def budget_bytes(value, name="memory_budget"):
+    """``value`` (a size, :func:`parse_size`) as a memory budget in bytes: refused when it is more
+    than :func:`machine_memory`, since a plan made for it allocates what the system cannot give
+    (blocks, chunks: a MemoryError or the kernel's OOM killer, instead of a plan that holds)."""
+    n = parse_size(value, name)
+    have = machine_memory()
+    if have and n > have:
+        raise ParameterError(f"{name} {format_size(n)} is more than the {format_size(have)} of memory this process "
+                             f"can have here (the machine's, or its cgroup's limit): a plan made for it would "
+                             f"allocate what the system cannot give. Use {name}={_suggest(have)}")
+    return n
+
+
+def _suggest(have):
+    """Half of ``have`` in whole GB (or MB below 2 GB), as a budget to pass."""
+    half = have // 2
+    return f"{half // 1000**3}GB" if half >= 1000**3 else f"{max(1, half // 1000**2)}MB"
+
+
 def format_size(n):
     """Human-readable bytes, decimal units (as parse_size reads them back)."""
     n = float(n)

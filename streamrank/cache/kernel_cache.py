@@ -198,13 +198,13 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def check_storable(K, prepared):
-    """Raise NumericError when kernel values ``K`` (float64, shifted) do not fit float32, where Q
+    """Raise KernelRangeError when kernel values ``K`` (float64, shifted) do not fit float32, where Q
     is stored: the kernel's settings overflow it on these data."""
     top = float(np.max(np.abs(K), initial=0.0))
     if not top <= FLOAT32_MAX:
-        from streamrank.errors import NumericError
+        from streamrank.errors import KernelRangeError
         what = ("(gamma x.y + coef0)^degree" if prepared.kernel == "poly" else "x.y")
-        raise NumericError(
+        raise KernelRangeError(
             f"the {prepared.kernel} kernel {what} reaches {top:.4g}, beyond float32's range ({FLOAT32_MAX:.3g}) "
             f"where exact kernel RankSVM stores Q, with gamma={prepared.gamma:g}, coef0={prepared.coef0:g}, "
             f"degree={prepared.degree}: use a smaller gamma, coef0 or degree, or normalize=zscore")

@@ -11,7 +11,7 @@ from streamrank.evaluation.metrics import evaluate
 from streamrank.io.budget import resident_bytes
 from streamrank.io.data_files import open_data
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
-from streamrank.units import format_size, parse_size
+from streamrank.units import budget_bytes, format_size
 
 log = logging.getLogger("streamrank.evaluation.score_files")
 
@@ -91,7 +91,7 @@ def evaluate_file(data, scores_path, *, convention="letor4", cache_dir=None, que
     label and score are held (``EVAL_BYTES_PER_ROW``); a log line says when that passes
     ``memory_budget``."""
     with open_data(data, cache_dir, query_file=query_file, memory_budget=memory_budget) as ds:
-        budget, need = parse_size(memory_budget), EVAL_BYTES_PER_ROW * ds.n_rows
+        budget, need = budget_bytes(memory_budget), EVAL_BYTES_PER_ROW * ds.n_rows
         if resident_bytes(kernels=False) + need > budget:
             log.warning("eval holds %s for the labels and scores of %d rows, beyond memory budget %s",
                         format_size(need), ds.n_rows, format_size(budget))

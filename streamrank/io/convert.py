@@ -43,7 +43,7 @@ from streamrank.io.hdf5_format import (
 )
 from streamrank.io.text_source import DEFAULT_CHUNK_BYTES as TEXT_CHUNK_BYTES
 from streamrank.io.text_source import TextChunks
-from streamrank.units import parse_size
+from streamrank.units import budget_bytes
 
 log = logging.getLogger("streamrank.io.convert")
 
@@ -418,7 +418,7 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     for p in inputs + (query_files or []):
         if not p.exists():
             raise InputError(f"{p}: no such file")
-    budget = parse_size(memory_budget)
+    budget = budget_bytes(memory_budget)
     given_chunk = text_chunk_bytes
     text_chunk_bytes, regroup_bytes, room = _plan(budget, text_chunk_bytes)
     parser = _Parser(n_features, zero_based, keep_comments, room=room)

@@ -28,7 +28,7 @@ import numpy as np
 
 from streamrank.errors import InputError, ParameterError
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
-from streamrank.units import format_size, parse_size
+from streamrank.units import budget_bytes, format_size
 
 if TYPE_CHECKING:
     from streamrank.io.dataset import Dataset
@@ -85,7 +85,7 @@ def load_ranking(data: "str | os.PathLike[str] | Dataset", *, features: "str | S
     """
     from streamrank.io.dataset import Dataset
     dtype = _float_dtype(dtype)
-    budget = parse_size(memory_budget)
+    budget = budget_bytes(memory_budget)
     ids = _feature_ids(features)
     if isinstance(data, Dataset):
         _text_only(data.name, query_file, zero_based, n_features)

@@ -26,7 +26,7 @@ import numpy as np
 from streamrank._native.memory import aligned_empty
 from streamrank.execution.partitions import block_partitions, partition_bounds
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
-from streamrank.units import format_size, parse_size
+from streamrank.units import budget_bytes, format_size, parse_size
 
 # Share of --memory-budget given to one raw block: a pass holds the block being used, the one
 # being prefetched, and float64 / mapped working copies of the block (up to ~4x the raw bytes).
@@ -120,7 +120,7 @@ class QueryStream:
         self.planned = block_bytes is not None
         budget = None
         if block_bytes is None:
-            budget = parse_size(memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET)
+            budget = budget_bytes(memory_budget if memory_budget is not None else DEFAULT_MEMORY_BUDGET)
             block_bytes = int(budget * BLOCK_SHARE_OF_BUDGET)
         self.block_bytes = parse_size(block_bytes, "block_bytes")
         q0, q1 = (0, dataset.n_queries) if queries is None else (int(queries[0]), int(queries[1]))

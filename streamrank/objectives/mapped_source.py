@@ -29,6 +29,23 @@ log = logging.getLogger("streamrank.objectives.mapped_source")
 MODES = ("auto", "memory", "cache", "recompute")
 
 
+def _check_mapped(Phi, fmap, row0):
+    """Raise KernelRangeError when a mapped row is not finite: a kernel value past float32's range (the
+    map computes in float64 and stores float32) makes inf, and inf - inf a NaN pair difference,
+    which the pair sums would take as no loss: a model trained on them scores NaN."""
+    if np.isfinite(Phi.sum(dtype=np.float64)):  # one pass; a sum of finite float32 stays finite in float64
+        return
+    from streamrank.errors import KernelRangeError
+    r, j = (int(v) for v in np.argwhere(~np.isfinite(Phi))[0])
+    p = fmap.params()
+    what = ", ".join(f"{k}={p[k]:g}" for k in ("gamma", "coef0") if isinstance(p.get(k), (int, float)))
+    degree = f", degree={p['degree']}" if p.get("kernel") == "poly" else ""
+    raise KernelRangeError(f"data row {row0 + r + 1}: its mapped feature {j + 1} of {Phi.shape[1]} ({p['kind']}) is "
+                           f"{float(Phi[r, j])!r}, beyond float32's range where mapped rows are kept "
+                           f"({p.get('kernel')} kernel, {what}{degree}): use a smaller gamma, coef0 or degree, or "
+                           f"normalize=zscore")
+
+
 class MappedSource(BlockSource):
     """Iterate over SourceBlocks of mapped rows (BlockSource with a feature map)."""
 
@@ -87,6 +104,7 @@ class MappedSource(BlockSource):
         t = time.perf_counter()
         Xn = self.normalizer.transform(block.X, block.query_ptr)
         Phi = self.fmap.transform(Xn, dtype=np.float32, out=out, row0=block.start)  # tiles by dataset row
+        _check_mapped(Phi, self.fmap, block.start)
         self._map_seconds += time.perf_counter() - t
         self._map_rows += block.X.shape[0]
         return Phi

@@ -545,12 +545,12 @@ def gas_scores(ds, *, importance="map", signed=False, tradeoff=0.0, queries=None
         raise ParameterError(f"{ds.name} has no features to select from")
     from streamrank.io.budget import resident_bytes
     from streamrank.state.model import settled_resident
-    from streamrank.units import parse_size
+    from streamrank.units import budget_bytes
     q0, q1 = (0, ds.n_queries) if queries is None else (int(queries[0]), int(queries[1]))
     if block_bytes:  # the caller's blocks: the sums take what the budget leaves beside the resident set
-        r = pair_rows(d, parse_size(memory_budget), resident_bytes())
+        r = pair_rows(d, budget_bytes(memory_budget), resident_bytes())
     else:
-        r, block_bytes = gas_plan(ds, parse_size(memory_budget), settled_resident(), (q0, q1))
+        r, block_bytes = gas_plan(ds, budget_bytes(memory_budget), settled_resident(), (q0, q1))
     r = int(rows_per_pass) if rows_per_pass else r
     # the rows a pass sums are not part of the settings: each pair's sum is the same whatever the
     # blocks of rows, so a resumed run keeps the blocks its checkpoint was written with

@@ -58,9 +58,18 @@ def _abort_point():
     return where, int(n)
 
 
-def _checksum(config, fingerprint, scalars, arrays):
+def _encoded(config, scalars):
+    """The attributes' JSON text of ``config`` and ``scalars`` (keys sorted)."""
+    return json.dumps(config, sort_keys=True), json.dumps(scalars, sort_keys=True)
+
+
+def _checksum(config_text, fingerprint, scalars_text, arrays):
+    """sha256 of the JSON text of [config, fingerprint, scalars] (keys sorted) and every array.
+    The text is assembled from the attributes' own encodings, which is the text
+    ``json.dumps([config, fingerprint, scalars], sort_keys=True)`` gives: one encoding per write
+    (the scalars hold every finished point's trace, so a long grid's checkpoints are not cheap)."""
     h = hashlib.sha256()
-    h.update(json.dumps([config, fingerprint, scalars], sort_keys=True).encode())
+    h.update(f"[{config_text}, {json.dumps(fingerprint)}, {scalars_text}]".encode())
     for name in sorted(arrays):
         a = np.ascontiguousarray(arrays[name])
         h.update(name.encode() + str(a.dtype).encode() + str(a.shape).encode())
@@ -84,23 +93,24 @@ def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=Non
         arrays[f"extra/{k}"] = np.asarray(v)
     tmp = d / f"{TEMP_PREFIX}{os.getpid()}{TEMP_SUFFIX}"
     # the new checkpoint must fit beside the two kept ones: a full disk is refused before HDF5 meets it
-    ensure_space(tmp, sum(a.nbytes for a in arrays.values()) + len(json.dumps([config, scalars])))
+    config_text, scalars_text = _encoded(config, scalars)
+    ensure_space(tmp, sum(a.nbytes for a in arrays.values()) + len(config_text) + len(scalars_text))
     where, at = _abort_point()
     try:
         with h5py.File(tmp, "w") as f:
             f.attrs["format"] = FORMAT_NAME
             f.attrs["version"] = FORMAT_VERSION
             f.attrs["created_by"] = f"streamrank {__version__}"
-            f.attrs["config"] = json.dumps(config, sort_keys=True)
+            f.attrs["config"] = config_text
             f.attrs["fingerprint"] = fingerprint
-            f.attrs["scalars"] = json.dumps(scalars, sort_keys=True)
+            f.attrs["scalars"] = scalars_text
             for name, a in arrays.items():
                 f.create_dataset(name, data=a)
                 faultpoint("checkpoint-write")
                 if where == "mid-checkpoint" and number == at:
                     f.flush()
                     os._exit(ABORT_EXIT_CODE)  # test hook: die with a half-written temporary file
-            f.attrs["checksum"] = _checksum(config, fingerprint, scalars, arrays)
+            f.attrs["checksum"] = _checksum(config_text, fingerprint, scalars_text, arrays)
         fsync_file(tmp)
         if (d / CURRENT).exists():
             os.replace(d / CURRENT, d / PREVIOUS)
@@ -134,7 +144,8 @@ def _read(path):
         arrays = {}
         f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
         stored = str(f.attrs.get("checksum", ""))
-    if stored != _checksum(config, fingerprint, scalars, arrays):
+    config_text, scalars_text = _encoded(config, scalars)
+    if stored != _checksum(config_text, fingerprint, scalars_text, arrays):
         raise FormatError(f"{path}: checkpoint is damaged (checksum mismatch)")
     extra = {k[len("extra/"):]: v for k, v in arrays.items() if k.startswith("extra/")}
     return {"config": config, "fingerprint": fingerprint, "scalars": scalars, "w": arrays["w"],

@@ -213,8 +213,8 @@ class LinearModel:
         block is read, when a block holding the largest query cannot fit."""
         from streamrank.io import budget as io_budget
         from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
-        from streamrank.units import format_size, parse_size
-        budget = parse_size(memory_budget)
+        from streamrank.units import budget_bytes, format_size
+        budget = budget_bytes(memory_budget)
         per_byte = BUFFERS if self._scores_raw_rows() else SCORE_BYTES_PER_BLOCK_BYTE
         extra = 0
         if self.fmap is not None:

@@ -63,7 +63,7 @@ from streamrank.training.problem import (
     validation_score,
     with_features,
 )
-from streamrank.units import format_size, parse_size
+from streamrank.units import budget_bytes, format_size
 
 log = logging.getLogger("streamrank.training.clsr")
 
@@ -248,7 +248,7 @@ def clsr_settings(valid, *, lam, kernel, gamma, degree, coef0, normalize, compon
     return frozen({"method": "clsr", "lambda_path": lams, "kernel": kernel_name(kernel), "gamma_path": gammas,
                    "degree": params.check("degree", degree), "coef0": params.check("coef0", coef0),
                    "normalize": normalize, "components": components, "seed": params.check("seed", seed),
-                   "select_metric": select_metric, "memory_budget": parse_size(memory_budget),
+                   "select_metric": select_metric, "memory_budget": budget_bytes(memory_budget),
                    "queries": list(queries) if queries is not None else None,
                    "valid_fingerprint": valid.fingerprint if valid is not None else None})
 

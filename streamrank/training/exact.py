@@ -52,7 +52,7 @@ from streamrank.training.problem import (
     validation_score,
     with_features,
 )
-from streamrank.units import format_size, parse_size
+from streamrank.units import budget_bytes, format_size
 
 log = logging.getLogger("streamrank.training.exact")
 
@@ -188,7 +188,7 @@ def exact_settings(ds, valid, *, C, kernel, gamma, degree, coef0, precondition, 
     d = ds.n_features
     gammas = [check_psd_kernel(kernel, g, degree, coef0, d)[1] for g in gammas]
     kernel, _, degree, coef0 = check_psd_kernel(kernel, gammas[0], degree, coef0, d)
-    budget = parse_size(memory_budget)
+    budget = budget_bytes(memory_budget)
     if precondition not in ("auto", "on", "off"):
         raise ParameterError(f"precondition must be one of auto, on, off; got {precondition!r}. Use precondition=on")
     if precondition == "off" or kernel == "linear":

@@ -46,7 +46,7 @@ from streamrank.training.problem import (
     validation_score,
     with_features,
 )
-from streamrank.units import parse_size
+from streamrank.units import budget_bytes
 
 log = logging.getLogger("streamrank.training.linear")
 
@@ -265,7 +265,7 @@ def linear_settings(valid, executor, *, C, method, solver, precondition, map_cac
         if gamma is not None:
             gamma_path(gamma)
         params.check("degree", degree), params.check("coef0", coef0)
-    budget = parse_size(memory_budget)
+    budget = budget_bytes(memory_budget)
     if solver not in SOLVERS:
         raise ParameterError(f"solver must be one of {', '.join(SOLVERS)}; got {solver!r}. Use solver=tron")
     cfg = {"method": method, "solver": solver,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from streamrank._native.blas import one_thread
-from streamrank.errors import FormatError, NumericError
+from streamrank.errors import FormatError, KernelRangeError, NumericError
 from streamrank.solvers.tron import TronState
 from streamrank.state.checkpoint import read_checkpoint, write_checkpoint
 
@@ -243,6 +243,8 @@ class _Walk:
             with one_thread():
                 st = solve(obj, w, eps=self.tol, max_iter=self.max_iter, gap_tol=self.gap_tol, state=state,
                            callback=on_iteration, describe=lambda: f"passes {self.passes()}", **kw)
+        except KernelRangeError:
+            raise  # names the kernel's settings and row: no C is a fix
         except NumericError as e:
             raise overflow_error(e, Ck, method.gamma(gi), self.candidates) from None
         finish_point(st, C=Ck, gamma=method.gamma(gi), passes=self.passes(), candidates=self.candidates,
@@ -314,16 +316,16 @@ def resume_point(checkpoint, config, fingerprint, points):
             try:
                 state = tron_state_from_checkpoint(ck)
                 k = int(sc["C_index"])
-                path_w = [np.asarray(ck["extra"][f"w{i}"], np.float64) for i in range(len(sc["candidates"]))]
-                points = points(sc["candidates"]) if callable(points) else points
-                why = _inconsistent(state, k, len(sc["candidates"]), path_w, len(points), sc["passes"])
+                done, path_w = _finished(sc, ck["extra"])
+                points = points(done) if callable(points) else points
+                why = _inconsistent(state, k, len(done), path_w, len(points), sc["passes"])
             except (KeyError, TypeError, ValueError, IndexError) as e:
                 why = f"a field is missing or of the wrong kind ({e!r})"
             if why:
                 raise FormatError(f"{ck['path']}: the checkpoint is inconsistent: {why}; it was changed after it was "
                                   f"written. Start again with resume=False (or remove {checkpoint})")
             log.info("resuming from %s: C=%g, iteration %d", ck["path"], points[k][1], state.iteration)
-            return sc["candidates"], path_w, k, state, int(sc["passes"]), list(sc.get("trace", []))
+            return done, path_w, k, state, int(sc["passes"]), list(sc.get("trace", []))
         log.info("no checkpoint in %s: starting from scratch", checkpoint)
     return [], [], 0, None, 0, []
 
@@ -335,6 +337,7 @@ def iteration_callback(*, checkpoint, config, fingerprint, settings, index, cand
     ``counter``) holding the solver state, the trace, the finished candidates and the solutions
     ``path_w`` of the earlier points."""
     trace = [] if trace is None else trace
+    packed = {}  # the finished points' arrays change only when a point finishes
 
     def on_iteration(st):
         score = None if validate is None else _last_score(trace, st, lambda: validate(st))
@@ -342,11 +345,54 @@ def iteration_callback(*, checkpoint, config, fingerprint, settings, index, cand
                       None if score is None else float(score)])
         if checkpoint:
             counter[0] += 1
-            scal = checkpoint_scalars(st, C_index=index, candidates=candidates, passes=passes(), settings=settings,
-                                      trace=trace)
+            if packed.get("n") != len(candidates):
+                packed.update(n=len(candidates), scalars=None, arrays=None)
+                packed["scalars"], packed["arrays"] = _pack_finished(candidates, path_w)
+            scal = checkpoint_scalars(st, C_index=index, passes=passes(), settings=settings, trace=trace,
+                                      **packed["scalars"])
             write_checkpoint(checkpoint, config=config, fingerprint=fingerprint, scalars=scal, w=st.w, g=st.g,
-                             extra={f"w{i}": v for i, v in enumerate(path_w)}, number=counter[0])
+                             extra=packed["arrays"], number=counter[0])
     return on_iteration
+
+
+def _pack_finished(candidates, path_w):
+    """The finished points for a checkpoint: their candidates without traces (scalars), and two
+    flat arrays, every solution of ``path_w`` and every trace row (:data:`TRACE_COLUMNS`, a
+    missing validation score as NaN with a 0 in a seventh column), with their lengths (scalars).
+    Arrays, not JSON: a checkpoint is written at every solver iteration and holds every finished
+    point, so its cost grows with the path (JSON text of every trace made a 40-point grid on a
+    few rows take 40 s of checkpoints)."""
+    rows = [[*r[:5], np.nan if r[5] is None else r[5], r[5] is not None]
+            for c in candidates for r in c.get("trace", [])]
+    scalars = {"candidates": [{k: v for k, v in c.items() if k != "trace"} for c in candidates],
+               "trace_rows": [len(c["trace"]) if "trace" in c else -1 for c in candidates],
+               "w_sizes": [int(np.asarray(v).size) for v in path_w]}
+    arrays = {"path_w": np.concatenate([np.asarray(v, np.float64).ravel() for v in path_w] or [np.zeros(0)]),
+              "traces": np.asarray(rows, np.float64).reshape(-1, len(TRACE_COLUMNS) + 1)}
+    return scalars, arrays
+
+
+def _finished(sc, extra):
+    """(candidates, path_w) from a checkpoint's scalars and arrays: :func:`_pack_finished`'s layout,
+    or the earlier one (each candidate's trace in the JSON, each solution an array ``w{i}``)."""
+    done = sc["candidates"]
+    if "w_sizes" not in sc:
+        return done, [np.asarray(extra[f"w{i}"], np.float64) for i in range(len(done))]
+    ends = np.cumsum([0, *sc["w_sizes"]])
+    flat = np.asarray(extra["path_w"], np.float64)
+    if len(sc["w_sizes"]) != len(done) or ends[-1] != flat.size or min(sc["w_sizes"], default=0) < 0:
+        raise ValueError(f"{len(done)} points with solutions of sizes {sc['w_sizes']} in {flat.size} values")
+    path_w = [flat[a:b].copy() for a, b in zip(ends[:-1], ends[1:])]
+    rows, at = np.asarray(extra["traces"], np.float64), 0
+    if len(sc["trace_rows"]) != len(done) or sum(max(n, 0) for n in sc["trace_rows"]) != len(rows):
+        raise ValueError(f"trace lengths {sc['trace_rows']} for {len(rows)} rows")
+    done = [dict(c) for c in done]
+    for c, n in zip(done, sc["trace_rows"]):
+        if n >= 0:
+            c["trace"] = [[int(r[0]), float(r[1]), int(r[2]), float(r[3]), float(r[4]), float(r[5]) if r[6] else None]
+                          for r in rows[at:at + n]]
+            at += n
+    return done, path_w
 
 
 def _last_score(trace, st, score):

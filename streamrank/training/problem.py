@@ -17,7 +17,7 @@ from streamrank.errors import InputError, ParameterError
 from streamrank.evaluation.metrics import evaluate
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.io.info import preference_pairs_per_query
-from streamrank.units import parse_size
+from streamrank.units import budget_bytes, parse_size
 
 SELECT_METRICS = ("meanndcg", "ndcg@10", "map", "avgndcg", "avgprec")
 QUERY_WEIGHTS = ("none", "log_ratio")
@@ -346,7 +346,7 @@ def check_config(cfg):
         if v is None:
             continue
         if name in _SIZES:
-            v = parse_size(v, name)
+            v = budget_bytes(v, name) if name == "memory_budget" else parse_size(v, name)
         params.check(name, v)
     if cfg["select_metric"] not in SELECT_METRICS:
         raise ParameterError(f"select_metric must be one of {', '.join(SELECT_METRICS)}; got {cfg['select_metric']!r}")

@@ -80,12 +80,12 @@ def data_gamma_scale(ds, settings, executor=None):
     from streamrank.features.kernels import default_gamma
     from streamrank.training.memory_plan import raw_block_bytes
     from streamrank.training.problem import kernel_value_variance, with_features
-    from streamrank.units import parse_size
+    from streamrank.units import budget_bytes
     data, _, _, _ = with_features(ds, None, settings.get("features"))
     normalize = settings.get("normalize") or "none"
     var = kernel_value_variance(data, normalize, executor=executor,
                                 block_bytes=raw_block_bytes(
-                                    parse_size(settings.get("memory_budget") or DEFAULT_MEMORY_BUDGET)))
+                                    budget_bytes(settings.get("memory_budget") or DEFAULT_MEMORY_BUDGET)))
     d = data.n_features
     g = default_gamma(d, var)
     out = {"normalize": normalize, "n_features": int(d), "value_var": var, "gamma_scale": g, "anchor": gamma_anchor(g)}

@@ -292,21 +292,61 @@ def test_a_poly_map_of_huge_offset_ends_with_a_float64_status_not_a_bare_stop():
     assert np.isfinite(m.coef_).all()
 
 
-def _physical_memory():
-    import os
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-
-
-@pytest.mark.skipif(_physical_memory() >= 2**38, reason="the machine could give the 160 GB chunk")
-def test_an_allocation_the_machine_cannot_give_is_one_line_and_nothing_written(tmp_path, capsys):
-    """--n-features 10^9 under a --memory-budget of 112 GB: the plan accepted 20-row chunks of 74.5
+def test_a_budget_beyond_the_machine_is_refused_at_the_plan(tmp_path, capsys):
+    """--n-features 10^9 under a --memory-budget of 1 TB: the plan accepted 20-row chunks of 74.5
     GiB, numpy could not allocate them and the command ended in a MemoryError traceback (exit 1).
-    It is one line naming the budget, exit 2, and no output or progress file left."""
+    A budget above the memory this process can have (the machine's, or its cgroup's limit) is
+    refused where every plan reads it: one line naming the flag and the machine's memory, exit 2,
+    nothing written."""
+    from streamrank.units import budget_bytes, format_size, machine_memory
+    have = machine_memory()
     src = tmp_path / "t.txt"
     src.write_text("".join(f"{k % 3} qid:{k // 5} 1:0.5 2:0.25 3:{k}\n" for k in range(20)))
     out = tmp_path / "d.h5"
     assert main(["convert", str(src), "-o", str(out), "--quiet", "--n-features", "2000000000",
-                 "--memory-budget", "1TB"]) == 2
+                 "--memory-budget", "1000TB"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "out of memory" in err and "--memory-budget" in err, err
+    assert err.count("\n") == 1 and "memory_budget 1000.0 TB is more than the" in err, err
+    assert f"{format_size(have)} of memory this process can have here" in err and "Pass --memory-budget " in err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.txt"]
+    assert budget_bytes(have) == have  # the whole machine is a budget (the plan keeps inside it)
+    with pytest.raises(ParameterError, match="memory_budget .* is more than"):
+        streamrank.RankSVM(memory_budget=have + 1).fit(np.ones((2, 1)), np.array([0, 1]), qid=np.array([1, 1]))
+
+
+def test_an_allocation_the_system_refuses_is_one_line(tmp_path, capsys, monkeypatch):
+    """Inside a budget the machine has, other processes may still hold the memory: a MemoryError
+    from any command is one line naming the budget and the machine's memory, exit 2."""
+    import streamrank.io.convert as cv
+
+    def refuse(*a, **k):
+        raise MemoryError("Unable to allocate 74.5 GiB for an array with shape (20, 1000000000) and data type float32")
+    monkeypatch.setattr(cv, "convert", refuse)
+    src = tmp_path / "t.txt"
+    src.write_text("0 qid:1 1:1\n")
+    assert main(["convert", str(src), "-o", str(tmp_path / "d.h5"), "--memory-budget", "1GB"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "out of memory: unable to allocate 74.5 GiB" in err
+    assert "--memory-budget 1GB" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("labels", [[1.5, 1.5], [1.0, 2.0]])
+def test_mapped_features_past_float32_are_refused_not_trained_on(labels):
+    """Nystroem's poly features of values near 1e30 pass float32's range, where mapped rows are kept:
+    inf, whose pair differences (inf - inf) the pair sums took as no loss. A fit ended exit 0 with
+    a model that scores NaN (and numpy warned from the preconditioner). Refused, naming the row and
+    the kernel's settings, without a warning."""
+    import warnings
+
+    from streamrank.errors import KernelRangeError
+    X = np.array([[-6.814794529e28, -1.188889371e30]] * 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(KernelRangeError, match=r"data row 1: its mapped feature \d+ of \d+ \(nystroem\) is inf, "
+                                                   r"beyond float32's range .*poly kernel, gamma=0\.5, coef0=1, degree=2"):
+            streamrank.RankSVM(method="nystroem", kernel="poly", degree=2, n_components=4).fit(
+                X, np.array(labels), qid=np.array([7, 7]))
+    # the same rows at a scale the map keeps: trained, finite scores
+    m = streamrank.RankSVM(method="nystroem", kernel="poly", degree=2, n_components=4).fit(
+        X * 1e-28, np.array(labels), qid=np.array([7, 7]))
+    assert np.isfinite(m.predict(X * 1e-28)).all()

@@ -389,7 +389,7 @@ def test_damaged_current_checkpoint_falls_back_to_the_previous(data, ref, tmp_pa
     if damage == "truncate":
         truncate(ck / CURRENT)
     else:
-        flip_bytes_of(ck / CURRENT, "w" if damage == "flip-w" else "extra/w0")
+        flip_bytes_of(ck / CURRENT, "w" if damage == "flip-w" else "extra/path_w")
     code, out = cli_train(data, tmp_path, ck)
     cap = capsys.readouterr()
     err = cap.err
@@ -561,3 +561,31 @@ def test_smooth_hinge_killed_and_resumed_gives_the_uninterrupted_model(data, tmp
     killed_after_two_iterations_and_resumed(data, tmp_path, [
         "--loss", "smooth_hinge", "--eta", "0.3", "--pair-cost", "0-1:1,1-2:1.3,0-2:2", "--query-weight",
         "log_ratio", "--tol", "1e-9", "--solver", solver])
+
+
+def test_a_checkpoint_of_the_earlier_layout_resumes_to_the_same_model(data, ref, tmp_path, capsys):
+    """Checkpoints once held each finished point's trace in the JSON scalars and each solution
+    as an array ``w{i}``; such a file (rewritten from the reference's last one) still resumes, to
+    the uninterrupted model with the same traces."""
+    from streamrank.state.checkpoint import _read, write_checkpoint
+    from streamrank.training.path import _finished
+    ck = copy_ck(ref, tmp_path)
+    old = _read(ck / CURRENT)
+    done, path_w = _finished(old["scalars"], old["extra"])
+    assert len(done) >= 1 and all("trace" in c for c in done)
+    scalars = {k: v for k, v in old["scalars"].items() if k not in ("trace_rows", "w_sizes")}
+    scalars["candidates"] = done
+    for p in (ck / CURRENT, ck / PREVIOUS):
+        p.unlink()
+    write_checkpoint(ck, config=old["config"], fingerprint=old["fingerprint"], scalars=scalars, w=old["w"],
+                     g=old["g"], extra={f"w{i}": v for i, v in enumerate(path_w)})
+    with h5py.File(ck / CURRENT) as f:
+        assert "extra/w0" in f and "extra/path_w" not in f
+    code, out = cli_train(data, tmp_path, ck)
+    cap = capsys.readouterr()
+    assert code == 0, cap.err
+    summary = json.loads(cap.out.strip().splitlines()[-1])
+    assert_same_model(ref, out, summary)
+    # the finished points' traces come back from the file as they were (their seconds included)
+    assert [c["trace"] for c in done] == [c["trace"] for c in ref.summary["candidates"]][:len(done)]
+    assert [c["trace"] for c in summary["candidates"]][:len(done)] == [c["trace"] for c in done]
