@@ -21,7 +21,8 @@ def _cmd_convert(args):
     stats = convert(args.inputs, args.output, query_files=args.query_file, zero_based=args.zero_based,
                     n_features=args.n_features, compression=args.compression,
                     keep_comments=not args.no_comments, memory_budget=args.memory_budget,
-                    quiet=not shows_progress(args), commit_seconds=args.commit_every)
+                    quiet=not shows_progress(args), commit_seconds=args.commit_every,
+                    label_column=args.label_column, qid_column=args.qid_column, feature_columns=args.feature_columns)
     if args.json:
         emit_json(stats)
     elif not args.quiet:
@@ -109,8 +110,11 @@ def demo_steps(workdir):
 def register(sub):
     """The data commands' parsers."""
     c = sub.add_parser("convert",
-                       help="LETOR/SVMlight text (.txt .gz .bz2 .xz; LF, CRLF or CR line ends) to an HDF5 dataset")
-    c.add_argument("inputs", nargs="+", metavar="IN", help="text files, concatenated in order")
+                       help="LETOR/SVMlight text (.txt .gz .bz2 .xz; LF, CRLF or CR line ends), or Parquet / Arrow "
+                            "tables, to an HDF5 dataset")
+    c.add_argument("inputs", nargs="+", metavar="IN",
+                   help="text files, concatenated in order; or Parquet / Arrow IPC files, or directories of parts "
+                        "(Spark's part-*.parquet, hive folders), read in path order")
     c.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="the HDF5 dataset to write")
     c.add_argument("--query-file", action="append", metavar="F",
                    help="group sizes (one per line) for an input without qid:; give once per input "
@@ -122,6 +126,13 @@ def register(sub):
                    help="HDF5 compression of the rows "
                         "(default: none; docs/benchmarks-archive.md, \"Storage defaults\")")
     c.add_argument("--no-comments", action="store_true", help="do not keep the text after '#'")
+    t = c.add_argument_group("Parquet and Arrow inputs")
+    t.add_argument("--label-column", default=None, metavar="NAME", help="the label's column (default: label)")
+    t.add_argument("--qid-column", default=None, metavar="NAME",
+                   help="the query id's column, integers or text (default: qid)")
+    t.add_argument("--feature-columns", default=None, metavar="SPEC",
+                   help="A,B,C; a range FIRST:LAST in the file's column order; one list or Spark ML vector column; "
+                        "default: every other numeric column")
     c.add_argument("--memory-budget", default=DEFAULT_MEMORY_BUDGET, metavar="SIZE",
                    help=f"bound on the memory the conversion uses (default {DEFAULT_MEMORY_BUDGET})")
     c.add_argument("--commit-every", type=float, default=60.0, metavar="SECONDS",

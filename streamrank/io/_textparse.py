@@ -370,4 +370,17 @@ def gather_qid_bytes(r0, r1, buf, qs, qe, out):
             out[r, t] = buf[qs[r] + t]
 
 
+# 10^1 .. 10^18: an int64's decimal digits are 1 + the number of these it reaches
+_INT_POW10 = 10 ** np.arange(1, 19, dtype=np.int64)
+
+
+def canonical_ints(v, lengths):
+    """Whether every id's text is the integer's own decimal form (no sign, no leading zero):
+    only then are ids kept as integers. Otherwise they are kept as their text (``007``, ``+7``),
+    in every chunk alike: a chunk of integer ids must not turn ``007`` into ``7`` when a later
+    chunk's ``abc`` makes every id text (the query would split in two by the chunk size)."""
+    digits = 1 + np.searchsorted(_INT_POW10, np.abs(v), side="right")
+    return bool(np.array_equal(lengths, digits + (v < 0)))
+
+
 numba_cache.adopt(globals())  # last: every kernel above compiles and caches as streamrank's

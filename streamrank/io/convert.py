@@ -13,6 +13,7 @@ a conversion killed or interrupted after a commit continues from it when run aga
 the same file as an uninterrupted one.
 """
 
+import hashlib
 import logging
 import os
 import queue
@@ -101,19 +102,6 @@ def _line_text(buf, ls, le, limit=200):
     raw = bytes(buf[ls:le]).rstrip(b"\r\n")
     return shown(raw, limit)
 
-
-
-# 10^1 .. 10^18: an int64's decimal digits are 1 + the number of these it reaches
-_POW10 = 10 ** np.arange(1, 19, dtype=np.int64)
-
-
-def _canonical_ints(v, lengths):
-    """Whether every id's text is the integer's own decimal form (no sign, no leading zero):
-    only then are ids kept as integers. Otherwise they are kept as their text (``007``, ``+7``),
-    in every chunk alike: a chunk of integer ids must not turn ``007`` into ``7`` when a later
-    chunk's ``abc`` makes every id text (the query would split in two by the chunk size)."""
-    digits = 1 + np.searchsorted(_POW10, np.abs(v), side="right")
-    return bool(np.array_equal(lengths, digits + (v < 0)))
 
 
 class _WriterThread:
@@ -208,7 +196,7 @@ PIECE_BYTES = 256 << 10
 def _query_ids(buf, qid_int, qisint, qs, qe):
     """The rows' query ids: int64 when every one is a canonical integer, else their bytes
     buf[qs:qe] as a fixed-width bytes array."""
-    if qisint.all() and _canonical_ints(qid_int, qe - qs):
+    if qisint.all() and tp.canonical_ints(qid_int, qe - qs):
         return qid_int
     n, width = qs.shape[0], int((qe - qs).max())
     out = np.zeros((n, width), np.uint8)
@@ -382,8 +370,9 @@ def _plan(budget, given_chunk):
 def convert(inputs, output, *, query_files=None, zero_based=False, n_features=None,
             compression=DEFAULT_COMPRESSION, chunk_bytes=DEFAULT_CHUNK_BYTES, keep_comments=True,
             memory_budget="2GB", text_chunk_bytes=TEXT_CHUNK_BYTES, quiet=False,
-            commit_seconds=DEFAULT_COMMIT_SECONDS):
-    """Convert LETOR/SVMlight text files into one streamrank HDF5 dataset.
+            commit_seconds=DEFAULT_COMMIT_SECONDS, label_column=None, qid_column=None, feature_columns=None):
+    """Convert LETOR/SVMlight text files, or Parquet / Arrow IPC tables, into one streamrank HDF5
+    dataset.
 
     Parameters
     ----------
@@ -407,14 +396,32 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         inputs and settings, once the bytes it read are proven unchanged (their sha256); the
         file it writes is the same either way.
 
+    label_column, qid_column, feature_columns : str, optional
+        Parquet / Arrow inputs only (a file, or a directory of parts as Spark writes them:
+        :mod:`streamrank.io.table_source`): the label's column (default ``label``), the query
+        id's (default ``qid``) and the features': ``"A,B,C"``, a range ``"FIRST:LAST"`` in the
+        file's column order, one list or Spark ML vector column, or by default every other
+        numeric column. Such a conversion is not resumed: killed, it starts again.
+
     Returns
     -------
     dict
         rows, queries, features, bytes read, seconds and rates, and ``resumed_rows``.
     """
-    inputs, query_files = _inputs(inputs, query_files)
+    from streamrank.io import table_source
+    columns = (label_column, qid_column, feature_columns)
     if n_features is not None:
         n_features = params.check("n_features", n_features)
+    kinds = _table_kinds(inputs)
+    if any(kinds):
+        return _convert_tables(inputs, output, kinds, table_source.Columns(
+            label_column or "label", qid_column or "qid", feature_columns), query_files=query_files,
+            zero_based=zero_based, n_features=n_features, compression=compression, chunk_bytes=chunk_bytes,
+            memory_budget=memory_budget, quiet=quiet)
+    if any(c is not None for c in columns):
+        raise ParameterError("label_column, qid_column and feature_columns apply to Parquet and Arrow inputs; "
+                             "text names its label and qid: by position")
+    inputs, query_files = _inputs(inputs, query_files)
     for p in inputs + (query_files or []):
         if not p.exists():
             raise InputError(f"{p}: no such file")
@@ -466,6 +473,66 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         "seconds": seconds, "text_mb_per_s": run.text_bytes / 1e6 / seconds,
         "rows_per_s": writer.n_rows / seconds, "regrouped": writer._scattered, "resumed_rows": resumed_rows,
     }
+
+
+def _table_kinds(inputs):
+    """Each input's table kind ("parquet", "arrow") or None (text, or a missing file)."""
+    from streamrank.io.table_source import kind_of
+    paths = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    return [kind_of(p) if p.exists() else None for p in paths]
+
+
+def _convert_tables(inputs, output, kinds, columns, *, query_files, zero_based, n_features, compression,
+                    chunk_bytes, memory_budget, quiet):
+    """:func:`convert` of Parquet / Arrow inputs (every input one): their rows in order, queries
+    regrouped where they are scattered (over parts or row groups), as text's are."""
+    from streamrank.io.table_source import TableSource
+    from streamrank.io.text_source import prefix_digest
+    inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    if not all(kinds):
+        k = kinds.index(None)
+        raise InputError(f"{inputs[k]} is not Parquet or Arrow, but {inputs[kinds.index(next(filter(None, kinds)))]} "
+                         f"is; convert text and tables separately")
+    if query_files or zero_based:
+        raise ParameterError("query_files and zero_based apply to text; a table names its query id column "
+                             "(qid_column=NAME) and its features by name")
+    budget = budget_bytes(memory_budget)
+    _, regroup_bytes, room = _plan(budget, TEXT_CHUNK_BYTES)
+    t0 = time.perf_counter()
+    sources = [TableSource(p, columns, room=room) for p in inputs]
+    _, _, lock_path = progress.work_paths(output)
+    lock = progress.Lock(lock_path, output)
+    total = sum(src.n_rows for src in sources)
+    bar = PlainBar(total, "convert", "rows", silent=True) if quiet else progress_bar(total, "convert", "rows", own=True)
+    writer = None
+    try:
+        writer = DatasetWriter(output, n_features=n_features, compression=compression, chunk_bytes=chunk_bytes,
+                               comments=False, fixed_width=n_features is not None, regroup_bytes=regroup_bytes)
+        raw = 0
+        for src in sources:
+            for X, y, qid in src:
+                writer.append(X, y, qid)
+                bar.update(len(y))
+            if src.rows_read == 0:
+                raise InputError(f"{src.path}: no data rows")
+            sizes = [f.stat().st_size for f in src.files]
+            raw += sum(sizes)
+            digest = hashlib.sha256(b"".join(prefix_digest(f, n).encode() for f, n in zip(src.files, sizes)))
+            writer.source.append({"name": src.path.name, "sha256": digest.hexdigest(), "rows": src.rows_read,
+                                  "parts": len(src.files)})
+        writer.close()
+    except BaseException:
+        if writer is not None:
+            writer.abort()
+        raise
+    finally:
+        lock.release(remove=True)
+        bar.close()
+    seconds = time.perf_counter() - t0
+    return {"output": str(output), "rows": writer.n_rows, "queries": len(writer._keys),
+            "features": writer.n_features, "text_bytes": 0, "raw_bytes": raw, "seconds": seconds,
+            "text_mb_per_s": raw / 1e6 / seconds, "rows_per_s": writer.n_rows / seconds,
+            "regrouped": writer._scattered, "resumed_rows": 0}
 
 
 def _inputs(inputs, query_files):

@@ -24,6 +24,12 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget=D
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
+    from streamrank.io.table_source import kind_of
+    kind = kind_of(path)
+    if kind:
+        raise InputError(f"{path} is {'Parquet' if kind == 'parquet' else 'Arrow'}: convert it into a dataset first "
+                         f"(streamrank.convert, with its label_column, qid_column and feature_columns), then give the "
+                         f"dataset")
     if path.is_dir():
         raise InputError(f"{path} is a directory; give a dataset file (.h5) or LETOR/SVMlight text")
     if h5py.is_hdf5(path):

@@ -43,7 +43,9 @@ QID_BYTES = 8
 def load_ranking(data: "str | os.PathLike[str] | Dataset", *, features: "str | Sequence[int] | None" = None,
                  dtype: "type | np.dtype" = np.float32, memory_budget: "int | str" = DEFAULT_MEMORY_BUDGET,
                  query_file: "str | os.PathLike[str] | None" = None, zero_based: bool = False,
-                 n_features: "int | None" = None) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
+                 n_features: "int | None" = None, label_column: "str | None" = None,
+                 qid_column: "str | None" = None,
+                 feature_columns: "str | Sequence[str] | None" = None) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
     """Read a dataset or a text file whole: ``X, y, qid`` with ONE QUERY ID PER ROW.
 
     ``RankSVM().fit(*streamrank.load_ranking("train.h5"))`` trains on it; so does
@@ -71,6 +73,11 @@ def load_ranking(data: "str | os.PathLike[str] | Dataset", *, features: "str | S
     n_features : int, optional
         Text only: the width of X (train, validation and test files then agree); a wider index is
         an error.
+    label_column, qid_column, feature_columns : str, optional
+        Parquet / Arrow only (a file, or a directory of parts as Spark writes them): the columns
+        of the label (default ``label``), the query id (default ``qid``) and the features
+        (``"A,B,C"``, ``"FIRST:LAST"``, one list or Spark ML vector column; default every other
+        numeric column), as ``streamrank convert`` takes them (:mod:`streamrank.io.table_source`).
 
     Returns
     -------
@@ -96,6 +103,14 @@ def load_ranking(data: "str | os.PathLike[str] | Dataset", *, features: "str | S
     path = Path(os.fspath(data))
     if not path.exists():
         raise InputError(f"{path}: no such file")
+    from streamrank.io.table_source import Columns, kind_of
+    if kind_of(path):
+        _text_only(path, query_file, zero_based, n_features)
+        return _from_table(path, Columns(label_column or "label", qid_column or "qid", feature_columns), ids, dtype,
+                           budget)
+    if any(c is not None for c in (label_column, qid_column, feature_columns)):
+        raise ParameterError(f"{path} is not Parquet or Arrow: label_column, qid_column and feature_columns apply "
+                             f"to tables only")
     if path.is_dir():
         raise InputError(f"{path} is a directory; give a dataset file (.h5) or LETOR/SVMlight text")
     import h5py
@@ -226,6 +241,33 @@ def _from_dataset(ds, ids, dtype, budget):
             X[a:b] = Xb if cols is None else take_columns(Xb, cols)
             y[a:b] = yb
     return X, y, ds.row_query_ids()
+
+
+def _from_table(path, columns, ids, dtype, budget):
+    """X, y, qid of a Parquet/Arrow source, its rows in order (:mod:`streamrank.io.table_source`)."""
+    from streamrank.io.budget import STREAM_SLACK, resident_bytes
+    from streamrank.io.feature_subset import take_columns
+    from streamrank.io.table_source import TableSource
+    resident = resident_bytes()
+    src = TableSource(path, columns, room=max(budget - resident - STREAM_SLACK, 1 << 20) // 4)
+    k = src.width if ids is None or src.width is None else ids.size
+    if src.width is not None:
+        _check_width(path, ids, src.width)
+        need = resident + STREAM_SLACK + src.n_rows * _row_bytes(k, dtype.itemsize)
+        if need > budget:
+            _refuse(path, f"its {src.n_rows:,} rows of {k:,} features take {format_size(need - resident)} in memory "
+                          f"as {dtype.name} (X, y and qid)", need, budget, resident)
+    parts = []
+    for X, y, qid in src:
+        parts.append((X if ids is None else take_columns(X, ids - 1), y, qid))
+    if not parts:
+        raise InputError(f"{path}: no data rows")
+    width = max(p[0].shape[1] for p in parts)
+    if ids is None:
+        _check_width(path, ids, width)
+    X = np.concatenate([p[0] for p in parts]).astype(dtype, copy=False)
+    y = np.concatenate([p[1] for p in parts]).astype(dtype, copy=False)
+    return X, y, _join_qids([p[2] for p in parts])
 
 
 def _from_text(path, ids, dtype, budget, query_file, zero_based, n_features):
