@@ -53,7 +53,8 @@ def _cmd_export(args):
         sys.stdout.flush()
         return 0
     path = export_model(model, args.format, args.output, feature_names=args.feature_names, name=name)
-    size = path.stat().st_size if path.is_file() else None
+    from streamrank.io.urls import is_url, size_of
+    size = size_of(path) if is_url(path) else path.stat().st_size if path.is_file() else None
     if args.json:
         emit_json({"model": str(args.model), "format": args.format, "output": str(path), "bytes": size})
     elif not args.quiet:

@@ -73,7 +73,10 @@ def write_scores(path, scores, data_name, *, stdout=None):
         return
     from streamrank.faultpoints import faultpoint
     from streamrank.io.atomic import ensure_space, temp_name, written
-    if not Path(path).exists() or Path(path).is_file():
+    from streamrank.io.urls import is_url
+    if is_url(path):
+        ensure_space(path, SCORE_LINE_BYTES * scores.size)
+    elif not Path(path).exists() or Path(path).is_file():
         ensure_space(temp_name(path), SCORE_LINE_BYTES * scores.size, shown=path)
     with written(path, special_ok=True) as tmp:
         np.savetxt(tmp, scores, fmt="%.17g")  # round-trips every float64

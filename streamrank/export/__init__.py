@@ -15,7 +15,6 @@ The formats and what each cannot express: docs/formats.md. ``onnx`` needs the ``
 """
 
 import importlib
-from pathlib import Path
 
 from streamrank.errors import ParameterError
 
@@ -65,7 +64,8 @@ def export_model(model, format, path=None, *, feature_names=None, name=None):
     if path is None:
         return content
     from streamrank.io.atomic import ensure_space, write_atomically
-    path = Path(path)
+    from streamrank.io.urls import location
+    path = location(path)
     ensure_space(path, len(content))
     write_atomically(path, content)
     return path

@@ -52,9 +52,12 @@ def register_input(path, what="input"):
     nothing was registered)."""
     if path is None or str(path) in ("", "-"):
         return None
-    if os.path.isdir(path):
+    if _is_url(path):  # an object in a store: the URL is its identity (no links there)
+        resolved, ident = str(path), None
+    elif os.path.isdir(path):
         return None
-    resolved, ident = _identity(path)
+    else:
+        resolved, ident = _identity(path)
     if resolved is None:
         return None
     with _INPUTS_LOCK:
@@ -97,6 +100,9 @@ def input_of(path):
         entries = list(_INPUTS.values())
     if not entries:
         return None
+    if _is_url(path):
+        hit = [(what, shown) for in_resolved, _, what, shown in entries if in_resolved == str(path)]
+        return (*hit[0], "is") if hit else None
     resolved, ident = _identity(path)
     if resolved is None:
         return None
@@ -190,6 +196,10 @@ def check_writable(path, what="output", *, special_ok=False):
     (unless ``special_ok``: then it is written in place), a missing or read-only directory, a full
     disk. Probes by creating and removing the temporary name beside it; removes stale temporary
     files of dead writers."""
+    if _is_url(path):
+        check_not_input(path, what)
+        _check_url_writable(str(path), what)
+        return
     path = Path(path)
     check_not_input(path, what)
     if path.is_dir():
@@ -262,7 +272,11 @@ SPACE_MARGIN = 64 << 10
 
 
 def free_bytes(path):
-    """Bytes an unprivileged writer may still add on the file system that holds ``path``."""
+    """Bytes an unprivileged writer may still add on the file system that holds ``path`` (for a URL:
+    the local temporary directory its file is written in before the upload)."""
+    if _is_url(path):
+        import tempfile
+        path = Path(tempfile.gettempdir()) / "upload"
     st = os.statvfs(Path(path).parent if str(Path(path).parent) else ".")
     return st.f_bavail * st.f_frsize
 
@@ -374,6 +388,11 @@ def written(path, *, special_ok=False):
     """``with written(path) as tmp:`` write ``tmp``; on leaving the block it replaces ``path``
     (:func:`atomic_replace`), or is deleted if the block raised. A special file (``/dev/stdout``)
     is written in place when ``special_ok`` (``tmp`` is ``path`` itself), refused otherwise."""
+    if _is_url(path):
+        check_not_input(path)
+        with _uploaded(str(path)) as tmp:
+            yield tmp
+        return
     path = Path(path)
     check_not_input(path)
     if is_special(path):
@@ -397,3 +416,56 @@ def write_atomically(path, data, *, special_ok=False):
     one, never a part."""
     with written(path, special_ok=special_ok) as tmp:
         Path(tmp).write_bytes(data.encode("utf-8") if isinstance(data, str) else data)
+
+
+# -- objects in a store (io.urls) --------------------------------------------------------------------
+# A store has no rename: an object is published by one upload of a finished local file (a single
+# PUT, or a multipart upload that is completed, or aborted when it fails), so a reader sees the
+# old object or the new one, never a part.
+
+def _is_url(path):
+    from streamrank.io.urls import is_url
+    return is_url(path)
+
+
+def _check_url_writable(url, what):
+    """Refuse, before any work, a URL whose file system cannot be had (a missing package) or whose
+    bucket / container does not exist or cannot be reached."""
+    from streamrank.io.urls import filesystem, shown
+    fs, path = filesystem(url)
+    if path.endswith("/"):
+        raise InputError(f"{shown(url)}: the {what} is a prefix (ends in /); give an object name, e.g. "
+                         f"{shown(url)}out.h5")
+    root = path.split("/", 1)[0]
+    try:
+        ok = fs.exists(root) if "/" in path.strip("/") else True
+    except (OSError, TimeoutError) as e:
+        raise InputError(f"{shown(url)}: the store cannot be reached ({type(e).__name__}: {shown(str(e))[:200]})") \
+            from None
+    if not ok:
+        raise InputError(f"{shown(url)}: the bucket {root} does not exist (or these credentials cannot see it); "
+                         f"create it first")
+
+
+@contextmanager
+def _uploaded(url):
+    """Yield a local temporary file; on leaving the block without an error, upload it to ``url``
+    as one object (StorageError naming the URL when the store refuses); always remove it."""
+    import tempfile
+
+    from streamrank.io.urls import filesystem, shown
+    name = url.split("?", 1)[0].rsplit("/", 1)[-1]
+    fd, tmp = tempfile.mkstemp(prefix=".streamrank-upload-", suffix=f"-{name}")
+    os.close(fd)
+    tmp = Path(tmp)
+    try:
+        yield tmp
+        fs, path = filesystem(url)
+        try:
+            fs.put_file(str(tmp), path)
+        except (OSError, TimeoutError) as e:
+            raise StorageError(f"{shown(url)}: the upload failed ({type(e).__name__}: {shown(str(e))[:200]}); the "
+                               f"object there, if any, is as it was") from None
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -21,6 +21,9 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget=D
     (``touch -d``, ``cp -p``, ``rsync -t``) all leave size and mtime as they were but move ctime,
     which no unprivileged process can set.
     """
+    from streamrank.io.urls import is_url
+    if is_url(path):
+        return _open_url(str(path), query_file)
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -61,3 +64,11 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget=D
     ds = open_dataset(target)
     ds.name = str(path)  # messages about its rows name the user's file, not the cache
     return ds
+
+
+def _open_url(url, query_file):
+    """A dataset at a URL, read where it is (:class:`~streamrank.io.dataset.Dataset`)."""
+    from streamrank.io.urls import shown
+    if query_file is not None:
+        raise InputError(f"{shown(url)}: query_files applies to text, and a URL is read as a dataset")
+    return open_dataset(url)

@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from streamrank.io.query_stream import QueryStream
 
 
+# the first 8 bytes of an HDF5 file (with no user block, as h5py writes it)
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
 log = logging.getLogger("streamrank.io.dataset")
 
 # datasets opened in this process without checksums (format version 1): said once each
@@ -212,6 +215,11 @@ class Dataset:
     """
 
     def __init__(self, path):
+        from streamrank.io.urls import is_url
+        self._remote = None  # a store's object (io.remote_file): block reads prefetch their chunks
+        if is_url(path):
+            self._open_url(str(path))
+            return
         self.path = Path(path)
         self.name = str(self.path)  # what messages call it (open_data: the text file it came from)
         if not self.path.exists():
@@ -233,6 +241,50 @@ class Dataset:
             raise
         # while it is open no output may be this file or a link to it (io.atomic's writers refuse)
         self._input_token = register_input(self.path, "dataset")
+
+    def _open_url(self, url):
+        """Open the dataset at a URL (:mod:`streamrank.io.urls`) through a RemoteFile."""
+        from streamrank.io.remote_file import RemoteFile
+        from streamrank.io.urls import Url, filesystem, size_of
+        self.path = Url(url)
+        self.name = self.path.shown
+        fs, inner = filesystem(url)
+        self._remote = RemoteFile(fs, inner, size_of(url), url)
+        if self._remote.read(8) != HDF5_SIGNATURE:
+            raise FormatError(f"{self.name}: not an HDF5 file (a streamrank dataset starts with HDF5's signature); "
+                              f"convert text with: streamrank convert TEXT -o OUT.h5")
+        try:
+            self._file = h5py.File(self._remote, "r", rdcc_nbytes=4 << 20)
+        except OSError as e:
+            raise _damaged(self.name, f"HDF5 cannot open it ({e})") from None
+        self._chunk_ranges_of = {}
+        try:
+            self._open()
+        except BaseException:
+            self._file.close()
+            raise
+        self._input_token = None
+
+    def _chunk_ranges(self, start, stop):
+        """Byte ranges in the file of the chunks of /X and /y that hold rows start:stop."""
+        out = []
+        for ds in (self._X, self._y):
+            if ds.chunks is None:  # contiguous: the rows' bytes
+                row = ds.dtype.itemsize * int(np.prod(ds.shape[1:], dtype=np.int64))
+                base = ds.id.get_offset()
+                out.append((base + start * row, base + stop * row))
+                continue
+            cr = ds.chunks[0]
+            cols = range(0, ds.shape[1], ds.chunks[1]) if ds.ndim == 2 else [None]
+            for k in range(start // cr, (stop - 1) // cr + 1):
+                for c in cols:
+                    key = (ds.name, k, c)
+                    r = self._chunk_ranges_of.get(key)
+                    if r is None:
+                        info = ds.id.get_chunk_info_by_coord((k * cr,) if c is None else (k * cr, c))
+                        r = self._chunk_ranges_of[key] = (info.byte_offset, info.byte_offset + info.size)
+                    out.append(r)
+        return out
 
     def _open(self):
         f, path = self._file, self.path
@@ -418,6 +470,8 @@ class Dataset:
         else:
             X, y = out[0][:stop - start], out[1][:stop - start]
         if stop > start:
+            if self._remote is not None:
+                self._remote.prefetch(self._chunk_ranges(start, stop))
             try:
                 if (start, stop) in self._verified:
                     # read before in this process: values and checksums checked (io.h5_edc)
@@ -631,7 +685,8 @@ class Dataset:
     def __reduce__(self):
         # another process (a dask worker) opens the same file by its path: a shared or replicated
         # file system is the deployment assumption, checked by the content fingerprint
-        return (reopen, (str(self.path.resolve()), self.fingerprint, self.name))  # not relative to this cwd
+        where = str(self.path) if self._remote is not None else str(self.path.resolve())  # not relative to this cwd
+        return (reopen, (where, self.fingerprint, self.name))
 
     def __enter__(self):
         return self

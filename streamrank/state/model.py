@@ -283,8 +283,10 @@ class LinearModel:
 
     # -- file ---------------------------------------------------------------------------------------
     def save(self, path):
-        """Write atomically (temporary name, fsync, rename), with a sha256 over the whole content."""
-        path = Path(path)
+        """Write atomically (temporary name, fsync, rename; a URL: one upload of the finished file),
+        with a sha256 over the whole content."""
+        from streamrank.io.urls import location
+        path = location(path)
         if not np.all(np.isfinite(self.w)):
             raise InputError(f"{path}: the model's weights are not all finite numbers; it is not written "
                              f"(training diverged: check the data for extreme values, or use normalize=zscore)")
@@ -331,15 +333,36 @@ class LinearModel:
         a[DIGEST_ATTR] = file_digest(f)
 
 
-def load(path):
-    """Read a model file written by :meth:`LinearModel.save` (or ``RankSVM.save``)."""
+def _model_source(path):
+    """(what h5py opens, what messages call the model, its size in bytes) of a local path, or of
+    a URL (:mod:`streamrank.io.urls`), whose object is fetched whole: a model is small."""
+    from streamrank.io.urls import filesystem, is_url, shown, size_of
+    if is_url(path):
+        import io
+        size = size_of(str(path))
+        fs, inner = filesystem(str(path))
+        try:
+            data = fs.cat_file(inner)
+        except (OSError, TimeoutError) as e:
+            raise InputError(f"{shown(path)}: cannot be read ({type(e).__name__}: {shown(str(e))[:200]})") from None
+        if not data.startswith(b"\x89HDF\r\n\x1a\n"):
+            raise FormatError(f"{shown(path)}: not an HDF5 file, so not a streamrank model; train one with "
+                              f"streamrank train")
+        return io.BytesIO(data), shown(path), max(size, len(data))
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
     if not h5py.is_hdf5(path):
         raise FormatError(f"{path}: not an HDF5 file, so not a streamrank model; train one with streamrank train")
+    return path, path, path.stat().st_size
+
+
+def load(path):
+    """Read a model file written by :meth:`LinearModel.save` (or ``RankSVM.save``): a path, or a
+    URL (``s3://...``: :mod:`streamrank.io.urls`)."""
+    source, path, size = _model_source(path)
     try:
-        f = h5py.File(path, "r")
+        f = h5py.File(source, "r")
     except OSError as exc:
         raise FormatError(f"{path}: cannot be read as a streamrank model ({exc}); the file is damaged, "
                           f"train the model again") from None
@@ -347,9 +370,9 @@ def load(path):
         try:
             version = _check_model_format(f, path)
             # sizes first: a file whose datasets claim more bytes than it has is refused unread
-            if declared_bytes(f) > path.stat().st_size:
+            if declared_bytes(f) > size:
                 raise FormatError(f"{path}: the model file's datasets declare {declared_bytes(f):,} bytes, more "
-                                  f"than the file's {path.stat().st_size:,}; it is damaged, train the model again")
+                                  f"than the file's {size:,}; it is damaged, train the model again")
             if version >= 2 and file_digest(f) != f.attrs.get(DIGEST_ATTR):
                 raise FormatError(f"{path}: the model file's content does not match its sha256 (damaged or "
                                   f"changed after it was written); train the model again")

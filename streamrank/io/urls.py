@@ -1,0 +1,152 @@
+"""Files named by URL: ``s3://``, ``gs://``, ``az://`` / ``abfs://``, ``http(s)://`` (read only),
+``memory://``, ``file://`` and chained URLs (``simplecache::s3://...``), through fsspec.
+
+A name is a URL when it has a scheme (``proto://``) or a chain (``::``); every other name is a
+local path, as before. The protocol packages are extras (s3fs, gcsfs, adlfs): a missing one is
+named with the extra that installs it. Credentials come by fsspec's usual means (environment,
+config files) or as ``storage_options``; they are never shown: :func:`shown` is what a message,
+a log line or a model's config says of a URL (no user or password, no query string, which is
+where a presigned URL's signature lives).
+
+Every request against an object store has a deadline: :data:`S3_DEFAULTS` bounds each
+connection and each read, and the retries, unless the caller's ``storage_options`` say
+otherwise.
+"""
+
+import contextlib
+import contextvars
+import os
+import re
+from pathlib import Path
+
+from streamrank.errors import InputError, ParameterError
+
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+# protocol -> (package, extra that installs it)
+PACKAGES = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
+            "az": ("adlfs", "azure"), "abfs": ("adlfs", "azure"), "abfss": ("adlfs", "azure"),
+            "http": ("aiohttp", "http"), "https": ("aiohttp", "http")}
+# botocore: 5 s to connect, 10 s for any one read to answer, 2 attempts; s3fs retries a failed
+# call (its ``retries``, 5 by default) 2 times. A stalled server so fails a request after about
+# 2 x 2 x 10 s = 40 s, where s3fs's defaults had not given up after 590 s
+S3_DEFAULTS = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 10,
+                                 "retries": {"max_attempts": 2, "mode": "standard"}}}
+S3_RETRIES = 2
+
+_OPTIONS = contextvars.ContextVar("streamrank_storage_options", default=None)
+
+
+def is_url(name):
+    """Whether ``name`` (str or path-like) is a URL rather than a local path."""
+    if name is None or isinstance(name, Path):
+        return False
+    s = os.fspath(name) if isinstance(name, os.PathLike) else name
+    return isinstance(s, str) and (_SCHEME.match(s) is not None or "::" in s)
+
+
+def location(name):
+    """``name`` as the writers and readers take it: the URL string itself, or a local Path."""
+    return str(name) if is_url(name) else Path(name)
+
+
+def protocol(url):
+    """The outermost protocol of ``url`` (the last link of a chain: where the bytes live)."""
+    last = url.split("::")[-1]
+    m = _SCHEME.match(last)
+    return m.group(1).lower() if m else "file"
+
+
+def shown(url):
+    """``url`` as messages say it: without a user, a password or a query string."""
+    s = str(url)
+    out = []
+    for link in s.split("::"):
+        m = _SCHEME.match(link)
+        if m:
+            rest = link[m.end():]
+            host, sep, tail = rest.partition("/")
+            host = host.rsplit("@", 1)[-1]
+            link = f"{m.group(0)}{host}{sep}{tail}"
+        out.append(link.split("?", 1)[0] + ("?..." if "?" in link else ""))
+    return "::".join(out)
+
+
+@contextlib.contextmanager
+def storage_options(options):
+    """Within the block, URLs are opened with ``options`` (fsspec's ``storage_options``: keys and
+    values the protocol's file system takes); None leaves the ones in force."""
+    if options is None:
+        yield
+        return
+    token = _OPTIONS.set(dict(options))
+    try:
+        yield
+    finally:
+        _OPTIONS.reset(token)
+
+
+def current_options():
+    """The storage options in force (:func:`storage_options`), a copy; {} when none."""
+    return dict(_OPTIONS.get() or {})
+
+
+def filesystem(url, options=None):
+    """(fsspec file system, path within it) of ``url``, with ``options`` or the ones in force.
+    A missing protocol package is a ParameterError naming the extra that installs it."""
+    import fsspec
+    opts = current_options() if options is None else dict(options)
+    proto = protocol(url)
+    retries = opts.pop("retries", S3_RETRIES)
+    if proto in ("s3", "s3a"):
+        opts = {**S3_DEFAULTS, **opts, "config_kwargs": {**S3_DEFAULTS["config_kwargs"],
+                                                         **opts.get("config_kwargs", {})}}
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **opts)
+    except ImportError:
+        pkg, extra = PACKAGES.get(proto, (f"fsspec's {proto} support", proto))
+        raise ParameterError(f"{shown(url)}: reading {proto}:// needs {pkg}: pip install 'streamrank[{extra}]'") \
+            from None
+    except ValueError as e:
+        if "Protocol not known" in str(e):
+            raise ParameterError(f"{shown(url)}: fsspec knows no protocol {proto!r}; give a local path or an "
+                                 f"s3://, gs://, az://, http(s)://, memory:// or file:// URL") from None
+        raise
+    if proto in ("s3", "s3a"):
+        fs.retries = retries  # s3fs's own retries: an attribute, not an argument
+    return fs, path
+
+
+def size_of(url):
+    """Bytes of the object at ``url``, or InputError when there is none (or it is a prefix)."""
+    fs, path = filesystem(url)
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        raise InputError(f"{shown(url)}: no such object") from None
+    except OSError as e:
+        raise InputError(f"{shown(url)}: cannot be read ({type(e).__name__}: {shown(str(e))})") from None
+    if info.get("type") == "directory":
+        raise InputError(f"{shown(url)} is a prefix (a directory); give the object's full name")
+    return int(info["size"])
+
+
+class Url:
+    """A URL where a dataset, a model or a score file lives: ``str()`` is the URL itself (to open
+    it again, in this process or a worker), ``name`` its last part, ``shown`` what messages say."""
+
+    def __init__(self, url):
+        self.url = str(url)
+        self.name = self.url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+        self.shown = shown(self.url)
+
+    def __str__(self):
+        return self.url
+
+    def __repr__(self):
+        return f"Url({self.shown!r})"
+
+    def __eq__(self, other):
+        return isinstance(other, Url) and other.url == self.url
+
+    def __hash__(self):
+        return hash(self.url)

@@ -1,0 +1,74 @@
+"""The commands with their files in a bucket: the bits of the same commands on local copies, one
+line for what cannot be had, and no credential in any message."""
+
+import io
+import json
+
+import h5py
+import numpy as np
+import pytest
+
+from streamrank.cli import main
+from streamrank.synthetic import write_text
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    """train/valid/test datasets and the model and scores of the local run."""
+    from streamrank.io.convert import convert
+    d = tmp_path_factory.mktemp("local")
+    for name, seed in (("train", 0), ("valid", 1), ("test", 2)):
+        write_text(d / f"{name}.txt", preset="small", seed=seed, scale=0.3)
+        convert([d / f"{name}.txt"], d / f"{name}.h5", quiet=True, chunk_bytes=8192)
+    assert main(["train", str(d / "train.h5"), "--valid", str(d / "valid.h5"), "-o", str(d / "m.h5"),
+                 "--method", "nystroem", "--components", "16", "--quiet"]) == 0
+    assert main(["predict", str(d / "m.h5"), str(d / "test.h5"), "-o", str(d / "scores.txt")]) == 0
+    return d
+
+
+def _put(fs, bucket, local, *names):
+    for n in names:
+        fs.put_file(str(local / n), f"{bucket}/{n}")
+
+
+def test_train_and_predict_in_a_bucket_give_the_local_bits(local, s3, capsys):
+    fs, b = s3
+    _put(fs, b, local, "train.h5", "valid.h5", "test.h5")
+    assert main(["train", f"s3://{b}/train.h5", "--valid", f"s3://{b}/valid.h5", "-o", f"s3://{b}/m.h5",
+                 "--method", "nystroem", "--components", "16", "--quiet"]) == 0
+    with h5py.File(io.BytesIO(fs.cat_file(f"{b}/m.h5"))) as a, h5py.File(local / "m.h5") as c:
+        assert np.array_equal(a["w"][:], c["w"][:])
+        assert json.loads(a.attrs["config"]) == json.loads(c.attrs["config"])
+    assert main(["predict", f"s3://{b}/m.h5", f"s3://{b}/test.h5", "-o", f"s3://{b}/scores.txt"]) == 0
+    assert fs.cat_file(f"{b}/scores.txt") == (local / "scores.txt").read_bytes()
+    assert main(["export", f"s3://{b}/m.h5", "--format", "json", "-o", f"s3://{b}/m.json"]) == 0
+    assert json.loads(fs.cat_file(f"{b}/m.json"))
+    # no temporary object was left beside the outputs
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(b)) == ["m.h5", "m.json", "scores.txt", "test.h5",
+                                                                "train.h5", "valid.h5"]
+
+
+def test_what_a_store_cannot_give_is_one_line(local, s3, capsys, monkeypatch):
+    fs, b = s3
+    _put(fs, b, local, "train.h5")
+    cases = [
+        (["train", f"s3://{b}/nothing.h5", "-o", f"s3://{b}/m.h5"], f"s3://{b}/nothing.h5: no such object"),
+        (["train", f"s3://{b}/train.h5", "-o", "s3://no-such-bucket-x/m.h5"],
+         "s3://no-such-bucket-x/m.h5: the bucket no-such-bucket-x does not exist"),
+        (["train", f"s3://{b}/train.h5", "-o", f"s3://{b}/train.h5"], "would destroy the input"),
+        (["predict", f"s3://{b}/train.h5", f"s3://{b}/train.h5", "-o", "-"], "not a streamrank model"),
+        (["train", "nosuchproto://x/train.h5", "-o", str(local / "x.h5")], "fsspec knows no protocol 'nosuchproto'"),
+    ]
+    for argv, message in cases:
+        code = main(argv)
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1 and message in err and "Traceback" not in err, (argv, err)
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(b)) == ["train.h5"]
+
+
+def test_a_url_with_credentials_is_never_shown_with_them():
+    from streamrank.io.urls import shown
+    assert shown("s3://AKIA:secret@bkt/k.h5") == "s3://bkt/k.h5"
+    assert shown("https://h.example/a/b.h5?X-Amz-Signature=abc&X-Amz-Credential=AKIA") == "https://h.example/a/b.h5?..."
+    assert shown("simplecache::s3://u:p@b/k") == "simplecache::s3://b/k"
+    assert shown("/local/path.h5") == "/local/path.h5"

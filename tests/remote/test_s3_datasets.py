@@ -1,0 +1,31 @@
+"""Datasets read from a bucket: the same rows as the local file, their chunks fetched together."""
+
+import numpy as np
+
+from streamrank.io.convert import convert
+from streamrank.io.dataset import open_dataset
+from streamrank.synthetic import write_text
+
+
+def _local(tmp_path, scale=0.3, **kw):
+    write_text(tmp_path / "t.txt", preset="small", seed=0, scale=scale)
+    convert([tmp_path / "t.txt"], tmp_path / "t.h5", quiet=True, **kw)
+    return tmp_path / "t.h5"
+
+
+def test_a_dataset_in_a_bucket_reads_the_rows_of_the_local_file(tmp_path, s3):
+    fs, bucket = s3
+    local = _local(tmp_path, chunk_bytes=4096)
+    fs.put_file(str(local), f"{bucket}/t.h5")
+    url = f"s3://{bucket}/t.h5"
+    with open_dataset(local) as a, open_dataset(url) as b:
+        assert (b.n_rows, b.n_features, b.fingerprint) == (a.n_rows, a.n_features, a.fingerprint)
+        assert np.array_equal(a.query_ptr, b.query_ptr) and np.array_equal(a.row, b.row)
+        for start, stop in [(0, a.n_rows), (5, 77), (a.n_rows - 3, a.n_rows)]:
+            Xa, ya = a.read(start, stop)
+            Xb, yb = b.read(start, stop)
+            assert np.array_equal(Xa, Xb) and np.array_equal(ya, yb)
+        assert b.name == url and str(b.path) == url
+        fetched = b._remote.fetched
+    size = local.stat().st_size
+    assert fetched <= 3 * size  # the whole file read three times at most (three overlapping reads)
