@@ -49,7 +49,8 @@ def translate(message):
         if value == "True":
             return word + flag
         return f"{word}{flag} {value}"
-    return _BLOCK_FIX.sub(_BLOCK_ADVICE, _FIX.sub(fix, message))
+    from streamrank.io.urls import redact_urls
+    return redact_urls(_BLOCK_FIX.sub(_BLOCK_ADVICE, _FIX.sub(fix, message)))
 
 
 # the stream's advice on a planned block too small for a query names block_bytes, which no flag

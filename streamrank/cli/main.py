@@ -65,6 +65,11 @@ def build_parser():
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
     for module in (data_commands, train_commands, search_commands, export_commands):
         module.register(sub)
+    for c in sub.choices.values():  # every command may read or write a URL (streamrank.io.urls)
+        c.add_argument("--storage-option", action="append", default=None, metavar="KEY=VALUE",
+                       help="an option of the file system a URL is opened with (fsspec's storage_options; "
+                            "e.g. anon=true, client_kwargs.endpoint_url=http://host:9000); repeat for more (default: "
+                            "none, fsspec's own: the environment, config files)")
     return p
 
 
@@ -84,6 +89,7 @@ def main(argv=None):
         args.compression = DEFAULT_COMPRESSION
     from streamrank._native import warmup
     from streamrank.io.atomic import forget_input
+    from streamrank.io.urls import storage_options
     handlers, inputs = Handlers(), []
     try:
         handlers.install()  # SIGTERM and SIGHUP end the command as SIGINT does
@@ -93,7 +99,8 @@ def main(argv=None):
         _setup_logging(getattr(args, "quiet", False),
                        progress=args.command in ("train", "select-features", "grid", "cv"))
         # bars on a terminal or with --progress; plain progress lines in a log (execution.progress)
-        with progress(shows_progress(args), draw=True if getattr(args, "progress", False) else None):
+        with progress(shows_progress(args), draw=True if getattr(args, "progress", False) else None), \
+                storage_options(_storage_options(args)):
             return args.func(args)
     except (StreamrankError, FileNotFoundError) as exc:
         handlers.acknowledge()
@@ -143,6 +150,18 @@ def _parse(parser, argv):
 
 # options that name a folder (grid's and cv's -o RUN_DIR among them): messages join names to them
 _FOLDERS = ("png_dir", "workdir", "checkpoint", "cache_dir")
+
+
+def _storage_options(args):
+    """--storage-option KEY=VALUE ... as one dict (None when none is given)."""
+    from streamrank.io.urls import merged, parse_option
+    given = getattr(args, "storage_option", None)
+    if not given:
+        return None
+    out = {}
+    for text in given:
+        out = merged(out, parse_option(text))
+    return out
 
 
 def _folders_as_paths(args):

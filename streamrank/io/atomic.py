@@ -431,7 +431,7 @@ def _is_url(path):
 def _check_url_writable(url, what):
     """Refuse, before any work, a URL whose file system cannot be had (a missing package) or whose
     bucket / container does not exist or cannot be reached."""
-    from streamrank.io.urls import filesystem, shown
+    from streamrank.io.urls import filesystem, shown, store_error, store_errors
     fs, path = filesystem(url)
     if path.endswith("/"):
         raise InputError(f"{shown(url)}: the {what} is a prefix (ends in /); give an object name, e.g. "
@@ -439,12 +439,24 @@ def _check_url_writable(url, what):
     root = path.split("/", 1)[0]
     try:
         ok = fs.exists(root) if "/" in path.strip("/") else True
-    except (OSError, TimeoutError) as e:
-        raise InputError(f"{shown(url)}: the store cannot be reached ({type(e).__name__}: {shown(str(e))[:200]})") \
-            from None
+    except store_errors() as e:
+        raise store_error(url, e, "the store cannot be reached") from None
     if not ok:
         raise InputError(f"{shown(url)}: the bucket {root} does not exist (or these credentials cannot see it); "
                          f"create it first")
+
+
+def publish(local, url):
+    """Upload the finished local file ``local`` to ``url`` as one object (StorageError naming the
+    URL when the store refuses: the object there, if any, is as it was)."""
+    from streamrank.io.urls import filesystem, redact_urls, shown, store_errors
+    check_not_input(url)
+    fs, path = filesystem(url)
+    try:
+        fs.put_file(str(local), path)
+    except store_errors() as e:
+        raise StorageError(f"{shown(url)}: the upload failed ({type(e).__name__}: {redact_urls(str(e))[:200]}); the "
+                           f"object there, if any, is as it was") from None
 
 
 @contextmanager
@@ -452,20 +464,13 @@ def _uploaded(url):
     """Yield a local temporary file; on leaving the block without an error, upload it to ``url``
     as one object (StorageError naming the URL when the store refuses); always remove it."""
     import tempfile
-
-    from streamrank.io.urls import filesystem, shown
     name = url.split("?", 1)[0].rsplit("/", 1)[-1]
     fd, tmp = tempfile.mkstemp(prefix=".streamrank-upload-", suffix=f"-{name}")
     os.close(fd)
     tmp = Path(tmp)
     try:
         yield tmp
-        fs, path = filesystem(url)
-        try:
-            fs.put_file(str(tmp), path)
-        except (OSError, TimeoutError) as e:
-            raise StorageError(f"{shown(url)}: the upload failed ({type(e).__name__}: {shown(str(e))[:200]}); the "
-                               f"object there, if any, is as it was") from None
+        publish(tmp, url)
     finally:
         if tmp.exists():
             tmp.unlink()

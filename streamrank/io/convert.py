@@ -44,6 +44,8 @@ from streamrank.io.hdf5_format import (
 )
 from streamrank.io.text_source import DEFAULT_CHUNK_BYTES as TEXT_CHUNK_BYTES
 from streamrank.io.text_source import TextChunks
+from streamrank.io.urls import Url, is_url, location, size_of
+from streamrank.io.urls import shown as shown_url
 from streamrank.units import budget_bytes
 
 log = logging.getLogger("streamrank.io.convert")
@@ -409,6 +411,13 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         rows, queries, features, bytes read, seconds and rates, and ``resumed_rows``.
     """
     from streamrank.io import table_source
+    from streamrank.io.urls import is_url
+    if is_url(output):
+        return _to_url(output, lambda local: convert(
+            inputs, local, query_files=query_files, zero_based=zero_based, n_features=n_features,
+            compression=compression, chunk_bytes=chunk_bytes, keep_comments=keep_comments,
+            memory_budget=memory_budget, text_chunk_bytes=text_chunk_bytes, quiet=quiet, commit_seconds=commit_seconds,
+            label_column=label_column, qid_column=qid_column, feature_columns=feature_columns))
     columns = (label_column, qid_column, feature_columns)
     if n_features is not None:
         n_features = params.check("n_features", n_features)
@@ -422,15 +431,13 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         raise ParameterError("label_column, qid_column and feature_columns apply to Parquet and Arrow inputs; "
                              "text names its label and qid: by position")
     inputs, query_files = _inputs(inputs, query_files)
-    for p in inputs + (query_files or []):
-        if not p.exists():
-            raise InputError(f"{p}: no such file")
+    sizes = [_size(p) for p in inputs + (query_files or [])]
     budget = budget_bytes(memory_budget)
     given_chunk = text_chunk_bytes
     text_chunk_bytes, regroup_bytes, room = _plan(budget, text_chunk_bytes)
     parser = _Parser(n_features, zero_based, keep_comments, room=room)
     t0 = time.perf_counter()
-    total_raw = sum(p.stat().st_size for p in inputs)
+    total_raw = sum(sizes[:len(inputs)])
     work, record, lock_path = progress.work_paths(output)
     ident = progress.identity(inputs, query_files, {
         "zero_based": bool(zero_based), "n_features": n_features, "compression": compression,
@@ -478,8 +485,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
 def _table_kinds(inputs):
     """Each input's table kind ("parquet", "arrow") or None (text, or a missing file)."""
     from streamrank.io.table_source import kind_of
-    paths = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
-    return [kind_of(p) if p.exists() else None for p in paths]
+    paths = [location(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    return [None if is_url(p) else kind_of(p) if p.exists() else None for p in paths]
 
 
 def _convert_tables(inputs, output, kinds, columns, *, query_files, zero_based, n_features, compression,
@@ -535,14 +542,45 @@ def _convert_tables(inputs, output, kinds, columns, *, query_files, zero_based, 
             "regrouped": writer._scattered, "resumed_rows": 0}
 
 
+def _size(p):
+    """Bytes of input ``p`` (a path or a URL), or InputError when there is none."""
+    if is_url(p):
+        return size_of(p)
+    if not p.exists():
+        raise InputError(f"{p}: no such file")
+    return p.stat().st_size
+
+
+def _name(p):
+    """The last part of an input's name (a URL's without its query string)."""
+    return Url(p).name if is_url(p) else p.name
+
+
+def _to_url(url, run):
+    """Convert (``run(local_path)``) into a local file of the cache directory, then upload it to
+    ``url`` as one object. The local file's name is a function of the URL, so a conversion
+    killed before the upload continues from its last commit when run again."""
+    import hashlib as _h
+
+    from streamrank.io.atomic import check_writable, publish
+    from streamrank.settings import default_cache_dir
+    check_writable(url, "output")
+    local = Path(default_cache_dir()) / "uploads" / f"{_h.sha256(url.encode()).hexdigest()[:16]}.{Url(url).name}"
+    local.parent.mkdir(parents=True, exist_ok=True)
+    stats = run(local)
+    publish(local, url)
+    local.unlink()
+    return {**stats, "output": shown_url(url)}
+
+
 def _inputs(inputs, query_files):
     """(inputs, query files) of :func:`convert` as lists of paths (query files None when no input
     has one), or ParameterError."""
-    inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    inputs = [location(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
     if not inputs:
         raise ParameterError("convert needs at least one input file")
     if query_files is not None:
-        query_files = [Path(p) for p in query_files]
+        query_files = [location(p) for p in query_files]
         if len(query_files) != len(inputs):
             raise ParameterError(f"query_files must be given once per input: {len(inputs)} inputs, "
                                  f"{len(query_files)} query files")
@@ -607,14 +645,14 @@ class _Run:
         parser.check_density(path)
         self.raw_done += src.raw_bytes
         self.text_bytes += src.text_bytes
-        self.writer.source.append({"name": path.name, "sha256": src.sha256, "rows": rows_in_file,
+        self.writer.source.append({"name": _name(path), "sha256": src.sha256, "rows": rows_in_file,
                                    **({"query_file": query_file.name} if query_file is not None else {})})
 
 
 def _query_files_beside(inputs):
     """Each input's ``IN.query`` (query_file_of's rule), or None when no input has one; inputs
     with and inputs without group sizes cannot be joined (group numbers and qids would mix)."""
-    found = [query_file_of(p) if p.exists() else None for p in inputs]
+    found = [None if is_url(p) else query_file_of(p) if p.exists() else None for p in inputs]
     if all(q is None for q in found):
         return None
     k = next(i for i, q in enumerate(found) if q is None) if None in found else None
@@ -661,10 +699,10 @@ def _changed_input(rec, ident):
     both). Costs one read of those bytes (sha256, about 1.7 GB/s on one core)."""
     from streamrank.io.text_source import prefix_digest
     p = rec["position"]
-    paths = [Path(x["path"]) for x in ident["inputs"]]
+    paths = [location(x["path"]) for x in ident["inputs"]]
     try:
         for i in range(p["input"]):
-            size = paths[i].stat().st_size
+            size = ident["inputs"][i]["size"]
             if prefix_digest(paths[i], size) != rec["sources"][i]["sha256"]:
                 return paths[i]
         raw, digest = p["anchor"]

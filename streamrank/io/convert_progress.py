@@ -41,6 +41,9 @@ def identity(inputs, query_files, settings):
     files, which are small, by their content too) and the settings. The text inputs' bytes already
     read are proven where the record is continued (``convert._changed_input``)."""
     def stamp(p, content=False):
+        from streamrank.io.urls import is_url, object_stamp
+        if is_url(p):  # an object: its size and ETag / version (a changed object has another)
+            return object_stamp(str(p))
         st = Path(p).stat()
         out = {"path": str(Path(p).resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
         if content:

@@ -18,7 +18,7 @@ import io
 from collections import OrderedDict
 
 from streamrank.errors import InputError
-from streamrank.io.urls import shown
+from streamrank.io.urls import shown, store_error, store_errors
 
 # the block cache: 1 MiB blocks (HDF5's metadata of a dataset file is a few of them), 16 at most
 BLOCK = 1 << 20
@@ -117,9 +117,8 @@ class RemoteFile(io.RawIOBase):
             out = self.fs.cat_ranges([self.path] * len(starts), starts, ends, on_error="raise")
         except FileNotFoundError:
             raise InputError(f"{shown(self.url)}: the object is gone (deleted while it was read)") from None
-        except (OSError, TimeoutError) as e:
-            raise InputError(f"{shown(self.url)}: the store did not give bytes {starts[0]}-{ends[-1]} "
-                             f"({type(e).__name__}: {shown(str(e))[:200]})") from None
+        except store_errors() as e:
+            raise store_error(self.url, e, f"the store did not give bytes {starts[0]}-{ends[-1]}") from None
         for data, a, b in zip(out, starts, ends):
             if len(data) != b - a:
                 raise InputError(f"{shown(self.url)}: the store gave {len(data)} bytes for the {b - a} of bytes "

@@ -43,10 +43,53 @@ _REFUSED_MAGIC = ((b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it first (z
 UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 CR, LF = 13, 10
+# text at a URL is read in requests of this many bytes (one round trip each)
+URL_READ_BYTES = 8 << 20
+
+
+def open_raw(path):
+    """The file's bytes as a binary file object: a local file, or an object at a URL read through
+    fsspec in large sequential requests (:mod:`streamrank.io.urls`)."""
+    from streamrank.io.urls import filesystem, is_url, store_error, store_errors
+    if not is_url(path):
+        return open(path, "rb")
+    fs, inner = filesystem(str(path))
+    try:
+        return _StoreReads(fs.open(inner, "rb", block_size=URL_READ_BYTES, cache_type="readahead"), str(path),
+                           store_errors(), store_error)
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such object") from None
+    except store_errors() as e:
+        raise store_error(path, e) from None
+
+
+class _StoreReads:
+    """A store's file object whose failed reads are InputError naming the URL."""
+
+    def __init__(self, f, url, errors, error):
+        self.f, self.url, self.errors, self.error = f, url, errors, error
+
+    def read(self, n=-1):
+        try:
+            return self.f.read(n)
+        except self.errors as e:
+            raise self.error(self.url, e) from None
+
+    def readinto(self, b):
+        data = self.read(len(b))
+        memoryview(b)[:len(data)] = data
+        return len(data)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()
+        return False
 
 
 def _sniff(path):
-    with open(path, "rb") as f:
+    with open_raw(path) as f:
         head = f.read(6)
     for magic, kind in _MAGIC:
         if head.startswith(magic):
@@ -159,7 +202,7 @@ class TextChunks:
         line = self.first_line
         to_skip = self.skip
         started = self.skip > 0  # the text's start (a byte-order mark) is behind
-        with open(self.path, "rb") as f:
+        with open_raw(self.path) as f:
             while True:
                 raw = f.read(RAW_READ_BYTES)
                 if not raw:
@@ -255,7 +298,7 @@ class TextChunks:
         buf, filled = bytearray(cap), 0
         settled = 0  # buf[:settled] has its line ends settled (cr_line_ends)
         started = self.skip > 0  # the text's start (a byte-order mark) is behind
-        with open(self.path, "rb") as f:
+        with open_raw(self.path) as f:
             to_skip = self.skip  # resuming: read and hashed, not handed out (whole lines)
             while to_skip:
                 n = f.readinto(memoryview(buf)[:min(cap, to_skip)])
@@ -328,7 +371,7 @@ def prefix_digest(path, raw_bytes):
     """sha256 of the first ``raw_bytes`` bytes of the file at ``path`` (None when it is shorter)."""
     h = hashlib.sha256()
     left = int(raw_bytes)
-    with open(path, "rb") as f:
+    with open_raw(path) as f:
         while left:
             b = f.read(min(left, RAW_READ_BYTES))
             if not b:

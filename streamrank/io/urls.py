@@ -71,6 +71,39 @@ def shown(url):
     return "::".join(out)
 
 
+_URL_IN_TEXT = re.compile(r"(?:[A-Za-z][A-Za-z0-9+.\-]*::)*[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"]+")
+
+
+def redact_urls(text):
+    """``text`` with every URL in it as :func:`shown` says it (the CLI's messages and log lines)."""
+    return _URL_IN_TEXT.sub(lambda m: shown(m.group(0)), text)
+
+
+def parse_option(text):
+    """``KEY=VALUE`` of ``--storage-option`` as {key: value}: ``a.b=v`` nests ({"a": {"b": v}}); the
+    value is JSON where it reads as JSON (``true``, ``3``, ``{"k": 1}``), else the text."""
+    import json
+    key, sep, value = str(text).partition("=")
+    if not sep or not key.strip():
+        raise ParameterError(f"storage_option must be KEY=VALUE; got {text!r}. Use storage_option=anon=true")
+    try:
+        v = json.loads(value)
+    except ValueError:
+        v = value
+    out = v
+    for part in reversed(key.strip().split(".")):
+        out = {part: out}
+    return out
+
+
+def merged(options, more):
+    """``options`` with ``more`` merged in (nested dicts key by key)."""
+    out = dict(options)
+    for k, v in more.items():
+        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
 @contextlib.contextmanager
 def storage_options(options):
     """Within the block, URLs are opened with ``options`` (fsspec's ``storage_options``: keys and
@@ -116,6 +149,25 @@ def filesystem(url, options=None):
     return fs, path
 
 
+def store_errors():
+    """The exception types a store's file system raises for what the store did or would not do
+    (refused, unreachable, timed out, bad credentials): OSError and TimeoutError, and botocore's
+    and aiohttp's own where those are installed."""
+    types = [OSError, TimeoutError]
+    for mod, names in (("botocore.exceptions", ("BotoCoreError", "ClientError")), ("aiohttp", ("ClientError",))):
+        try:
+            m = __import__(mod, fromlist=list(names))
+        except ImportError:
+            continue
+        types += [getattr(m, n) for n in names if hasattr(m, n)]
+    return tuple(types)
+
+
+def store_error(url, e, what="cannot be read"):
+    """InputError naming ``url`` (shown) and the store's error ``e`` (its URLs shown too)."""
+    return InputError(f"{shown(url)}: {what} ({type(e).__name__}: {redact_urls(str(e))[:200]})")
+
+
 def size_of(url):
     """Bytes of the object at ``url``, or InputError when there is none (or it is a prefix)."""
     fs, path = filesystem(url)
@@ -123,11 +175,26 @@ def size_of(url):
         info = fs.info(path)
     except FileNotFoundError:
         raise InputError(f"{shown(url)}: no such object") from None
-    except OSError as e:
-        raise InputError(f"{shown(url)}: cannot be read ({type(e).__name__}: {shown(str(e))})") from None
+    except store_errors() as e:
+        raise store_error(url, e) from None
     if info.get("type") == "directory":
         raise InputError(f"{shown(url)} is a prefix (a directory); give the object's full name")
     return int(info["size"])
+
+
+def object_stamp(url):
+    """{"path", "size", "etag"} of the object at ``url``: what changes when it is written again
+    (the ETag, or the version id, or the modification time where a store gives neither)."""
+    fs, path = filesystem(url)
+    try:
+        info = fs.info(path)
+    except FileNotFoundError:
+        raise InputError(f"{shown(url)}: no such object") from None
+    except store_errors() as e:
+        raise store_error(url, e) from None
+    tag = info.get("ETag") or info.get("VersionId") or info.get("etag") or info.get("md5Hash") or \
+        str(info.get("LastModified") or info.get("mtime") or info.get("last_modified") or "")
+    return {"path": url, "size": int(info.get("size") or 0), "etag": str(tag)}
 
 
 class Url:

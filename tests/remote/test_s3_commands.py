@@ -72,3 +72,50 @@ def test_a_url_with_credentials_is_never_shown_with_them():
     assert shown("https://h.example/a/b.h5?X-Amz-Signature=abc&X-Amz-Credential=AKIA") == "https://h.example/a/b.h5?..."
     assert shown("simplecache::s3://u:p@b/k") == "simplecache::s3://b/k"
     assert shown("/local/path.h5") == "/local/path.h5"
+
+
+def test_convert_from_and_to_a_bucket_gives_the_local_dataset(tmp_path, s3, capsys):
+    import gzip
+
+    from streamrank.io.dataset import open_dataset
+    fs, b = s3
+    write_text(tmp_path / "t.txt", preset="small", seed=3, scale=0.3)
+    (tmp_path / "t.txt.gz").write_bytes(gzip.compress((tmp_path / "t.txt").read_bytes()))
+    fs.put_file(str(tmp_path / "t.txt.gz"), f"{b}/t.txt.gz")
+    assert main(["convert", str(tmp_path / "t.txt.gz"), "-o", str(tmp_path / "local.h5"), "--quiet"]) == 0
+    assert main(["convert", f"s3://{b}/t.txt.gz", "-o", f"s3://{b}/t.h5", "--quiet"]) == 0
+    fs.get_file(f"{b}/t.h5", str(tmp_path / "back.h5"))
+    with open_dataset(tmp_path / "local.h5") as a, open_dataset(tmp_path / "back.h5") as c:
+        assert a.fingerprint == c.fingerprint and a.source[0]["sha256"] == c.source[0]["sha256"]
+    # the text in the bucket converted to a local file too
+    assert main(["convert", f"s3://{b}/t.txt.gz", "-o", str(tmp_path / "l2.h5"), "--quiet"]) == 0
+    with open_dataset(tmp_path / "l2.h5") as c:
+        assert c.fingerprint == a.fingerprint
+
+
+def test_storage_options_on_the_command_line_reach_the_file_system(local, s3, capsys, monkeypatch):
+    """--storage-option KEY=VALUE (typed, nested by dots) is what the URL is opened with: the
+    endpoint given here alone finds the server; a wrong one is one line, with no credential."""
+    fs, b = s3
+    _put(fs, b, local, "test.h5", "m.h5")
+    endpoint = __import__("os").environ.pop("AWS_ENDPOINT_URL")
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    import s3fs
+    s3fs.S3FileSystem.clear_instance_cache()
+    argv = ["predict", f"s3://{b}/m.h5", f"s3://{b}/test.h5", "-o", str(local / "s.txt")]
+    assert main(argv + ["--storage-option", f"client_kwargs.endpoint_url={endpoint}",
+                        "--storage-option", "config_kwargs.read_timeout=5"]) == 0
+    assert (local / "s.txt").read_bytes() == (local / "scores.txt").read_bytes()
+    s3fs.S3FileSystem.clear_instance_cache()
+    code = main(argv + ["--storage-option", "client_kwargs.endpoint_url=http://127.0.0.1:9",
+                        "--storage-option", "config_kwargs.connect_timeout=1", "--storage-option", "retries=1",
+                        "--storage-option", "secret=s3cr3t-value"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "s3cr3t-value" not in err and "Traceback" not in err, err
+    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
+
+
+def test_a_url_in_a_message_loses_its_credentials_on_the_command_line(capsys):
+    code = main(["train", "s3://AKIAKEY:secretpart@bkt/x.h5?X-Amz-Signature=sig123", "-o", "/nonexistent-dir/m.h5"])
+    err = capsys.readouterr().err
+    assert code == 2 and "secretpart" not in err and "sig123" not in err and "AKIAKEY" not in err, err
