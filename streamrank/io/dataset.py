@@ -16,7 +16,7 @@ import numpy as np
 
 from streamrank._native import finite
 from streamrank._native.memory import aligned_empty
-from streamrank.errors import FormatError, InputError
+from streamrank.errors import FormatError, InputError, StreamrankError
 from streamrank.io.atomic import forget_input, register_input
 from streamrank.io.h5_edc import RowReader, no_check_dxpl
 from streamrank.io.hdf5_format import FORMAT_NAME, FORMAT_VERSION, READABLE_VERSIONS, ContentHash, index_digest
@@ -245,8 +245,9 @@ class Dataset:
     def _open_url(self, url):
         """Open the dataset at a URL (:mod:`streamrank.io.urls`) through a RemoteFile."""
         from streamrank.io.remote_file import RemoteFile
-        from streamrank.io.urls import Url, filesystem, size_of
+        from streamrank.io.urls import Url, current_options, filesystem, size_of
         self.path = Url(url)
+        self._options = current_options() or None
         self.name = self.path.shown
         fs, inner = filesystem(url)
         self._remote = RemoteFile(fs, inner, size_of(url), url)
@@ -685,8 +686,9 @@ class Dataset:
     def __reduce__(self):
         # another process (a dask worker) opens the same file by its path: a shared or replicated
         # file system is the deployment assumption, checked by the content fingerprint
-        where = str(self.path) if self._remote is not None else str(self.path.resolve())  # not relative to this cwd
-        return (reopen, (where, self.fingerprint, self.name))
+        if self._remote is not None:  # a URL, with the storage options it was opened with
+            return (reopen, (str(self.path), self.fingerprint, self.name, self._options))
+        return (reopen, (str(self.path.resolve()), self.fingerprint, self.name))  # not relative to this cwd
 
     def __enter__(self):
         return self
@@ -755,19 +757,28 @@ class CheckedRows:
 _REOPENED: dict = {}
 
 
-def reopen(path, fingerprint, name=None):
+def reopen(path, fingerprint, name=None, options=None):
     """The dataset at ``path`` in this process, checked to hold the content ``fingerprint`` (one
-    open file per path and content, kept for the process's later tasks)."""
+    open file per path and content, kept for the process's later tasks); a URL is opened with the
+    storage ``options`` it was opened with where the run started (a worker reads its own ranges
+    of the object: no shared file system)."""
+    from streamrank.io.urls import is_url, shown, storage_options
     key = (path, fingerprint)
     ds = _REOPENED.get(key)
     if ds is None:
         import socket
         try:
-            ds = Dataset(path)
-        except (OSError, FormatError) as e:
+            with storage_options(options):
+                ds = Dataset(path)
+        except (OSError, StreamrankError) as e:
+            if is_url(path):
+                raise FormatError(f"{shown(path)}: this worker ({socket.gethostname()}) cannot read the dataset "
+                                  f"({e}); give the workers the protocol's package and access to the store "
+                                  f"(credentials by the environment, or storage_options)") from None
             raise FormatError(f"{path}: this worker ({socket.gethostname()}) cannot open the dataset ({e}). "
                               f"Workers read the data by its path: give every worker the same file at the "
-                              f"same path (a shared or replicated file system)") from None
+                              f"same path (a shared or replicated file system), or keep it in a bucket "
+                              f"(s3://...)") from None
         if ds.fingerprint != fingerprint:
             ds.close()
             raise FormatError(f"{path}: this worker ({socket.gethostname()}) sees a file of other content than "
