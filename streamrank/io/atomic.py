@@ -437,13 +437,15 @@ def _check_url_writable(url, what):
         raise InputError(f"{shown(url)}: the {what} is a prefix (ends in /); give an object name, e.g. "
                          f"{shown(url)}out.h5")
     root = path.split("/", 1)[0]
+    if "/" not in path.strip("/"):
+        return
     try:
-        ok = fs.exists(root) if "/" in path.strip("/") else True
+        fs.info(root)  # exists() says False for an unreachable store too
+    except FileNotFoundError:
+        raise InputError(f"{shown(url)}: the bucket {root} does not exist (or these credentials cannot see it); "
+                         f"create it first") from None
     except store_errors() as e:
         raise store_error(url, e, "the store cannot be reached") from None
-    if not ok:
-        raise InputError(f"{shown(url)}: the bucket {root} does not exist (or these credentials cannot see it); "
-                         f"create it first")
 
 
 def publish(local, url):

@@ -26,12 +26,13 @@ _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 PACKAGES = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"), "gcs": ("gcsfs", "gcs"),
             "az": ("adlfs", "azure"), "abfs": ("adlfs", "azure"), "abfss": ("adlfs", "azure"),
             "http": ("aiohttp", "http"), "https": ("aiohttp", "http")}
-# botocore: 5 s to connect, 10 s for any one read to answer, 2 attempts; s3fs retries a failed
-# call (its ``retries``, 5 by default) 2 times. A stalled server so fails a request after about
-# 2 x 2 x 10 s = 40 s, where s3fs's defaults had not given up after 590 s
-S3_DEFAULTS = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 10,
+# botocore: 5 s to connect, 8 s for any one read to answer, 2 attempts; s3fs makes 1 (its
+# ``retries``: attempts, 5 by default, each with botocore's). A stalled server so fails a request
+# after 2 x 8 s = 16 s, and a command within a minute, where s3fs's defaults had not given up
+# after 590 s
+S3_DEFAULTS = {"config_kwargs": {"connect_timeout": 5, "read_timeout": 8,
                                  "retries": {"max_attempts": 2, "mode": "standard"}}}
-S3_RETRIES = 2
+S3_RETRIES = 1
 
 _OPTIONS = contextvars.ContextVar("streamrank_storage_options", default=None)
 

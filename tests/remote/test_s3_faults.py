@@ -1,0 +1,91 @@
+"""The store going away: a read after the server stopped, or a server that never answers, ends in
+one line naming the URL, within the requests' deadlines (io.urls.S3_DEFAULTS), and leaves the
+objects as they were."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from streamrank.cli import main
+from streamrank.errors import InputError
+from streamrank.io.dataset import open_dataset
+from streamrank.synthetic import write_hdf5
+
+
+@pytest.fixture
+def own_server(s3_server, monkeypatch):
+    """A second moto server of this test's own (it is stopped mid-test), with its bucket."""
+    from moto.server import ThreadedMotoServer
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t",
+                 "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(k, v)
+    import s3fs
+    s3fs.S3FileSystem.clear_instance_cache()
+    fs = s3fs.S3FileSystem()
+    fs.mkdir("bkt")
+    yield server, fs
+    try:
+        server.stop()
+    except Exception:  # noqa: BLE001 - stopped by the test already
+        pass
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+def test_a_read_after_the_server_stopped_is_one_line_naming_the_url(tmp_path, own_server, capsys):
+    server, fs = own_server
+    write_hdf5(tmp_path / "t.h5", "small", seed=1, part="train", scale=0.5)
+    fs.put_file(str(tmp_path / "t.h5"), "bkt/t.h5")
+    ds = open_dataset("s3://bkt/t.h5")
+    server.stop()
+    t0 = time.monotonic()
+    with pytest.raises(InputError, match=r"s3://bkt/t\.h5: the store did not give bytes"):
+        ds.read(0, ds.n_rows)
+    assert time.monotonic() - t0 < 60
+    t0 = time.monotonic()
+    code = main(["predict", str(tmp_path / "nothing.h5"), "s3://bkt/t.h5", "-o", str(tmp_path / "s.txt")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    code = main(["train", "s3://bkt/t.h5", "-o", "s3://bkt/m.h5", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "s3://bkt/m.h5: the store cannot be reached" in err, err
+    assert time.monotonic() - t0 < 60
+    assert not (tmp_path / "s.txt").exists()
+
+
+@pytest.mark.slow  # waits out the read deadlines: about 40 s
+def test_a_server_that_never_answers_ends_within_a_minute(tmp_path, monkeypatch):
+    """A listener that accepts and never answers (s3fs's defaults had not failed after 590 s)."""
+    lst = socket.socket()
+    lst.bind(("127.0.0.1", 0))
+    lst.listen(64)
+    held = []
+    stop = threading.Event()
+
+    def accept():
+        lst.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(lst.accept()[0])
+            except OSError:
+                continue
+    threading.Thread(target=accept, daemon=True).start()
+    env = {**os.environ, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{lst.getsockname()[1]}", "AWS_ACCESS_KEY_ID": "t",
+           "AWS_SECRET_ACCESS_KEY": "t", "AWS_DEFAULT_REGION": "us-east-1"}
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "streamrank", "train", "s3://bkt/t.h5", "-o", str(tmp_path / "m.h5"),
+                        "--quiet"], capture_output=True, text=True, env=env, timeout=300)
+    took = time.monotonic() - t0
+    stop.set()
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "s3://bkt/t.h5" in r.stderr, r.stderr
+    assert took < 60, took
