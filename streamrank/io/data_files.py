@@ -23,7 +23,7 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget=D
     """
     from streamrank.io.urls import is_url
     if is_url(path):
-        return _open_url(str(path), query_file)
+        return _open_url(str(path), query_file, cache_dir, quiet, memory_budget)
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
@@ -39,7 +39,7 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget=D
         if query_file is not None:
             raise InputError(f"{path} is a dataset file, which holds its queries; query_files applies to text")
         return open_dataset(path)
-    from streamrank.io.convert import convert, query_file_of  # text only: an HDF5 run imports no parser
+    from streamrank.io.convert import query_file_of  # text only: an HDF5 run imports no parser
     qf = query_file_of(path, query_file)
     stamp = ""
     for p in (path, qf) if qf is not None else (path,):
@@ -51,24 +51,48 @@ def open_data(path, cache_dir=None, quiet=True, query_file=None, memory_budget=D
     cache = Path(cache_dir) if cache_dir else default_cache_dir()
     cache.mkdir(parents=True, exist_ok=True)
     target = cache / f"{path.name}.{key}.h5"
-    if not target.exists():
-        # another command converting the same text into this cache is waited for, then its file used
-        from streamrank.io.convert_progress import Lock
-        waiting = Lock(cache / f".{target.name}.open.lock", target, wait=True)
-        try:
-            if not target.exists():
-                convert([path], target, quiet=quiet, query_files=None if qf is None else [qf],
-                        memory_budget=memory_budget)
-        finally:
-            waiting.release(remove=True)
+    _convert_once(path, target, qf, quiet, memory_budget)
     ds = open_dataset(target)
     ds.name = str(path)  # messages about its rows name the user's file, not the cache
     return ds
 
 
-def _open_url(url, query_file):
-    """A dataset at a URL, read where it is (:class:`~streamrank.io.dataset.Dataset`)."""
-    from streamrank.io.urls import shown
+def _convert_once(source, target, qf, quiet, memory_budget):
+    """Convert text ``source`` into ``target`` in the cache unless it is there; another command
+    converting the same text into this cache is waited for, then its file used."""
+    from streamrank.io.convert import convert
+    if target.exists():
+        return
+    from streamrank.io.convert_progress import Lock
+    waiting = Lock(target.parent / f".{target.name}.open.lock", target, wait=True)
+    try:
+        if not target.exists():
+            convert([source], target, quiet=quiet, query_files=None if qf is None else [qf],
+                    memory_budget=memory_budget)
+    finally:
+        waiting.release(remove=True)
+
+
+def _open_url(url, query_file, cache_dir, quiet, memory_budget):
+    """A dataset at a URL, read where it is (:class:`~streamrank.io.dataset.Dataset`); text at a
+    URL is converted once into ``cache_dir``, keyed by the object's size and ETag (or version), so
+    a changed object is converted again."""
+    import json
+
+    from streamrank.io.dataset import HDF5_SIGNATURE
+    from streamrank.io.text_source import open_raw
+    from streamrank.io.urls import Url, object_stamp, shown
     if query_file is not None:
-        raise InputError(f"{shown(url)}: query_files applies to text, and a URL is read as a dataset")
-    return open_dataset(url)
+        raise InputError(f"{shown(url)}: query_files applies to local text; give its qid: in the lines")
+    with open_raw(url) as f:
+        head = f.read(8)
+    if head == HDF5_SIGNATURE:
+        return open_dataset(url)
+    key = hashlib.sha256(json.dumps(object_stamp(url), sort_keys=True).encode()).hexdigest()[:16]
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
+    target = cache / f"{Url(url).name}.{key}.h5"
+    _convert_once(url, target, None, quiet, memory_budget)
+    ds = open_dataset(target)
+    ds.name = shown(url)
+    return ds

@@ -119,3 +119,22 @@ def test_a_url_in_a_message_loses_its_credentials_on_the_command_line(capsys):
     code = main(["train", "s3://AKIAKEY:secretpart@bkt/x.h5?X-Amz-Signature=sig123", "-o", "/nonexistent-dir/m.h5"])
     err = capsys.readouterr().err
     assert code == 2 and "secretpart" not in err and "sig123" not in err and "AKIAKEY" not in err, err
+
+
+def test_text_in_a_bucket_trains_as_its_local_copy_and_is_converted_once(tmp_path, s3, capsys):
+    fs, b = s3
+    write_text(tmp_path / "t.txt", preset="small", seed=4, scale=0.3)
+    fs.put_file(str(tmp_path / "t.txt"), f"{b}/t.txt")
+    cache = tmp_path / "cache"
+    for out in ("a.h5", "b.h5"):
+        assert main(["train", f"s3://{b}/t.txt", "-o", str(tmp_path / out), "--cache-dir", str(cache), "--quiet"]) == 0
+    assert main(["train", str(tmp_path / "t.txt"), "-o", str(tmp_path / "l.h5"), "--cache-dir",
+                 str(tmp_path / "c2"), "--quiet"]) == 0
+    with h5py.File(tmp_path / "a.h5") as a, h5py.File(tmp_path / "l.h5") as c:
+        assert np.array_equal(a["w"][:], c["w"][:])
+    assert len(list(cache.glob("t.txt.*.h5"))) == 1  # converted once
+    # the object written again (other rows): converted again, another model
+    write_text(tmp_path / "t2.txt", preset="small", seed=5, scale=0.3)
+    fs.put_file(str(tmp_path / "t2.txt"), f"{b}/t.txt")
+    assert main(["train", f"s3://{b}/t.txt", "-o", str(tmp_path / "c.h5"), "--cache-dir", str(cache), "--quiet"]) == 0
+    assert len(list(cache.glob("t.txt.*.h5"))) == 2
