@@ -88,6 +88,7 @@ def workdir(tmp_path_factory):
         sizes = [len(list(g)) for _, g in itertools.groupby(qids)]
         (d / f"{name}.query").write_text("".join(f"{s}\n" for s in sizes))
         (d / f"{name}.tmp").unlink()
+    _parquet_parts(d / "features.parquet", d / "train.h5")
     for k in range(1, CV_FOLDS + 1):
         fold = d / "MQ2008" / f"Fold{k}"
         fold.mkdir(parents=True)
@@ -96,11 +97,46 @@ def workdir(tmp_path_factory):
     return d
 
 
+def _parquet_parts(root, dataset):
+    """The rows of ``dataset`` as Parquet in two part files, Spark's way (columns relevance,
+    query_id, f1..fd); none without pyarrow (the README's Parquet block then fails, saying so)."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        return
+    from streamrank.io.dataset import open_dataset
+    with open_dataset(dataset) as ds:
+        X, y = ds.read(0, ds.n_rows)
+        cols = {"relevance": y.astype(np.float64), "query_id": ds.row_query_ids(0, ds.n_rows)}
+    cols.update({f"f{j + 1}": X[:, j].astype(np.float64) for j in range(X.shape[1])})
+    t = pa.table(cols)
+    root.mkdir()
+    half = t.num_rows // 2
+    pq.write_table(t.slice(0, half), root / "part-00000.parquet")
+    pq.write_table(t.slice(half), root / "part-00001.parquet")
+    (root / "_SUCCESS").write_bytes(b"")
+
+
 @pytest.fixture
 def in_workdir(workdir, monkeypatch):
     monkeypatch.chdir(workdir)
     monkeypatch.setenv("XDG_CACHE_HOME", str(workdir / "cache"))  # text converted on the fly lands here
     return workdir
+
+
+@pytest.fixture
+def bucket(request, workdir, monkeypatch):
+    """The bucket ``bkt`` the README's commands name, on the test S3 server, holding the files
+    they read (the workdir's)."""
+    server, endpoint = request.getfixturevalue("s3_server")
+    from s3_env import s3_environment
+    fs = s3_environment(endpoint, monkeypatch)
+    if not fs.exists("bkt"):
+        fs.mkdir("bkt")
+    for name in ("train.txt.gz", "vali.h5", "test.h5"):
+        fs.put_file(str(workdir / name), f"bkt/{name}")
+    return fs
 
 
 BLOCKS = blocks()
@@ -112,8 +148,10 @@ def _id(block):
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[_id(b) for b in BLOCKS])
-def test_readme_block_runs_as_written(block, in_workdir, capfd):
+def test_readme_block_runs_as_written(block, in_workdir, capfd, request):
     lang, line, code = block
+    if "s3://bkt" in code:
+        request.getfixturevalue("bucket")
     if lang == "python":
         _run_python(code, line)
     elif lang == "bash":

@@ -26,20 +26,15 @@ def own_server(s3_server, monkeypatch):
         port = s.getsockname()[1]
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    for k, v in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t",
-                 "AWS_DEFAULT_REGION": "us-east-1"}.items():
-        monkeypatch.setenv(k, v)
-    import s3fs
-    s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem()
+    from s3_env import s3_environment
+    fs = s3_environment(f"http://127.0.0.1:{port}", monkeypatch)
     fs.mkdir("bkt")
     yield server, fs
     try:
         server.stop()
     except Exception:  # noqa: BLE001 - stopped by the test already
         pass
-    s3fs.S3FileSystem.clear_instance_cache()
+    fs.clear_instance_cache()
 
 
 def test_a_read_after_the_server_stopped_is_one_line_naming_the_url(tmp_path, own_server, capsys):
