@@ -140,7 +140,10 @@ def _checkpoint_outputs(args, extra=()):
     d = getattr(args, "checkpoint", None)
     if not d:
         return []
+    from streamrank.io.urls import is_url
     from streamrank.state.checkpoint import files
+    if is_url(d):
+        return [("--checkpoint", p, None) for p in files(d)]
     return [("--checkpoint", d, None)] + [("--checkpoint", p, d) for p in files(d) + [Path(d) / n for n in extra]]
 
 
@@ -166,6 +169,10 @@ def _check_checkpoint_dir(directory):
     from streamrank.errors import InputError
     from streamrank.state.checkpoint import CURRENT
     if directory is None:
+        return
+    from streamrank.io.urls import is_url
+    if is_url(directory):  # a prefix in a store: its bucket must exist
+        _check_outputs((f"{str(directory).rstrip('/')}/{CURRENT}", "checkpoint", False))
         return
     d = Path(directory)
     if d.exists() and not d.is_dir():

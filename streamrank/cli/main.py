@@ -93,6 +93,7 @@ def main(argv=None):
     handlers, inputs = Handlers(), []
     try:
         handlers.install()  # SIGTERM and SIGHUP end the command as SIGINT does
+        _local_only(args)
         _check_paths(args, inputs)  # the inputs, which no output may be or replace
         # on a cold numba cache, helpers compile the command's kernels before it plans its memory
         warmup.start(_warm_lists(args), _budget_bytes(args))
@@ -164,6 +165,24 @@ def _storage_options(args):
     return out
 
 
+# where a URL is not taken yet: (command or None for any, option's dest, flag)
+_LOCAL_ONLY = ((None, "cache_dir", "--cache-dir"), (None, "png_dir", "--png-dir"), (None, "workdir", "--workdir"),
+               ("grid", "output", "-o"), ("cv", "output", "-o"), ("cv", "folds_dir", "FOLDS_DIR"),
+               ("select-features", "output", "-o"), ("report", "output", "-o"), ("report", "run_dir", "RUN_DIR"))
+
+
+def _local_only(args):
+    """Refuse a URL where the command writes or walks a local folder (no silent local
+    directory named ``s3:``)."""
+    from streamrank.errors import InputError
+    from streamrank.io.urls import is_url, shown
+    for command, dest, flag in _LOCAL_ONLY:
+        v = getattr(args, dest, None)
+        if (command is None or command == args.command) and isinstance(v, str) and is_url(v):
+            raise InputError(f"{flag} {shown(v)}: {args.command} takes a local path here, not a URL; give a local "
+                             f"one (datasets, models, scores, exports and --checkpoint take URLs)")
+
+
 def _folders_as_paths(args):
     """A folder as pathlib spells it (``run/`` -> ``run``, ``a//b`` -> ``a/b``; the same folder),
     so no message shows ``run//model.h5``, whichever way a file's name is joined to it."""
@@ -171,7 +190,8 @@ def _folders_as_paths(args):
     names = _FOLDERS + (("output",) if args.command in ("grid", "cv") else ())
     for name in names:
         v = getattr(args, name, None)
-        if isinstance(v, str) and v not in ("", "-"):
+        from streamrank.io.urls import is_url
+        if isinstance(v, str) and v not in ("", "-") and not is_url(v):
             setattr(args, name, str(Path(v)))
 
 
@@ -198,6 +218,14 @@ def _checkpoint_left(args):
     from streamrank.state.checkpoint import CURRENT, PREVIOUS
     try:
         if getattr(args, "checkpoint", None):
+            from streamrank.io.urls import filesystem, is_url, store_errors
+            if is_url(args.checkpoint):
+                try:
+                    fs, base = filesystem(args.checkpoint)
+                    return args.checkpoint if any(fs.exists(f"{base.rstrip('/')}/{n}") for n in (CURRENT, PREVIOUS)) \
+                        else None
+                except store_errors():  # the store is gone: no checkpoint is promised
+                    return None
             d = Path(args.checkpoint)
             return d if (d / CURRENT).is_file() or (d / PREVIOUS).is_file() else None
         if args.command in ("grid", "cv") and Path(args.output).is_dir():

@@ -44,6 +44,10 @@ TEMP_SUFFIX = ".tmp"
 def files(directory):
     """The files a checkpoint directory's writes and reads may create or replace (none of them may
     be an input of the run)."""
+    from streamrank.io.urls import is_url
+    if is_url(directory):
+        base = str(directory).rstrip("/")
+        return [f"{base}/{CURRENT}", f"{base}/{PREVIOUS}"]
     d = Path(directory)
     return [d / CURRENT, d / PREVIOUS, d / DAMAGED]
 
@@ -83,7 +87,20 @@ def write_checkpoint(directory, *, config, fingerprint, scalars, w, g, extra=Non
     Order: the temporary file is written and fsynced, then the current checkpoint becomes the
     previous one and the temporary file becomes current (renames), then the directory is
     fsynced. At every instant ``checkpoint.h5`` or ``checkpoint.prev.h5`` is a complete file.
+    A directory named by URL (``s3://bkt/ck``) is written as a local mirror (:func:`mirror`), then
+    the object ``checkpoint.h5`` is copied to ``checkpoint.prev.h5`` in the store and the new one
+    uploaded over it (each object is put whole: at every instant one of the two is complete).
     """
+    from streamrank.io.urls import is_url
+    if is_url(directory):
+        local = mirror(directory)
+        where, at = _abort_point()
+        write_checkpoint(local, config=config, fingerprint=fingerprint, scalars=scalars, w=w, g=g, extra=extra,
+                         number=number if where == "mid-checkpoint" else None)
+        _upload(local, str(directory))
+        if where == "after-iteration" and number == at:
+            os._exit(ABORT_EXIT_CODE)  # test hook: die once the checkpoint is stored
+        return
     d = Path(directory)
     for p in (d / CURRENT, d / PREVIOUS):  # each is renamed over: never an input of this run
         check_not_input(p, "checkpoint")
@@ -158,6 +175,10 @@ def read_checkpoint(directory, *, config=None, fingerprint=None, warn=None):
     With ``config`` and ``fingerprint`` given, a checkpoint of other data or other settings is
     refused with a message saying which differs.
     """
+    from streamrank.io.urls import is_url
+    if is_url(directory):
+        ck = read_checkpoint(_download(str(directory)), config=config, fingerprint=fingerprint, warn=warn)
+        return ck if ck is None else {**ck, "path": f"{str(directory).rstrip('/')}/{Path(ck['path']).name}"}
     d = Path(directory)
     errors = []
     for name in (CURRENT, PREVIOUS):
@@ -197,3 +218,53 @@ def read_checkpoint(directory, *, config=None, fingerprint=None, warn=None):
         raise FormatError(f"no intact checkpoint in {d}: {which} ({'; '.join(errors)}); "
                           f"start again with resume=False")
     return None
+
+
+# -- a checkpoint directory in a store (io.urls) ----------------------------------------------------
+def mirror(url):
+    """The local directory that mirrors checkpoint directory ``url`` (in the cache directory,
+    named from the URL, so a resumed run in this machine finds it again)."""
+    import hashlib
+
+    from streamrank.settings import default_cache_dir
+    d = Path(default_cache_dir()) / "checkpoints" / hashlib.sha256(str(url).rstrip("/").encode()).hexdigest()[:16]
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _objects(url):
+    from streamrank.io.urls import filesystem
+    fs, base = filesystem(url)
+    return fs, base.rstrip("/")
+
+
+def _upload(local, url):
+    """The mirror's current checkpoint to the store: the object there becomes the previous one
+    (a copy in the store), then the new one is put whole."""
+    from streamrank.io.urls import store_error, store_errors
+    fs, base = _objects(url)
+    try:
+        if fs.exists(f"{base}/{CURRENT}"):
+            fs.copy(f"{base}/{CURRENT}", f"{base}/{PREVIOUS}")
+        fs.put_file(str(local / CURRENT), f"{base}/{CURRENT}")
+    except store_errors() as e:
+        raise store_error(url, e, "the checkpoint could not be stored (the last one stored is intact)") from None
+
+
+def _download(url):
+    """The mirror of ``url`` holding the store's checkpoints (the local ones replaced: the store's
+    are the run's)."""
+    from streamrank.io.urls import store_error, store_errors
+    fs, base = _objects(url)
+    local = mirror(url)
+    for name in (CURRENT, PREVIOUS):
+        target = local / name
+        try:
+            if fs.exists(f"{base}/{name}"):
+                fs.get_file(f"{base}/{name}", str(target) + ".part")
+                os.replace(str(target) + ".part", target)
+            elif target.exists():
+                target.unlink()
+        except store_errors() as e:
+            raise store_error(url, e, "the checkpoint cannot be read") from None
+    return local

@@ -138,3 +138,42 @@ def test_text_in_a_bucket_trains_as_its_local_copy_and_is_converted_once(tmp_pat
     fs.put_file(str(tmp_path / "t2.txt"), f"{b}/t.txt")
     assert main(["train", f"s3://{b}/t.txt", "-o", str(tmp_path / "c.h5"), "--cache-dir", str(cache), "--quiet"]) == 0
     assert len(list(cache.glob("t.txt.*.h5"))) == 2
+
+
+def test_a_checkpoint_in_a_bucket_resumes_a_killed_run_to_the_uninterrupted_bits(local, s3, tmp_path, capsys):
+    import os
+    import subprocess
+    import sys
+
+    from streamrank.state.checkpoint import ABORT_ENV, ABORT_EXIT_CODE
+    fs, b = s3
+    _put(fs, b, local, "train.h5", "valid.h5")
+    args = ["train", f"s3://{b}/train.h5", "--valid", f"s3://{b}/valid.h5", "--C", "0.1,1", "--checkpoint",
+            f"s3://{b}/ck", "-o", str(tmp_path / "m.h5"), "--quiet"]
+    env = {**os.environ, ABORT_ENV: "after-iteration:4", "XDG_CACHE_HOME": str(tmp_path / "cache1")}
+    r = subprocess.run([sys.executable, "-m", "streamrank", *args], capture_output=True, text=True, env=env)
+    assert r.returncode == ABORT_EXIT_CODE, r.stderr
+    fs.invalidate_cache()
+    assert fs.exists(f"{b}/ck/checkpoint.h5") and not (tmp_path / "m.h5").exists()
+    # resumed on another machine (another cache directory: nothing local survives)
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path / "cache2")
+    try:
+        assert main([*args, "--resume"]) == 0
+    finally:
+        del os.environ["XDG_CACHE_HOME"]
+    assert main(["train", str(local / "train.h5"), "--valid", str(local / "valid.h5"), "--C", "0.1,1", "-o",
+                 str(tmp_path / "ref.h5"), "--quiet"]) == 0
+    with h5py.File(tmp_path / "m.h5") as a, h5py.File(tmp_path / "ref.h5") as c:
+        assert np.array_equal(a["w"][:], c["w"][:])
+
+
+@pytest.mark.parametrize("argv", [
+    ["grid", "t.h5", "--valid", "v.h5", "-o", "s3://b/run"], ["cv", "s3://b/folds", "-o", "run"],
+    ["train", "t.h5", "-o", "m.h5", "--cache-dir", "s3://b/cache"], ["report", "s3://b/run", "-o", "r.html"],
+    ["select-features", "t.h5", "-k", "2", "-o", "s3://b/gas.h5"]])
+def test_where_a_url_is_not_taken_yet_it_is_refused_not_made_a_local_folder(argv, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "takes a local path here, not a URL" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
