@@ -27,6 +27,13 @@ class StorageError(StreamrankError, OSError):
     message names the file and the cause; nothing half-written was left under the file's name."""
 
 
+class StoreError(StreamrankError, OSError):
+    """An object store did not give or take bytes (unreachable, stalled past its deadline,
+    refused): the message names the URL and the store's error. Not bad input: what was stored or
+    committed before is intact, and a run with a checkpoint continues from it with resume=True
+    once the store answers."""
+
+
 class NumericError(StreamrankError, ArithmeticError):
     """A value that is not finite where a solver needs one (f, g or a Hessian product), or a
     parameter whose scale overflows float64 on this data: the message names the cause (the data's

@@ -253,10 +253,25 @@ def _kept(args):
 def _message(exc, args):
     """The error line's text: the library's message in the CLI's terms; for a lost cluster, its cause
     and what to do here (:func:`_after_cluster_loss`)."""
+    from streamrank.errors import StoreError
     from streamrank.execution.dask_executor import ClusterLost
     if isinstance(exc, ClusterLost):
         return f"{translate(exc.cause)}; {_after_cluster_loss(args)}"
+    if isinstance(exc, StoreError):
+        return f"{translate(str(exc))}{_after_store_loss(args)}"
     return translate(str(exc))
+
+
+def _after_store_loss(args):
+    """What to do after a store stopped answering: continue from the checkpoint where one exists
+    (:func:`_checkpoint_left`), nothing otherwise."""
+    left = _checkpoint_left(args)
+    if left is None:
+        return ""
+    if args.command == "convert":
+        return f"; the rows committed so far are kept at {left}: the same command continues once the store answers"
+    how = "run the same command again" if getattr(args, "resume", False) else "pass --resume to the same command"
+    return f"; the checkpoint in {left} is kept: {how} to continue once the store answers"
 
 
 def _after_cluster_loss(args):

@@ -111,8 +111,8 @@ class RemoteFile(io.RawIOBase):
         return data
 
     def _fetch(self, starts, ends):
-        """The bytes of each range, fetched concurrently; InputError naming the URL when the store
-        refuses or does not answer in time."""
+        """The bytes of each range, fetched concurrently; StoreError naming the URL when the store
+        refuses or does not answer in time (InputError when the object is gone)."""
         try:
             out = self.fs.cat_ranges([self.path] * len(starts), starts, ends, on_error="raise")
         except FileNotFoundError:

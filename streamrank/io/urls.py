@@ -165,8 +165,9 @@ def store_errors():
 
 
 def store_error(url, e, what="cannot be read"):
-    """InputError naming ``url`` (shown) and the store's error ``e`` (its URLs shown too)."""
-    return InputError(f"{shown(url)}: {what} ({type(e).__name__}: {redact_urls(str(e))[:200]})")
+    """StoreError naming ``url`` (shown) and the store's error ``e`` (its URLs shown too)."""
+    from streamrank.errors import StoreError
+    return StoreError(f"{shown(url)}: {what} ({type(e).__name__}: {redact_urls(str(e))[:200]})")
 
 
 def size_of(url):
