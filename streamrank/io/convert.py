@@ -486,7 +486,7 @@ def _table_kinds(inputs):
     """Each input's table kind ("parquet", "arrow") or None (text, or a missing file)."""
     from streamrank.io.table_source import kind_of
     paths = [location(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
-    return [None if is_url(p) else kind_of(p) if p.exists() else None for p in paths]
+    return [kind_of(p) if is_url(p) or p.exists() else None for p in paths]
 
 
 def _convert_tables(inputs, output, kinds, columns, *, query_files, zero_based, n_features, compression,
@@ -495,7 +495,7 @@ def _convert_tables(inputs, output, kinds, columns, *, query_files, zero_based, 
     regrouped where they are scattered (over parts or row groups), as text's are."""
     from streamrank.io.table_source import TableSource
     from streamrank.io.text_source import prefix_digest
-    inputs = [Path(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
+    inputs = [location(p) for p in ([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)]
     if not all(kinds):
         k = kinds.index(None)
         raise InputError(f"{inputs[k]} is not Parquet or Arrow, but {inputs[kinds.index(next(filter(None, kinds)))]} "
@@ -522,10 +522,10 @@ def _convert_tables(inputs, output, kinds, columns, *, query_files, zero_based, 
                 bar.update(len(y))
             if src.rows_read == 0:
                 raise InputError(f"{src.path}: no data rows")
-            sizes = [f.stat().st_size for f in src.files]
+            sizes = [_size(location(f)) for f in src.files]
             raw += sum(sizes)
             digest = hashlib.sha256(b"".join(prefix_digest(f, n).encode() for f, n in zip(src.files, sizes)))
-            writer.source.append({"name": src.path.name, "sha256": digest.hexdigest(), "rows": src.rows_read,
+            writer.source.append({"name": _name(src.path), "sha256": digest.hexdigest(), "rows": src.rows_read,
                                   "parts": len(src.files)})
         writer.close()
     except BaseException:

@@ -100,10 +100,14 @@ def load_ranking(data: "str | os.PathLike[str] | Dataset", *, features: "str | S
     if not isinstance(data, (str, os.PathLike)):
         raise ParameterError(f"data must be a path (a dataset or LETOR/SVMlight text) or a Dataset; got "
                              f"{type(data).__name__}. Use load_ranking(\"train.h5\")")
+    from streamrank.io.table_source import Columns, kind_of
+    from streamrank.io.urls import is_url
+    if is_url(data):
+        return _from_url(str(data), Columns(label_column or "label", qid_column or "qid", feature_columns), ids,
+                         dtype, budget, (query_file, zero_based, n_features))
     path = Path(os.fspath(data))
     if not path.exists():
         raise InputError(f"{path}: no such file")
-    from streamrank.io.table_source import Columns, kind_of
     if kind_of(path):
         _text_only(path, query_file, zero_based, n_features)
         return _from_table(path, Columns(label_column or "label", qid_column or "qid", feature_columns), ids, dtype,
@@ -241,6 +245,26 @@ def _from_dataset(ds, ids, dtype, budget):
             X[a:b] = Xb if cols is None else take_columns(Xb, cols)
             y[a:b] = yb
     return X, y, ds.row_query_ids()
+
+
+def _from_url(url, columns, ids, dtype, budget, text_settings):
+    """X, y, qid of a dataset or a Parquet/Arrow source at a URL (text there: convert it first)."""
+    from streamrank.io.dataset import HDF5_SIGNATURE, Dataset
+    from streamrank.io.table_source import kind_of
+    from streamrank.io.text_source import open_raw
+    from streamrank.io.urls import shown
+    query_file, zero_based, n_features = text_settings
+    if kind_of(url):
+        _text_only(shown(url), query_file, zero_based, n_features)
+        return _from_table(url, columns, ids, dtype, budget)
+    with open_raw(url) as f:
+        head = f.read(8)
+    if head != HDF5_SIGNATURE:
+        raise InputError(f"{shown(url)}: text at a URL is read by streamrank convert; convert it into a dataset "
+                         f"(convert URL -o OUT.h5), then load that")
+    _text_only(shown(url), query_file, zero_based, n_features)
+    with Dataset(url) as ds:
+        return _from_dataset(ds, ids, dtype, budget)
 
 
 def _from_table(path, columns, ids, dtype, budget):

@@ -44,19 +44,32 @@ def pyarrow():
     return pa
 
 
+def _fs(path):
+    """(fsspec file system, its path) of a URL (:mod:`streamrank.io.urls`), or (None, path)."""
+    from streamrank.io.urls import filesystem, is_url
+    return filesystem(str(path)) if is_url(path) else (None, path)
+
+
+def _open(path):
+    """A binary file object of a local path or a URL."""
+    fs, inner = _fs(path)
+    return open(inner, "rb") if fs is None else fs.open(inner, "rb")
+
+
 def _magic(path):
+    from streamrank.io.urls import store_errors
     try:
-        with open(path, "rb") as fh:
+        with _open(path) as fh:
             return fh.read(6)
-    except OSError:
+    except store_errors():
         return b""
 
 
 def kind_of(path):
-    """"parquet" or "arrow" for a file of that format (by its magic bytes) or a directory holding
-    such parts, else None (text, HDF5, or nothing)."""
-    path = Path(path)
-    if path.is_dir():
+    """"parquet" or "arrow" for a file of that format (by its magic bytes) or a directory (a URL
+    prefix) holding such parts, else None (text, HDF5, or nothing)."""
+    fs, inner = _fs(path)
+    if fs.isdir(inner) if fs is not None else Path(path).is_dir():
         parts = part_files(path)
         return kind_of(parts[0]) if parts else None
     head = _magic(path)
@@ -67,10 +80,23 @@ def kind_of(path):
     return None
 
 
+def _is_data(p):
+    return _magic(p)[:4] == PARQUET_MAGIC or _magic(p) == ARROW_MAGIC
+
+
 def part_files(path):
     """The data files of a source: ``[path]`` for a file, else every Parquet/Arrow file below the
-    directory (hidden and ``_``-prefixed names skipped at every level) in lexicographic order of
-    the path below it."""
+    directory or URL prefix (hidden and ``_``-prefixed names skipped at every level) in
+    lexicographic order of the path below it (URLs for a URL)."""
+    fs, inner = _fs(path)
+    if fs is not None:
+        if not fs.isdir(inner):
+            return [str(path)]
+        base = inner.rstrip("/")
+        rel = sorted(p[len(base) + 1:] for p in fs.find(base))
+        keep = [r for r in rel if not any(c.startswith(_NOT_DATA) for c in r.split("/"))]
+        urls = [f"{str(path).rstrip('/')}/{r}" for r in keep]
+        return [u for u in urls if _is_data(u)]
     path = Path(path)
     if not path.is_dir():
         return [path]
@@ -79,7 +105,7 @@ def part_files(path):
         dirs[:] = [d for d in dirs if not d.startswith(_NOT_DATA)]
         for f in files:
             p = Path(root) / f
-            if not f.startswith(_NOT_DATA) and (_magic(p)[:4] == PARQUET_MAGIC or _magic(p) == ARROW_MAGIC):
+            if not f.startswith(_NOT_DATA) and _is_data(p):
                 found.append(p)
     return sorted(found, key=lambda p: p.relative_to(path).as_posix())
 
@@ -174,9 +200,11 @@ class TableSource:
     """
 
     def __init__(self, path, columns=Columns(), room=None):
-        self.path = Path(path)
-        if not self.path.exists():
-            raise InputError(f"{self.path}: no such file or directory")
+        from streamrank.io.urls import location
+        self.path = location(path)
+        fs, inner = _fs(self.path)
+        if not (fs.exists(inner) if fs is not None else self.path.exists()):
+            raise InputError(f"{self._shown(self.path)}: no such file or directory")
         self.files = part_files(self.path)
         if not self.files:
             raise InputError(f"{self.path}: no Parquet or Arrow files in this directory")
@@ -202,7 +230,7 @@ class TableSource:
         for f in self.files:
             if kind_of(f) != "parquet":
                 continue
-            meta = self._pa.parquet.ParquetFile(f).metadata
+            meta = self._pa.parquet.ParquetFile(_open(f)).metadata
             names = [meta.schema.column(i).path.split(".")[0] for i in range(meta.num_columns)]
             used = [i for i, n in enumerate(names) if n in (self.columns.label, self.columns.qid, *self.features)]
             for g in range(meta.num_row_groups):
@@ -213,6 +241,9 @@ class TableSource:
                                      f"smaller row groups, or give a larger memory_budget")
 
     def _shown(self, f):
+        from streamrank.io.urls import is_url, shown
+        if is_url(f):
+            return shown(f)
         return str(f) if f == self.path else f"{self.path}/{f.relative_to(self.path).as_posix()}"
 
     def _meta(self, f):
@@ -220,9 +251,9 @@ class TableSource:
         pa = self._pa
         try:
             if kind_of(f) == "parquet":
-                pf = pa.parquet.ParquetFile(f)
+                pf = pa.parquet.ParquetFile(_open(f))
                 return pf.schema_arrow, pf.metadata.num_rows
-            with pa.ipc.open_file(f) as r:
+            with pa.ipc.open_file(_open(f)) as r:
                 return r.schema, sum(r.get_batch(i).num_rows for i in range(r.num_record_batches))
         except (pa.ArrowException, OSError) as e:
             raise InputError(f"{self._shown(f)}: not a readable {kind_of(f) or 'Parquet/Arrow'} file ({e})") from None
@@ -247,12 +278,12 @@ class TableSource:
         pa = self._pa
         try:
             if kind_of(f) == "parquet":
-                pf = pa.parquet.ParquetFile(f)
+                pf = pa.parquet.ParquetFile(_open(f))
                 for g in range(pf.metadata.num_row_groups):  # one row group at a time
                     yield from pf.iter_batches(batch_size=self.batch_rows, row_groups=[g], columns=need,
                                                use_threads=False)
             else:
-                with pa.ipc.open_file(f) as r:
+                with pa.ipc.open_file(_open(f)) as r:
                     for i in range(r.num_record_batches):
                         b = r.get_batch(i).select(need)
                         for a in range(0, b.num_rows, self.batch_rows):

@@ -177,3 +177,33 @@ def test_where_a_url_is_not_taken_yet_it_is_refused_not_made_a_local_folder(argv
     err = capsys.readouterr().err
     assert "takes a local path here, not a URL" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_parquet_parts_in_a_bucket_convert_and_load_as_the_local_parts(tmp_path, s3):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    from streamrank.io.convert import convert
+    from streamrank.io.dataset import open_dataset
+    from streamrank.io.load import load_ranking
+    fs, b = s3
+    rng = np.random.default_rng(0)
+    n = 40
+    t = pa.table({"label": rng.integers(0, 3, n).astype(float), "qid": np.repeat(np.arange(8), 5),
+                  **{f"f{j}": rng.normal(size=n) for j in range(1, 5)}})
+    for k, (a, c) in enumerate([(0, 13), (13, 29), (29, 40)]):
+        d = tmp_path / "parts" / f"day={k}"
+        d.mkdir(parents=True)
+        pq.write_table(t.slice(a, c - a), d / f"part-{k}.parquet", row_group_size=4)
+    (tmp_path / "parts" / "_SUCCESS").write_bytes(b"")
+    fs.put(str(tmp_path / "parts"), f"{b}/parts", recursive=True)
+    convert([tmp_path / "parts"], tmp_path / "local.h5", quiet=True)
+    assert main(["convert", f"s3://{b}/parts", "-o", f"s3://{b}/t.h5", "--quiet"]) == 0
+    fs.get_file(f"{b}/t.h5", str(tmp_path / "back.h5"))
+    with open_dataset(tmp_path / "local.h5") as x, open_dataset(tmp_path / "back.h5") as y:
+        assert x.fingerprint == y.fingerprint
+    X1, y1, q1 = load_ranking(tmp_path / "parts")
+    X2, y2, q2 = load_ranking(f"s3://{b}/parts")
+    assert np.array_equal(X1, X2) and np.array_equal(y1, y2) and np.array_equal(q1, q2)
+    X3, _, _ = load_ranking(f"s3://{b}/t.h5")
+    assert X3.shape == X1.shape
