@@ -11,8 +11,9 @@ dataset. Sections, each recorded in docs/results/remote.jsonl:
 - **block reads**: every block of one streamed pass read from the bucket (``Dataset.read``, its
   chunks fetched together) and from the local file: MB/s, requests and bytes fetched;
 - **training**: ``RankSVM`` (primal, C=1) fitted on the URL and on the local file, in one run,
-  at a budget that keeps the rows in memory and at one that does not: seconds, passes, seconds a
-  pass, requests and bytes fetched in all and per pass, and bytes fetched over the file's size;
+  at a budget that keeps the rows in memory (raw and z-scored, which reads the rows twice) and at
+  one that does not: seconds, passes, seconds a pass, requests and bytes fetched in all and per
+  pass, and bytes fetched over the file's size;
 - **parquet**: the same rows as one Parquet file (row groups of 65,536 rows) converted by
   ``streamrank convert`` against pyarrow's own ``read_table`` of the file (the limit).
 """
@@ -94,15 +95,15 @@ def block_reads(path, counter, label, budget):
             "fetched_MB": got / 1e6, "fetched_over_file": got / size if size else 0.0}
 
 
-def training(path, counter, label, budget, size):
+def training(path, counter, label, budget, size, normalize="none"):
     import streamrank
     counter.take()
     t = time.perf_counter()
-    m = streamrank.RankSVM(C=1.0, memory_budget=budget).fit(path)
+    m = streamrank.RankSVM(C=1.0, memory_budget=budget, normalize=normalize).fit(path)
     dt = time.perf_counter() - t
     req, got = counter.take()
     passes = int(m.training_.get("passes") or 0)
-    return {"source": label, "budget": budget, "seconds": dt, "passes": passes,
+    return {"source": label, "budget": budget, "normalize": normalize, "seconds": dt, "passes": passes,
             "s_per_pass": dt / max(passes, 1), "requests": req, "requests_per_pass": req / max(passes, 1),
             "fetched_MB": got / 1e6, "fetched_MB_per_pass": got / 1e6 / max(passes, 1),
             "fetched_over_file": got / size}, m.coef_
@@ -182,14 +183,16 @@ def main():
                       ("MB_per_s", "MB/s", "{:.0f}"), ("requests", "requests", "{:d}"), ("fetched_MB", "MB fetched", "{:.1f}"),
                       ("fetched_over_file", "fetched / file", "{:.3f}")], params=params)
         rows = []
-        for budget in (args.keep_budget, args.stream_budget):
-            a, wa = training(str(local), counter, "local file", budget, size)
-            b, wb = training(url, counter, "bucket", budget, size)
+        for budget, normalize in ((args.keep_budget, "none"), (args.keep_budget, "zscore"),
+                                  (args.stream_budget, "none")):
+            a, wa = training(str(local), counter, "local file", budget, size, normalize)
+            b, wb = training(url, counter, "bucket", budget, size, normalize)
             import numpy as np
             b["same_bits"] = a["same_bits"] = bool(np.array_equal(wa, wb))
             rows += [a, b]
         table_record("remote", "training", rows,
-                     [("source", "source", None), ("budget", "budget", None), ("seconds", "s", "{:.2f}"),
+                     [("source", "source", None), ("budget", "budget", None), ("normalize", "normalize", None),
+                      ("seconds", "s", "{:.2f}"),
                       ("passes", "passes", "{:d}"), ("s_per_pass", "s/pass", "{:.3f}"), ("requests", "requests", "{:d}"),
                       ("requests_per_pass", "req/pass", "{:.1f}"), ("fetched_MB", "MB fetched", "{:.1f}"),
                       ("fetched_MB_per_pass", "MB/pass", "{:.1f}"), ("fetched_over_file", "fetched / file", "{:.3f}"),
