@@ -120,6 +120,10 @@ class RemoteFile(io.RawIOBase):
         except store_errors() as e:
             raise store_error(self.url, e, f"the store did not give bytes {starts[0]}-{ends[-1]}") from None
         for data, a, b in zip(out, starts, ends):
+            if len(data) > b - a:  # the whole object for a range: an HTTP server without Range support
+                raise InputError(f"{shown(self.url)}: the server ignores byte ranges (HTTP Range): it sent "
+                                 f"{len(data)} bytes for {b - a}; a dataset is read in parts, so download the file "
+                                 f"and give the local copy")
             if len(data) != b - a:
                 raise InputError(f"{shown(self.url)}: the store gave {len(data)} bytes for the {b - a} of bytes "
                                  f"{a}-{b} (the object changed while it was read?)")

@@ -29,3 +29,27 @@ def test_a_dataset_in_a_bucket_reads_the_rows_of_the_local_file(tmp_path, s3):
         fetched = b._remote.fetched
     size = local.stat().st_size
     assert fetched <= 3 * size  # the whole file read three times at most (three overlapping reads)
+
+
+def test_an_http_server_without_range_support_is_refused_in_one_line(tmp_path, capsys):
+    """python's http.server ignores Range and sends the whole file: refused, naming the URL."""
+    import functools
+    import http.server
+    import threading
+
+    from streamrank.cli import main
+    local = _local(tmp_path)
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+    handler = functools.partial(Quiet, directory=str(tmp_path))
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        code = main(["train", f"http://127.0.0.1:{srv.server_address[1]}/{local.name}", "-o",
+                     str(tmp_path / "m.h5"), "--quiet"])
+    finally:
+        srv.shutdown()
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "the server ignores byte ranges (HTTP Range)" in err, err
