@@ -36,7 +36,9 @@ class RemoteFile(io.RawIOBase):
         self.fs, self.path, self.size = fs, path, int(size)
         self.url = url or path
         self._pos = 0
-        self._starts, self._parts = [], []  # known parts: sorted starts and their bytes
+        # known parts: (sorted starts, their bytes), replaced whole (one assignment): a prefetch
+        # for another block, from another thread, never pairs one block's starts with another's bytes
+        self._known = ([], [])
         self._blocks = OrderedDict()
         self.requests = 0
         self.fetched = 0
@@ -68,7 +70,6 @@ class RemoteFile(io.RawIOBase):
     def prefetch(self, ranges):
         """Fetch the byte ranges ``[(start, end), ...]`` together into the known-parts cache,
         which then holds exactly them (the earlier ones are dropped)."""
-        self._starts, self._parts = [], []
         merged = []
         for a, b in sorted((int(a), int(b)) for a, b in ranges if b > a):
             if merged and a - merged[-1][1] <= MERGE_GAP:
@@ -76,20 +77,21 @@ class RemoteFile(io.RawIOBase):
             else:
                 merged.append([a, b])
         if not merged:
+            self._known = ([], [])
             return
         data = self._fetch([a for a, _ in merged], [b for _, b in merged])
-        self._starts = [a for a, _ in merged]
-        self._parts = data
+        self._known = ([a for a, _ in merged], data)
 
     def drop(self):
         """Empty the known-parts cache."""
-        self._starts, self._parts = [], []
+        self._known = ([], [])
 
     def _bytes(self, a, b):
-        k = bisect.bisect_right(self._starts, a) - 1
-        if k >= 0 and a >= self._starts[k] and b <= self._starts[k] + len(self._parts[k]):
-            s = self._starts[k]
-            return self._parts[k][a - s:b - s]
+        starts, parts = self._known
+        k = bisect.bisect_right(starts, a) - 1
+        if k >= 0 and b <= starts[k] + len(parts[k]):
+            s = starts[k]
+            return parts[k][a - s:b - s]
         if b - a >= 4 * BLOCK:  # a large read no block cache would keep: one request for it
             return self._fetch([a], [b])[0]
         out = bytearray()
