@@ -43,9 +43,14 @@ def test_train_and_predict_in_a_bucket_give_the_local_bits(local, s3, capsys):
     assert fs.cat_file(f"{b}/scores.txt") == (local / "scores.txt").read_bytes()
     assert main(["export", f"s3://{b}/m.h5", "--format", "json", "-o", f"s3://{b}/m.json"]) == 0
     assert json.loads(fs.cat_file(f"{b}/m.json"))
+    assert main(["export", f"s3://{b}/m.h5", "--format", "onnx", "-o", f"s3://{b}/m.onnx"]) == 0
+    assert main(["export", str(local / "m.h5"), "--format", "onnx", "-o", str(local / "m.onnx")]) == 0
+    import onnx  # the same graph (the metadata names each source model's own content digest)
+    a, c = onnx.load_from_string(fs.cat_file(f"{b}/m.onnx")), onnx.load(str(local / "m.onnx"))
+    assert a.graph.SerializeToString() == c.graph.SerializeToString()
     # no temporary object was left beside the outputs
-    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(b)) == ["m.h5", "m.json", "scores.txt", "test.h5",
-                                                                "train.h5", "valid.h5"]
+    assert sorted(p.rsplit("/", 1)[-1] for p in fs.ls(b, refresh=True)) == [
+        "m.h5", "m.json", "m.onnx", "scores.txt", "test.h5", "train.h5", "valid.h5"]
 
 
 def test_what_a_store_cannot_give_is_one_line(local, s3, capsys, monkeypatch):
