@@ -41,7 +41,7 @@ import weakref
 
 import numpy as np
 
-from streamrank.errors import StreamrankError
+from streamrank.errors import FormatError, StreamrankError
 from streamrank.execution import remote
 from streamrank.execution.executor import Executor, block_partition, run_blocks
 from streamrank.execution.partitions import check_partition_rows
@@ -178,6 +178,19 @@ def _run_takes_on_error():
     return "on_error" in inspect.signature(Client.run).parameters
 
 
+def _can_open(url, options, fingerprint):
+    """Run on a worker: why it cannot read the dataset at ``url`` (None when it can)."""
+    from streamrank.io.dataset import Dataset
+    from streamrank.io.urls import storage_options
+    try:
+        with storage_options(options), Dataset(url) as ds:
+            if ds.fingerprint != fingerprint:
+                return "it sees other content there than the run started on"
+    except Exception as e:  # noqa: BLE001 - any failure is the reason this worker cannot take part
+        return f"{type(e).__name__}: {str(e)[:300]}"
+    return None
+
+
 def _drop(session, sources, handles, dask_worker=None):
     r = _RUNS.get(session)
     if r is not None:
@@ -285,6 +298,22 @@ class DaskExecutor(Executor):
         """``client.run`` within :data:`CALL_SECONDS` (``callback_timeout`` is taken by the client's
         ``sync``, not passed to ``fn``); raises TimeoutError beyond."""
         return self.client.run(fn, *args, callback_timeout=CALL_SECONDS, **kwargs)
+
+    def check_datasets(self, datasets):
+        """Before the first pass: every live worker can open each dataset named by URL (its
+        protocol's package, access to the store, the same content), or FormatError naming the
+        first worker that cannot and why. A dataset on a local path is opened at its first task
+        (a shared file system is checked by its fingerprint there)."""
+        for ds in datasets:
+            if getattr(ds, "_remote", None) is None:
+                continue
+            got = self._call(self._broadcast, _can_open, str(ds.path), ds._options, ds.fingerprint)
+            bad = sorted((w, why) for w, why in got.items() if why)
+            if bad:
+                w, why = bad[0]
+                raise FormatError(f"{ds.name}: the dask worker {w} cannot read it ({why}); give every worker the "
+                                  f"protocol's package and access to the store (credentials by its environment, or "
+                                  f"--storage-option){f'; {len(bad) - 1} more workers cannot' if len(bad) > 1 else ''}")
 
     def _call(self, fn, *args, **kwargs):
         try:

@@ -26,4 +26,7 @@ def train(ds, values, **run):
     trainer = trainer_of(method)
     accepted = inspect.signature(trainer).parameters
     kw = {k: v for k, v in settings.trainer_kwargs(method, values).items() if k in accepted}
+    check = getattr(run.get("executor"), "check_datasets", None)
+    if check is not None:  # on a cluster: every worker can read the data where it is, before the first pass
+        check([d for d in (ds, run.get("valid")) if d is not None])
     return trainer(ds, **kw, **run)

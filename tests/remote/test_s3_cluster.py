@@ -59,6 +59,10 @@ def test_two_workers_without_a_shared_disk_train_the_local_bits_from_a_bucket(tm
                             f"s3://{b}/valid.h5", "-o", str(tmp_path / "d.h5"), "--scheduler", address, *common,
                             *[x for o in opts for x in ("--storage-option", o)]],
                            capture_output=True, text=True, env=env, timeout=300)
+        # the command's own environment reaches the store; the workers', without the options, does not
+        bad = subprocess.run([sys.executable, "-m", "streamrank", "train", f"s3://{b}/train.h5", "-o",
+                              str(tmp_path / "x.h5"), "--scheduler", address, "--quiet"],
+                             capture_output=True, text=True, timeout=300)
     finally:
         for p in procs:
             p.kill()
@@ -70,3 +74,6 @@ def test_two_workers_without_a_shared_disk_train_the_local_bits_from_a_bucket(tm
     np.testing.assert_array_equal(load(tmp_path / "d.h5").w, load(tmp_path / "l.h5").w)
     assert "testing-secret-value" not in r.stderr + r.stdout
     assert "testing-secret-value" not in (tmp_path / "d.h5").read_bytes().decode("latin-1")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+    assert f"s3://{b}/train.h5: the dask worker tcp://" in bad.stderr and "cannot read it" in bad.stderr
+    assert not (tmp_path / "x.h5").exists()
