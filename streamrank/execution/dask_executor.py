@@ -178,19 +178,6 @@ def _run_takes_on_error():
     return "on_error" in inspect.signature(Client.run).parameters
 
 
-def _can_open(url, options, fingerprint):
-    """Run on a worker: why it cannot read the dataset at ``url`` (None when it can)."""
-    from streamrank.io.dataset import Dataset
-    from streamrank.io.urls import storage_options
-    try:
-        with storage_options(options), Dataset(url) as ds:
-            if ds.fingerprint != fingerprint:
-                return "it sees other content there than the run started on"
-    except Exception as e:  # noqa: BLE001 - any failure is the reason this worker cannot take part
-        return f"{type(e).__name__}: {str(e)[:300]}"
-    return None
-
-
 def _drop(session, sources, handles, dask_worker=None):
     r = _RUNS.get(session)
     if r is not None:
@@ -299,15 +286,16 @@ class DaskExecutor(Executor):
         ``sync``, not passed to ``fn``); raises TimeoutError beyond."""
         return self.client.run(fn, *args, callback_timeout=CALL_SECONDS, **kwargs)
 
-    def check_datasets(self, datasets):
+    def check_datasets(self, datasets, probe):
         """Before the first pass: every live worker can open each dataset named by URL (its
-        protocol's package, access to the store, the same content), or FormatError naming the
-        first worker that cannot and why. A dataset on a local path is opened at its first task
-        (a shared file system is checked by its fingerprint there)."""
+        protocol's package, access to the store, the same content: ``probe(url, options,
+        fingerprint)`` run on each says why not, or None), or FormatError naming the first worker
+        that cannot and why. A dataset on a local path is opened at its first task (a shared file
+        system is checked by its fingerprint there)."""
         for ds in datasets:
             if getattr(ds, "_remote", None) is None:
                 continue
-            got = self._call(self._broadcast, _can_open, str(ds.path), ds._options, ds.fingerprint)
+            got = self._call(self._broadcast, probe, str(ds.path), ds._options, ds.fingerprint)
             bad = sorted((w, why) for w, why in got.items() if why)
             if bad:
                 w, why = bad[0]

@@ -28,6 +28,13 @@ HEADROOM = 1.4
 STREAM_SLACK = 16 << 20
 
 
+def remote_copies(ds):
+    """Bytes alive per byte of a raw block beyond the planned buffers, for reading ``ds``: 1 for a
+    dataset in a store (its known-parts cache holds the block's stored chunks while h5py copies
+    them out: io.remote_file), else 0."""
+    return 1 if getattr(ds, "_remote", None) is not None else 0
+
+
 def load_kernel_runtime():
     """Call one small compiled kernel, so that numba's runtime is resident: the first call of any
     kernel maps LLVM's code (tens of MB with the threading layer), which a plan measured before

@@ -757,6 +757,19 @@ class CheckedRows:
 _REOPENED: dict = {}
 
 
+def why_unreadable(url, options, fingerprint):
+    """Why this process (a dask worker, before a run's first pass) cannot read the dataset at
+    ``url`` with storage ``options`` and content ``fingerprint``; None when it can."""
+    from streamrank.io.urls import storage_options
+    try:
+        with storage_options(options), Dataset(url) as ds:
+            if ds.fingerprint != fingerprint:
+                return "it sees other content there than the run started on"
+    except Exception as e:  # noqa: BLE001 - any failure is the reason this worker cannot take part
+        return f"{type(e).__name__}: {str(e)[:300]}"
+    return None
+
+
 def reopen(path, fingerprint, name=None, options=None):
     """The dataset at ``path`` in this process, checked to hold the content ``fingerprint`` (one
     open file per path and content, kept for the process's later tasks); a URL is opened with the

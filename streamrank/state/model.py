@@ -26,7 +26,7 @@ from streamrank.execution.executor import Pass, executor_or_local, partitioned_s
 from streamrank.faultpoints import faultpoint
 from streamrank.features.normalize import Normalizer
 from streamrank.io.atomic import ensure_space, written
-from streamrank.io.budget import BUFFERS
+from streamrank.io.budget import BUFFERS, remote_copies
 from streamrank.io.h5digest import DIGEST_ATTR, declared_bytes, file_digest
 from streamrank.settings import DEFAULT_MEMORY_BUDGET
 from streamrank.state.model_checks import check_model
@@ -216,6 +216,7 @@ class LinearModel:
         from streamrank.units import budget_bytes, format_size
         budget = budget_bytes(memory_budget)
         per_byte = BUFFERS if self._scores_raw_rows() else SCORE_BYTES_PER_BLOCK_BYTE
+        per_byte += remote_copies(ds)
         extra = 0
         if self.fmap is not None:
             extra = self.fmap.work_bytes()  # one transform's tiles (or the exact map's chunk of kernel rows)

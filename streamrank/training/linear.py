@@ -16,6 +16,7 @@ import numpy as np
 from streamrank import params
 from streamrank.errors import ParameterError
 from streamrank.execution.executor import executor_or_local
+from streamrank.io.budget import remote_copies
 from streamrank.objectives.rank_objective import BlockSource, RankObjective, preconditioner_bytes
 from streamrank.solvers.newton import newton_cholesky
 from streamrank.solvers.newton_yuan import newton_yuan
@@ -311,7 +312,7 @@ def plan_rows(ds, valid, settings, queries, *, components, cache_dir, map_cache,
                                                loss, settings["block_bytes"], valid)
     block_bytes, tier = memplan.linear_plan(budget, n_train, fixed, block_bytes,
                                             mapped_ratio=0.0 if method == "primal" else components / ds.n_features,
-                                            loss=loss, resident=resident)
+                                            loss=loss, resident=resident, store_copies=remote_copies(ds))
     return RowPlan(block_bytes, tier, valid_map_bytes, cache_dir, map_cache, cache_size)
 
 

@@ -82,15 +82,16 @@ EXACT_MARGIN = 0.01
 VECTORS_PER_ROW = 40
 
 
-def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None, mapped_ratio=0.0, loss="squared_hinge"):
+def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None, mapped_ratio=0.0, loss="squared_hinge",
+                store_copies=0):
     """(bytes of a block, bytes of the in-memory tier) of a linear or mapped run over ``n_rows``
     rows; a ``given_block`` size is kept; ``mapped_ratio``: a feature map's output columns per
-    input column. Logs the shares it chose."""
+    input column; ``store_copies``: io.budget.remote_copies of the data. Logs the shares it chose."""
     resident = resident_bytes() if resident is None else resident
     per_row = state_bytes_per_row(loss)
     # a mapped block also has its float64 normalised copy (2 bytes per raw byte), the map's
     # float64 kernel values or projections (2 per output column) and its float32 output (1)
-    per_byte = BUFFERS + (2 + 3 * mapped_ratio if mapped_ratio else 0)
+    per_byte = BUFFERS + store_copies + (2 + 3 * mapped_ratio if mapped_ratio else 0)
     size = int(given_block) if given_block else block_bytes(budget, n_rows, per_row=per_row,
                                                              per_block_byte=per_byte, extra=extra, resident=resident)
     tier = memory_tier_bytes(budget, resident, n_rows * per_row + extra)

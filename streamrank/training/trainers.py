@@ -28,5 +28,6 @@ def train(ds, values, **run):
     kw = {k: v for k, v in settings.trainer_kwargs(method, values).items() if k in accepted}
     check = getattr(run.get("executor"), "check_datasets", None)
     if check is not None:  # on a cluster: every worker can read the data where it is, before the first pass
-        check([d for d in (ds, run.get("valid")) if d is not None])
+        from streamrank.io.dataset import why_unreadable
+        check([d for d in (ds, run.get("valid")) if d is not None], why_unreadable)
     return trainer(ds, **kw, **run)
