@@ -26,9 +26,10 @@ _NUMBER = re.compile(rb"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 
 def read_scores(path, n_rows):
     """One number per line, in the input's row order; errors name the file and its line (from 1)."""
+    from streamrank.io.text_source import open_raw
     s = np.empty(n_rows)
     k, blank = 0, None
-    with open(path, "rb") as f:
+    with open_raw(path) as f:
         for line_no, line in enumerate(f, 1):
             text = line.strip()
             if not text:  # blank lines may end the file, nowhere else

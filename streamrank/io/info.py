@@ -40,7 +40,7 @@ def dataset_info(ds):
     sizes = np.diff(ds.query_ptr)
     pairs = preference_pairs_per_query(y, ds.query_ptr)
     return {
-        "path": str(ds.path),
+        "path": ds.path.shown if getattr(ds, "_remote", None) is not None else str(ds.path),
         "format": f"{ds.attrs['format']} v{int(ds.attrs['version'])}",
         "rows": ds.n_rows,
         "queries": ds.n_queries,
@@ -51,7 +51,7 @@ def dataset_info(ds):
                            "max": int(sizes.max()) if sizes.size else 0},
         "queries_without_pairs": int((pairs == 0).sum()),
         "preference_pairs": int(pairs.sum()),
-        "file_bytes": os.path.getsize(ds.path),
+        "file_bytes": ds._remote.size if getattr(ds, "_remote", None) is not None else os.path.getsize(ds.path),
         "compression": str(ds.attrs.get("compression", "")),
         "index_base": ds.index_base,
         "fingerprint": ds.fingerprint,

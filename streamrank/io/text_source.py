@@ -80,6 +80,12 @@ class _StoreReads:
         memoryview(b)[:len(data)] = data
         return len(data)
 
+    def __iter__(self):  # lines, as a file's
+        try:
+            yield from self.f
+        except self.errors as e:
+            raise self.error(self.url, e) from None
+
     def __enter__(self):
         return self
 

@@ -58,8 +58,11 @@ def protocol(url):
 
 
 def shown(url):
-    """``url`` as messages say it: without a user, a password or a query string."""
+    """``url`` as messages say it: without a user, a password or a query string (a local path as
+    it is)."""
     s = str(url)
+    if not is_url(s):
+        return s
     out = []
     for link in s.split("::"):
         m = _SCHEME.match(link)

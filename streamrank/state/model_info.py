@@ -10,22 +10,25 @@ SHOWN_WEIGHTS = 20
 
 def is_model_file(path):
     """Whether ``path`` is an HDF5 file whose format attribute says it is a streamrank model."""
-    from streamrank.state.model import FORMAT_NAME
+    from streamrank.errors import StreamrankError
+    from streamrank.state.model import FORMAT_NAME, _model_source
     try:
-        with h5py.File(path, "r") as f:
+        source = _model_source(path)[0]
+        with h5py.File(source, "r") as f:
             return f.attrs.get("format") == FORMAT_NAME
-    except OSError:
+    except (OSError, StreamrankError):
         return False
 
 
 def model_info(path):
     """A dict of the facts ``streamrank info`` prints about the model at ``path`` (JSON-ready)."""
-    from streamrank.state.model import load
+    from streamrank.state.model import _model_source, load
     m = load(path)
-    with h5py.File(path, "r") as f:
+    with h5py.File(_model_source(path)[0], "r") as f:
         version, created = int(f.attrs["version"]), str(f.attrs.get("created_by", ""))
     t = m.training
-    info = {"path": str(path), "format": f"streamrank-model v{version}", "created_by": created,
+    from streamrank.io.urls import shown
+    info = {"path": shown(path), "format": f"streamrank-model v{version}", "created_by": created,
             "method": m.config.get("method", m.method), "config": m.config,
             "trained_on": {"fingerprint": m.fingerprint, "features": m.n_features},
             "chosen": {k: t.get(k) for k in ("C", "gamma", "lambda", "eta") if t.get(k) is not None},

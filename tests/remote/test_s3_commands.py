@@ -212,3 +212,17 @@ def test_parquet_parts_in_a_bucket_convert_and_load_as_the_local_parts(tmp_path,
     assert np.array_equal(X1, X2) and np.array_equal(y1, y2) and np.array_equal(q1, q2)
     X3, _, _ = load_ranking(f"s3://{b}/t.h5")
     assert X3.shape == X1.shape
+
+
+def test_info_and_eval_read_from_a_bucket(local, s3, capsys):
+    fs, b = s3
+    _put(fs, b, local, "test.h5", "m.h5", "scores.txt")
+    assert main(["info", f"s3://{b}/test.h5", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert got["path"] == f"s3://{b}/test.h5" and got["file_bytes"] == (local / "test.h5").stat().st_size
+    assert main(["info", f"s3://{b}/m.h5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1])["format"].startswith("streamrank-model")
+    assert main(["eval", f"s3://{b}/test.h5", f"s3://{b}/scores.txt", "--json"]) == 0
+    remote = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert main(["eval", str(local / "test.h5"), str(local / "scores.txt"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == remote
