@@ -97,10 +97,10 @@ def feature_names(model, names=None, *, source="feature_names"):
         return [f"f{j}" for j in range(1, d + 1)]
     where = source
     if isinstance(names, (str, bytes)) or hasattr(names, "__fspath__"):
-        from pathlib import Path
-        where = str(names)
+        from streamrank.io.urls import read_bytes, shown
+        where = shown(names if isinstance(names, str) else names.decode() if isinstance(names, bytes) else str(names))
         try:
-            text = Path(names).read_text(encoding="utf-8-sig")  # a leading byte-order mark (Notepad) is not a name
+            text = read_bytes(names).decode("utf-8-sig")  # a leading byte-order mark (Notepad) is not a name
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{where}: cannot read the feature names ({exc}); give a UTF-8 text file with one "
                              f"name per line") from None

@@ -157,9 +157,9 @@ def _feature_ids(features):
                                  f"them), or train on the file: RankSVM(features={spec!r}).fit(path)")
         text = spec
         if spec.startswith("@"):
+            from streamrank.io.urls import read_bytes
             try:
-                with open(spec[1:]) as f:
-                    text = f.read()
+                text = read_bytes(spec[1:]).decode("utf-8-sig", "replace")
             except OSError as e:
                 raise ParameterError(f"features {spec!r}: cannot read {spec[1:]} ({e.strerror})") from None
         tokens = text.replace(",", " ").split()

@@ -202,6 +202,20 @@ def object_stamp(url):
     return {"path": url, "size": int(info.get("size") or 0), "etag": str(tag)}
 
 
+def read_bytes(path):
+    """The whole content of a small file (a list of ids, of names): a local path or a URL."""
+    if not is_url(path):
+        with open(path, "rb") as f:
+            return f.read()
+    fs, inner = filesystem(str(path))
+    try:
+        return fs.cat_file(inner)
+    except FileNotFoundError:
+        raise InputError(f"{shown(path)}: no such object") from None
+    except store_errors() as e:
+        raise store_error(path, e) from None
+
+
 class Url:
     """A URL where a dataset, a model or a score file lives: ``str()`` is the URL itself (to open
     it again, in this process or a worker), ``name`` its last part, ``shown`` what messages say."""

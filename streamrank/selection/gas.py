@@ -739,8 +739,9 @@ def parse_features(spec, n_features=None):
     else:
         text = spec
         if spec.startswith("@"):
+            from streamrank.io.urls import read_bytes
             try:
-                text = open(spec[1:]).read()
+                text = read_bytes(spec[1:]).decode("utf-8-sig", "replace")
             except OSError as e:
                 raise ParameterError(f"features {spec!r}: cannot read {spec[1:]} ({e.strerror})") from None
         try:

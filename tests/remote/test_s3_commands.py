@@ -226,3 +226,19 @@ def test_info_and_eval_read_from_a_bucket(local, s3, capsys):
     remote = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert main(["eval", str(local / "test.h5"), str(local / "scores.txt"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == remote
+
+
+def test_feature_lists_and_names_are_read_from_a_bucket(local, s3, tmp_path):
+    fs, b = s3
+    _put(fs, b, local, "train.h5")
+    fs.pipe(f"{b}/ids.txt", b"\xef\xbb\xbf3\n7\n12\n")  # with a byte-order mark, as Notepad saves it
+    assert main(["train", f"s3://{b}/train.h5", "--features", f"@s3://{b}/ids.txt", "-o", str(tmp_path / "a.h5"),
+                 "--quiet"]) == 0
+    assert main(["train", str(local / "train.h5"), "--features", "3,7,12", "-o", str(tmp_path / "b.h5"),
+                 "--quiet"]) == 0
+    with h5py.File(tmp_path / "a.h5") as a, h5py.File(tmp_path / "b.h5") as c:
+        assert np.array_equal(a["w"][:], c["w"][:])
+    fs.pipe(f"{b}/names.txt", "".join(f"g{j}\n" for j in range(1, 21)).encode())
+    assert main(["export", str(tmp_path / "a.h5"), "--format", "json", "--feature-names", f"s3://{b}/names.txt",
+                 "-o", str(tmp_path / "a.json")]) == 0
+    assert "g12" in (tmp_path / "a.json").read_text()
