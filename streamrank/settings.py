@@ -250,6 +250,11 @@ def trainer_kwargs(method, values):
     return out
 
 
+# settings whose None means their default, as scikit-learn's random_state=None does (pair_cost and
+# query_weight took None for "none" before "none" was their one default)
+NONE_MEANS_DEFAULT = ("pair_cost", "query_weight", "seed")
+
+
 def validate(values):
     """Refuse, as :class:`ParameterError`, a value of ``values`` (name -> value; None: not given)
     outside its range or its choices, whether or not it applies: the estimators' intake, as
@@ -259,6 +264,11 @@ def validate(values):
     from streamrank import params
     for name, v in values.items():
         s = TABLE.get(name)
+        if s is not None and v is None and name not in NONE_MEANS_DEFAULT and \
+                all(default_for(name, m) is not None for m in s.methods):
+            example = repr(s.default) if isinstance(s.default, str) else s.default
+            raise ParameterError(f"{s.api_name} must be given (None is not one of its values); got None. "
+                                 f"Use {s.api_name}={example}")
         if s is None or v is None or (isinstance(v, str) and v.strip().lower() in s.words):
             continue
         if s.choices and isinstance(v, str) and v not in s.choices:

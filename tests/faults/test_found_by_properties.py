@@ -350,3 +350,17 @@ def test_mapped_features_past_float32_are_refused_not_trained_on(labels):
     m = streamrank.RankSVM(method="nystroem", kernel="poly", degree=2, n_components=4).fit(
         X * 1e-28, np.array(labels), qid=np.array([7, 7]))
     assert np.isfinite(m.predict(X * 1e-28)).all()
+
+
+@pytest.mark.parametrize("name, value", [("C", None), ("max_iter", None), ("normalize", None), ("tol", None)])
+def test_none_for_a_setting_that_has_a_value_is_refused_by_name(name, value):
+    """RankSVM(C=None) in a Pipeline fitted as if C=1.0 was given (the settings' intake took None
+    for "not given"); a search over a grid of refused values only then picked it. None is refused
+    where the setting's default is a value; it still means the default for random_state (as in
+    scikit-learn), pair_cost and query_weight."""
+    from sklearn.pipeline import make_pipeline
+    X, y, qid = np.eye(6, 3), np.array([0, 1, 2, 0, 1, 2.0]), np.repeat([1, 2], 3)
+    with pytest.raises(ParameterError, match=rf"^{name} must be given \(None is not one of its values\); got None"):
+        make_pipeline(streamrank.RankSVM(**{name: value})).fit(X, y, ranksvm__qid=qid)
+    streamrank.RankSVM(random_state=None, pair_cost=None, query_weight=None).fit(X, y, qid=qid)
+    streamrank.CLSRRank(n_components=None, lam=0.1).fit(X, y, qid)
