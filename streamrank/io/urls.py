@@ -1,8 +1,8 @@
 """Files named by URL: ``s3://``, ``gs://``, ``az://`` / ``abfs://``, ``http(s)://`` (read only),
 ``memory://``, ``file://`` and chained URLs (``simplecache::s3://...``), through fsspec.
 
-A name is a URL when it has a scheme (``proto://``) or a chain (``::``); every other name is a
-local path, as before. The protocol packages are extras (s3fs, gcsfs, adlfs): a missing one is
+A name is a URL when it has a scheme (``proto://``), or ends in one after a chain
+(``simplecache::s3://...``); every other name is a local path, as before. The protocol packages are extras (s3fs, gcsfs, adlfs): a missing one is
 named with the extra that installs it. Credentials come by fsspec's usual means (environment,
 config files) or as ``storage_options``; they are never shown: :func:`shown` is what a message,
 a log line or a model's config says of a URL (no user or password, no query string, which is
@@ -42,7 +42,9 @@ def is_url(name):
     if name is None or isinstance(name, Path):
         return False
     s = os.fspath(name) if isinstance(name, os.PathLike) else name
-    return isinstance(s, str) and (_SCHEME.match(s) is not None or "::" in s)
+    # a chain's last link names where the bytes live (simplecache::s3://...): a local name with
+    # "::" in it and no scheme stays a path
+    return isinstance(s, str) and _SCHEME.match(s.split("::")[-1]) is not None
 
 
 def location(name):

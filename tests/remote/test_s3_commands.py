@@ -242,3 +242,12 @@ def test_feature_lists_and_names_are_read_from_a_bucket(local, s3, tmp_path):
     assert main(["export", str(tmp_path / "a.h5"), "--format", "json", "--feature-names", f"s3://{b}/names.txt",
                  "-o", str(tmp_path / "a.json")]) == 0
     assert "g12" in (tmp_path / "a.json").read_text()
+
+
+def test_what_is_a_url_and_what_stays_a_path():
+    from pathlib import Path
+
+    from streamrank.io.urls import is_url, protocol
+    assert is_url("s3://b/k") and is_url("simplecache::s3://b/k") and is_url("file:///tmp/x.h5")
+    assert not is_url("a::b.h5") and not is_url("/tmp/s3:/x") and not is_url(Path("s3://b/k")) and not is_url(None)
+    assert protocol("simplecache::s3://b/k") == "s3" and protocol("memory://x") == "memory"
