@@ -264,7 +264,7 @@ class Dataset:
         except BaseException:
             self._file.close()
             raise
-        self._input_token = None
+        self._input_token = register_input(url, "dataset")  # no output may be this object while it is read
 
     def _chunk_ranges(self, start, stop):
         """Byte ranges in the file of the chunks of /X and /y that hold rows start:stop."""
