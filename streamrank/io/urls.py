@@ -2,11 +2,11 @@
 ``memory://``, ``file://`` and chained URLs (``simplecache::s3://...``), through fsspec.
 
 A name is a URL when it has a scheme (``proto://``), or ends in one after a chain
-(``simplecache::s3://...``); every other name is a local path, as before. The protocol packages are extras (s3fs, gcsfs, adlfs): a missing one is
-named with the extra that installs it. Credentials come by fsspec's usual means (environment,
-config files) or as ``storage_options``; they are never shown: :func:`shown` is what a message,
-a log line or a model's config says of a URL (no user or password, no query string, which is
-where a presigned URL's signature lives).
+(``simplecache::s3://...``); every other name is a local path, as before. The protocol packages
+are extras (s3fs, gcsfs, adlfs): a missing one is named with the extra that installs it.
+Credentials come by fsspec's usual means (environment, config files) or as ``storage_options``;
+they are never shown: :func:`shown` is what a message, a log line or ``info`` says of a URL (no
+user or password, no query string, which is where a presigned URL's signature lives).
 
 Every request against an object store has a deadline: :data:`S3_DEFAULTS` bounds each
 connection and each read, and the retries, unless the caller's ``storage_options`` say
