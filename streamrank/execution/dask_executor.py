@@ -301,7 +301,7 @@ class DaskExecutor(Executor):
                 w, why = bad[0]
                 raise FormatError(f"{ds.name}: the dask worker {w} cannot read it ({why}); give every worker the "
                                   f"protocol's package and access to the store (credentials by its environment, or "
-                                  f"--storage-option){f'; {len(bad) - 1} more workers cannot' if len(bad) > 1 else ''}")
+                                  f"storage_options){f'; {len(bad) - 1} more workers cannot' if len(bad) > 1 else ''}")
 
     def _call(self, fn, *args, **kwargs):
         try:
