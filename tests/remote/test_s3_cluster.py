@@ -9,7 +9,9 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
+from streamrank.cli import main
 from streamrank.state.model import load
 from streamrank.synthetic import write_hdf5
 
@@ -36,6 +38,46 @@ def _start(tmp_path):
     return address, procs
 
 
+def _data(tmp_path, fs, b):
+    """train/valid in the bucket only, and the local model of the same settings."""
+    data = tmp_path / "data"
+    data.mkdir()
+    write_hdf5(data / "train.h5", "small", seed=5, part="train", scale=2.0)
+    write_hdf5(data / "valid.h5", "small", seed=5, part="valid", scale=0.5)
+    assert main(["train", str(data / "train.h5"), "--valid", str(data / "valid.h5"), "-o", str(tmp_path / "l.h5"),
+                 *COMMON]) == 0
+    for n in ("train.h5", "valid.h5"):
+        fs.put_file(str(data / n), f"{b}/{n}")
+        (data / n).unlink()  # the data is in the bucket only
+
+
+COMMON = ["--C", "0.1,1", "--partition-rows", "600", "--quiet"]
+
+
+def _options(secret):
+    opts = [f"client_kwargs.endpoint_url={os.environ['AWS_ENDPOINT_URL']}", "key=testing-key-id",
+            f"secret={secret}", "client_kwargs.region_name=us-east-1"]
+    return [x for o in opts for x in ("--storage-option", o)]
+
+
+def test_a_local_cluster_without_the_stores_settings_trains_the_local_bits_from_a_bucket(tmp_path, s3):
+    """--workers 2 started by a command whose environment names no endpoint and holds no key: the
+    workers (each in its own directory) get the storage options with the dataset, and train the
+    local model's bits; the key appears in no output."""
+    fs, b = s3
+    _data(tmp_path, fs, b)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    r = subprocess.run([sys.executable, "-m", "streamrank", "train", f"s3://{b}/train.h5", "--valid",
+                        f"s3://{b}/valid.h5", "-o", str(tmp_path / "d.h5"), "--workers", "2", "--json", *COMMON,
+                        *_options("testing-secret-value")], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.splitlines()[-1])["cluster"]["workers"] == 2
+    np.testing.assert_array_equal(load(tmp_path / "d.h5").w, load(tmp_path / "l.h5").w)
+    assert "testing-secret-value" not in r.stderr + r.stdout
+    assert "testing-secret-value" not in (tmp_path / "d.h5").read_bytes().decode("latin-1")
+
+
+@pytest.mark.slow  # a scheduler and two worker processes of their own: about 30 s from a cold numba cache
 def test_two_workers_without_a_shared_disk_train_the_local_bits_from_a_bucket(tmp_path, s3):
     fs, b = s3
     data = tmp_path / "data"
