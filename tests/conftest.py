@@ -48,7 +48,7 @@ def mq2008():
 # with. Without moto or s3fs the tests skip, saying which is missing; CI installs both (the test
 # extra) and requires them (STREAMRANK_REQUIRE_S3=1).
 def _missing():
-    for mod in ("moto", "s3fs", "flask"):
+    for mod in ("moto", "s3fs", "flask", "flask_cors"):
         try:
             __import__(mod)
         except ImportError:
