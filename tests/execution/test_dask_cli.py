@@ -30,6 +30,8 @@ def data(tmp_path_factory):
     return d
 
 
+@pytest.mark.slow  # CI runs the same (--workers 2: the local bits and the cluster report) from a bucket:
+# tests/remote/test_s3_cluster.py
 def test_workers_flag_trains_the_local_model_and_reports_the_cluster(data, tmp_path):
     common = [data / "train.h5", "--valid", data / "valid.h5", "--C", "0.1,1", "--partition-rows", 1000, "--json"]
     r = cli("train", *common, "-o", tmp_path / "d.h5", "--workers", 2)

@@ -50,10 +50,11 @@ def test_a_read_after_the_server_stopped_is_one_line_naming_the_url(tmp_path, ow
         ds.read(0, ds.n_rows)
     assert time.monotonic() - t0 < 60
     t0 = time.monotonic()
-    code = main(["predict", str(tmp_path / "nothing.h5"), "s3://bkt/t.h5", "-o", str(tmp_path / "s.txt")])
+    once = ["--storage-option", "config_kwargs.retries.max_attempts=1"]  # a refused connection: no backoff to wait
+    code = main(["predict", str(tmp_path / "nothing.h5"), "s3://bkt/t.h5", "-o", str(tmp_path / "s.txt"), *once])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
-    code = main(["train", "s3://bkt/t.h5", "-o", "s3://bkt/m.h5", "--quiet"])
+    code = main(["train", "s3://bkt/t.h5", "-o", "s3://bkt/m.h5", "--quiet", *once])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "s3://bkt/m.h5: the store cannot be reached" in err, err
     assert time.monotonic() - t0 < 60
