@@ -130,6 +130,8 @@ def test_sigterm_during_grid_names_the_configurations_checkpoint(data, tmp_path)
     assert (run / "model.h5").exists() and not ck.exists()
 
 
+@pytest.mark.slow  # a whole training; CI checks an ignored SIGHUP stays ignored at the program's start
+# (tests/cli/test_cli_text_inputs.py), where the handlers are installed
 def test_a_signal_ignored_at_start_stays_ignored(data, tmp_path):
     """nohup: SIGHUP ignored by the parent stays ignored, and the run finishes."""
     p = start(train_argv(data, tmp_path, "--quiet"), tmp_path, ignored=(signal.SIGHUP,))
