@@ -175,15 +175,21 @@ def store_error(url, e, what="cannot be read"):
     return StoreError(f"{shown(url)}: {what} ({type(e).__name__}: {redact_urls(str(e))[:200]})")
 
 
-def size_of(url):
-    """Bytes of the object at ``url``, or InputError when there is none (or it is a prefix)."""
+def _info(url):
+    """The store's facts about the object at ``url`` (fsspec's ``info``): InputError when there is
+    none, StoreError when the store does not answer."""
     fs, path = filesystem(url)
     try:
-        info = fs.info(path)
+        return fs.info(path)
     except FileNotFoundError:
         raise InputError(f"{shown(url)}: no such object") from None
     except store_errors() as e:
         raise store_error(url, e) from None
+
+
+def size_of(url):
+    """Bytes of the object at ``url``, or InputError when there is none (or it is a prefix)."""
+    info = _info(url)
     if info.get("type") == "directory":
         raise InputError(f"{shown(url)} is a prefix (a directory); give the object's full name")
     return int(info["size"])
@@ -192,13 +198,7 @@ def size_of(url):
 def object_stamp(url):
     """{"path", "size", "etag"} of the object at ``url``: what changes when it is written again
     (the ETag, or the version id, or the modification time where a store gives neither)."""
-    fs, path = filesystem(url)
-    try:
-        info = fs.info(path)
-    except FileNotFoundError:
-        raise InputError(f"{shown(url)}: no such object") from None
-    except store_errors() as e:
-        raise store_error(url, e) from None
+    info = _info(url)
     tag = info.get("ETag") or info.get("VersionId") or info.get("etag") or info.get("md5Hash") or \
         str(info.get("LastModified") or info.get("mtime") or info.get("last_modified") or "")
     return {"path": url, "size": int(info.get("size") or 0), "etag": str(tag)}
