@@ -23,8 +23,10 @@ from streamrank.io.urls import shown, store_error, store_errors
 # the block cache: 1 MiB blocks (HDF5's metadata of a dataset file is a few of them), 16 at most
 BLOCK = 1 << 20
 BLOCKS = 16
-# ranges of one prefetch closer than this are fetched as one request (the gap's bytes are read too)
+# ranges of one prefetch closer than this are fetched as one range (the gap's bytes are read too)
 MERGE_GAP = 64 << 10
+# a range is fetched in concurrent requests of at most this many bytes
+PART = 8 << 20
 
 
 class RemoteFile(io.RawIOBase):
@@ -79,8 +81,20 @@ class RemoteFile(io.RawIOBase):
         if not merged:
             self._known = ([], [])
             return
-        data = self._fetch([a for a, _ in merged], [b for _, b in merged])
-        self._known = ([a for a, _ in merged], data)
+        # one merged range in pieces of PART bytes, fetched concurrently (a store serves one
+        # request at one stream's rate; a block's chunks are one range when the file is written
+        # in row order), then joined
+        pieces = []
+        for a, b in merged:
+            pieces += [(x, min(b, x + PART)) for x in range(a, b, PART)]
+        data = self._fetch([a for a, _ in pieces], [b for _, b in pieces])
+        starts, parts, k = [], [], 0
+        for a, b in merged:
+            n = -(-(b - a) // PART)
+            starts.append(a)
+            parts.append(data[k] if n == 1 else b"".join(data[k:k + n]))
+            k += n
+        self._known = (starts, parts)
 
     def drop(self):
         """Empty the known-parts cache."""

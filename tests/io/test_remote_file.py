@@ -29,8 +29,9 @@ _range = st.tuples(st.integers(0, 5000), st.integers(0, 5000)).map(sorted)
        block=st.sampled_from([7, 64, 1000]))
 def test_every_read_gives_the_objects_bytes(n, prefetches, reads, block):
     fs, path, data = _object(n)
-    old = remote_file.BLOCK, remote_file.MERGE_GAP
-    remote_file.BLOCK, remote_file.MERGE_GAP = block, block // 2  # small blocks: many edges
+    old = remote_file.BLOCK, remote_file.MERGE_GAP, remote_file.PART
+    # small blocks and parts: many edges, ranges fetched in several pieces
+    remote_file.BLOCK, remote_file.MERGE_GAP, remote_file.PART = block, block // 2, max(1, block // 3)
     try:
         f = RemoteFile(fs, path, n)
         for k, (pos, size) in enumerate(reads):
@@ -41,7 +42,7 @@ def test_every_read_gives_the_objects_bytes(n, prefetches, reads, block):
             assert got == data[pos:pos + size]
             assert f.tell() == min(pos + size, max(pos, n)) or pos >= n
     finally:
-        remote_file.BLOCK, remote_file.MERGE_GAP = old
+        remote_file.BLOCK, remote_file.MERGE_GAP, remote_file.PART = old
 
 
 def test_h5py_reads_a_file_through_it():
