@@ -3,7 +3,7 @@
     python tools/bench_remote.py                       # 1M generated rows (mslr30k's 136 features)
     python tools/bench_remote.py --rows 100000 --rounds 1   # a quick look
 
-An S3-compatible server (moto's, in this process's threads, on 127.0.0.1) holds the generated
+An S3-compatible server (moto's, in a process of its own, on 127.0.0.1) holds the generated
 dataset. Sections, each recorded in docs/results/remote.jsonl:
 
 - **store limit**: the server's own GET rate for the whole object (one request, as s3fs gives it),
@@ -54,12 +54,22 @@ class Counting:
 
 
 def server():
-    from moto.server import ThreadedMotoServer
+    """moto's S3 server in a process of its own (its objects are not this process's memory), and
+    the environment that points s3fs at it."""
+    import subprocess
+    from moto.server import ThreadedMotoServer  # noqa: F401  (the server's dependencies are there)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    srv.start()
+    srv = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.1)
     os.environ.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench",
                        "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
     import s3fs
@@ -149,7 +159,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="rounds of each timing (the best is kept)")
     ap.add_argument("--workdir", default="/work/scratch/bench_remote", help="where the generated files stay")
     ap.add_argument("--keep-budget", default="2GB", help="a budget that keeps the rows in memory")
-    ap.add_argument("--stream-budget", default="400MB", help="a budget that does not")
+    ap.add_argument("--stream-budget", default="800MB", help="a budget that does not")
     args = ap.parse_args()
     print(machine_facts(), flush=True)
     work = Path(args.workdir)
@@ -203,7 +213,8 @@ def main():
                       ("convert_rows_per_s", "convert rows/s", "{:,.0f}"),
                       ("convert_over_read_table", "convert / read_table", "{:.2f}")], params=params)
     finally:
-        srv.stop()
+        srv.terminate()
+        srv.wait()
 
 
 if __name__ == "__main__":
