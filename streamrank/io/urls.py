@@ -175,16 +175,21 @@ def store_error(url, e, what="cannot be read"):
     return StoreError(f"{shown(url)}: {what} ({type(e).__name__}: {redact_urls(str(e))[:200]})")
 
 
-def _info(url):
-    """The store's facts about the object at ``url`` (fsspec's ``info``): InputError when there is
-    none, StoreError when the store does not answer."""
+def _ask(url, call):
+    """``call(fs, path)`` on the object at ``url``: InputError when there is none, StoreError when
+    the store does not answer."""
     fs, path = filesystem(url)
     try:
-        return fs.info(path)
+        return call(fs, path)
     except FileNotFoundError:
         raise InputError(f"{shown(url)}: no such object") from None
     except store_errors() as e:
         raise store_error(url, e) from None
+
+
+def _info(url):
+    """The store's facts about the object at ``url`` (fsspec's ``info``)."""
+    return _ask(url, lambda fs, path: fs.info(path))
 
 
 def size_of(url):
@@ -209,13 +214,7 @@ def read_bytes(path):
     if not is_url(path):
         with open(path, "rb") as f:
             return f.read()
-    fs, inner = filesystem(str(path))
-    try:
-        return fs.cat_file(inner)
-    except FileNotFoundError:
-        raise InputError(f"{shown(path)}: no such object") from None
-    except store_errors() as e:
-        raise store_error(path, e) from None
+    return _ask(str(path), lambda fs, inner: fs.cat_file(inner))
 
 
 class Url:

@@ -337,19 +337,14 @@ class LinearModel:
 def _model_source(path):
     """(what h5py opens, what messages call the model, its size in bytes) of a local path, or of
     a URL (:mod:`streamrank.io.urls`), whose object is fetched whole: a model is small."""
-    from streamrank.io.urls import filesystem, is_url, shown, size_of, store_error, store_errors
+    from streamrank.io.urls import is_url, read_bytes, shown
     if is_url(path):
         import io
-        size = size_of(str(path))
-        fs, inner = filesystem(str(path))
-        try:
-            data = fs.cat_file(inner)
-        except store_errors() as e:
-            raise store_error(path, e) from None
+        data = read_bytes(str(path))
         if not data.startswith(b"\x89HDF\r\n\x1a\n"):
             raise FormatError(f"{shown(path)}: not an HDF5 file, so not a streamrank model; train one with "
                               f"streamrank train")
-        return io.BytesIO(data), shown(path), max(size, len(data))
+        return io.BytesIO(data), shown(path), len(data)
     path = Path(path)
     if not path.exists():
         raise InputError(f"{path}: no such file")
