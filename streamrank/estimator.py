@@ -338,11 +338,13 @@ class RankSVM(_Estimator):
               qid: "ArrayLike | None" = None, sample_weight: "ArrayLike | None" = None) -> float:
         """Mean NDCG@10 over the queries of ``X, y, qid`` (arrays) or of a dataset (path/Dataset).
 
-        The LETOR 4.0 convention (``letor4`` in :mod:`streamrank.evaluation.metrics`: gains 0/1/3
-        for labels 0/1/2, positions 1-2 undiscounted, ties in input order, NDCG@10 = 0 for a query
-        shorter than 10), the value ``select_metric="ndcg@10"`` chooses C by and ``streamrank
-        eval`` prints. A query without a relevant document (no label >= 1) scores 0 and stays in
-        the mean. Queries are averaged in order of first appearance, as a dataset holds them.
+        In the estimator's ``convention``: by default LETOR 4.0's (``letor4`` in
+        :mod:`streamrank.evaluation.metrics`: gains 0/1/3 for labels 0/1/2, 2^y - 1 above, positions
+        1-2 undiscounted, ties in input order, NDCG@10 = 0 for a query shorter than 10; a query
+        without a relevant document (no label >= 1) scores 0 and stays in the mean), the value
+        ``select_metric="ndcg@10"`` chooses C by and ``streamrank eval`` prints; ``standard``:
+        gain 2^y - 1, discount 1/log2(i+1), queries without a relevant document left out. Queries
+        are averaged in order of first appearance, as a dataset holds them.
         ``qid`` None: all rows are one query (warned when the model was fitted on several).
 
         ``sample_weight``: None (every query weighs 1), or one weight >= 0 per row (of X, or of the
@@ -359,7 +361,7 @@ class RankSVM(_Estimator):
                 s = model.predict_dataset(ds, memory_budget=self.memory_budget)[ds.row]
                 y, query_ptr, ids = read_labels(ds), ds.query_ptr, ds.query_ids
                 w = None if sample_weight is None else _row_weights(sample_weight, ds.n_rows)[ds.row]
-            return _mean_ndcg10(y, s, query_ptr, w, ids)
+            return _mean_ndcg10(y, s, query_ptr, w, ids, self._convention())
         X = _rows(X)
         y = _labels(y, X.shape[0], "score")
         w = None if sample_weight is None else _row_weights(sample_weight, X.shape[0])
@@ -372,7 +374,11 @@ class RankSVM(_Estimator):
             X, y, qid = X[order], y[order], qid[order]
             w = None if w is None else w[order]
         s = model.decision_function(X, query_ptr)
-        return _mean_ndcg10(y, s, query_ptr, w, qid[query_ptr[:-1]])
+        return _mean_ndcg10(y, s, query_ptr, w, qid[query_ptr[:-1]], self._convention())
+
+    def _convention(self):
+        """The gain convention of ``score`` (a fitted estimator's parameter; validated in ``fit``)."""
+        return getattr(self, "convention", "letor4") or "letor4"
 
     def save(self, path):
         return self._model().save(path)
@@ -401,7 +407,8 @@ def _params_from_config(cfg):
     out = {}
     for k_cfg, k in (("normalize", "normalize"), ("tol", "tol"), ("max_iter", "max_iter"),
                      ("pair_cost", "pair_cost"), ("query_weight", "query_weight"),
-                     ("select_metric", "select_metric"), ("seed", "random_state"), ("loss", "loss"),
+                     ("select_metric", "select_metric"), ("convention", "convention"), ("seed", "random_state"),
+                     ("loss", "loss"),
                      ("eta", "eta"), ("features", "features")):
         if k_cfg in cfg:
             out[k] = cfg[k_cfg]
@@ -564,11 +571,11 @@ def _row_weights(sample_weight, n):
     return w
 
 
-def _mean_ndcg10(y, s, query_ptr, w=None, ids=None):
-    """The mean letor4 NDCG@10 of the queries of ``query_ptr``; with row weights ``w`` (each query's
-    rows alike, checked here), the mean weighted by query: the same left-to-right sum in the
-    report's order as its unweighted mean, so weights of 1 give that mean's bits."""
-    report = evaluate(y, s, query_ptr, ks=(10,))
+def _mean_ndcg10(y, s, query_ptr, w=None, ids=None, convention="letor4"):
+    """The mean NDCG@10 in ``convention`` of the queries of ``query_ptr``; with row weights ``w``
+    (each query's rows alike, checked here), the mean weighted by query: the same left-to-right
+    sum in the report's order as its unweighted mean, so weights of 1 give that mean's bits."""
+    report = evaluate(y, s, query_ptr, ks=(10,), convention=convention)
     if w is None:
         return report.means["NDCG@10"]
     starts, sizes = query_ptr[:-1], np.diff(query_ptr)
@@ -823,7 +830,8 @@ class CLSRRank(RankSVM):
                   gamma=gammas if len(gammas) > 1 else gammas[0], degree=cfg.get("degree", 3),
                   coef0=cfg.get("coef0", 1.0), n_components=cfg.get("components"),
                   normalize=cfg.get("normalize", "none"), select_metric=cfg.get("select_metric", "meanndcg"),
-                  random_state=cfg.get("seed", 0), features=cfg.get("features"))
+                  convention=cfg.get("convention", "letor4"), random_state=cfg.get("seed", 0),
+                  features=cfg.get("features"))
         est._set_fitted(model, model.training)
         return est
 

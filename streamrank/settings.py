@@ -49,7 +49,9 @@ class Setting:
     ``other`` takes one of ``values`` (its default counted). ``kind`` says how the CLI parses it:
     ``choice`` (of ``choices``), ``values`` (numbers in the grid grammar 0.1,1 or 2^-5:2^5),
     ``int`` / ``posint`` / ``float`` / ``text``; ``many`` how grid and cv take it: ``"one"`` (as
-    train does), ``"list"`` (several, each a configuration) or ``"none"`` (not at all). ``api``: the
+    train does), ``"list"`` (several, each a configuration), ``"search"`` (one; when none of the
+    ``"search"`` settings is given, the grid tries the default and paper 001's setting,
+    :data:`streamrank.workflow.grid.COST_SENSITIVE`) or ``"none"`` (not at all). ``api``: the
     estimators' name where it is not ``name``; ``flag``: None where no flag sets it."""
 
     name: str
@@ -106,6 +108,11 @@ TABLE = dict([
     _s("select_metric", "--select-metric", "meanndcg", METHODS, "choice",
        "what --valid chooses by; avgndcg and avgprec are paper 001's means of NDCG@1..20 and P@1..20",
        choices=("meanndcg", "ndcg@10", "map", "avgndcg", "avgprec")),
+    _s("convention", "--convention", "letor4", METHODS, "choice",
+       "the gains of every ranking metric of the run (what --valid chooses by; grid's and cv's tables): letor4 "
+       "(LETOR 4.0's Eval-Score-4.0.pl, gains 0/1/3 for labels 0/1/2, extended as 2^y - 1 above 2 with a note "
+       "wherever a metric is shown) or standard (gain 2^y - 1, discount 1/log2(i+1))",
+       choices=("letor4", "standard")),
     _s("kernel", "--kernel", "rbf", KERNELS, "choice",
        "the kernel of nystroem, rff (rbf or laplacian), exact and clsr",
        choices=("rbf", "laplacian", "poly", "sigmoid", "linear")),
@@ -144,10 +151,11 @@ TABLE = dict([
        "--loss smooth_hinge's band half-width, 0 < E < 1, or auto (default): paper 001's rule from C and the pair "
        "weights, recorded per C", when=("loss", ("smooth_hinge",)), many="list", metavar="E|auto", words=("auto",)),
     _s("pair_cost", "--pair-cost", "none", RANKSVM, "text",
-       "label-pair costs lambda (paper 001): none, gain_difference, or pairs such as '0-1:1,1-2:1.3,0-2:2' "
-       "(unlisted pairs cost 1)", metavar="SPEC"),
+       "label-pair costs lambda (paper 001): none, graded (paper 001's 0-1:1,1-2:1.3,0-2:2 on grades 0-2, "
+       "log2(1 + gain difference) on other grades), gain_difference, or pairs such as '0-1:1,1-2:1.3,0-2:2' "
+       "(unlisted pairs cost 1)", metavar="SPEC", many="search"),
     _s("query_weight", "--query-weight", "none", RANKSVM, "choice", "paper 001's query weights mu_q",
-       choices=("none", "log_ratio")),
+       choices=("none", "log_ratio"), many="search"),
     _s("tol", "--tol", 1e-3, RANKSVM, "float", "stop when ||g|| <= EPS ||g0|| (TRON's and LIBLINEAR's rule)",
        metavar="EPS"),
     _s("gap_tol", "--gap-tol", None, RANKSVM, "float",

@@ -16,6 +16,7 @@ from streamrank.errors import ParameterError
 # a value of each setting other than its default, valid for some method, and what it needs beside it
 SAMPLES = {
     "method": ("nystroem", ()), "C": ("0.5", ()), "lam": ("0.01", ()), "select_metric": ("map", ()),
+    "convention": ("standard", ()),
     "kernel": ("laplacian", ()), "gamma": ("0.5", ()), "degree": ("2", ("--kernel", "poly")),
     "coef0": ("0.5", ("--kernel", "poly")), "components": ("20", ()), "rank": ("5", ()),
     "map_cache": ("memory", ()), "solver": ("newton_yuan", ()), "precondition": ("off", ()),

@@ -2,8 +2,11 @@
 
     python tools/bench_remote.py                       # 1M generated rows (mslr30k's 136 features)
     python tools/bench_remote.py --rows 100000 --rounds 1   # a quick look
+    python tools/bench_remote.py --server s3rver --s3rver DIR/node_modules/.bin/s3rver   # another server
 
-An S3-compatible server (moto's, in a process of its own, on 127.0.0.1) holds the generated
+An S3-compatible server (moto's, in a process of its own, on 127.0.0.1; or s3rver, ``--server
+s3rver``: moto reads the whole object for every range it serves, a cost per request that grows
+with the object and that a store serving ranges from files does not have) holds the generated
 dataset. Sections, each recorded in docs/results/remote.jsonl:
 
 - **store limit**: the server's own GET rate for the whole object (one request, as s3fs gives it),
@@ -53,16 +56,25 @@ class Counting:
         return r, b
 
 
-def server():
-    """moto's S3 server in a process of its own (its objects are not this process's memory), and
-    the environment that points s3fs at it."""
+def server(kind="moto", s3rver=None, work=None):
+    """An S3-compatible server in a process of its own (its objects are not this process's
+    memory), and the environment that points s3fs at it: moto's (the tests' server: it reads the
+    whole object for every range it serves), or s3rver (``--server s3rver``: Node.js, objects in
+    files, ranges read from them; ``npm install s3rver`` outside the repository, its
+    ``node_modules/.bin/s3rver`` given as ``--s3rver``)."""
     import subprocess
-    from moto.server import ThreadedMotoServer  # noqa: F401  (the server's dependencies are there)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if kind == "s3rver":
+        store = Path(work) / "s3rver-data"
+        store.mkdir(parents=True, exist_ok=True)
+        cmd = [str(s3rver), "-d", str(store), "-a", "127.0.0.1", "-p", str(port), "--silent",
+               "--allow-mismatched-signatures", "--configure-bucket", "bench"]
+    else:
+        from moto.server import ThreadedMotoServer  # noqa: F401  (the server's dependencies are there)
+        cmd = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    srv = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -74,7 +86,8 @@ def server():
                        "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
     import s3fs
     fs = s3fs.S3FileSystem()
-    fs.mkdir("bench")
+    if kind == "moto":
+        fs.mkdir("bench")
     return srv, fs
 
 
@@ -171,6 +184,9 @@ def main():
     ap.add_argument("--keep-budget", default="2GB", help="a budget that keeps the rows in memory")
     ap.add_argument("--stream-budget", default="800MB", help="a budget that does not")
     ap.add_argument("--only", choices=["parquet"], default=None, help="the Parquet section alone")
+    ap.add_argument("--server", choices=["moto", "s3rver"], default="moto",
+                    help="the S3-compatible server (moto: the tests'; s3rver: serves ranges from files)")
+    ap.add_argument("--s3rver", help="the s3rver executable (node_modules/.bin/s3rver of `npm install s3rver`)")
     args = ap.parse_args()
     print(machine_facts(), flush=True)
     work = Path(args.workdir)
@@ -186,7 +202,9 @@ def main():
         table_record("remote", "parquet", [parquet(local, work, args.rounds)], PARQUET_COLUMNS,
                      params=args_params(args))
         return
-    srv, fs = server()
+    if args.server == "s3rver" and not args.s3rver:
+        ap.error("--server s3rver needs --s3rver PATH (npm install s3rver; PATH is its node_modules/.bin/s3rver)")
+    srv, fs = server(args.server, args.s3rver, work)
     try:
         fs.put_file(str(local), "bench/train.h5")
         url = "s3://bench/train.h5"

@@ -40,6 +40,7 @@ BENCHES = OrderedDict([
     ("grid", ("Grids on one map", "tools/bench_grid.py")),
     ("precond", ("Preconditioners", "tools/bench_precond.py")),
     ("raw_scale", ("Raw feature scales and the default gamma grid", "tools/bench_raw_scale.py")),
+    ("quality", ("Quality by default: paper 001's costs in the default search", "tools/bench_quality.py")),
     ("chunking", ("Storage: HDF5 chunks and compression", "tools/bench_chunking.py")),
     ("finite", ("The finiteness check", "tools/bench_finite.py")),
 ])

@@ -23,7 +23,8 @@ NEUTRAL = ("memory_budget", "cache_dir", "cache_size", "map_cache")
 
 def grid_axes(args):
     return {"method": args.method, "loss": args.loss, "components": args.components, "eta": args.eta,
-            "C": args.C, "gamma": args.gamma, "lam": args.lam}
+            "C": args.C, "gamma": args.gamma, "lam": args.lam, "pair_cost": args.pair_cost,
+            "query_weight": args.query_weight}
 
 
 def grid_settings(args):
@@ -73,7 +74,7 @@ def _cmd_grid(args):
                           select_metric=args.select_metric, executor=executor, neutral=NEUTRAL,
                           command=args.command_line)
     if args.json:
-        emit_json(record["chosen"])
+        emit_json(dict(record["chosen"], convention=record["convention"], notes=record["notes"]))
     elif not args.quiet:
         print("\n".join(grid_lines(record, args.output)))
     return 0
@@ -91,8 +92,10 @@ def _cmd_cv(args):
         from streamrank.workflow.cv import summary
         emit_json(summary(record, args.output))
     elif not args.quiet:
-        print("\n".join(table_lines(record)))
-        print(f"letor4 test metrics, chosen on vali by {args.select_metric}; {record['seconds']:.1f} s. Written: "
+        from streamrank.workflow.tables import metric_notes
+        print("\n".join(table_lines(record) + metric_notes(record)))
+        print(f"{record['convention']} test metrics, chosen on vali by {args.select_metric}; "
+              f"{record['seconds']:.1f} s. Written: "
               f"{Path(args.output) / 'cv.md'}, cv.csv, cv.json "
               f"(every fold's grid in {Path(args.output) / 'FoldK' / 'METHOD'})")
     return 0

@@ -161,7 +161,7 @@ def intake(args):
     many = args.command != "train"
     for name, s in settings.TABLE.items():
         if (hasattr(args, name) and getattr(args, name) is None and name not in _LATER
-                and not (many and s.many == "list")):
+                and not (many and s.many in ("list", "search"))):
             setattr(args, name, s.default)
     if many and args.method is None:
         args.method = [settings.TABLE["method"].default]
@@ -342,6 +342,10 @@ def _help(s, many):
         text += "; " + _WORDS_HELP[s.name]
     if many and s.name in _GRID_AXES:
         return text.split(" (default")[0] + " (default: the method's grid, docs/methods.md)"
+    if many and s.many == "search":
+        return (text.split(" (default")[0] + " (default: neither --pair-cost nor --query-weight given, each "
+                "RankSVM configuration is tried plain and with paper 001's costs, --pair-cost graded --query-weight "
+                "log_ratio; docs/methods.md)")
     if many and s.many == "list" and s.kind == "choice":
         text = ("one or both of " if len(s.choices) == 2 else "one or several of ") + text
     if "default" in text or s.kind == "flag":

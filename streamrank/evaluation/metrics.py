@@ -485,7 +485,7 @@ class Report:
             fate = "scored 0 and kept in the averages"
         else:
             fate = "skipped"
-        lines = [f"convention: {self.convention} ({_DESCRIPTION[self.convention]})",
+        lines = [convention_line(self.convention),
                  f"queries: {self.n_queries}, documents: {int(self.n_docs.sum())}, "
                  f"without relevant documents: {nw} ({fate})"]
         lines += [f"note: {n}" for n in self.notes]
@@ -690,6 +690,12 @@ def _checked_inputs(y, scores, query_ptr, convention, ks, query_ids, qid):
         r, why = bad
         raise InputError(f"label of row {r} is {float(y[r]):g}: {why}")
     return ks, y, s, ptr, qid
+
+
+def convention_line(convention):
+    """The line every output that shows metrics gives its convention in (``eval``, ``grid``, ``cv``,
+    the report)."""
+    return f"convention: {convention} ({_DESCRIPTION[convention]})"
 
 
 def _label_notes(y):

@@ -53,6 +53,7 @@ from streamrank.training.path import report_grid_edges
 from streamrank.training.problem import (
     SELECT_METRICS,
     attach_features,
+    check_convention,
     check_data,
     check_queries,
     fit_normalizer,
@@ -205,7 +206,7 @@ def _lambda_path(lam):
 
 def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
                components=None, memory_budget="2GB", select_metric="meanndcg", seed=0, block_bytes=None,
-               queries=None, executor=None, features=None, checkpoint=None, resume=False):
+               queries=None, executor=None, features=None, checkpoint=None, resume=False, convention="letor4"):
     """Train CLSRRank on an open dataset; return (LinearModel with a KernelBasisMap, summary dict).
 
     ``lam``: one lambda or several (a path: one pass per gamma serves all of them; several points
@@ -215,14 +216,15 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
     uniformly (seeded); None uses every training row, the paper's setting, when the m x m system
     fits the budget. ``checkpoint``: a directory where each gamma's candidates and solutions are
     kept once its pass is done; ``resume`` skips the gammas found there (the same model as an
-    uninterrupted run: each gamma's system is built from the data alone).
+    uninterrupted run: each gamma's system is built from the data alone). ``convention``: the gains
+    of ``select_metric`` (letor4 or standard).
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
     ds, valid, feature_cols, input_width = with_features(ds, valid, features)
     settings = clsr_settings(valid, lam=lam, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
                              normalize=normalize, components=components, memory_budget=memory_budget,
-                             select_metric=select_metric, seed=seed, queries=queries)
+                             select_metric=select_metric, seed=seed, queries=queries, convention=convention)
     check_data(ds, valid, select_metric, settings["lambda_path"], settings["gamma_path"], "lambda")
     problem = clsr_problem(ds, valid, settings, query_range(ds, queries), block_bytes, executor,
                            kernel=kernel, degree=degree, coef0=coef0, seed=seed)
@@ -233,7 +235,7 @@ def train_clsr(ds, *, valid=None, lam=(1e-3,), kernel="rbf", gamma=None, degree=
 
 
 def clsr_settings(valid, *, lam, kernel, gamma, degree, coef0, normalize, components, memory_budget, select_metric,
-                  seed, queries):
+                  seed, queries, convention="letor4"):
     """The checked settings of a CLSRRank run, read-only: the config its model records (the
     kernel by name; ``gamma_path`` [None] for a callable kernel)."""
     lams = _lambda_path(lam)
@@ -248,7 +250,8 @@ def clsr_settings(valid, *, lam, kernel, gamma, degree, coef0, normalize, compon
     return frozen({"method": "clsr", "lambda_path": lams, "kernel": kernel_name(kernel), "gamma_path": gammas,
                    "degree": params.check("degree", degree), "coef0": params.check("coef0", coef0),
                    "normalize": normalize, "components": components, "seed": params.check("seed", seed),
-                   "select_metric": select_metric, "memory_budget": budget_bytes(memory_budget),
+                   "select_metric": select_metric, **check_convention(convention),
+                   "memory_budget": budget_bytes(memory_budget),
                    "queries": list(queries) if queries is not None else None,
                    "valid_fingerprint": valid.fingerprint if valid is not None else None})
 
@@ -412,7 +415,8 @@ class ClsrPath:
             if p.valid is not None:
                 model = LinearModel(alpha, p.normalizer, n_features=p.ds.n_features, fmap=fmap)
                 cand["valid_" + metric] = validation_score(model, p.valid, p.valid_y, metric, block_bytes=p.raw_block,
-                                                           executor=p.executor)
+                                                           executor=p.executor,
+                                                           convention=self.settings.get("convention", "letor4"))
             log.info("  lambda=%g: objective %.6e%s", lm, obj,
                      f", validation {metric} {cand['valid_' + metric]:.4f}" if p.valid is not None else "")
             self.candidates.append(cand)

@@ -141,7 +141,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
                 tol=1e-3, max_iter=1000, gap_tol=None, memory_budget="2GB", pair_cost=None, query_weight=None,
                 select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
                 cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None,
-                loss="squared_hinge", eta=None, solver="tron", abs_gtol=None, abs_dtol=None, features=None):
+                loss="squared_hinge", eta=None, solver="tron", abs_gtol=None, abs_dtol=None, features=None,
+                convention="letor4"):
     """Train exact kernel RankSVM on an open dataset; return (LinearModel with an ExactKernelMap, summary).
 
     ``loss``, ``eta``: as in :func:`~streamrank.training.linear.train_linear` (paper 001's smooth
@@ -157,7 +158,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     plain CG (as ``landmarks=0``). ``executor``: what runs the passes
     (:mod:`streamrank.execution.executor`; None: in this process). ``gap_tol``: stop (in place of
     ``tol``'s rule) once the estimated relative objective gap (the preconditioner's Newton decrement:
-    :func:`streamrank.solvers.tron.relative_gap`) is at most this.
+    :func:`streamrank.solvers.tron.relative_gap`) is at most this. ``convention``: the gains of
+    ``select_metric`` (letor4 or standard).
     """
     t_start = time.perf_counter()
     check_queries(ds, queries)
@@ -167,7 +169,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
         landmarks=landmarks, solver=solver, memory_budget=memory_budget, normalize=normalize, tol=tol,
         max_iter=max_iter, gap_tol=gap_tol, block_bytes=block_bytes, pair_cost=pair_cost, query_weight=query_weight,
         select_metric=select_metric, seed=seed, queries=queries, loss=loss, eta=eta, abs_gtol=abs_gtol,
-        abs_dtol=abs_dtol)
+        abs_dtol=abs_dtol, convention=convention)
     points = check_data(ds, valid, select_metric, settings["C_path"], settings["gamma_path"])
     problem, rows = exact_problem(ds, valid, settings, query_range(ds, queries), executor)
     path = ExactPath(problem, rows, gram_plan(problem, rows, settings, cache_dir), settings)
@@ -317,7 +319,8 @@ class ExactPath(Method):
         p = self.problem
         model = LinearModel(beta, p.normalizer, n_features=p.ds.n_features, fmap=self.kernel_map(gi))
         return validation_score(model, p.valid, p.valid_y, self.settings["select_metric"],
-                                block_bytes=self.rows.raw_block, executor=p.executor)
+                                block_bytes=self.rows.raw_block, executor=p.executor,
+                                convention=self.settings.get("convention", "letor4"))
 
 
 def exact_model(problem, settings, res, path, t_start):

@@ -197,7 +197,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
                  cache_dir=None, map_cache="auto", cache_size=None, precondition="auto", executor=None,
-                 loss="squared_hinge", eta=None, abs_gtol=None, abs_dtol=None, features=None):
+                 loss="squared_hinge", eta=None, abs_gtol=None, abs_dtol=None, features=None, convention="letor4"):
     """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``loss``: ``squared_hinge`` (paper 004 eq. 3.13) or ``smooth_hinge`` (paper 001's cs-sRSVM,
@@ -223,7 +223,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     ``AUTO_WIDTH`` columns (linear RankSVM), wider the Nystrom sketch of
     :mod:`streamrank.objectives.sketch_precond` (feature maps; one per map, seeded by ``seed``).
     ``executor``: what runs the passes over the data (:mod:`streamrank.execution.executor`; None:
-    in this process).
+    in this process). ``convention``: the gains of ``select_metric`` (letor4 or standard,
+    :mod:`streamrank.evaluation.metrics`).
     """
     t_start = time.perf_counter()
     executor = executor_or_local(executor)
@@ -234,7 +235,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, components=components, rank=rank,
         memory_budget=memory_budget, normalize=normalize, tol=tol, max_iter=max_iter, gap_tol=gap_tol,
         block_bytes=block_bytes, pair_cost=pair_cost, query_weight=query_weight, select_metric=select_metric,
-        seed=seed, queries=queries, loss=loss, eta=eta, abs_gtol=abs_gtol, abs_dtol=abs_dtol)
+        seed=seed, queries=queries, loss=loss, eta=eta, abs_gtol=abs_gtol, abs_dtol=abs_dtol, convention=convention)
     points = check_data(ds, valid, select_metric, settings["C_path"], settings.get("gamma_path", [None]))
     rows = plan_rows(ds, valid, settings, queries, components=components, cache_dir=cache_dir, map_cache=map_cache,
                      cache_size=cache_size)
@@ -476,11 +477,12 @@ class LinearPath(Method):
         model = LinearModel(w, p.normalizer, n_features=p.ds.n_features, fmap=self.maps.get(gi))
         if not self.rows.valid_map_bytes:
             return validation_score(model, p.valid, p.valid_y, metric, block_bytes=self.rows.block_bytes,
-                                    executor=p.executor)
+                                    executor=p.executor, convention=self.settings.get("convention", "letor4"))
         if gi not in self.mapped_valid:
             self.mapped_valid.clear()
             self.mapped_valid[gi] = MappedValidation(model, p.valid, p.valid_y, metric,
-                                                     block_bytes=self.rows.block_bytes, executor=p.executor)
+                                                     block_bytes=self.rows.block_bytes, executor=p.executor,
+                                                     convention=self.settings.get("convention", "letor4"))
         return self.mapped_valid[gi].score(model)
 
     def decided(self):

@@ -498,21 +498,49 @@ def edge_extension(grid, value, side):
     return more, factor
 
 
-def report_grid_edges(summary, Cs, gammas, c_name="C"):
-    """Put ``at_grid_edge`` (and ``grid_edge``, e.g. ["C smallest"]) into ``summary`` and log a
-    warning when the chosen point is at the edge of its grid, naming which way to extend it and by
-    how much, as values the parameter takes (e.g. "use gamma=2^-13:2^-9:2")."""
-    edges = grid_edges(Cs, gammas, summary[c_name], summary.get("gamma"), c_name)
-    summary["at_grid_edge"] = bool(edges)
-    summary["grid_edge"] = [f"{name} {side}" for name, side in edges]
+# whether a training logs its own grid-edge advice: a grid (streamrank.workflow.grid) says it once
+# for the configuration it chooses, naming where, and turns it off for its trainings
+_EDGE_ADVICE = [True]
+
+
+@contextlib.contextmanager
+def edge_advice_off():
+    """``with edge_advice_off():`` trainings in this block record their grid edges in their summary
+    but log no advice (the caller gives it, :func:`edge_advice`)."""
+    _EDGE_ADVICE.append(False)
+    try:
+        yield
+    finally:
+        _EDGE_ADVICE.pop()
+
+
+def edge_advice(summary, Cs, gammas, c_name="C"):
+    """The advice for each grid edge the chosen point of ``summary`` sits on, as (name, side, text):
+    which way to extend the grid and by how much, as values the parameter takes (e.g. "the chosen
+    gamma=2^-9 is the smallest value of its grid (...): ...; extend the grid downwards by 2 steps
+    (a factor 16), e.g. use gamma=2^-13:2^-9:2")."""
+    out = []
     grids = {c_name: [v for v in Cs if v is not None], "gamma": [g for g in gammas if g is not None]}
-    for name, side in edges:
+    for name, side in grid_edges(Cs, gammas, summary[c_name], summary.get("gamma"), c_name):
         value = summary[name]
         more, factor = edge_extension(grids[name], value, side)
         way = "downwards" if side == "smallest" else "upwards"
         advice = ("" if more is None else f" by {EXTEND_STEPS} steps (a factor {factor:g}), e.g. use "
                   f"{_PARAM_OF.get(name, name)}={values_text(more)}")
-        log.warning("the chosen %s=%s is the %s value of its grid (%s): the best %s may lie %s it; extend the grid "
-                    "%s%s", name, values_text([value]), side, values_text(sorted(grids[name])), name,
-                    "below" if side == "smallest" else "above", way, advice)
+        out.append((name, side, f"the chosen {name}={values_text([value])} is the {side} value of its grid "
+                    f"({values_text(sorted(grids[name]))}): the best {name} may lie "
+                    f"{'below' if side == 'smallest' else 'above'} it; extend the grid {way}{advice}"))
+    return out
+
+
+def report_grid_edges(summary, Cs, gammas, c_name="C"):
+    """Put ``at_grid_edge`` (and ``grid_edge``, e.g. ["C smallest"]) into ``summary`` and log a
+    warning for each grid edge the chosen point is at (:func:`edge_advice`), unless a grid gives
+    the advice itself (:func:`edge_advice_off`)."""
+    edges = grid_edges(Cs, gammas, summary[c_name], summary.get("gamma"), c_name)
+    summary["at_grid_edge"] = bool(edges)
+    summary["grid_edge"] = [f"{name} {side}" for name, side in edges]
+    if _EDGE_ADVICE[-1]:
+        for _, _, text in edge_advice(summary, Cs, gammas, c_name):
+            log.warning("%s", text)
     return summary

@@ -21,7 +21,7 @@ from streamrank.units import budget_bytes, parse_size
 
 SELECT_METRICS = ("meanndcg", "ndcg@10", "map", "avgndcg", "avgprec")
 QUERY_WEIGHTS = ("none", "log_ratio")
-PAIR_COSTS = ("none", "gain_difference")
+PAIR_COSTS = ("none", "graded", "gain_difference")
 LOSSES = ("squared_hinge", "smooth_hinge")
 
 # Paper 001, theorem 2: with the smooth hinge of band half-width eta, the optima satisfy
@@ -77,14 +77,49 @@ def parse_pair_costs(spec):
     return out
 
 
+# paper 001's costs for LETOR's three grades (sec. 4.1, OHSUMED): lambda(0,1) = 1, lambda(1,2) = 1.3,
+# lambda(0,2) = 2
+PAPER001_COSTS = {(0.0, 1.0): 1.0, (1.0, 2.0): 1.3, (0.0, 2.0): 2.0}
+
+
+def graded_costs(levels):
+    """The ``graded`` rule's lambda over label ranks (symmetric, diagonal unused): paper 001's table
+    (PAPER001_COSTS) when every level is one of 0, 1, 2; otherwise lambda(a, b) = log2(1 + |g(a) -
+    g(b)|) with the evaluation's gains g(y) = 2^y - 1 (both conventions' gains on graded labels).
+
+    The rule keeps what sec. 4.4 of paper 001 asks of the costs: they grow with the gain a misorder
+    loses (so lambda(0,2) > lambda(1,2) > lambda(0,1) on three grades) but slower than the gain
+    itself, since "too large lambda leads to overfitting"; it gives the paper's lambda(0,1) = 1 and
+    lambda(0,2) = 2 exactly, and 1.585 where the paper chose 1.3 by hand. The logarithm keeps the
+    spread of costs to about the number of grades (1 to 4 on grades 0-4, where the gain difference
+    itself spans 1 to 15), docs/methods.md ("Cost-sensitive defaults")."""
+    lv = np.asarray(levels, np.float64)
+    if lv.size and set(lv.tolist()) <= {0.0, 1.0, 2.0}:
+        lam = np.ones((lv.size, lv.size))
+        for i, a in enumerate(lv):
+            for j, b in enumerate(lv):
+                if a != b:
+                    lam[i, j] = PAPER001_COSTS[(min(a, b), max(a, b))]
+        return lam
+    # log2(1 + 2^hi - 2^lo) = log2(1 + 2^x) with x = hi + log2(1 - 2^(lo - hi)), by logaddexp2:
+    # finite for every finite pair of grades (2^y itself overflows past y = 1024)
+    hi, lo = np.maximum.outer(lv, lv), np.minimum.outer(lv, lv)
+    with np.errstate(divide="ignore"):  # the diagonal: log2(0) = -inf, and lambda 0
+        x = hi + np.log2(-np.expm1((lo - hi) * np.log(2.0)))
+    return np.logaddexp2(0.0, x)
+
+
 def pair_cost_table(kind, levels):
-    """lambda over label ranks: 1 everywhere, the gain difference (2^y_i - 1) - (2^y_j - 1), a
-    spec of costs per label pair (:func:`parse_pair_costs`; the table is symmetric, unlisted pairs
-    cost 1, pairs of labels absent from the data do not count), or an L x L table."""
+    """lambda over label ranks: 1 everywhere, the ``graded`` rule (:func:`graded_costs`), the gain
+    difference (2^y_i - 1) - (2^y_j - 1), a spec of costs per label pair
+    (:func:`parse_pair_costs`; the table is symmetric, unlisted pairs cost 1, pairs of labels
+    absent from the data do not count), or an L x L table."""
     L = len(levels)
     if kind is None or (isinstance(kind, str) and kind == "none"):
         return np.ones((L, L))
     if isinstance(kind, str):
+        if kind == "graded":
+            return graded_costs(levels)
         if kind == "gain_difference":
             g = 2.0 ** np.asarray(levels) - 1.0
             return np.subtract.outer(g, g)
@@ -188,10 +223,21 @@ def eta_for(loss, eta, C, weight_sum):
     return float(min(ETA_AUTO_MAX, np.sqrt(ETA_AUTO_EPS1 / (THEOREM2_CONSTANT * C * weight_sum))))
 
 
-def validation_score(model, valid, valid_y, metric, *, block_bytes, executor=None):
-    """``metric`` (one of SELECT_METRICS) of ``model`` on the validation dataset (one streamed pass)."""
+def validation_score(model, valid, valid_y, metric, *, block_bytes, executor=None, convention="letor4"):
+    """``metric`` (one of SELECT_METRICS) of ``model`` on the validation dataset in the gain
+    ``convention`` (:mod:`streamrank.evaluation.metrics`; one streamed pass)."""
     s = model.score_stream(valid, block_bytes=block_bytes, executor=executor, quiet_width=True)
-    return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None), metric)
+    return metric_value(evaluate(valid_y, s, valid.query_ptr, qid=None, convention=convention), metric)
+
+
+def check_convention(convention):
+    """The gain convention of the validation metric, checked; a run records it only when it is not
+    letor4 (so configs and checkpoints written before it existed match)."""
+    from streamrank.evaluation.metrics import CONVENTIONS
+    if convention not in CONVENTIONS:
+        raise ParameterError(f"convention must be one of {', '.join(CONVENTIONS)}; got {convention!r}. "
+                             f"Use convention=letor4")
+    return {} if convention == "letor4" else {"convention": convention}
 
 
 class _MapRows(Pass):
@@ -231,8 +277,9 @@ class MappedValidation:
     held by the executor with their blocks) and each score is then a product per block, the bits of
     :func:`validation_score`."""
 
-    def __init__(self, model, valid, valid_y, metric, *, block_bytes, executor=None):
+    def __init__(self, model, valid, valid_y, metric, *, block_bytes, executor=None, convention="letor4"):
         self.valid, self.valid_y, self.metric, self.executor = valid, valid_y, metric, executor_or_local(executor)
+        self.convention = convention
         self.source = partitioned_stream(valid, executor, block_bytes=block_bytes)
         _, self.kept = self.executor.run(_MapRows(model), self.source)
 
@@ -243,7 +290,8 @@ class MappedValidation:
             a, b, s = item
             out[a:b] = s
         self.executor.run(_MappedScores(model), self.source, kept=[self.kept], collect=collect)
-        return metric_value(evaluate(self.valid_y, out, self.valid.query_ptr, qid=None), self.metric)
+        return metric_value(evaluate(self.valid_y, out, self.valid.query_ptr, qid=None, convention=self.convention),
+                            self.metric)
 
 
 def mapped_validation_bytes(valid, width):
@@ -424,7 +472,7 @@ def frozen(settings):
 
 
 def base_config(*, Cs, refine, normalize, tol, max_iter, gap_tol, memory_budget, block_bytes, pair_cost, query_weight,
-                select_metric, seed, queries, valid, loss, eta, abs_gtol, abs_dtol):
+                select_metric, seed, queries, valid, loss, eta, abs_gtol, abs_dtol, convention="letor4"):
     """The settings every method of the C path (primal, maps, exact) records, the numbers checked
     (:mod:`streamrank.params`); ``gap_tol`` only when given (old checkpoints match), ``C_rule``
     only for the two-stage rule."""
@@ -432,7 +480,8 @@ def base_config(*, Cs, refine, normalize, tol, max_iter, gap_tol, memory_budget,
             **({"gap_tol": params.check("gap_tol", gap_tol)} if gap_tol is not None else {}),
             "max_iter": params.check("max_iter", max_iter), "memory_budget": memory_budget, "block_bytes": block_bytes,
             "pair_cost": pair_cost if isinstance(pair_cost, (str, type(None))) else np.asarray(pair_cost).tolist(),
-            "query_weight": query_weight, "select_metric": select_metric, "seed": params.check("seed", seed),
+            "query_weight": query_weight, "select_metric": select_metric, **check_convention(convention),
+            "seed": params.check("seed", seed),
             "queries": list(queries) if queries is not None else None,
             "valid_fingerprint": valid.fingerprint if valid is not None else None,
             "loss": loss, "eta": eta, "abs_gtol": abs_gtol, "abs_dtol": abs_dtol,

@@ -2,9 +2,11 @@
 
 For every fold (``Fold1`` .. ``FoldK``, each with train, vali and test as LETOR text or HDF5) and
 every method: a grid (:mod:`streamrank.workflow.grid`) on train, chosen on vali; the chosen model
-is not retrained; it is evaluated on test with LETOR 4.0's official conventions (``letor4``:
-NDCG@k with gain 2^y - 1 and the script's handling of queries without relevant documents, P@k and
-MAP with labels >= 1 relevant). The table has NDCG@1,3,5,10, P@1,3,5,10, MAP and MeanNDCG per fold,
+is not retrained; it is evaluated on test in the run's gain ``convention``, by default LETOR 4.0's
+official one (``letor4``: NDCG@k with gain 2^y - 1 and the script's handling of queries without
+relevant documents, P@k and MAP with labels >= 1 relevant; labels above 2, which the script has no
+gain for, take 2^y - 1 and every output says so), else ``standard``; vali chooses in the same one.
+The table has NDCG@1,3,5,10, P@1,3,5,10, MAP and MeanNDCG per fold,
 and their mean and standard deviation over folds (the sample standard deviation, ddof = 1).
 
 Each fold and method lives in ``RUN_DIR/FoldK/METHOD`` (a grid run directory, plus ``test.json``
@@ -28,6 +30,7 @@ from streamrank.workflow.grid import (
     configuration_points,
     configuration_work,
     configurations,
+    costs_into_axes,
     evaluate_model,
     per_query,
     run_grid,
@@ -112,6 +115,7 @@ def run_cv(folds_dir, run_dir, *, methods, axes, settings, select_metric="meannd
         open_data = (lambda p: _open(p, cache_dir))  # noqa: E731
     t0 = time.perf_counter()
     run_dir = Path(run_dir)
+    axes, settings = costs_into_axes(axes, settings)
     configurations(dict(axes, method=list(methods)))  # refuses an axis that applies to none of the methods
     fold_list = find_folds(folds_dir, folds)
     record_settings = {"methods": list(methods), "axes": {k: v for k, v in axes.items() if v is not None},
@@ -132,6 +136,7 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
             neutral, command, open_data, t0):
     from streamrank.state.model import load
     continued = open_run(run_dir, "cv", record_settings)
+    convention = settings.get("convention") or "letor4"
     results = []
     works = fold_works(fold_list, methods, axes, open_data)
     outer = WorkBar([w for fold in works.values() for w, _ in fold.values()],
@@ -150,12 +155,13 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
                     # the axes given that apply to this method
                     m_axes = method_axes(axes, method)
                     grid = run_grid(ds, vali, out, axes=m_axes, settings=settings, select_metric=select_metric,
-                                    executor=executor, neutral=neutral, command=command, progress=outer)
+                                    executor=executor, neutral=neutral, command=command, progress=outer, where=name)
                     rep = evaluate_model(load(out / "model.h5"), test,
-                                         settings.get("memory_budget", DEFAULT_MEMORY_BUDGET))
+                                         settings.get("memory_budget", DEFAULT_MEMORY_BUDGET), convention)
                     done = {"format": CV_FORMAT + "-test", "version": CV_VERSION, "fold": name, "method": method,
-                            "chosen": grid["chosen"], "grid_seconds": grid["seconds"],
+                            "chosen": grid["chosen"], "edges": grid["edges"], "grid_seconds": grid["seconds"],
                             "test": {"name": str(paths["test"]), "fingerprint": test.fingerprint}, "data": data,
+                            "convention": rep.convention, "notes": sorted(set(grid["notes"]) | set(rep.notes)),
                             "means": {k: float(rep.means[k]) for k, _ in METRICS},
                             "per_query": per_query(rep)}
                     write_json(out / "test.json", done)
@@ -164,14 +170,47 @@ def _run_cv(folds_dir, run_dir, fold_list, record_settings, *, methods, axes, se
                     outer(works[name][method][0])
                 results.append(done)
     outer.close()
+    edges = edge_summary(results)
+    for line in edge_lines(edges):
+        log.warning("cv: %s", line)
     record = {"format": CV_FORMAT, "version": CV_VERSION, "command": command, "folds_dir": str(folds_dir),
               "settings": dict(record_settings, settings=settings), "results": results,
-              "table": table_rows(results, methods), "seconds": time.perf_counter() - t0, "continued": continued}
+              "table": table_rows(results, methods), "convention": convention, "notes": run_notes(results),
+              "edges": edges, "seconds": time.perf_counter() - t0,
+              "continued": continued}
     write_json(run_dir / "cv.json", record)
     cols = table_columns()
-    write_atomically(run_dir / "cv.md", "\n".join(markdown_table(record["table"], cols)) + "\n")
+    from streamrank.workflow.tables import metric_notes
+    write_atomically(run_dir / "cv.md", "\n".join(markdown_table(record["table"], cols) + [""] + metric_notes(record))
+                     + "\n")
     write_atomically(run_dir / "cv.csv", csv_text(record["table"], cols))
     return read_json(run_dir / "cv.json")
+
+
+def run_notes(results):
+    """The notes of every fold's evaluations (vali and test), each once, in order of first appearance:
+    what a convention does beyond its own labels (letor4 above 2), said as ``eval`` says it."""
+    return list(dict.fromkeys(n for r in results for n in r.get("notes") or ()))
+
+
+def edge_summary(results):
+    """[{"method", "parameter", "side", "folds"}]: for each method and parameter, the folds whose
+    chosen point sits at the same edge of its grid (a fold evaluated by an earlier version, without
+    ``edges``, counts as none)."""
+    out = {}
+    for r in results:
+        for e in r.get("edges") or ():
+            key = (r["method"], e["parameter"], e["side"])
+            out.setdefault(key, []).append(r["fold"])
+    return [{"method": m, "parameter": p, "side": side, "folds": folds} for (m, p, side), folds in out.items()]
+
+
+def edge_lines(edges):
+    """cv's closing lines on grid edges, e.g. "gamma at its upper edge on folds 1, 3, 5 (nystroem)"."""
+    return [f"{e['parameter']} at its {'upper' if e['side'] == 'largest' else 'lower'} edge on "
+            f"fold{'s' if len(e['folds']) > 1 else ''} {', '.join(f.removeprefix('Fold') for f in e['folds'])} "
+            f"({e['method']}): its best value may lie beyond the grid; the lines above say how to extend it"
+            for e in edges]
 
 
 def fold_works(fold_list, methods, axes, open_data):
@@ -197,12 +236,13 @@ def summary(record, run_dir=None):
     metrics = [k for k, _ in METRICS]
     out = {"command": "cv", "folds_dir": record["folds_dir"], "methods": record["settings"]["methods"],
            "folds": record["settings"]["folds"], "select_metric": record["settings"]["select_metric"],
-           "convention": "letor4", "metrics": metrics,
+           "convention": record.get("convention", "letor4"), "notes": record.get("notes", []), "metrics": metrics,
            "rows": [r for r in record["table"] if r["fold"] not in ("mean", "std")], "mean": {}, "std": {}}
     for method in out["methods"]:
         for kind in ("mean", "std"):
             row = next((r for r in record["table"] if r["method"] == method and r["fold"] == kind), None)
             out[kind][method] = None if row is None else {k: row[k] for k in metrics}
+    out["edges"] = record.get("edges", [])
     out["seconds"] = record["seconds"]
     out["continued"] = record["continued"]
     if run_dir is not None:

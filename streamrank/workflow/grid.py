@@ -36,7 +36,15 @@ GRID_VERSION = 1
 METHODS = settings_table.METHODS
 KERNEL_METHODS = settings_table.KERNELS
 # which axes apply to which methods: the settings table's
-APPLIES = {name: settings_table.TABLE[name].methods for name in ("C", "gamma", "lam", "components", "loss", "eta")}
+APPLIES = {name: settings_table.TABLE[name].methods
+           for name in ("C", "gamma", "lam", "components", "loss", "eta", "pair_cost", "query_weight")}
+# the pair weights of RankSVM configurations (paper 001, eq. 1: lambda per label pair, mu per query):
+# the default search tries each configuration plain and with paper 001's cost-sensitive setting,
+# chosen on validation as any other setting (docs/methods.md, "Cost-sensitive defaults"); a given
+# pair_cost or query_weight is the one setting of every configuration
+COSTS = ("pair_cost", "query_weight")
+PLAIN = {"pair_cost": "none", "query_weight": "none"}
+COST_SENSITIVE = {"pair_cost": "graded", "query_weight": "log_ratio"}
 
 # The default grids (docs/methods.md, "Default grids"): those behind the README's MQ2008 table
 # (tools/bench_kernel_approx.py --mq2008-table, tools/bench_papers.py --clsr). A kernel method's
@@ -94,18 +102,33 @@ def data_gamma_scale(ds, settings, executor=None):
     return out
 
 
+def cost_options(axes):
+    """The pair weights a RankSVM configuration of ``axes`` takes, as dicts of pair_cost and
+    query_weight: those given (the other at its default), else plain and paper 001's (COSTS)."""
+    given = {k: axes[k] for k in COSTS if axes.get(k) is not None}
+    return [dict(PLAIN, **given)] if given else [dict(PLAIN), dict(COST_SENSITIVE)]
+
+
+def costs_into_axes(axes, settings):
+    """(axes, settings) with pair_cost and query_weight moved from ``settings`` (the API's way to
+    give them) into ``axes`` (the grid's), where each configuration takes them."""
+    moved = {k: settings[k] for k in COSTS if settings.get(k) is not None}
+    return dict(axes, **moved), {k: v for k, v in settings.items() if k not in COSTS}
+
+
 def configurations(axes, anchor=None):
-    """The configurations of ``axes`` (name -> list or None), in grid order: dicts of method, loss,
-    components, eta and the inner lists C, gamma, lam (None where an axis does not apply), each
-    with a ``label`` naming its folder. Unset axes take the method's default grid; an unset gamma
+    """The configurations of ``axes`` (name -> list or None; pair_cost and query_weight one value
+    or None), in grid order: dicts of method, loss, components, eta, pair_cost, query_weight
+    (:func:`cost_options`) and the inner lists C, gamma, lam (None where an axis does not apply),
+    each with a ``label`` naming its folder. Unset axes take the method's default grid; an unset gamma
     of a kernel method is marked ``gamma_default`` and is the data's grid around ``anchor``
     (:func:`default_gamma_grid`; None before the data are read: gamma None then)."""
     methods = list(axes.get("method") or ["primal"])
     for m in methods:
         if m not in METHODS:
             raise ParameterError(f"method must be among {', '.join(METHODS)}; got {m!r}. Use method=primal")
-    for name, applies in APPLIES.items():
-        if axes.get(name) is not None and not any(m in applies for m in methods):
+    for name, applies in APPLIES.items():  # the pair weights: one value, ignored where they do not apply
+        if axes.get(name) is not None and name not in COSTS and not any(m in applies for m in methods):
             raise ParameterError(f"{name} applies to method {' or '.join(applies)}, not to "
                                  f"{', '.join(methods)}; drop {name} or use method={applies[0]}")
     if axes.get("eta") is not None and "smooth_hinge" not in (axes.get("loss") or []):
@@ -121,8 +144,9 @@ def configurations(axes, anchor=None):
 
         for loss, comp in itertools.product(values("loss", ["squared_hinge"]), values("components", [None])):
             etas = values("eta", [None]) if loss == "smooth_hinge" else [None]
-            for eta in etas:
-                cfg = {"method": m, "loss": loss, "components": comp, "eta": eta}
+            for eta, costs in itertools.product(etas, cost_options(axes) if m in APPLIES["pair_cost"] else [{}]):
+                cfg = {"method": m, "loss": loss, "components": comp, "eta": eta,
+                       **{k: costs.get(k) for k in COSTS}}
                 for name, fallback in (("C", [1.0]), ("gamma", [None]), ("lam", [1e-3])):  # the path's own axes
                     v = values(name, fallback)
                     cfg[name] = None if v == [None] else v
@@ -134,6 +158,11 @@ def configurations(axes, anchor=None):
     return out
 
 
+def cost_sensitive(cfg):
+    """Whether configuration (or chosen point) ``cfg`` weighs pairs by paper 001's setting."""
+    return all(cfg.get(k) == v for k, v in COST_SENSITIVE.items())
+
+
 def _label(cfg, k):
     parts = [f"{k:02d}", cfg["method"]]
     if cfg["components"] is not None:
@@ -142,6 +171,8 @@ def _label(cfg, k):
         parts.append(cfg["loss"])
     if cfg["eta"] is not None:
         parts.append(f"eta{cfg['eta']}")
+    if cost_sensitive(cfg):
+        parts.append("cs")
     return "-".join(str(p) for p in parts)
 
 
@@ -191,29 +222,32 @@ def train_configuration(ds, valid, cfg, settings, *, select_metric, checkpoint=N
         raise AssertionError(f"{cfg['label']}: the default gamma grid needs the data's anchor "
                              f"(configurations(axes, anchor))")
     values = dict(settings, select_metric=select_metric, checkpoint=checkpoint, resume=resume,
-                  **{k: cfg[k] for k in ("method", "loss", "eta", "gamma", "C", "lam")})
+                  **{k: cfg.get(k) for k in ("method", "loss", "eta", "gamma", "C", "lam") + COSTS})
     if cfg["components"] is not None:
         values["components"] = cfg["components"]
     return train(ds, values, valid=valid, executor=executor)
 
 
 def run_grid(ds, valid, run_dir, *, axes, settings, select_metric="meanndcg", executor=None, command=None,
-             neutral=("memory_budget", "cache_dir", "cache_size", "map_cache"), progress=None):
+             neutral=("memory_budget", "cache_dir", "cache_size", "map_cache"), progress=None, where=None):
     """Run the grid of ``axes`` on open datasets ``ds`` (training) and ``valid`` into ``run_dir``;
     return the grid record (also written to ``run_dir/grid.json``; the chosen model is
     ``run_dir/model.h5``). ``settings``: the trainers' other keyword arguments (tol, normalize,
     kernel, memory_budget, ...), the same for every configuration. A rerun with the same
     arguments (those in ``neutral``, which change no result, may differ) continues a killed run.
     ``progress(work)``: told the work done (:func:`configuration_work`) as it is done, in place of
-    the grid's own bar (cv's bar over every fold)."""
+    the grid's own bar (cv's bar over every fold). The advice for a chosen point at a grid edge is
+    logged once, for the chosen configuration, naming ``where`` (cv's fold) when given; the
+    record's ``edges`` lists them."""
     if valid is None:
         raise ParameterError("a grid chooses on validation data; use valid=DATA")
+    axes, settings = costs_into_axes(axes, settings)
     # its /row is read (and checked) by the chosen model's report: reading it here refuses a bad one before training
     _ = valid.row
     with reading(*_dataset_inputs((ds, "training data"), (valid, "validation data"))):
         check_run_outputs(run_dir, axes)
         return _run_grid(ds, valid, Path(run_dir), axes=axes, settings=settings, select_metric=select_metric,
-                         executor=executor, command=command, neutral=neutral, progress=progress)
+                         executor=executor, command=command, neutral=neutral, progress=progress, where=where)
 
 
 # Expected work of a configuration, for progress: each (gamma, C) point of a TRON path costs about
@@ -268,8 +302,8 @@ class WorkBar:
         self.bar.close()
 
 
-def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, command, neutral, progress):
-    from streamrank.training.path import on_points
+def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, command, neutral, progress, where):
+    from streamrank.training.path import edge_advice_off, on_points
     t0 = time.perf_counter()
     configs = configurations(axes)
     record_settings = {"axes": {k: v for k, v in axes.items() if v is not None},
@@ -310,7 +344,7 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
         def point_done(per_point=per_point, told=told):
             told[0] += per_point
             progress(per_point)
-        with on_points(point_done):
+        with on_points(point_done), edge_advice_off():
             model, summary = train_configuration(ds, valid, cfg, settings, select_metric=select_metric,
                                                  checkpoint=ck, resume=ck.exists(), executor=executor)
         progress(max(0.0, works[k] - told[0]))  # points resumed from a checkpoint, CLSRRank's lambdas
@@ -324,16 +358,20 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
     if own:
         progress.close()
     best = choose(results, select_metric)
+    edges = tell_edges(results[best], select_metric, where)
     from streamrank.state.model import load
     chosen_model = run_dir / "runs" / results[best]["label"] / "model.h5"
     with written(run_dir / "model.h5") as tmp:  # copied in pieces: an exact kernel's model holds its rows
         shutil.copyfile(chosen_model, tmp)
-    rep = evaluate_model(load(chosen_model), valid, settings.get("memory_budget", DEFAULT_MEMORY_BUDGET))
+    rep = evaluate_model(load(chosen_model), valid, settings.get("memory_budget", DEFAULT_MEMORY_BUDGET),
+                         settings.get("convention") or "letor4")
     record = {"format": GRID_FORMAT, "version": GRID_VERSION, "command": command, "select_metric": select_metric,
               "settings": dict(record_settings, settings=settings),
               "data": {"train": _data_info(ds), "valid": _data_info(valid)},
               "configs": results, "best": best, "chosen": chosen_point(results[best], select_metric),
-              "valid_per_query": per_query(rep), "seconds": time.perf_counter() - t0, "continued": continued,
+              "convention": rep.convention, "notes": list(rep.notes), "valid_per_query": per_query(rep),
+              "edges": edges, "seconds": time.perf_counter() - t0,
+              "continued": continued,
               **({"gamma_scale": scale} if scale is not None else {})}
     write_json(run_dir / "grid.json", record)
     rows = candidates_table(record)
@@ -342,13 +380,32 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
     return read_json(run_dir / "grid.json")
 
 
-def evaluate_model(model, ds, memory_budget=DEFAULT_MEMORY_BUDGET):
-    """The letor4 report of ``model`` on open dataset ``ds`` (scores in the input's row order)."""
+def tell_edges(result, select_metric, where=None):
+    """Log the grid-edge advice of configuration ``result``'s chosen point, one warning per
+    parameter at an edge, naming ``where`` (a fold), the method and the other settings of the
+    point; return them as [{"parameter", "side"}] (side: smallest or largest)."""
+    from streamrank.training.path import edge_advice
+    from streamrank.workflow.tables import point_text
+    s, method = result["summary"], result["config"]["method"]
+    c_name = "lambda" if method == "clsr" else "C"
+    grid = {k: sorted({c[k] for c in s["candidates"] if c.get(k) is not None}) for k in (c_name, "gamma")}
+    point = chosen_point(result, select_metric)
+    out = []
+    for name, side, text in edge_advice(s, grid[c_name] or [None], grid["gamma"] or [None], c_name):
+        others = point_text({k: v for k, v in point.items() if k != name})
+        log.warning("%s%s%s: %s", f"{where}, " if where else "", method, f" ({others})" if others else "", text)
+        out.append({"parameter": name, "side": side})
+    return out
+
+
+def evaluate_model(model, ds, memory_budget=DEFAULT_MEMORY_BUDGET, convention="letor4"):
+    """The report of ``model`` on open dataset ``ds`` in the gain ``convention`` (scores in the
+    input's row order)."""
     from streamrank.evaluation.metrics import evaluate
     from streamrank.training.problem import read_labels
     scores = model.predict_dataset(ds, memory_budget=memory_budget)
     qid = ds.query_ids if hasattr(type(ds), "query_ids") else ds.qid  # one id per query
-    return evaluate(read_labels(ds), scores[ds.row], ds.query_ptr, convention="letor4", qid=qid)
+    return evaluate(read_labels(ds), scores[ds.row], ds.query_ptr, convention=convention, qid=qid)
 
 
 def per_query(rep):
@@ -371,6 +428,7 @@ def describe(cfg):
         bits[0] += f" m={cfg['components']}"
     if cfg["loss"] not in (None, "squared_hinge"):
         bits.append(cfg["loss"] + ("" if cfg["eta"] is None else f" eta={cfg['eta']}"))
+    bits += [f"{k}={cfg[k]}" for k in COSTS if cfg.get(k) not in (None, "none")]
     sizes = [f"{len(cfg[a])} {'lambda' if a == 'lam' else a}" for a in ("gamma", "C", "lam") if cfg[a] is not None]
     return ", ".join(bits) + (", " + " x ".join(sizes) if sizes else "")
 
@@ -383,7 +441,8 @@ def _data_info(ds):
 # candidates.csv: every candidate's settings and results, and nothing that depends on the clock or on
 # interruptions (seconds; passes, which count the work a resumed run redid): a rerun of a killed grid
 # writes the same file byte for byte
-CANDIDATE_COLUMNS = ("config", "method", "loss", "components", "eta", "gamma", "C", "lambda", "valid_meanndcg",
+CANDIDATE_COLUMNS = ("config", "method", "loss", "components", "pair_cost", "query_weight", "eta", "gamma", "C",
+                     "lambda", "valid_meanndcg",
                      "valid_ndcg@10", "valid_map", "valid_avgndcg", "valid_avgprec", "objective", "grad_norm",
                      "iterations", "cg_steps", "message")
 
@@ -395,5 +454,6 @@ def candidates_table(record):
         cfg = r["config"]
         for c in r["summary"]["candidates"]:
             rows.append({"config": r["label"], "method": cfg["method"], "loss": cfg["loss"],
-                         "components": cfg["components"], **{k: v for k, v in c.items() if k != "trace"}})
+                         "components": cfg["components"], **{k: cfg.get(k) for k in COSTS},
+                         **{k: v for k, v in c.items() if k != "trace"}})
     return rows

@@ -125,6 +125,13 @@ def _settings(rec):
     return "<h2>Settings</h2>" + _table(rows, [("k", "setting", None), ("v", "value", None)])
 
 
+def _notes(rec):
+    """The run's notes on its metrics' convention (letor4 beyond labels 0-2), as ``eval`` words them."""
+    from streamrank.evaluation.metrics import convention_line
+    lines = [convention_line(rec.get("convention", "letor4"))] + [f"note: {n}" for n in rec.get("notes") or ()]
+    return "".join(f"<p class=\"note\">{html.escape(line)}</p>" for line in lines)
+
+
 def _data(items):
     rows = [dict(d, part=p) for p, d in items]
     return "<h2>Data</h2>" + _table(rows, [("part", "part", None), ("name", "file", None), ("rows", "rows", None),
@@ -138,7 +145,8 @@ def _grid_body(rec):
     metric = rec["select_metric"]
     c = rec["chosen"]
     out = [f"<p>Chosen: <b>{html.escape(c['label'])}</b> ({html.escape(point_text(c))}), validation {metric} "
-           f"<b>{c['valid_' + metric]:.4f}</b>, in {rec['seconds']:.1f} s. Model: <code>model.h5</code>.</p>"]
+           f"<b>{c['valid_' + metric]:.4f}</b> ({rec.get('convention', 'letor4')}), in {rec['seconds']:.1f} s. "
+           f"Model: <code>model.h5</code>.</p>" + _notes(rec)]
     out.append(_settings(rec))
     out.append(_data(rec["data"].items()))
     rows = [dict(chosen_point(r, metric), iterations=r["summary"].get("iterations"), passes=r["summary"].get("passes"))
@@ -156,7 +164,8 @@ def _cv_body(rec):
     from streamrank.workflow.cv import table_columns
     out = [f"<p>{len(rec['settings']['folds'])} folds of <code>{html.escape(rec['folds_dir'])}</code>, methods "
            f"{html.escape(', '.join(rec['settings']['methods']))}: per fold a grid on train chosen on vali by "
-           f"{rec['settings']['select_metric']}, evaluated on test (letor4); {rec['seconds']:.1f} s.</p>"]
+           f"{rec['settings']['select_metric']}, evaluated on test ({rec.get('convention', 'letor4')}); "
+           f"{rec['seconds']:.1f} s.</p>" + _notes(rec)]
     out.append("<h2>Test metrics per fold, mean and std over folds</h2>" + _table(rec["table"], table_columns()))
     out.append(_settings(rec))
     data = [(f"{r['fold']} test", {"name": r["test"]["name"], "fingerprint": r["test"]["fingerprint"]})

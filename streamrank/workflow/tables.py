@@ -27,9 +27,11 @@ def number(v, min_exp=3):
 
 
 def point_text(point, sep=", "):
-    """A candidate's hyper-parameters, e.g. "components=500, gamma=2^-7, C=4"."""
-    return sep.join(f"{k}={cell(point[k])}" for k in ("components", "gamma", "C", "lambda", "eta")
-                    if point.get(k) is not None)
+    """A candidate's hyper-parameters, e.g. "components=500, gamma=2^-7, C=4", its pair weights
+    first where they are not plain ("pair_cost=graded, query_weight=log_ratio, C=2^-4")."""
+    return sep.join(f"{k}={cell(point[k])}" for k in ("pair_cost", "query_weight", "components", "gamma", "C",
+                                                       "lambda", "eta")
+                    if point.get(k) is not None and not (k in ("pair_cost", "query_weight") and point[k] == "none"))
 
 
 def text_table(rows, columns):
@@ -66,9 +68,17 @@ def chosen_point(result, select_metric):
     key = "lambda" if result["config"]["method"] == "clsr" else "C"
     for c in s["candidates"]:
         if c.get(key) == s.get(key) and c.get("gamma") == s.get("gamma"):
-            return dict(c, method=result["config"]["method"], components=result["config"]["components"],
-                        loss=result["config"]["loss"], label=result["label"])
+            cfg = result["config"]
+            return dict(c, method=cfg["method"], components=cfg["components"], loss=cfg["loss"],
+                        pair_cost=cfg.get("pair_cost"), query_weight=cfg.get("query_weight"), label=result["label"])
     raise AssertionError(f"{result['label']}: the chosen point is not among its candidates")
+
+
+def metric_notes(record):
+    """The lines a run's printed metrics come with: their convention and its notes (letor4 beyond
+    labels 0-2), the words ``eval`` prints."""
+    from streamrank.evaluation.metrics import convention_line
+    return [convention_line(record.get("convention", "letor4"))] + [f"note: {n}" for n in record.get("notes") or ()]
 
 
 def grid_columns(select_metric):
@@ -87,7 +97,7 @@ def grid_lines(record, run_dir):
     cols = [c for c in grid_columns(metric) if any(row.get(c[0]) is not None for row in rows)]
     best = record["chosen"]
     n = sum(len(r["summary"]["candidates"]) for r in record["configs"])
-    return (text_table(rows, cols) +
+    return (text_table(rows, cols) + metric_notes(record) +
             [f"chosen: {best['label']} ({point_text(best)}), valid {metric} {best['valid_' + metric]:.4f}, "
              f"of {n} candidates in {record['seconds']:.1f} s; model {Path(run_dir) / 'model.h5'}, "
              f"every candidate in {Path(run_dir) / 'grid.json'}"])

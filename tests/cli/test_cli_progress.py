@@ -21,7 +21,7 @@ LINE = re.compile(rf"^progress: {PART}(; {PART})?$")
 
 def _grid(tiny, out, *extra):
     return ["grid", str(tiny["train"]), "--valid", str(tiny["valid"]), "-o", str(out), "--C", "0.5,1",
-            "--method", "primal,nystroem", "--components", "8", "--gamma", "0.1", *extra]
+            "--method", "primal,nystroem", "--components", "8", "--gamma", "0.1", "--pair-cost", "none", *extra]
 
 
 def test_a_log_gets_plain_progress_lines_and_no_bar(tiny, tmp_path, capfd, monkeypatch):

@@ -215,9 +215,20 @@ def _pairs(y):
 
 
 def pair_cost_fn(spec, levels):
-    """lambda(y_i, y_j) for the pair costs a case passed (none, gain_difference, or "a-b:c,...")."""
+    """lambda(y_i, y_j) for the pair costs a case passed (none, graded, gain_difference, or
+    "a-b:c,..."); graded from its definition: paper 001's table on grades within {0, 1, 2}, else
+    log2(1 + |2^a - 2^b|)."""
     if spec in (None, "none"):
         return lambda a, b: np.ones_like(a)
+    if spec == "graded":
+        if set(levels) <= {0.0, 1.0, 2.0}:
+            spec = "0-1:1,1-2:1.3,0-2:2"
+        else:
+            def graded(x, z):  # log2(1 + 2^hi - 2^lo), as written while 2^hi fits, else 2^hi factored out
+                hi, lo = max(x, z), min(x, z)
+                return (math.log2(1.0 + 2.0 ** hi - 2.0 ** lo) if hi <= 60
+                        else hi + math.log2(1.0 - 2.0 ** (lo - hi) + 2.0 ** -hi))
+            return lambda a, b: np.array([graded(float(x), float(z)) for x, z in zip(a, b)])
     if spec == "gain_difference":
         with np.errstate(over="ignore"):
             return lambda a, b: (np.exp2(a) - 1.0) - (np.exp2(b) - 1.0)
@@ -442,10 +453,11 @@ def _finite_h5(case, res, path, allow_nan=()):
         _fail(case, res, f"{path}: non-finite values in {bad}")
 
 
-def check_summary(case, res, summary, method):
+def check_summary(case, res, summary, method, costs=None):
     """A training summary: objective finite and at most f(0) for its C (or lambda), every
-    candidate finished as converged or capped."""
-    data, t = case.data, case.train
+    candidate finished as converged or capped. ``costs``: the pair_cost and query_weight the model
+    was trained with (its config: a grid's default search tries paper 001's beside the case's)."""
+    data, t = case.data, dict(case.train, **(costs or {}))
     objective = summary.get("objective")
     if objective is None or not math.isfinite(objective):
         _fail(case, res, f"objective {objective!r} is not finite")
@@ -475,10 +487,12 @@ def check_model(case, res, path):
     _finite_h5(case, res, path)
     with h5py.File(path, "r") as f:
         summary = json.loads(f.attrs["training"])
-        method = summary.get("method") or json.loads(f.attrs["config"]).get("method")
+        config = json.loads(f.attrs["config"])
+        method = summary.get("method") or config.get("method")
         w = f["w"][()]
-    check_summary(case, res, summary, method)
-    t = case.train
+    costs = {k: config[k] for k in ("pair_cost", "query_weight") if k in config}
+    check_summary(case, res, summary, method, costs)
+    t = dict(case.train, **costs)
     if method == "primal" and t.get("loss", "squared_hinge") == "squared_hinge" and case.data is not None \
             and t.get("pair_cost") in (None, "none") and t.get("query_weight") in (None, "none") \
             and not t.get("features"):

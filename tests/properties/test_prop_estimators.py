@@ -44,7 +44,7 @@ def test_estimators_with_hostile_parameters_and_arrays(prop_env, data):
     params = {}
     for k in names:
         if k == "pair_cost":
-            params[k] = draw(st.sampled_from([None, "gain_difference", f"0-1:{draw(ps.numbers())}"]))
+            params[k] = draw(st.sampled_from([None, "graded", "gain_difference", f"0-1:{draw(ps.numbers())}"]))
         elif k == "query_weight":
             params[k] = draw(st.sampled_from([None, "log_ratio"]))
         else:

@@ -28,7 +28,8 @@ def _list(draw):
 
 
 def _cost_spec(draw):
-    return draw(st.sampled_from(["none", "gain_difference", f"0-1:{draw(NUM)}", f"0-1:{draw(NUM)},1-2:{draw(NUM)}"]))
+    return draw(st.sampled_from(["none", "graded", "gain_difference", f"0-1:{draw(NUM)}",
+                                 f"0-1:{draw(NUM)},1-2:{draw(NUM)}"]))
 
 
 def _refused(flag, value):

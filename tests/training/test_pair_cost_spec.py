@@ -28,7 +28,7 @@ def test_a_spec_makes_the_symmetric_table_over_the_labels_present():
     ("0-1:x", "is not a label pair and its cost"),
     ("0-1:1,1-0:2", "are given twice"),
     ("0-1:inf", "is not a label pair and its cost"),
-    ("gain", "must be one of none, gain_difference, label pair costs"),
+    ("gain", "must be one of none, graded, gain_difference, label pair costs"),
 ])
 def test_a_malformed_spec_shows_the_expected_form(spec, why):
     with pytest.raises(ParameterError, match=why) as e:

@@ -88,7 +88,8 @@ def test_every_kernel_method_trains_over_the_grid_around_the_anchor(raw, tmp_pat
     ds, valid = raw
     axes = {"method": [method], "components": None if method == "exact" else [10],
             "C": None if method == "clsr" else [1.0], "lam": [1e-3] if method == "clsr" else None}
-    rec = run_grid(ds, valid, tmp_path / "run", axes=axes, settings={"tol": 1e-2, "normalize": "none", "seed": 0})
+    rec = run_grid(ds, valid, tmp_path / "run", axes=axes,
+                   settings={"tol": 1e-2, "normalize": "none", "seed": 0, "pair_cost": "none"})
     X, _ = ds.read(0, ds.n_rows)
     anchor = 2.0 ** round(math.log2(1.0 / (ds.n_features * X.astype(np.float64).var())))
     grid = [anchor * 2.0 ** k for k in DEFAULT_GAMMA_OFFSETS[method]]
@@ -161,9 +162,9 @@ def test_progress_counts_the_work_of_every_point(raw, tmp_path):
     ds, valid = raw
     told = []
     axes = {"method": ["primal", "nystroem"], "components": [10, 30], "gamma": [0.5, 2.0], "C": [0.5, 2.0]}
-    settings = {"tol": 1e-2, "normalize": "zscore", "seed": 0}
+    settings = {"tol": 1e-2, "normalize": "zscore", "seed": 0, "pair_cost": "none"}
     run_grid(ds, valid, tmp_path / "run", axes=axes, settings=settings, progress=told.append)
-    cfgs = configurations(axes)
+    cfgs = configurations(dict(axes, pair_cost="none"))
     works = [configuration_work(c, ds.n_rows, ds.n_features) for c in cfgs]
     assert sum(told) == pytest.approx(sum(works), rel=1e-12)
     assert len([t for t in told if t > 0]) >= sum(configuration_points(c) for c in cfgs)  # a report per point

@@ -12,7 +12,8 @@ from streamrank.state.model import load
 from streamrank.training.linear import train_linear
 from streamrank.workflow.grid import configurations, run_grid
 
-SETTINGS = {"tol": 1e-3, "normalize": "zscore", "seed": 0, "kernel": "rbf"}
+SETTINGS = {"tol": 1e-3, "normalize": "zscore", "seed": 0, "kernel": "rbf",
+            "pair_cost": "none"}  # one configuration per method (not the default search of two)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,8 @@ def test_exact_clsr_and_smooth_hinge_configurations(pair, tmp_path):
     rec = run_grid(ds, valid, tmp_path / "run", axes=axes, settings=SETTINGS)
     assert [r["label"] for r in rec["configs"]] == ["00-exact", "01-clsr-m50"]
     assert [c["lambda"] for c in rec["configs"][1]["summary"]["candidates"]] == [1e-4, 1e-2]
-    cfgs = configurations({"method": ["primal"], "loss": ["squared_hinge", "smooth_hinge"], "eta": [0.1, 0.3]})
+    cfgs = configurations({"method": ["primal"], "loss": ["squared_hinge", "smooth_hinge"], "eta": [0.1, 0.3],
+                           "pair_cost": "none"})
     assert [(c["loss"], c["eta"]) for c in cfgs] == [("squared_hinge", None), ("smooth_hinge", 0.1),
                                                      ("smooth_hinge", 0.3)]
 
@@ -82,8 +84,8 @@ def test_axes_that_apply_to_no_chosen_method_are_refused():
     with pytest.raises(ParameterError, match="smooth hinge"):
         configurations({"method": ["primal"], "eta": [0.1]})
     # the default grids behind the README's MQ2008 table
-    (p,) = configurations({"method": ["primal"]})
-    assert p["C"] == [2.0 ** k for k in range(-16, 5, 2)]
+    p, cs = configurations({"method": ["primal"]})  # plain and paper 001's costs (test_cost_search.py)
+    assert p["C"] == cs["C"] == [2.0 ** k for k in range(-16, 5, 2)]
 
 
 def test_a_rerun_keeps_the_run_and_other_settings_are_refused(pair, tmp_path):
@@ -103,12 +105,13 @@ def test_the_command(pair, tmp_path, capsys):
     ds, valid = pair
     run = tmp_path / "run"
     assert main(["grid", ds.path, "--valid", valid.path, "-o", str(run), "--method", "primal,nystroem",
-                 "--components", "30", "--gamma", "2^-4", "--C", "2^-2:2^2:2", "--normalize", "zscore"]) == 0
+                 "--components", "30", "--gamma", "2^-4", "--C", "2^-2:2^2:2", "--normalize", "zscore",
+                 "--pair-cost", "none"]) == 0
     out = capsys.readouterr().out
     assert "chosen:" in out and "01-nystroem-m30" in out
     assert main(["grid", ds.path, "--valid", valid.path, "-o", str(run), "--method", "primal,nystroem",
                  "--components", "30", "--gamma", "2^-4", "--C", "2^-2:2^2:2", "--normalize", "zscore",
-                 "--json"]) == 0
+                 "--pair-cost", "none", "--json"]) == 0
     out = capsys.readouterr().out
     assert out.endswith("\n") and out.count("\n") == 1  # one object on one line, the last of stdout
     chosen = json.loads(out)

@@ -22,7 +22,8 @@ from streamrank.workflow.grid import run_grid
 from streamrank.workflow.report import write_report
 
 pytest.importorskip("matplotlib")
-SETTINGS = {"tol": 1e-3, "normalize": "zscore", "seed": 0, "kernel": "rbf"}
+SETTINGS = {"tol": 1e-3, "normalize": "zscore", "seed": 0, "kernel": "rbf",
+            "pair_cost": "none"}  # one configuration per method (not the default search of two)
 
 
 @pytest.fixture(scope="module")
