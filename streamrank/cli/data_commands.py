@@ -37,6 +37,8 @@ def _cmd_convert(args):
 
 
 def _convert_paths(args):
+    from streamrank.io.urls import expand
+    args.inputs = expand(args.inputs)  # the files a pattern names are inputs (none may be the output)
     inputs = [x for k, path in enumerate(args.inputs) for x in _data_inputs("IN" if len(args.inputs) == 1 else
                                                                             f"IN {k + 1}", path)]
     inputs += [("--query-file", q) for q in args.query_file or []]

@@ -381,7 +381,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
     inputs : list of path
         Plain, gzip, bzip2 or xz text (LF, CRLF or CR line ends, a UTF-8 byte-order mark;
         :mod:`streamrank.io.text_source`), concatenated in order (one qid in several inputs is one
-        query).
+        query). Local paths or URLs; a glob pattern (``s3://bkt/parts/part-*.txt.gz``) stands for
+        the files it matches, in lexicographic order (:func:`streamrank.io.urls.expand`).
     output : path
         The .h5 file; written under a hidden name and renamed when complete.
     query_files : list of path, optional
@@ -411,7 +412,8 @@ def convert(inputs, output, *, query_files=None, zero_based=False, n_features=No
         rows, queries, features, bytes read, seconds and rates, and ``resumed_rows``.
     """
     from streamrank.io import table_source
-    from streamrank.io.urls import is_url
+    from streamrank.io.urls import expand, is_url
+    inputs = expand([inputs] if isinstance(inputs, (str, os.PathLike)) else inputs)
     if is_url(output):
         return _to_url(output, lambda local: convert(
             inputs, local, query_files=query_files, zero_based=zero_based, n_features=n_features,

@@ -74,7 +74,8 @@ def load_ranking(data: "str | os.PathLike[str] | Dataset", *, features: "str | S
         Text only: the width of X (train, validation and test files then agree); a wider index is
         an error.
     label_column, qid_column, feature_columns : str, optional
-        Parquet / Arrow only (a file, or a directory of parts as Spark writes them): the columns
+        Parquet / Arrow only (a file, a directory of parts as Spark writes them, or a glob pattern
+        such as ``"s3://bkt/features/part-*.parquet"``): the columns
         of the label (default ``label``), the query id (default ``qid``) and the features
         (``"A,B,C"``, ``"FIRST:LAST"``, one list or Spark ML vector column; default every other
         numeric column), as ``streamrank convert`` takes them (:mod:`streamrank.io.table_source`).
@@ -106,7 +107,8 @@ def load_ranking(data: "str | os.PathLike[str] | Dataset", *, features: "str | S
         return _from_url(str(data), Columns(label_column or "label", qid_column or "qid", feature_columns), ids,
                          dtype, budget, (query_file, zero_based, n_features))
     path = Path(os.fspath(data))
-    if not path.exists():
+    from streamrank.io.table_source import is_pattern
+    if not path.exists() and not is_pattern(path):
         raise InputError(f"{path}: no such file")
     if kind_of(path):
         _text_only(path, query_file, zero_based, n_features)

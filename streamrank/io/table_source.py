@@ -1,8 +1,9 @@
 """Parquet and Arrow IPC (Feather v2) input: rows of ``(X, y, qid)`` in a defined order.
 
-A source is one file, or a directory of part files as Spark and pyarrow write them
-(``part-*.parquet``, hive-style ``key=value`` folders). Part files are read in lexicographic
-order of their path below the directory, rows in file order, one row group (Parquet) or record
+A source is one file, a directory of part files as Spark and pyarrow write them
+(``part-*.parquet``, hive-style ``key=value`` folders), or a glob pattern naming parts. Part
+files are read in lexicographic order of their path below the directory (of their path, for a
+pattern), rows in file order, one row group (Parquet) or record
 batch (Arrow) at a time, so a batch never holds more than a row group's rows. Files whose name
 starts with ``_`` or ``.`` (``_SUCCESS``, ``.crc``) are not data, as for Spark. Hive partition
 values live in folder names, not in the files, so they are never features.
@@ -65,9 +66,20 @@ def _magic(path):
         return b""
 
 
+def is_pattern(path):
+    """Whether ``path`` is a glob pattern naming parts (:func:`streamrank.io.urls.expand`) rather
+    than a file or directory."""
+    from streamrank.io.urls import _GLOB, is_url
+    s = str(path)
+    return bool(_GLOB.search(s.split("::")[-1])) and (is_url(path) or not os.path.exists(s))
+
+
 def kind_of(path):
-    """"parquet" or "arrow" for a file of that format (by its magic bytes) or a directory (a URL
-    prefix) holding such parts, else None (text, HDF5, or nothing)."""
+    """"parquet" or "arrow" for a file of that format (by its magic bytes), a directory (a URL
+    prefix) or a glob pattern holding such parts, else None (text, HDF5, or nothing)."""
+    if is_pattern(path):
+        parts = part_files(path)
+        return kind_of(parts[0]) if parts else None
     fs, inner = _fs(path)
     if fs.isdir(inner) if fs is not None else Path(path).is_dir():
         parts = part_files(path)
@@ -87,7 +99,11 @@ def _is_data(p):
 def part_files(path):
     """The data files of a source: ``[path]`` for a file, else every Parquet/Arrow file below the
     directory or URL prefix (hidden and ``_``-prefixed names skipped at every level) in
-    lexicographic order of the path below it (URLs for a URL)."""
+    lexicographic order of the path below it (URLs for a URL), or the Parquet/Arrow files a glob
+    pattern matches, in lexicographic order."""
+    if is_pattern(path):
+        from streamrank.io.urls import expand
+        return [p for p in expand([path]) if _is_data(p)]
     fs, inner = _fs(path)
     if fs is not None:
         if not fs.isdir(inner):
@@ -203,11 +219,13 @@ class TableSource:
         from streamrank.io.urls import location
         self.path = location(path)
         fs, inner = _fs(self.path)
-        if not (fs.exists(inner) if fs is not None else self.path.exists()):
+        pattern = is_pattern(self.path)
+        if not pattern and not (fs.exists(inner) if fs is not None else self.path.exists()):
             raise InputError(f"{self._shown(self.path)}: no such file or directory")
         self.files = part_files(self.path)
         if not self.files:
-            raise InputError(f"{self.path}: no Parquet or Arrow files in this directory")
+            raise InputError(f"{self._shown(self.path)}: no Parquet or Arrow files "
+                             f"{'match this pattern' if pattern else 'in this directory'}")
         self.columns = columns
         self.kind = kind_of(self.files[0])
         pa = pyarrow()
@@ -244,7 +262,9 @@ class TableSource:
         from streamrank.io.urls import is_url, shown
         if is_url(f):
             return shown(f)
-        return str(f) if f == self.path else f"{self.path}/{f.relative_to(self.path).as_posix()}"
+        if f == self.path or is_pattern(self.path):
+            return str(f)
+        return f"{self.path}/{f.relative_to(self.path).as_posix()}"
 
     def _meta(self, f):
         """(schema, rows) of part file ``f``, or InputError naming it."""

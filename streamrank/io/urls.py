@@ -187,6 +187,37 @@ def _ask(url, call):
         raise store_error(url, e) from None
 
 
+# fsspec's glob characters, as the shell's: a name holding one (and naming no file itself) is a pattern
+_GLOB = re.compile(r"[*?\[]")
+
+
+def expand(names):
+    """``names`` with every glob pattern (``*``, ``?``, ``[...]``; ``**`` crosses folders) replaced
+    by the files or objects it matches, in lexicographic order: fsspec's ``glob`` for a URL (a
+    chain's last link is globbed, the chain kept), Python's ``glob`` for a local path. A pattern
+    that matches nothing is an InputError naming it; a local file whose name holds such a
+    character is itself."""
+    import glob
+    out = []
+    for name in names:
+        s = str(name) if is_url(name) else os.fspath(name)
+        if not _GLOB.search(s.split("::")[-1]) or (not is_url(name) and os.path.exists(s)):
+            out.append(name)
+            continue
+        if is_url(s):
+            chain, _, last = s.rpartition("::")
+            found = _ask(last, lambda fs, path: [fs.unstrip_protocol(p) for p in sorted(fs.glob(path))
+                                                  if not fs.isdir(p)])
+            found = [f"{chain}::{u}" if chain else u for u in found]
+        else:
+            found = [Path(p) for p in sorted(glob.glob(s, recursive=True)) if os.path.isfile(p)]
+        if not found:
+            raise InputError(f"{shown(s)}: the pattern matches no file; check it, or quote it so that the shell "
+                             f"does not expand it first")
+        out += found
+    return out
+
+
 def _info(url):
     """The store's facts about the object at ``url`` (fsspec's ``info``)."""
     return _ask(url, lambda fs, path: fs.info(path))

@@ -206,3 +206,33 @@ def test_a_row_group_past_the_budget_and_a_missing_pyarrow_are_one_line(tmp_path
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert "reading Parquet or Arrow needs pyarrow: pip install 'streamrank[parquet]'" in err
+
+
+def test_glob_patterns_name_parts_and_text_files_in_lexicographic_order(tmp_path, capsys):
+    """fsspec's and the shell's globs (``*``, ``**``): the files a pattern matches, in lexicographic
+    order, as convert's inputs and as load_ranking's source; a pattern that matches nothing is one
+    line naming it."""
+    X, y, qid = _rows(seed=5)
+    ref = tmp_path / "ref.h5"
+    convert([_text(tmp_path / "t.txt", X, y, qid)], ref, quiet=True, keep_comments=False)
+    src = _spark_like(tmp_path / "parts", _table(X, y, qid), cuts=[6, 13, 20])
+    out = tmp_path / "g.h5"
+    pattern = str(src / "**" / "part-*.parquet")
+    assert main(["convert", pattern, "-o", str(out), "--label-column", "relevance", "--qid-column", "query",
+                 "--quiet"]) == 0
+    assert _dataset(out) == _dataset(ref)
+    X2, y2, _ = load_ranking(pattern, label_column="relevance", qid_column="query")
+    X1, y1, _ = load_ranking(tmp_path / "t.txt")
+    assert np.array_equal(X2, X1) and np.array_equal(y2, y1)
+    # text: the pattern's files concatenated in name order, as if listed
+    cut = 17
+    _text(tmp_path / "b-2.txt", X[cut:], y[cut:], qid[cut:])
+    _text(tmp_path / "b-1.txt", X[:cut], y[:cut], qid[:cut])
+    listed, globbed = tmp_path / "l.h5", tmp_path / "gt.h5"
+    convert([tmp_path / "b-1.txt", tmp_path / "b-2.txt"], listed, quiet=True)
+    assert main(["convert", str(tmp_path / "b-*.txt"), "-o", str(globbed), "--quiet"]) == 0
+    assert _dataset(globbed)[:3] == _dataset(listed)[:3]
+    assert main(["convert", str(tmp_path / "nothing-*.txt"), "-o", str(tmp_path / "n.h5")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "nothing-*.txt: the pattern matches no file" in err[0]
+    assert not (tmp_path / "n.h5").exists()

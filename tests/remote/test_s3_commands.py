@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from streamrank.cli import main
+from streamrank.io.dataset import open_dataset
 from streamrank.synthetic import write_text
 
 
@@ -251,3 +252,23 @@ def test_what_is_a_url_and_what_stays_a_path():
     assert is_url("s3://b/k") and is_url("simplecache::s3://b/k") and is_url("file:///tmp/x.h5")
     assert not is_url("a::b.h5") and not is_url("/tmp/s3:/x") and not is_url(Path("s3://b/k")) and not is_url(None)
     assert protocol("simplecache::s3://b/k") == "s3" and protocol("memory://x") == "memory"
+
+
+def test_a_glob_over_a_bucket_names_its_parts(s3, tmp_path):
+    """``s3://bkt/parts/part-*.parquet``: fsspec's glob, the parts in lexicographic order."""
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+    fs, bucket = s3
+    rng = np.random.default_rng(0)
+    qid = np.repeat(np.arange(6), 4)
+    X, y = rng.normal(size=(len(qid), 3)), rng.integers(0, 3, len(qid)).astype(float)
+    table = pa.table({"label": y, "qid": qid, **{f"f{j}": X[:, j] for j in range(3)}})
+    for k in range(3):
+        pq.write_table(table.slice(8 * k, 8), tmp_path / f"p{k}.parquet")
+        fs.put_file(str(tmp_path / f"p{k}.parquet"), f"{bucket}/parts/part-{k:05d}.parquet")
+    pq.write_table(table, tmp_path / "all.parquet")
+    local, remote = tmp_path / "all.h5", tmp_path / "globbed.h5"
+    assert main(["convert", str(tmp_path / "all.parquet"), "-o", str(local), "--quiet"]) == 0
+    assert main(["convert", f"s3://{bucket}/parts/part-*.parquet", "-o", str(remote), "--quiet"]) == 0
+    with open_dataset(local) as a, open_dataset(remote) as b:
+        assert a.fingerprint == b.fingerprint
