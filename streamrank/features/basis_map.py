@@ -107,7 +107,7 @@ class KernelBasisMap(FeatureMap):
 
 
 def clsr_plan(budget, resident, *, m, d, n_train, largest_query, all_rows=False, validating=False,
-              chunk_bytes=32 << 20):
+              chunk_bytes=32 << 20, store_copies=0):
     """Bytes of a raw block for CLSRRank with ``m`` basis rows inside ``budget`` (which bounds the
     whole process, ``resident`` included), or ParameterError with the smallest budget that works,
     before any pass. The run holds (training.clsr): the m x m system, its factor and a product
@@ -126,7 +126,7 @@ def clsr_plan(budget, resident, *, m, d, n_train, largest_query, all_rows=False,
     tiles = 8 * tile_rows(d + m) * (d + m) * tile_threads()
     scoring = max(tiles, SCORE_CHUNK_BYTES) if validating else tiles
     fixed = system + group + scoring
-    per_byte = BUFFERS + 2
+    per_byte = BUFFERS + 2 + store_copies  # a store's known-parts cache: one more copy (io.budget.remote_copies)
     qbytes = largest_query * (4 * d + 4)
     avail = (budget - resident - STREAM_SLACK) / HEADROOM - fixed
     if avail < per_byte * qbytes:

@@ -490,7 +490,7 @@ def gas_plan(ds, budget, resident, queries=None):
     needs at least one row of sums (24 d bytes). All d rows in one pass when their sums and the
     matrix (24 d^2) fit beside the smallest blocks; else blocks of rows, one pass each
     (:func:`pair_rows` of what is left)."""
-    from streamrank.io.budget import HEADROOM, STREAM_SLACK
+    from streamrank.io.budget import HEADROOM, STREAM_SLACK, remote_copies
     from streamrank.io.query_stream import BLOCK_SHARE_OF_BUDGET
     from streamrank.units import format_size
     d = ds.n_features
@@ -499,7 +499,8 @@ def gas_plan(ds, budget, resident, queries=None):
     qmax = int(sizes.max()) if sizes.size else 0
     qbytes = qmax * (4 * d + 4)
     fixed = query_work_bytes(qmax, d) + 16 * d + 8 * (qmax + 2)  # a query's work, the measures, the log table
-    smallest = GAS_BYTES_PER_BLOCK_BYTE * qbytes
+    per_byte = GAS_BYTES_PER_BLOCK_BYTE + remote_copies(ds)  # a store's known-parts cache: one more copy
+    smallest = per_byte * qbytes
     avail = (budget - resident - STREAM_SLACK) / HEADROOM - fixed
     if avail < smallest + 24 * d:
         need = resident + STREAM_SLACK + HEADROOM * (fixed + smallest + 24 * d)
@@ -516,7 +517,7 @@ def gas_plan(ds, budget, resident, queries=None):
                              f"{d} features) and that query's ranks need {need} MB; use memory_budget={need}MB")
     # the sums' share: all of the matrix when it fits beside blocks of a quarter of what is left
     r = d if 24 * d * d <= avail - max(smallest, avail / 4) else pair_rows(d, avail - smallest, 0)
-    block = min(budget * BLOCK_SHARE_OF_BUDGET, (avail - 24 * r * d) / GAS_BYTES_PER_BLOCK_BYTE)
+    block = min(budget * BLOCK_SHARE_OF_BUDGET, (avail - 24 * r * d) / per_byte)
     log.info("GAS memory plan (budget %s): resident %s; %d of %d rows of the similarity matrix a pass (%s); "
              "blocks of %s", format_size(budget), format_size(resident), r, d, format_size(24 * r * d),
              format_size(block))

@@ -46,6 +46,7 @@ from streamrank.errors import FormatError, ParameterError
 from streamrank.execution.executor import Pass, executor_or_local, partitioned_stream
 from streamrank.features.basis_map import KernelBasisMap, clsr_plan, draw_basis, kernel_name
 from streamrank.features.kernels import KERNELS
+from streamrank.io.budget import remote_copies
 from streamrank.objectives.linear_precond import query_groups
 from streamrank.solvers.finite import numeric_error, vector_detail
 from streamrank.state.model import LinearModel, settled_resident
@@ -320,7 +321,8 @@ def clsr_problem(ds, valid, settings, queries, block_bytes, executor, *, kernel,
     # blocks (features.basis_map.clsr_plan), or refused with the smallest budget that works
     raw_block = block_bytes or clsr_plan(settings["memory_budget"], resident, m=m, d=d, n_train=n_train,
                                          largest_query=int(np.diff(ds.query_ptr[q0:q1 + 1]).max(initial=0)),
-                                         all_rows=all_rows, validating=valid is not None, chunk_bytes=CHUNK_BYTES)
+                                         all_rows=all_rows, validating=valid is not None, chunk_bytes=CHUNK_BYTES,
+                                         store_copies=remote_copies(ds))
     normalizer = fit_normalizer(ds, settings["normalize"], queries, raw_block, executor)
     t = time.perf_counter()
     if all_rows:

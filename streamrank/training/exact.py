@@ -227,7 +227,7 @@ def exact_problem(ds, valid, settings, queries, executor):
     """(the run's :class:`~streamrank.training.problem.Problem`, its :class:`KernelRows`): the
     normaliser fitted on the training queries, their rows read once (one pass), their labels'
     weights and costs, the validation labels."""
-    raw_block = memplan.raw_block_bytes(settings["memory_budget"])
+    raw_block = memplan.raw_block_bytes(settings["memory_budget"], ds)
     normalizer = fit_normalizer(ds, settings["normalize"], queries, raw_block, executor)
     Xn, y, qp = read_rows(ds, normalizer, queries, raw_block, executor=executor)
     levels, mu, cost, weight_sum = label_weights(y, qp, settings["query_weight"], settings["pair_cost"],

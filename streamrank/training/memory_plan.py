@@ -52,9 +52,13 @@ def dense_hessian_max(budget):
     return max(0, int((-b + (b * b + 96.0 * room) ** 0.5) / 48.0))
 
 
-def raw_block_bytes(budget):
-    """Bytes of a block of raw rows read once (normalisation statistics, the exact path's rows)."""
-    return int(budget * BLOCK_SHARE_OF_BUDGET)
+def raw_block_bytes(budget, ds=None):
+    """Bytes of a block of raw rows read once (normalisation statistics, the exact path's rows):
+    BLOCK_SHARE_OF_BUDGET of the budget, less for a dataset in a store, whose known-parts cache
+    holds one more copy of a block (io.budget.remote_copies): the stream's buffers and that copy
+    then take what the two buffers take for a local file."""
+    from streamrank.io.budget import BUFFERS, remote_copies
+    return int(budget * BLOCK_SHARE_OF_BUDGET * BUFFERS / (BUFFERS + remote_copies(ds)))
 
 
 def memory_tier_bytes(budget, resident=0, fixed=0):

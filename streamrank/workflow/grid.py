@@ -93,7 +93,7 @@ def data_gamma_scale(ds, settings, executor=None):
     normalize = settings.get("normalize") or "none"
     var = kernel_value_variance(data, normalize, executor=executor,
                                 block_bytes=raw_block_bytes(
-                                    budget_bytes(settings.get("memory_budget") or DEFAULT_MEMORY_BUDGET)))
+                                    budget_bytes(settings.get("memory_budget") or DEFAULT_MEMORY_BUDGET), data))
     d = data.n_features
     g = default_gamma(d, var)
     out = {"normalize": normalize, "n_features": int(d), "value_var": var, "gamma_scale": g, "anchor": gamma_anchor(g)}

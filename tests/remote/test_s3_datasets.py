@@ -53,3 +53,28 @@ def test_an_http_server_without_range_support_is_refused_in_one_line(tmp_path, c
         srv.shutdown()
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "the server ignores byte ranges (HTTP Range)" in err, err
+
+
+def test_every_plan_counts_the_known_parts_cache_of_a_dataset_in_a_store(tmp_path, s3):
+    """The known-parts cache holds one more copy of a block (io.budget.remote_copies): the raw
+    blocks of the exact path and of the statistics passes, CLSRRank's and GAS's plans all leave
+    room for it, so a budget holds for data in a bucket as for a local file."""
+    from streamrank.features.basis_map import clsr_plan
+    from streamrank.io.budget import BUFFERS, remote_copies
+    from streamrank.selection.gas import GAS_BYTES_PER_BLOCK_BYTE, gas_plan
+    from streamrank.training.memory_plan import raw_block_bytes
+    fs, bucket = s3
+    local = _local(tmp_path)
+    fs.put_file(str(local), f"{bucket}/t.h5")
+    budget = 1 << 30
+    with open_dataset(local) as a, open_dataset(f"s3://{bucket}/t.h5") as b:
+        assert (remote_copies(a), remote_copies(b)) == (0, 1)
+        # the stream's buffers and the cache take what the buffers take locally
+        assert (BUFFERS + 1) * raw_block_bytes(budget, b) <= BUFFERS * raw_block_bytes(budget, a)
+        assert raw_block_bytes(budget, b) >= 0.99 * raw_block_bytes(budget, a) * BUFFERS / (BUFFERS + 1)
+        resident = 200 << 20
+        _, block_a = gas_plan(a, 300 << 20, resident)
+        _, block_b = gas_plan(b, 300 << 20, resident)
+        assert block_b * (GAS_BYTES_PER_BLOCK_BYTE + 1) <= block_a * GAS_BYTES_PER_BLOCK_BYTE * 1.0001
+    kw = {"m": 500, "d": 20, "n_train": 10_000, "largest_query": 100}
+    assert clsr_plan(300 << 20, 200 << 20, store_copies=1, **kw) < clsr_plan(300 << 20, 200 << 20, **kw)
