@@ -450,15 +450,64 @@ def _check_url_writable(url, what):
 
 def publish(local, url):
     """Upload the finished local file ``local`` to ``url`` as one object (StorageError naming the
-    URL when the store refuses: the object there, if any, is as it was)."""
+    URL when the store refuses: the object there, if any, is as it was). Interrupted (a signal's
+    KeyboardInterrupt), the upload is stopped and a multipart upload it began is aborted before
+    the interruption goes on (:func:`_put_interruptible`): no part is left behind in the store."""
     from streamrank.io.urls import filesystem, redact_urls, shown, store_errors
     check_not_input(url)
     fs, path = filesystem(url)
     try:
-        fs.put_file(str(local), path)
+        _put_interruptible(fs, str(local), path)
     except store_errors() as e:
         raise StorageError(f"{shown(url)}: the upload failed ({type(e).__name__}: {redact_urls(str(e))[:200]}); the "
                            f"object there, if any, is as it was") from None
+
+
+def _multipart_ids(fs, path):
+    """The ids of the multipart uploads in progress for object ``path`` of S3 file system ``fs``."""
+    bucket, key, _ = fs.split_path(path)
+    out = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=key)
+    return {u["UploadId"] for u in out.get("Uploads", ()) if u.get("Key") == key}
+
+
+def _put_interruptible(fs, local, path):
+    """``fs.put_file(local, path)``, stoppable. fsspec runs an async file system's upload on its
+    own event loop thread, which a KeyboardInterrupt in this thread does not stop: the upload
+    would go on, or die with the process and leave a multipart upload's parts in the store (S3
+    keeps them, and bills them, until aborted). So the upload runs as a future of that loop; an
+    interruption cancels it, then aborts every multipart upload of this object that was not in
+    progress before this one began (s3fs aborts its own only on an Exception, and a cancellation
+    is not one), then goes on."""
+    import asyncio
+    import concurrent.futures
+    if not getattr(fs, "async_impl", False) or getattr(fs, "loop", None) is None:
+        fs.put_file(local, path)
+        return
+    parts = hasattr(fs, "call_s3") and _in_parts(local)
+    before = _multipart_ids(fs, path) if parts else set()
+    fut = asyncio.run_coroutine_threadsafe(fs._put_file(local, path), fs.loop)
+    try:
+        while not fut.done():
+            concurrent.futures.wait([fut], timeout=0.25)
+    except BaseException:
+        fut.cancel()  # the upload's task gets CancelledError at its await: no request after it
+        if parts:
+            bucket, key, _ = fs.split_path(path)
+            for upload in _multipart_ids(fs, path) - before:
+                fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=key, UploadId=upload)
+        raise
+    fut.result()
+
+
+def _in_parts(local):
+    """Whether s3fs uploads the file ``local`` as a multipart upload (its rule: from twice its part
+    size, 50 MiB by default; a smaller file is one PUT, which leaves nothing behind)."""
+    try:
+        from s3fs.core import calculate_chunksize
+    except ImportError:
+        return False
+    size = os.path.getsize(local)
+    return size >= min(5 << 30, 2 * calculate_chunksize(size))
 
 
 @contextmanager

@@ -125,3 +125,45 @@ def test_the_server_stopped_mid_pass_ends_in_one_line_and_the_resume_gives_the_b
     with h5py.File(tmp_path / "m.h5") as a, h5py.File(tmp_path / "ref.h5") as b:
         assert np.array_equal(a["w"][:], b["w"][:])
     assert sorted(fs.ls("bkt", refresh=True)) == ["bkt/t.h5"]  # no temporary or partial object
+
+
+def test_an_upload_interrupted_in_its_parts_leaves_no_part_and_the_old_object(tmp_path, s3, monkeypatch):
+    """A signal (here SIGINT's KeyboardInterrupt) while a multipart upload runs: the upload stops,
+    the parts it sent are aborted, the object there is the old one, and the interruption goes on."""
+    import signal
+
+    import s3fs.core
+
+    from streamrank.io.atomic import publish
+    fs, bucket = s3
+    monkeypatch.setattr(s3fs.core, "calculate_chunksize", lambda size, chunksize=None: 5 << 20)  # parts of 5 MiB
+    old = b"the old model"
+    fs.pipe(f"{bucket}/m.h5", old)
+    local = tmp_path / "big.bin"
+    local.write_bytes(os.urandom(16 << 20))  # four parts
+    started = threading.Event()
+    real = s3fs.core.S3FileSystem._call_s3
+
+    async def slow(self, method, *a, **kw):
+        if method == "upload_part":
+            started.set()
+            import asyncio
+            await asyncio.sleep(1.0)
+        return await real(self, method, *a, **kw)
+    monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", slow)
+    main_thread = threading.main_thread().ident
+    threading.Thread(target=lambda: started.wait(30) and (time.sleep(0.2), signal.pthread_kill(main_thread,
+                                                                                                signal.SIGINT)),
+                     daemon=True).start()
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        publish(local, f"s3://{bucket}/m.h5")
+    assert time.monotonic() - t0 < 30
+    monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", real)
+    time.sleep(1.5)  # a part request in flight when the upload was cancelled has ended by now
+    uploads = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix="m.h5").get("Uploads", [])
+    assert uploads == [], uploads
+    assert fs.cat_file(f"{bucket}/m.h5") == old
+    # and uninterrupted, the same upload publishes the new object whole
+    publish(local, f"s3://{bucket}/m.h5")
+    assert fs.cat_file(f"{bucket}/m.h5") == local.read_bytes()
