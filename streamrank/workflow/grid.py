@@ -9,7 +9,8 @@ for it; an axis given that applies to none of the chosen methods is refused.
 
 A run directory holds one folder per configuration (its path checkpoint, its chosen model and a
 ``result.json`` written last), so a killed grid rerun with the same command keeps the finished
-configurations and resumes the one it stopped in at its last solver iteration, ending with the
+configurations and resumes the one it stopped in at its last checkpoint (at most a second of
+solver work before: :func:`streamrank.training.path.checkpoints_every`), ending with the
 candidates and model of an uninterrupted run. The best configuration (first of equals, in grid
 order) by the validation metric gives ``model.h5``; ``grid.json`` records every candidate.
 """
@@ -303,7 +304,7 @@ class WorkBar:
 
 
 def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, command, neutral, progress, where):
-    from streamrank.training.path import edge_advice_off, on_points
+    from streamrank.training.path import GRID_CHECKPOINT_SECONDS, checkpoints_every, edge_advice_off, on_points
     t0 = time.perf_counter()
     configs = configurations(axes)
     record_settings = {"axes": {k: v for k, v in axes.items() if v is not None},
@@ -344,7 +345,7 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
         def point_done(per_point=per_point, told=told):
             told[0] += per_point
             progress(per_point)
-        with on_points(point_done), edge_advice_off():
+        with on_points(point_done), edge_advice_off(), checkpoints_every(GRID_CHECKPOINT_SECONDS):
             model, summary = train_configuration(ds, valid, cfg, settings, select_metric=select_metric,
                                                  checkpoint=ck, resume=ck.exists(), executor=executor)
         progress(max(0.0, works[k] - told[0]))  # points resumed from a checkpoint, CLSRRank's lambdas

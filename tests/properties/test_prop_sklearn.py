@@ -47,6 +47,10 @@ def _column(pd, kind, v, i):
     row that a missing value or an odd cell goes to."""
     whole = bool(np.isfinite(v).all() and np.abs(v).max(initial=0) < 1e15)
     if kind.startswith(("Int64", "boolean")) and not whole:
+        if kind.endswith("with NA"):  # values no integer column holds, and the missing one it stands for
+            col = v.astype(object)
+            col[i] = pd.NA
+            return col, None
         kind = "object"  # values no integer column holds
     r = np.round(v) if whole else v
     if kind == "Float64":
