@@ -93,7 +93,19 @@ def test_the_cost_sensitive_candidate_is_train_with_paper001s_setting_and_chosen
         assert r["summary"]["C"] == s["C"]
     scores = [r["summary"]["candidates"] for r in rec["configs"]]
     best = [max(c["valid_meanndcg"] for c in cands) for cands in scores]
-    assert rec["best"] == int(np.argmax(best))  # the first of equals
+    # the oracle of the choice: the better on valid, but plain only when it beats paper 001's
+    # setting by more than two standard errors of the per-query MeanNDCG differences
+    per_query = []
+    for r in rec["configs"]:
+        m = load(tmp_path / "run" / "runs" / r["label"] / "model.h5")
+        rep = evaluate(read_labels(valid), m.predict_dataset(valid)[valid.row], valid.query_ptr)
+        per_query.append(rep.mean_ndcg)
+    d = per_query[0] - per_query[1]
+    significant = d.mean() > 2 * d.std(ddof=1) / np.sqrt(d.size)
+    assert rec["best"] == (0 if best[0] >= best[1] and significant else 1)
+    if best[0] >= best[1]:
+        assert rec["cost_choice"]["kept"] == ("plain" if significant else "cost_sensitive")
+        assert rec["cost_choice"]["difference"] == pytest.approx(d.mean(), rel=1e-12)
     chosen = rec["chosen"]
     assert (chosen["pair_cost"], chosen["query_weight"]) == (("graded", "log_ratio") if rec["best"] == 1
                                                               else ("none", "none"))
@@ -209,3 +221,22 @@ def test_estimator_score_takes_the_convention(graded_folds):
             s = est.model_.predict_dataset(te)[te.row]
             want = evaluate(read_labels(te), s, te.query_ptr, ks=(10,), convention=convention).means["NDCG@10"]
         assert est.score(str(test)) == want
+
+
+def test_plain_is_kept_only_when_it_beats_paper001s_setting_beyond_the_validation_noise(pair, tmp_path, monkeypatch):
+    """keep_cost_sensitive's rule against per-query differences given outright: a plain
+    configuration chosen on valid keeps its place only when its per-query lead is more than two
+    standard errors."""
+    from streamrank.workflow import grid as gm
+    ds, valid = pair
+    rec = run_grid(ds, valid, tmp_path / "run", axes={"C": [1.0]}, settings=dict(FAST))
+    results = rec["configs"]
+    n = valid.n_queries
+    for lead, noise, kept in ((0.01, 0.001, 0), (0.001, 0.05, 1), (-0.01, 0.001, 1)):
+        values = iter([np.full(n, 0.5) + lead + noise * (np.arange(n) % 2 * 2 - 1), np.full(n, 0.5)])
+        monkeypatch.setattr(gm, "per_query_metric", lambda rep, metric: next(values))
+        got, record = gm.keep_cost_sensitive(results, 0, tmp_path / "run", valid, "meanndcg", dict(FAST))
+        assert got == kept and record["kept"] == ("plain" if kept == 0 else "cost_sensitive")
+    # a cost-sensitive choice, or a grid without the search, is left as it is
+    assert gm.keep_cost_sensitive(results, 1, tmp_path / "run", valid, "meanndcg", dict(FAST)) == (1, None)
+    assert gm.keep_cost_sensitive(results[:1], 0, tmp_path / "run", valid, "meanndcg", dict(FAST)) == (0, None)
