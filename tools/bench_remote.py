@@ -82,8 +82,9 @@ def server(kind="moto", s3rver=None, work=None):
             break
         except OSError:
             time.sleep(0.1)
-    os.environ.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "bench",
-                       "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"})
+    key = "S3RVER" if kind == "s3rver" else "bench"  # s3rver knows its own key only
+    os.environ.update({"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": key,
+                       "AWS_SECRET_ACCESS_KEY": key, "AWS_DEFAULT_REGION": "us-east-1"})
     import s3fs
     fs = s3fs.S3FileSystem()
     if kind == "moto":
@@ -183,7 +184,8 @@ def main():
     ap.add_argument("--workdir", default="/work/scratch/bench_remote", help="where the generated files stay")
     ap.add_argument("--keep-budget", default="2GB", help="a budget that keeps the rows in memory")
     ap.add_argument("--stream-budget", default="800MB", help="a budget that does not")
-    ap.add_argument("--only", choices=["parquet"], default=None, help="the Parquet section alone")
+    ap.add_argument("--only", choices=["parquet", "blocks"], default=None,
+                    help="the Parquet section alone, or the store limit and block reads alone")
     ap.add_argument("--server", choices=["moto", "s3rver"], default="moto",
                     help="the S3-compatible server (moto: the tests'; s3rver: serves ranges from files)")
     ap.add_argument("--s3rver", help="the s3rver executable (node_modules/.bin/s3rver of `npm install s3rver`)")
@@ -205,12 +207,13 @@ def main():
     if args.server == "s3rver" and not args.s3rver:
         ap.error("--server s3rver needs --s3rver PATH (npm install s3rver; PATH is its node_modules/.bin/s3rver)")
     srv, fs = server(args.server, args.s3rver, work)
+    suffix = "" if args.server == "moto" else f" ({args.server})"  # each server's figures under their own heading
     try:
         fs.put_file(str(local), "bench/train.h5")
         url = "s3://bench/train.h5"
         counter = Counting()
         params = args_params(args)
-        table_record("remote", "store limit", [store_limit(fs, "bench/train.h5", size, args.rounds)],
+        table_record("remote", "store limit" + suffix, [store_limit(fs, "bench/train.h5", size, args.rounds)],
                      [("what", "measure", None), ("MB", "MB", "{:.1f}"), ("seconds", "s", "{:.2f}"),
                       ("MB_per_s", "MB/s", "{:.0f}")], params=params)
         reads = []
@@ -221,10 +224,12 @@ def main():
         for r in reads:
             if r["source"] not in best or r["seconds"] < best[r["source"]]["seconds"]:
                 best[r["source"]] = r
-        table_record("remote", "block reads", list(best.values()),
+        table_record("remote", "block reads" + suffix, list(best.values()),
                      [("source", "source", None), ("MB_rows", "MB of rows", "{:.1f}"), ("seconds", "s", "{:.2f}"),
                       ("MB_per_s", "MB/s", "{:.0f}"), ("requests", "requests", "{:d}"), ("fetched_MB", "MB fetched", "{:.1f}"),
                       ("fetched_over_file", "fetched / file", "{:.3f}")], params=params)
+        if args.only == "blocks":
+            return
         rows = []
         for budget, normalize in ((args.keep_budget, "none"), (args.keep_budget, "zscore"),
                                   (args.stream_budget, "none")):
