@@ -345,7 +345,8 @@ def _help(s, many):
     if many and s.many == "search":
         return (text.split(" (default")[0] + " (default: neither --pair-cost nor --query-weight given, each "
                 "RankSVM configuration is tried plain and with paper 001's costs, --pair-cost graded --query-weight "
-                "log_ratio; docs/methods.md)")
+                "log_ratio, and plain is chosen only when it beats them on validation beyond two standard errors; "
+                "docs/methods.md)")
     if many and s.many == "list" and s.kind == "choice":
         text = ("one or both of " if len(s.choices) == 2 else "one or several of ") + text
     if "default" in text or s.kind == "flag":
