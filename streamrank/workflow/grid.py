@@ -40,9 +40,10 @@ KERNEL_METHODS = settings_table.KERNELS
 APPLIES = {name: settings_table.TABLE[name].methods
            for name in ("C", "gamma", "lam", "components", "loss", "eta", "pair_cost", "query_weight")}
 # the pair weights of RankSVM configurations (paper 001, eq. 1: lambda per label pair, mu per query):
-# the default search tries each configuration plain and with paper 001's cost-sensitive setting,
-# chosen on validation as any other setting (docs/methods.md, "Cost-sensitive defaults"); a given
-# pair_cost or query_weight is the one setting of every configuration
+# the default search tries each configuration plain and with paper 001's cost-sensitive setting
+# and keeps the latter unless validation says otherwise beyond its noise (keep_cost_sensitive;
+# docs/methods.md, "Cost-sensitive defaults"); a given pair_cost or query_weight is the one
+# setting of every configuration
 COSTS = ("pair_cost", "query_weight")
 PLAIN = {"pair_cost": "none", "query_weight": "none"}
 COST_SENSITIVE = {"pair_cost": "graded", "query_weight": "log_ratio"}
