@@ -298,7 +298,7 @@ class RankSVM(_Estimator):
             raise ParameterError(f"{type(self).__name__}'s method must be one of {', '.join(self._METHODS)}; got "
                                  f"{values['method']!r}." + (f" {other} is method 'clsr'" if other else
                                                               f" Use method={self._METHODS[0]}"))
-        values.update(settings.validate({k: v for k, v in values.items() if k != "method"}))
+        settings.validate({k: v for k, v in values.items() if k != "method"})
         return values
 
     def _set_fitted(self, model, summary):

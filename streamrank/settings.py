@@ -268,11 +268,9 @@ def validate(values):
     outside its range or its choices, whether or not it applies: the estimators' intake, as
     scikit-learn checks every parameter's constraints in ``fit``. Numbers by
     :mod:`streamrank.params`; a word among the setting's choices (a callable kernel passes: CLSRRank
-    takes one); the trainers check the rest (pair cost specs, sizes, feature lists). Returns the
-    single numbers (``int``, ``posint`` and ``float`` settings) as the trainers take them:
-    ``n_components="1"`` is 1, so that no trainer computes with the text before its own check."""
+    takes one); the trainers check the rest (pair cost specs, sizes, feature lists) and compute
+    with the values as checked (``n_components="1"`` is 1)."""
     from streamrank import params
-    out = {}
     for name, v in values.items():
         s = TABLE.get(name)
         if s is not None and v is None and name not in NONE_MEANS_DEFAULT and \
@@ -286,10 +284,7 @@ def validate(values):
             raise ParameterError(f"{s.api_name} must be one of {', '.join(s.choices)}; got {v!r}. "
                                  f"Use {s.api_name}={s.default}")
         if name in params.RANGES and s.kind in ("values", "int", "posint", "float"):
-            checked = params.check_all(name, v, shown=s.api_name)
-            if s.kind != "values" and len(checked) == 1 and not isinstance(v, (list, tuple)):
-                out[name] = checked[0]
-    return out
+            params.check_all(name, v, shown=s.api_name)
 
 
 def estimator_params(methods, exclude=()):

@@ -237,6 +237,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
         block_bytes=block_bytes, pair_cost=pair_cost, query_weight=query_weight, select_metric=select_metric,
         seed=seed, queries=queries, loss=loss, eta=eta, abs_gtol=abs_gtol, abs_dtol=abs_dtol, convention=convention)
     points = check_data(ds, valid, select_metric, settings["C_path"], settings.get("gamma_path", [None]))
+    components = settings.get("components", components)  # as checked ("1" is 1): the plan and the map use it
     rows = plan_rows(ds, valid, settings, queries, components=components, cache_dir=cache_dir, map_cache=map_cache,
                      cache_size=cache_size)
     problem = linear_problem(ds, valid, settings, query_range(ds, queries), rows.block_bytes, executor)

@@ -364,3 +364,16 @@ def test_none_for_a_setting_that_has_a_value_is_refused_by_name(name, value):
         make_pipeline(streamrank.RankSVM(**{name: value})).fit(X, y, ranksvm__qid=qid)
     streamrank.RankSVM(random_state=None, pair_cost=None, query_weight=None).fit(X, y, qid=qid)
     streamrank.CLSRRank(n_components=None, lam=0.1).fit(X, y, qid)
+
+
+def test_a_number_given_as_text_is_used_as_checked():
+    """Found by the 3,000-example property run: RankSVM(method="nystroem", n_components="1") reached
+    the memory plan as text (TypeError). The trainer computes with its checked value."""
+    import numpy as np
+
+    import streamrank
+    rng = np.random.default_rng(0)
+    X, y, qid = rng.random((20, 3)), rng.integers(0, 3, 20), np.repeat(np.arange(4), 5)
+    text = streamrank.RankSVM(method="nystroem", n_components="1", random_state=0).fit(X, y, qid=qid)
+    number = streamrank.RankSVM(method="nystroem", n_components=1, random_state=0).fit(X, y, qid=qid)
+    assert text.model_.fmap.n_components == 1 and np.array_equal(text.coef_, number.coef_)
