@@ -360,14 +360,15 @@ def _run_grid(ds, valid, run_dir, *, axes, settings, select_metric, executor, co
     if own:
         progress.close()
     best = choose(results, select_metric)
-    best, cost_choice = keep_cost_sensitive(results, best, run_dir, valid, select_metric, settings)
+    best, cost_choice, reports = keep_cost_sensitive(results, best, run_dir, valid, select_metric, settings)
     edges = tell_edges(results[best], select_metric, where)
     from streamrank.state.model import load
     chosen_model = run_dir / "runs" / results[best]["label"] / "model.h5"
     with written(run_dir / "model.h5") as tmp:  # copied in pieces: an exact kernel's model holds its rows
         shutil.copyfile(chosen_model, tmp)
-    rep = evaluate_model(load(chosen_model), valid, settings.get("memory_budget", DEFAULT_MEMORY_BUDGET),
-                         settings.get("convention") or "letor4")
+    rep = reports.get(best) or evaluate_model(load(chosen_model), valid, settings.get("memory_budget",
+                                                                                        DEFAULT_MEMORY_BUDGET),
+                                              settings.get("convention") or "letor4")
     record = {"format": GRID_FORMAT, "version": GRID_VERSION, "command": command, "select_metric": select_metric,
               "settings": dict(record_settings, settings=settings),
               "data": {"train": _data_info(ds), "valid": _data_info(valid)},
@@ -437,7 +438,8 @@ COST_SE = 2.0
 
 
 def keep_cost_sensitive(results, best, run_dir, valid, select_metric, settings):
-    """(the configuration chosen, the record of the choice or None). When the default search chose
+    """(the configuration chosen, the record of the choice or None, {configuration: its validation
+    report} of those it evaluated, so that the chosen one is not scored again). When the default search chose
     a plain configuration whose cost-sensitive twin (the same method, loss, components and eta with
     paper 001's setting) was tried, keep the twin unless the plain one is better on validation by
     more than COST_SE standard errors of the per-query differences of ``select_metric``
@@ -449,15 +451,16 @@ def keep_cost_sensitive(results, best, run_dir, valid, select_metric, settings):
     from streamrank.state.model import load
     cfg = results[best]["config"]
     if cost_sensitive(cfg) or any(cfg.get(k) != v for k, v in PLAIN.items()):
-        return best, None
+        return best, None, {}
     same = ("method", "loss", "components", "eta")
     twin = next((i for i, r in enumerate(results) if cost_sensitive(r["config"])
                  and all(r["config"].get(k) == cfg.get(k) for k in same)), None)
     if twin is None:
-        return best, None
+        return best, None, {}
     budget, convention = settings.get("memory_budget", DEFAULT_MEMORY_BUDGET), settings.get("convention") or "letor4"
-    a, b = (per_query_metric(evaluate_model(load(run_dir / "runs" / results[i]["label"] / "model.h5"), valid, budget,
-                                            convention), select_metric) for i in (best, twin))
+    reports = {i: evaluate_model(load(run_dir / "runs" / results[i]["label"] / "model.h5"), valid, budget, convention)
+               for i in (best, twin)}
+    a, b = (per_query_metric(reports[i], select_metric) for i in (best, twin))
     d = (a - b)[np.isfinite(a) & np.isfinite(b)]
     diff = float(d.mean()) if d.size else 0.0
     se = float(d.std(ddof=1) / np.sqrt(d.size)) if d.size > 1 else float("inf")
@@ -467,7 +470,7 @@ def keep_cost_sensitive(results, best, run_dir, valid, select_metric, settings):
              "kept" if keep_plain else f"within {COST_SE:g} standard errors, paper 001's setting kept")
     record = {"plain": results[best]["label"], "cost_sensitive": results[twin]["label"], "difference": diff,
               "standard_error": se, "queries": int(d.size), "kept": "plain" if keep_plain else "cost_sensitive"}
-    return (best if keep_plain else twin), record
+    return (best if keep_plain else twin), record, reports
 
 
 def describe(cfg):

@@ -235,8 +235,8 @@ def test_plain_is_kept_only_when_it_beats_paper001s_setting_beyond_the_validatio
     for lead, noise, kept in ((0.01, 0.001, 0), (0.001, 0.05, 1), (-0.01, 0.001, 1)):
         values = iter([np.full(n, 0.5) + lead + noise * (np.arange(n) % 2 * 2 - 1), np.full(n, 0.5)])
         monkeypatch.setattr(gm, "per_query_metric", lambda rep, metric: next(values))
-        got, record = gm.keep_cost_sensitive(results, 0, tmp_path / "run", valid, "meanndcg", dict(FAST))
+        got, record, _ = gm.keep_cost_sensitive(results, 0, tmp_path / "run", valid, "meanndcg", dict(FAST))
         assert got == kept and record["kept"] == ("plain" if kept == 0 else "cost_sensitive")
     # a cost-sensitive choice, or a grid without the search, is left as it is
-    assert gm.keep_cost_sensitive(results, 1, tmp_path / "run", valid, "meanndcg", dict(FAST)) == (1, None)
-    assert gm.keep_cost_sensitive(results[:1], 0, tmp_path / "run", valid, "meanndcg", dict(FAST)) == (0, None)
+    assert gm.keep_cost_sensitive(results, 1, tmp_path / "run", valid, "meanndcg", dict(FAST)) == (1, None, {})
+    assert gm.keep_cost_sensitive(results[:1], 0, tmp_path / "run", valid, "meanndcg", dict(FAST)) == (0, None, {})
