@@ -111,6 +111,12 @@ def rows_dot(Q, v, out):
     parallel.run(_rows_dot_range, Q.shape[0], Q, v, out, item_cost=max(1, Q.shape[1]))
 
 
+def rows_dot_here(Q, v, out):
+    """:func:`rows_dot` on the calling thread (the same bits: a row's sum does not depend on the
+    chunks), for callers that run their own threads (a map's tiles)."""
+    _rows_dot_range(0, Q.shape[0], Q, v, out)
+
+
 @numba.njit(cache=True, nogil=True)
 def _rows_dot_wide_range(i0, i1, Q, v, out):
     for i in range(i0, i1):

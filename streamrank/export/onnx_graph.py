@@ -15,8 +15,8 @@ The graph computes what :meth:`LinearModel.decision_function
    so the temporaries are bounded whatever N; a batch smaller than a chunk is one chunk of N rows):
 
    - primal: x . w (no chunks: nothing wider than the input);
-   - Nystroem (paper 000 eq. 18): phi = float32(K(x, L) P) . w, the product with the
-     lower-trapezoidal P in column blocks that read only rows j0: of P, as streamrank does;
+   - Nystroem (paper 000 eq. 18): K(x, L) . (P w), float64 throughout: phi(x) . w = K(x, L) P w,
+     so the projection is applied once to w (a constant) and never to a row, as streamrank does;
    - random Fourier features (paper 000 eq. 21): phi = float32(sqrt(2/m) cos(x Omega + b)) . w;
    - exact kernel (paper 004 eq. 2.9, 3.13): float32(K(x, S)) . beta over the support rows S;
    - CLSRRank (paper 002 theorem 1): K(x, B) . alpha over the basis rows B, float64 throughout;
@@ -32,7 +32,7 @@ Standard operators only (opset :data:`OPSET`, IR version :data:`IR_VERSION`), ch
 ``onnx.checker``; what each input and output means, the method, the settings, the source model's
 content digest, the input width and the feature names are in the model's metadata_props.
 
-Cost (docs/formats.md): a Nystroem graph does streamrank's flops, its two float64 GEMMs in
+Cost (docs/formats.md): a Nystroem graph does streamrank's flops, the kernel's float64 GEMM in
 onnxruntime's MLAS; laplacian's difference is written and read once more than streamrank's numba
 kernel does, within 32 MB a step.
 """
@@ -45,7 +45,6 @@ import numpy as np
 from streamrank._version import __version__
 from streamrank.errors import ParameterError
 from streamrank.export.common import input_width, kind, map_kernel, model_digest, settings
-from streamrank.features.maps import projection_blocks
 
 # opset 18: ScatterElements' min / max reductions (query_minmax) and Pad, ReduceSum,
 # ReduceSumSquare with their axes as inputs; IR version 8 is the oldest that carries opset 18
@@ -56,8 +55,8 @@ QUERY_INPUT = "query_id"
 OUTPUT = "score"
 
 # float64 temporaries per row chunk of the map (kernel values, their slices and the features):
-# a chunk of 16 MB keeps the products large enough for onnxruntime's GEMM (a 500-row chunk for
-# an m = 2,000 Nystroem map) and the graph's memory independent of the batch
+# a chunk of 16 MB keeps the products large enough for onnxruntime's GEMM (a 1,000-row chunk for
+# an m = 2,000 Nystroem map on 136 features) and the graph's memory independent of the batch
 CHUNK_BYTES = 16 << 20
 # laplacian's L1 distances are a (chunk, m, d) difference and its absolute value: at most this many
 # bytes each, whatever the batch (the naive graph holds N x m x d doubles twice)
@@ -112,6 +111,8 @@ def chunk_rows(model):
     fmap = model.fmap
     d, k = model.n_features, int(fmap.n_components_)
     m = _rows_of(model).shape[0] if model.method != "rff" else k
+    if model.method == "nystroem":
+        k = 0  # no features formed: K(x, L) . (P w)
     per_row = 8 * (2 * m + 3 * k + d)
     rows = CHUNK_BYTES // per_row
     if map_kernel(model)[0] == "laplacian" and model.method != "rff":
@@ -178,14 +179,8 @@ def _map_scores(g, x, model):
         return g.op("MatMul", [K, g.const(w[:, None], "w")], "s")
     if model.method == "exact":  # float32 kernel values, as the training matrix Q held them
         return g.op("MatMul", [_round32(g, K), g.const(w[:, None], "w")], "s")
-    # Nystroem: phi = K P in column blocks; block [j0, j1) reads K's columns r0: only
-    P = np.asarray(fmap.projection_, np.float64)
-    parts = []
-    for j0, j1, r0 in projection_blocks(P):
-        Kb = K if r0 == 0 else g.op("Slice", [K, g.ints([r0]), g.ints([P.shape[0]]), g.ints([1])], "Kb")
-        z = g.op("MatMul", [Kb, g.const(P[r0:, j0:j1], "proj")], "zb")
-        parts.append(g.op("MatMul", [_round32(g, z), g.const(w[j0:j1, None], "wb")], "sb"))
-    return parts[0] if len(parts) == 1 else g.op("Sum", parts, "s")
+    # Nystroem: phi(x) . w = K(x, L) . (P w), float64 (Nystroem.scores)
+    return g.op("MatMul", [K, g.const(fmap.landmark_weights(w)[:, None], "landmark_weights")], "s")
 
 
 def _query_minmax(g, x, onnx):

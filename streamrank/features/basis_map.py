@@ -36,6 +36,7 @@ class KernelBasisMap(FeatureMap):
     """phi(x) = K(x, B) (float64) for basis rows B (normalised model inputs)."""
 
     kind = "basis"
+    scores_in_chunks = True
 
     def __init__(self, basis=None, kernel="rbf", gamma=None, degree=3, coef0=1.0, basis_rows=None):
         super().__init__()

@@ -27,6 +27,7 @@ class ExactKernelMap(FeatureMap):
     """phi(x) = float32(K(x, S)) for the support rows S (normalised model inputs)."""
 
     kind = "exact"
+    scores_in_chunks = True
 
     def __init__(self, support=None, kernel="rbf", gamma=None, degree=3, coef0=1.0):
         super().__init__()

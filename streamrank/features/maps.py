@@ -167,6 +167,9 @@ class FeatureMap:
     """Base class: the shared transform loop, checks and HDF5 plumbing (see the module doc)."""
 
     kind = None
+    # scores in chunks of kernel values as wide as the support (exact kernel, CLSRRank): no row
+    # of mapped features on its own (LinearModel.mapped_rows)
+    scores_in_chunks = False
 
     def __init__(self):
         self.n_features_ = None
@@ -269,6 +272,15 @@ class FeatureMap:
             Kc.flags.writeable = True
             s = e
         return out
+
+    def score_rows(self, Xn, row0=0):
+        """The rows a model's scores multiply by :meth:`score_weights`: phi(Xn) in float32, the
+        features training saw (a Nystroem map: its float64 kernel rows)."""
+        return self.transform(Xn, np.float32, row0=row0)
+
+    def score_weights(self, w):
+        """The weights :meth:`score_rows` are multiplied by: w itself (Nystroem: P w)."""
+        return np.asarray(w, np.float64)
 
     def fit_transform(self, X, dtype=np.float32):
         return self.fit(X).transform(X, dtype)
@@ -555,6 +567,62 @@ class Nystroem(FeatureMap):
             np.matmul(Kc[:, i0:], Pj, out=Z)
             with np.errstate(over="ignore"):  # past float32's range is inf: the score writer refuses it
                 dest[:, j0:j1] = Z[p:p + r]
+
+    # -- scoring ---------------------------------------------------------------------------------
+    def landmark_weights(self, w):
+        """v = P w (float64, one weight per landmark): phi(x) . w = K(x, L) P w = K(x, L) . v, so a
+        model scores a row with one m-vector product and never forms phi (eq. 18 with the weights
+        moved onto the landmarks). Each v_i is summed in ``_qprod.rows_dot``'s fixed order."""
+        from streamrank._native import qprod as _qprod
+        self._check_fitted()
+        w = np.ascontiguousarray(w, np.float64)
+        if w.shape != (self.n_components_,):
+            raise ValueError(f"w has shape {w.shape}, expected ({self.n_components_},)")
+        v = np.empty(self.projection_.shape[0])
+        _qprod.rows_dot(self.projection_, w, v)
+        return v
+
+    def score_weights(self, w):
+        return self.landmark_weights(w)
+
+    def score_rows(self, Xn, row0=0):
+        return self.kernel_rows(Xn, row0)
+
+    def kernel_rows(self, Xn, row0=0):
+        """K(x, L) as float64 ``(len(Xn), m)``: the values :meth:`scores` multiplies by P w, each
+        row computed in its transform tile (module docstring), so the same bits in any block."""
+        Xn = self._check_X(Xn)
+        row0 = check_row0(row0)
+        m = self.landmarks_.shape[0]
+        out = np.empty((Xn.shape[0], m))
+        if Xn.shape[0]:
+            T = self.chunk_rows()
+
+            def body(Xt, s, e, p, bufs):
+                self._kernel.into(Xt, bufs[0])
+                out[s:e] = bufs[0][p:p + e - s]
+            parallel_tiles(Xn, row0, T, body, lambda: [aligned_empty((T, m))])
+        return out
+
+    def scores(self, Xn, w, row0=0):
+        """phi(x) . w = K(x, L) . (P w) for the rows of Xn, in float64 throughout (phi is not formed,
+        so not rounded to float32): per transform tile, K(x, L) then each row's product with
+        :meth:`landmark_weights` in ``_qprod.rows_dot``'s order; the bits of
+        ``rows_dot(kernel_rows(Xn), landmark_weights(w))`` in any block. Costs K(x, L) and 2 m
+        flops a row (the projection, 2 m k flops a row dense, is applied once to w)."""
+        from streamrank._native import qprod as _qprod
+        Xn = self._check_X(Xn)
+        row0 = check_row0(row0)
+        v = self.landmark_weights(w)
+        out = np.empty(Xn.shape[0])
+        if Xn.shape[0]:
+            T, m = self.chunk_rows(), self.landmarks_.shape[0]
+
+            def body(Xt, s, e, p, bufs):
+                self._kernel.into(Xt, bufs[0])
+                _qprod.rows_dot_here(bufs[0][p:p + e - s], v, out[s:e])
+            parallel_tiles(Xn, row0, T, body, lambda: [aligned_empty((T, m))])
+        return out
 
     # -- h5 --------------------------------------------------------------------------------------
     @classmethod

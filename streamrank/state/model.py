@@ -157,30 +157,32 @@ class LinearModel:
             from streamrank._native import qprod
             qprod.rows_dot(X, self.w, out)
             return out
-        if self.fmap is not None and hasattr(self.fmap, "scores"):  # scores in chunks itself (exact kernel)
+        if self.fmap is not None and hasattr(self.fmap, "scores"):  # scores by tiles or chunks itself (kernel maps)
             return self.fmap.scores(self.normalizer.transform(X, query_ptr), self.w, row0=row0)
         return self.dot_features(self._features(X, query_ptr, row0))
 
     def dot_features(self, F):
-        """Scores of rows ``F`` already normalised and mapped (:meth:`mapped_rows`): x.w in a fixed
-        order per row (a BLAS gemv sums a row differently by the call's row count)."""
+        """Scores of rows ``F`` already normalised and mapped (:meth:`mapped_rows`): F . v in a
+        fixed order per row (a BLAS gemv sums a row differently by the call's row count), v the
+        map's weights for those rows (``score_weights``: w, or a Nystroem map's P w)."""
         out = np.empty(F.shape[0])
         from streamrank._native import qprod
-        qprod.rows_dot(F, self.w, out)
+        qprod.rows_dot(F, self.w if self.fmap is None else self.fmap.score_weights(self.w), out)
         return out
 
     def _features(self, X, query_ptr, row0):
         Xn = self.normalizer.transform(X, query_ptr)
-        if self.fmap is not None:  # the same float32 features as in training, products in float64
-            Xn = self.fmap.transform(Xn, dtype=np.float32, row0=row0)
+        if self.fmap is not None:  # the rows the map's scores multiply (``score_rows``)
+            Xn = self.fmap.score_rows(Xn, row0=row0)
         return Xn
 
     def mapped_rows(self, X, query_ptr=None, row0=0, extra="error"):
-        """The rows of X as the weights see them (normalised and mapped, float32 for a map), for
-        scoring the same rows with many weights (:meth:`dot_features` gives the bits of
-        :meth:`decision_function`); only for models with a feature map that maps rows on its own
-        (not the exact kernel's)."""
-        if self.fmap is None or hasattr(self.fmap, "scores") or self.input_features is not None:
+        """The rows of X as the scores' products read them (normalised and mapped: float32 phi, or
+        a Nystroem map's float64 K(x, L)), for scoring the same rows with many weights
+        (:meth:`dot_features` gives the bits of :meth:`decision_function`); only for models with a
+        feature map that maps rows on its own (not the exact kernel's or CLSRRank's, whose
+        rows are as wide as their support)."""
+        if self.fmap is None or self.fmap.scores_in_chunks or self.input_features is not None:
             raise ValueError("mapped_rows is for models with a row feature map and no input subset")
         return self._features(self._pad(X, extra=extra), query_ptr, row0)
 
@@ -222,7 +224,7 @@ class LinearModel:
             extra = self.fmap.work_bytes()  # one transform's tiles (or the exact map's chunk of kernel rows)
             if not hasattr(self.fmap, "scores"):
                 per_byte += self.w.size / max(ds.n_features, 1)  # the map's float32 columns per raw one
-            else:  # the chunk of kernel values chunked_scores holds (the exact map's, CLSRRank's basis map's)
+            elif self.fmap.scores_in_chunks:  # the chunk of kernel values chunked_scores holds (exact, CLSRRank)
                 import sys
                 extra += getattr(sys.modules[type(self.fmap).__module__], "SCORE_CHUNK_BYTES", 0)
         resident = settled_resident()

@@ -305,7 +305,8 @@ def plan_rows(ds, valid, settings, queries, *, components, cache_dir, map_cache,
     n_train = int(ds.query_ptr[q1] - ds.query_ptr[q0]) if queries is not None else ds.n_rows
     widest = max([ds.n_features] + ([] if method == "primal" else [settings["components"]]))
     # a kernel map's C path scores the validation rows mapped once per gamma, when they fit their share
-    valid_map_bytes = mapped_validation_bytes(valid, widest) if method != "primal" else 0
+    valid_map_bytes = (mapped_validation_bytes(valid, widest, 8 if method == "nystroem" else 4)
+                       if method != "primal" else 0)
     if valid_map_bytes > memplan.VALID_MAP_SHARE * budget:
         valid_map_bytes = 0
     fixed, block_bytes, resident = plan_blocks(budget, ds, n_train, (q0, q1) if queries is not None else None, method,

@@ -273,7 +273,7 @@ class _MappedScores(Pass):
 
 class MappedValidation:
     """The validation score of many weight vectors over one feature map (a C path): the validation
-    rows are mapped once (one pass; their float32 mapped rows, :func:`mapped_validation_bytes`, are
+    rows are mapped once (one pass; their mapped rows, :func:`mapped_validation_bytes`, are
     held by the executor with their blocks) and each score is then a product per block, the bits of
     :func:`validation_score`."""
 
@@ -294,9 +294,10 @@ class MappedValidation:
                             self.metric)
 
 
-def mapped_validation_bytes(valid, width):
-    """Bytes of a validation set's mapped rows (float32) for :class:`MappedValidation`."""
-    return 0 if valid is None else 4 * int(valid.n_rows) * int(width)
+def mapped_validation_bytes(valid, width, itemsize=4):
+    """Bytes of a validation set's mapped rows for :class:`MappedValidation`: ``width`` values of
+    ``itemsize`` bytes a row (float32 phi; a Nystroem map's float64 kernel rows, 8)."""
+    return 0 if valid is None else int(itemsize) * int(valid.n_rows) * int(width)
 
 
 def with_features(ds, valid, features):

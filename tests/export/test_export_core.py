@@ -130,8 +130,8 @@ def json_scores(doc, X, qid):
     else:
         rows = np.asarray(m[{"nystroem": "landmarks", "exact": "support", "basis": "basis"}[m["kind"]]])
         phi = kernel(m["kernel"], X, rows, m["gamma"], m.get("degree", 3), m.get("coef0", 1.0))
-        if m["kind"] == "nystroem":
-            phi = phi @ np.asarray(m["projection"])
+        if m["kind"] == "nystroem":  # version 2: scored without phi, K(x, landmarks) . landmark_weights
+            return phi @ np.asarray(m["landmark_weights"])
     if m.get("round_to_float32"):
         phi = phi.astype(np.float32).astype(np.float64)
     return phi @ np.asarray(doc["weights"])
@@ -142,7 +142,7 @@ def test_json_scored_from_its_documentation_equals_predict(models, data, key):
     X, _, q = data
     model = models[key]
     doc = json.loads(render(model, "json"))
-    assert doc["format"] == "streamrank-model-json" and doc["version"] == 1
+    assert doc["format"] == "streamrank-model-json" and doc["version"] == 2
     assert doc["n_features"] == X.shape[1] and doc["feature_names"] == [f"f{j}" for j in range(1, 6)]
     assert doc["source_sha256"] == model.content_digest()
     qp = np.r_[0, np.flatnonzero(np.diff(q)) + 1, len(q)]

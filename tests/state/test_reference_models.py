@@ -69,6 +69,28 @@ def test_stored_models_still_load_and_score_the_same(work, name):
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
 
 
+def test_stored_nystroem_model_scores_in_float64_within_float32_phi(work):
+    """A Nystroem model written before scoring moved onto the landmarks (its file is unchanged) is
+    scored K(x, L) . (P w) in float64: the dense float64 oracle's scores to 1e-12, and within the
+    float32 rounding of phi of the scores it used to give, float32(K P) . w."""
+    import h5py
+    train, _ = data(work)
+    model = streamrank.load(REF / "nystroem.h5")._model()
+    with h5py.File(train, "r") as f:
+        X = np.asarray(f["X"][()], np.float64)
+    fm = model.fmap
+    L, P = fm.landmarks_, fm.projection_
+    K = np.exp(-fm.gamma_ * ((X[:, None, :] - L[None, :, :]) ** 2).sum(-1))
+    oracle = (K @ P) @ model.w
+    got = model.decision_function(X.astype(np.float32))
+    np.testing.assert_allclose(got, oracle, rtol=1e-12, atol=1e-12 * np.abs(oracle).max())
+    phi32 = (K @ P).astype(np.float32)
+    before = phi32.astype(np.float64) @ model.w
+    bound = 2.0 ** -24 * (np.abs(K @ P) @ np.abs(model.w)) + 1e-12 * np.abs(oracle).max()
+    assert np.all(np.abs(before - got) <= bound)
+    assert np.abs(before - got).max() > 0  # the rounding the old scores carried
+
+
 if __name__ == "__main__":  # regenerate the stored files
     import shutil
     import tempfile
