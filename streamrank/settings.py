@@ -131,6 +131,11 @@ TABLE = dict([
     _s("map_cache", "--map-cache", "auto", MAPS, "choice",
        "mapped rows: in memory if they fit, else on disk under --cache-dir or recomputed each pass, chosen from "
        "measured rates; the model is the same either way", choices=("auto", "memory", "cache", "recompute")),
+    _s("map_rows", "--map-rows", "auto", ("nystroem",), "choice",
+       "what the passes keep of each row: features (phi in float32), kernel (K(x, L) in float32, the projection "
+       "applied to vectors: mapping costs about a fifth), or auto (kernel where its float32 rounding through the "
+       "projection stays within 1e-5 of the float64 oracle and every landmark is kept, else features)",
+       choices=("auto", "features", "kernel")),
     _s("solver", "--solver", "tron", RANKSVM, "choice",
        "tron (the same bits for any memory budget), newton_cholesky, newton_yuan (paper 001: Newton steps, Yuan's "
        "step length every third), or auto (tron or newton_cholesky from measured pass and Hessian costs, so it may "

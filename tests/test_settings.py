@@ -19,7 +19,7 @@ SAMPLES = {
     "convention": ("standard", ()),
     "kernel": ("laplacian", ()), "gamma": ("0.5", ()), "degree": ("2", ("--kernel", "poly")),
     "coef0": ("0.5", ("--kernel", "poly")), "components": ("20", ()), "rank": ("5", ()),
-    "map_cache": ("memory", ()), "solver": ("newton_yuan", ()), "precondition": ("off", ()),
+    "map_cache": ("memory", ()), "map_rows": ("features", ()), "solver": ("newton_yuan", ()), "precondition": ("off", ()),
     "features": ("1,2", ()), "loss": ("smooth_hinge", ()), "eta": ("0.5", ("--loss", "smooth_hinge")),
     "pair_cost": ("gain_difference", ()), "query_weight": ("log_ratio", ()), "tol": ("0.01", ()),
     "gap_tol": ("0.01", ()), "abs_gtol": ("1e-4", ("--solver", "newton_yuan")),

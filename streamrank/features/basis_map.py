@@ -152,8 +152,8 @@ def draw_basis(ds, m, seed, *, normalizer=None, queries=None, block_bytes=None, 
     stream = partitioned_stream(ds, executor, block_bytes=block_bytes, queries=queries)
     n = stream.n_rows
     row0 = int(ds.query_ptr[stream.bounds[0]])
-    carry, _ = executor_or_local(executor).run(_LandmarkDraw(int(m), seed, ds.n_features, normalizer, row0, n),
+    carry, _ = executor_or_local(executor).run(_LandmarkDraw([(int(m), seed)], ds.n_features, normalizer, row0, n),
                                                stream)
-    res, L = carry["res"], carry["L"]
+    (res,), (L,) = carry["res"], carry["L"]
     k = min(int(m), n)
     return np.ascontiguousarray(L[:k]), res.slot_row[:k] + row0

@@ -1,6 +1,11 @@
 """Blocks of mapped features Phi = map(normalize(X)) for the objective (paper 000).
 
-Three ways to have Phi for every pass, all giving the same float32 values:
+What is kept of a row (``rows``): ``features``, phi(x) in float32; or ``kernel``, K(x, L) in float32
+for a Nystroem map whose projection keeps every landmark (k = m), the objective applying P to its
+vectors (phi . w = K (P w), Phi^T u = P^T (K^T u)): the kernel alone costs about a fifth of the
+map, so the first pass costs about K(x, L) alone (:func:`choose_rows` decides).
+
+Three ways to have the rows for every pass, all giving the same float32 values:
 
 - ``memory``: Phi fits in the memory share of the budget: mapped once, kept;
 - ``cache``: mapped once and stored on disk in a :class:`~streamrank.cache.feature_cache.FeatureCache`
@@ -46,20 +51,52 @@ def _check_mapped(Phi, fmap, row0):
                            f"normalize=zscore")
 
 
+# Largest relative rounding error (Nystroem.kernel_rows_error) at which float32 kernel rows stand in
+# for float32 phi. TRON stops at ||g|| <= tol ||g0||, tol 1e-3 by default: a gradient 1e-5 off in
+# norm is two orders below what the stopping rule resolves, and the optimum's objective moves by
+# the loss's change at fixed w, which averages the rows' errors (measured: docs/methods.md).
+KERNEL_ROWS_TOL = 1e-5
+
+
+def choose_rows(fmap, force=None):
+    """("features" | "kernel", why): what a MappedSource keeps of each row for ``fmap``. Kernel
+    rows for a Nystroem map whose projection keeps every landmark (k = m; with fewer, K's rows are
+    wider than phi's) and whose float32 kernel rows are within KERNEL_ROWS_TOL of the float64
+    oracle; phi otherwise. ``force`` ("features" or "kernel") overrides where it can."""
+    if getattr(fmap, "kind", None) != "nystroem":
+        return "features", "the map's features"
+    m, k = int(fmap.landmarks_.shape[0]), int(fmap.n_components_)
+    if force == "features":
+        return "features", "phi rows (forced)"
+    if k < m:
+        return "features", f"phi rows: the projection keeps {k} of {m} landmarks, so kernel rows would be wider"
+    err = max(fmap.kernel_rows_error())
+    if force == "kernel":
+        return "kernel", f"kernel rows (forced; float32 rounding {err:.1e} relative)"
+    if err > KERNEL_ROWS_TOL:
+        return "features", (f"phi rows: float32 kernel rows would err by {err:.1e} relative through the "
+                            f"projection (more than {KERNEL_ROWS_TOL:g})")
+    return "kernel", f"kernel rows K(x, L), projection applied to vectors (float32 rounding {err:.1e} relative)"
+
+
 class MappedSource(BlockSource):
     """Iterate over SourceBlocks of mapped rows (BlockSource with a feature map)."""
 
     def __init__(self, dataset, fmap, normalizer, *, block_bytes, memory_bytes, queries=None, levels=None,
                  cache_dir=None, mode="auto", fingerprint=None, cache_size=None, partition_rows=None,
-                 buffer_pool=None):
+                 buffer_pool=None, rows="features"):
         self.spec = (MappedSource, dict(dataset=dataset, fmap=fmap, normalizer=normalizer, block_bytes=block_bytes,
                                         memory_bytes=memory_bytes, queries=queries, levels=levels,
                                         cache_dir=cache_dir, mode=mode, fingerprint=fingerprint or dataset.fingerprint,
-                                        cache_size=cache_size, partition_rows=partition_rows))
+                                        cache_size=cache_size, partition_rows=partition_rows, rows=rows))
         self.dataset = dataset
         self.fmap = fmap
         self.normalizer = normalizer
-        self.m = int(fmap.n_components_)
+        # what is kept of each row (module docstring): "features" phi, or "kernel" K(x, L) with the
+        # projection applied to vectors by the objective (RankObjective.projection)
+        self.rows = rows
+        self.projection = fmap.projection_ if rows == "kernel" else None
+        self.m = int(fmap.landmarks_.shape[0]) if rows == "kernel" else int(fmap.n_components_)
         q0, q1 = queries if queries is not None else (0, dataset.n_queries)
         self.n_rows = int(dataset.query_ptr[q1] - dataset.query_ptr[q0])
         need = self.n_rows * (4 * self.m + 4)
@@ -87,6 +124,8 @@ class MappedSource(BlockSource):
                    "normalize": self.normalizer.kind,
                    "normalize_arrays": array_digest(*[a for a in (self.normalizer.mean_, self.normalizer.scale_)
                                                       if a is not None])}
+            if rows == "kernel":
+                key["rows"] = "kernel"
             self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32, size_cap=cache_size)
         self._pool = buffer_pool
         # a pooled buffer is taken afresh each pass (_items): the pool may have grown for another partition
@@ -103,7 +142,11 @@ class MappedSource(BlockSource):
     def _map(self, block, out):
         t = time.perf_counter()
         Xn = self.normalizer.transform(block.X, block.query_ptr)
-        Phi = self.fmap.transform(Xn, dtype=np.float32, out=out, row0=block.start)  # tiles by dataset row
+        if self.rows == "kernel":
+            out = np.empty((Xn.shape[0], self.m), np.float32) if out is None else out
+            Phi = self.fmap.kernel_rows(Xn, row0=block.start, out=out)  # tiles by dataset row
+        else:
+            Phi = self.fmap.transform(Xn, dtype=np.float32, out=out, row0=block.start)  # tiles by dataset row
         _check_mapped(Phi, self.fmap, block.start)
         self._map_seconds += time.perf_counter() - t
         self._map_rows += block.X.shape[0]

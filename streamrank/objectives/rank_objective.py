@@ -190,6 +190,9 @@ class RankObjective:
 
     def __init__(self, source, n_features, *, C, cost, mu, keep_scores=True, executor=None, sketch=None):
         self.source = source
+        # rows that are K(x, L) with phi = K P (a MappedSource's kernel rows): the passes take
+        # P w and give K^T u, which the objective turns into P^T K^T u (None: the rows are phi)
+        self.projection = getattr(source, "projection", None)
         # wide maps' preconditioner: a SharedSketch (one per map, for every C of a path)
         self.sketch = sketch
         self.executor = executor_or_local(executor)
@@ -214,6 +217,36 @@ class RankObjective:
         c = self.cost
         return c.lam, c.g, c.c0, c.lam_r, c.g_r, c.mode, c.eta
 
+    def _to_rows(self, v):
+        """The vector the rows multiply for phi . v: v, or P v for kernel rows (each entry summed
+        in ``qprod.rows_dot``'s fixed order)."""
+        if self.projection is None:
+            return v
+        from streamrank._native import qprod
+        out = np.empty(self.projection.shape[0])
+        qprod.rows_dot(self.projection, v, out)
+        return out
+
+    def _from_rows(self, u):
+        """Phi^T of a pass's sum of rows^T: u itself, or P^T u for kernel rows (``qprod.add_cols``:
+        each entry sums in row order, whatever the threads)."""
+        if self.projection is None:
+            return u
+        from streamrank._native import qprod
+        out = np.zeros(self.projection.shape[1])
+        qprod.add_cols(self.projection, np.ascontiguousarray(u, np.float64), out)
+        return out
+
+    def _from_rows_2(self, M):
+        """P^T M P for kernel rows (a pass's rows^T L rows), M itself for phi rows; on one BLAS
+        thread, so the bits do not depend on the thread count."""
+        if self.projection is None:
+            return M
+        from streamrank._native.blas import one_thread
+        P = self.projection
+        with one_thread():
+            return P.T @ (M @ P)
+
     def fun(self, w):
         w = np.ascontiguousarray(w, np.float64)
         # one set of active sets alive, as the memory plan counts: the last trial's and the
@@ -223,7 +256,7 @@ class RankObjective:
         self._trial = None
         self._states = None
         carry, kept = self._loss_grad(w, prev)
-        loss, acc = carry["loss"], carry["acc"]
+        loss, acc = carry["loss"], self._from_rows(carry["acc"])
         f = 0.5 * float(w @ w) + self.C * loss
         self._trial = (w.copy(), f, w + self.C * acc, kept, loss)
         return f
@@ -264,16 +297,16 @@ class RankObjective:
 
     def _loss_grad(self, w, prev):
         """One fun + grad pass at w, reusing ``prev`` (:meth:`_reusable`) when given."""
-        p = _LossGrad(w, self.n_features, self._cost_args(), self.mu, self.keep_scores)
+        p = _LossGrad(self._to_rows(w), self.n_features, self._cost_args(), self.mu, self.keep_scores)
         if prev is None:
             return self.executor.run(p, self.source)
         return self.executor.run(p, self.source, kept=(prev,))
 
     def hessp(self, s):
         s = np.ascontiguousarray(s, np.float64)
-        acc, _ = self.executor.run(_HessProd(s, self.n_features, self._cost_args(), self.mu), self.source,
-                                   kept=(self._accepted_states(),))
-        return s + self.C * acc
+        acc, _ = self.executor.run(_HessProd(self._to_rows(s), self.n_features, self._cost_args(), self.mu),
+                                   self.source, kept=(self._accepted_states(),))
+        return s + self.C * self._from_rows(acc)
 
     # -- Newton-Cholesky support: the dense Hessian and a line search on scores in memory ----------
     def hessian(self, max_rows=None):
@@ -293,7 +326,7 @@ class RankObjective:
         with one_thread() if self.n_features <= AUTO_WIDTH else nullcontext():
             carry, _ = self.executor.run(_Hessian(self.n_features, self.cost, self.mu, max_rows), self.source,
                                          kept=(self._accepted_states(),))
-        H = carry["H"]
+        H = self._from_rows_2(carry["H"])
         self.hessian_rows = carry["rows"]
         H *= self.C
         H[np.diag_indices_from(H)] += 1.0
@@ -320,7 +353,7 @@ class RankObjective:
             if self.sketch is None:
                 from streamrank.objectives.sketch_precond import SharedSketch
                 self.sketch = SharedSketch(seed=0)
-            return self.sketch.get(self).preconditioner(self.C)
+            return self.sketch.get(self).preconditioner(self.C)  # (the sketch applies P itself)
         with one_thread():
             return self._build_preconditioner(sample_rows)
 
@@ -337,7 +370,7 @@ class RankObjective:
         n_s = int(qptr[q_first + int(groups[-1])]) - base
         carry, _ = self.executor.run(_PreconditionerSample(m, self.cost, self.mu, q_first, groups, qptr),
                                      self.source, kept=(self._accepted_states(),))
-        M = carry["M"]
+        M = self._from_rows_2(carry["M"])
         M *= self.C * (self.source.n_rows / n_s)
         M[np.diag_indices_from(M)] += 1.0
         return pc.DensePreconditioner(M)
@@ -345,7 +378,7 @@ class RankObjective:
     def prepare_line(self, w, s):
         """One pass: u = Phi s per block, kept with the accepted scores for :meth:`line`."""
         s = np.ascontiguousarray(s, np.float64)
-        _, us = self.executor.run(_Scores(s, keep=True), self.source)
+        _, us = self.executor.run(_Scores(self._to_rows(s), keep=True), self.source)
         self._line = (np.array(w, np.float64), s, us)
 
     def line(self, t):
@@ -361,7 +394,7 @@ class RankObjective:
 
     def scores(self, w):
         """z = Phi w for every row of the source, in its row order (one pass)."""
-        _, out = self.executor.run(_Scores(np.ascontiguousarray(w, np.float64)), self.source)
+        _, out = self.executor.run(_Scores(self._to_rows(np.ascontiguousarray(w, np.float64))), self.source)
         return np.concatenate(out) if out else np.zeros(0)
 
 

@@ -139,18 +139,25 @@ def nystrom(Y, Omega):
         return U, np.maximum(0.0, s * s - nu)
 
 
-def sketch_hessian(source, m, cost, mu, executor, *, seed):
-    """The :class:`HessianSketch` of G(0) = Phi^T L(0) Phi over ``source`` (one pass)."""
+def sketch_hessian(source, m, cost, mu, executor, *, seed, projection=None):
+    """The :class:`HessianSketch` of G(0) = Phi^T L(0) Phi over ``source`` (one pass). With
+    ``projection`` P the source's rows are K with Phi = K P: the pass sketches K^T L K with P Omega
+    and Y = P^T (K^T L K P Omega), the same G Omega."""
     t = time.perf_counter()
     k = rank_for(m)
     with one_thread():
         rng = np.random.default_rng([int(seed), SEED_STREAM])
         Omega = np.linalg.qr(rng.standard_normal((m, k)))[0]
+        Omega_rows = Omega if projection is None else np.ascontiguousarray(projection @ Omega)
     qptr = source.dataset.query_ptr
     parts = np.asarray(source.stream.partitions, np.int64)
     gid, last, n_s = _groups(qptr, parts, source.n_rows, group_rows(m))
-    carry, _ = executor.run(_SketchPass(Omega, pk.pair_cost(cost, eta=0.0), mu, gid, last, int(parts[0])), source)
+    carry, _ = executor.run(_SketchPass(Omega_rows, pk.pair_cost(cost, eta=0.0), mu, gid, last, int(parts[0])),
+                            source)
     Y = carry["Y"]
+    if projection is not None:
+        with one_thread():
+            Y = projection.T @ Y
     if n_s:
         Y *= source.n_rows / n_s
     U, lam = nystrom(Y, Omega)
@@ -238,5 +245,6 @@ class SharedSketch:
 
     def get(self, obj):
         if self.value is None:
-            self.value = sketch_hessian(obj.source, obj.n_features, obj.cost, obj.mu, obj.executor, seed=self.seed)
+            self.value = sketch_hessian(obj.source, obj.n_features, obj.cost, obj.mu, obj.executor, seed=self.seed,
+                                        projection=obj.projection)
         return self.value

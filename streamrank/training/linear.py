@@ -189,6 +189,7 @@ def _budget_error(budget, need, parts, *, method, components, map_bytes, fit_pea
 
 METHODS = ("primal", "nystroem", "rff")
 MAP_CACHE_MODES = ("auto", "memory", "cache", "recompute")
+MAP_ROWS_MODES = ("auto", "features", "kernel")
 PRECONDITION_MODES = ("auto", "on", "off")
 
 
@@ -197,7 +198,8 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
                  checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None, solver="tron",
                  method="primal", kernel="rbf", gamma=None, degree=3, coef0=1.0, components=1000, rank=None,
                  cache_dir=None, map_cache="auto", cache_size=None, precondition="auto", executor=None,
-                 loss="squared_hinge", eta=None, abs_gtol=None, abs_dtol=None, features=None, convention="letor4"):
+                 map_rows="auto", loss="squared_hinge", eta=None, abs_gtol=None, abs_dtol=None, features=None,
+                 convention="letor4"):
     """Train a RankSVM on an open dataset; return (LinearModel, summary dict).
 
     ``loss``: ``squared_hinge`` (paper 004 eq. 3.13) or ``smooth_hinge`` (paper 001's cs-sRSVM,
@@ -216,6 +218,9 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     ``queries``: train on the contiguous query range [q0, q1) only (tests, subsets).
     ``map_cache``: keep mapped rows in memory, on disk under ``cache_dir``, or recompute them each
     pass (``auto`` decides from the budget and measured rates; the values are the same).
+    ``map_rows``: what a Nystroem run's passes keep of each row, ``features`` (phi) or ``kernel``
+    (K(x, L), the projection applied to vectors); ``auto``:
+    :func:`~streamrank.objectives.mapped_source.choose_rows`.
     ``cache_size``: cap on the bytes of all feature caches in ``cache_dir`` (least recently used
     blocks are evicted; None: no cap).
     ``precondition``: TRON's CG with a preconditioner (``auto``, the same as ``on``) or without
@@ -232,6 +237,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
     ds, valid, feature_cols, input_width = with_features(ds, valid, features)
     settings, refine = linear_settings(
         valid, executor, C=C, method=method, solver=solver, precondition=precondition, map_cache=map_cache,
+        map_rows=map_rows,
         kernel=kernel, gamma=gamma, degree=degree, coef0=coef0, components=components, rank=rank,
         memory_budget=memory_budget, normalize=normalize, tol=tol, max_iter=max_iter, gap_tol=gap_tol,
         block_bytes=block_bytes, pair_cost=pair_cost, query_weight=query_weight, select_metric=select_metric,
@@ -252,7 +258,7 @@ def train_linear(ds, *, valid=None, C=(1.0,), normalize="none", tol=1e-3, max_it
 
 
 def linear_settings(valid, executor, *, C, method, solver, precondition, map_cache, kernel, gamma, degree, coef0,
-                    components, rank, memory_budget, **common):
+                    components, rank, memory_budget, map_rows="auto", **common):
     """(the checked settings of a linear or mapped run, read-only: the config its model records;
     the two-stage rule's refine function or None). ``common``: :func:`~streamrank.training.problem.base_config`'s."""
     Cs, refine = c_path(C)
@@ -263,6 +269,9 @@ def linear_settings(valid, executor, *, C, method, solver, precondition, map_cac
                              f"Use precondition=auto")
     if map_cache not in MAP_CACHE_MODES:
         raise ParameterError(f"map_cache must be one of {', '.join(MAP_CACHE_MODES)}; got {map_cache!r}")
+    if map_rows not in MAP_ROWS_MODES:
+        raise ParameterError(f"map_rows must be one of {', '.join(MAP_ROWS_MODES)}; got {map_rows!r}. Use "
+                             f"map_rows=auto")
     gammas = gamma_path(gamma) if method != "primal" else [None]
     if method == "primal":  # unused, but out of their ranges they are still refused
         if gamma is not None:
@@ -278,6 +287,8 @@ def linear_settings(valid, executor, *, C, method, solver, precondition, map_cac
         cfg.update({"kernel": kernel, "gamma_path": gammas, "degree": params.check("degree", degree),
                     "coef0": params.check("coef0", coef0), "components": params.check("components", components),
                     "rank": None if rank is None else params.check("rank", rank)})
+        if map_rows != "auto":  # recorded when forced (configs and checkpoints from before match)
+            cfg["map_rows"] = map_rows
     check_config(cfg)
     return frozen(cfg), refine
 
@@ -432,9 +443,12 @@ class LinearPath(Method):
                   partition_rows=p.executor.partition_rows)
         if fm is None:
             return BlockSource(p.ds, p.normalizer, **kw)
-        from streamrank.objectives.mapped_source import MappedSource
+        from streamrank.objectives.mapped_source import MappedSource, choose_rows
+        rows, why = choose_rows(fm, force=None if self.settings.get("map_rows", "auto") == "auto"
+                                else self.settings["map_rows"])
+        log.info("mapped rows: %s", why)
         return MappedSource(p.ds, fm, p.normalizer, cache_dir=r.cache_dir, mode=r.map_cache, cache_size=r.cache_size,
-                            **kw)
+                            rows=rows, **kw)
 
     def close(self, source):
         self.read_seconds += source.read_seconds
@@ -503,6 +517,7 @@ def linear_model(problem, settings, res, path, t_start):
     if method != "primal":
         summary["components"] = int(fmap.n_components_)
         summary["map_storage"] = source.mode if gi == path.last_gi else None
+        summary["map_rows"] = source.rows if gi == path.last_gi else None
     model = LinearModel(res.w, problem.normalizer, n_features=problem.ds.n_features, fmap=fmap,
                         config={**settings, **res.decided}, training=summary, fingerprint=problem.ds.fingerprint,
                         levels=problem.levels)

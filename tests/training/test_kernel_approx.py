@@ -23,12 +23,14 @@ def parts(tmp_path_factory):
     return out
 
 
-@pytest.mark.parametrize("method", ["nystroem", "rff"])
-def test_memory_cache_and_recompute_give_the_same_model(parts, tmp_path, method):
+@pytest.mark.parametrize("method,rows", [("nystroem", "features"), ("nystroem", "kernel"), ("rff", None)])
+def test_memory_cache_and_recompute_give_the_same_model(parts, tmp_path, method, rows):
     ds = parts["train"]
     common = dict(C=0.5, tol=1e-6, method=method, gamma=0.05, components=64, seed=3)
+    if rows is not None:
+        common["map_rows"] = rows
     mem, s_mem = train_linear(ds, **common)
-    assert s_mem["map_storage"] == "memory"
+    assert s_mem["map_storage"] == "memory" and s_mem["map_rows"] == (rows or "features")
     # a budget far below the mapped rows: streamed, mapped again every pass or read from disk
     rec, s_rec = train_linear(ds, memory_budget="512KB", map_cache="recompute", **common)
     disk, s_disk = train_linear(ds, memory_budget="512KB", map_cache="cache", cache_dir=tmp_path, **common)
@@ -80,20 +82,55 @@ def test_auto_decides_after_the_first_block(parts, tmp_path, monkeypatch, measur
     assert np.array_equal(again.w, model.w)
 
 
-@pytest.mark.parametrize("method,kernel", [("nystroem", "rbf"), ("nystroem", "poly"), ("rff", "laplacian")])
-def test_saved_model_predicts_identically_and_matches_the_mapped_oracle(parts, tmp_path, method, kernel):
+@pytest.mark.parametrize("method,kernel,rows", [("nystroem", "rbf", "kernel"), ("nystroem", "rbf", "features"),
+                                                ("nystroem", "poly", "auto"), ("rff", "laplacian", "auto")])
+def test_saved_model_predicts_identically_and_matches_the_mapped_oracle(parts, tmp_path, method, kernel, rows):
     ds = parts["train"]
     model, s = train_linear(ds, C=1.0, tol=1e-9, method=method, kernel=kernel, gamma=0.05, components=40,
-                            normalize="zscore")
+                            normalize="zscore", map_rows=rows)
     model.save(tmp_path / "m.h5")
     back = streamrank.load(tmp_path / "m.h5")
     X, y = ds.read(0, ds.n_rows)
     assert np.array_equal(back.predict(X, ds.row_query_ids()), model.decision_function(X))
     assert back.model_.method == method and back.coef_.shape == (model.fmap.n_components_,)
-    # the objective is the linear RankSVM's on the mapped rows (float32 features, as trained)
-    Phi = model.fmap.transform(model.normalizer.transform(X), dtype=np.float32).astype(np.float64)
+    # the objective is the linear RankSVM's on the mapped rows as trained: float32 features, or
+    # float32 kernel rows times the projection
+    Xn = model.normalizer.transform(X)
+    if s["map_rows"] == "kernel":
+        Phi = model.fmap.kernel_rows(Xn).astype(np.float32).astype(np.float64) @ model.fmap.projection_
+    else:
+        Phi = model.fmap.transform(Xn, dtype=np.float32).astype(np.float64)
     dense = DenseRankSVM(Phi, y, ds.query_ptr, 1.0)
     assert s["objective"] == pytest.approx(dense.fun(dense.solve()), rel=1e-8)
+    # and the other rows' optimum is the same model to the rows' rounding
+    other = model.fmap.transform(Xn, dtype=np.float32).astype(np.float64) if s["map_rows"] == "kernel" else None
+    if other is not None:
+        d2 = DenseRankSVM(other, y, ds.query_ptr, 1.0)
+        assert s["objective"] == pytest.approx(d2.fun(d2.solve()), rel=1e-6)
+
+
+def test_kernel_rows_are_chosen_by_width_and_precision(parts, monkeypatch):
+    """Kernel rows where every landmark is kept and their float32 rounding through P is within
+    KERNEL_ROWS_TOL (measured against the float64 oracle on rows drawn beside the landmarks);
+    phi rows otherwise, and for a rank cap; the error is what a float64 recomputation gives."""
+    import streamrank.objectives.mapped_source as ms
+    from streamrank.features.maps import Nystroem
+    fm = Nystroem("rbf", 0.05, n_components=40, seed=1).fit(parts["train"])
+    K = np.exp(-0.05 * ((fm.check_rows_[:, None, :] - fm.landmarks_[None]) ** 2).sum(-1))
+    rng = np.random.default_rng([0, 0x4B52])
+    w, v = rng.standard_normal(fm.n_components_), rng.standard_normal(K.shape[0])
+    K32 = K.astype(np.float32).astype(np.float64)
+    P = fm.projection_
+    want = np.linalg.norm(K32 @ (P @ w) - K @ (P @ w)) / np.linalg.norm(K @ (P @ w))
+    got = fm.kernel_rows_error()
+    assert got[0] == pytest.approx(want, rel=1e-3) and 0 < got[0] < 1e-3
+    assert ms.choose_rows(fm)[0] == ("kernel" if max(got) <= ms.KERNEL_ROWS_TOL else "features")
+    monkeypatch.setattr(ms, "KERNEL_ROWS_TOL", max(got) / 2)
+    assert ms.choose_rows(fm)[0] == "features" and ms.choose_rows(fm, "kernel")[0] == "kernel"
+    monkeypatch.setattr(ms, "KERNEL_ROWS_TOL", max(got) * 2)
+    assert ms.choose_rows(fm)[0] == "kernel" and ms.choose_rows(fm, "features")[0] == "features"
+    capped = Nystroem("rbf", 0.05, n_components=40, rank=20, seed=1).fit(parts["train"])
+    assert ms.choose_rows(capped)[0] == "features" and ms.choose_rows(capped, "kernel")[0] == "features"
 
 
 def test_newton_cholesky_and_tron_agree_on_nystroem(parts):
