@@ -20,12 +20,14 @@ checksum fails is discarded and the cache rebuilt from nothing (its block files 
 trusted.
 
 Blocks
-    One file per block, written to a temporary name, fsynced, renamed, then listed in the
-    manifest (rewritten atomically). A block is complete exactly when the manifest lists it; files
-    the manifest does not list (a crash between the rename and the manifest write) are deleted when
-    the cache is opened. Reads are explicit (``readinto`` a caller-provided or fresh array), never
-    ``np.memmap``: pages of a mapped file count in RSS, and HDF5 would hold a global lock. A cache
-    with some blocks missing is usable for the blocks it has.
+    One file per block, written to a temporary name, renamed, then listed in the manifest
+    (rewritten atomically, fsynced). Block files are not fsynced: a crash can leave a listed
+    block empty or partial, and its CRC, checked on its first read in every process, finds it.
+    A block is complete exactly when the manifest lists it; files the manifest does not list (a
+    crash between the rename and the manifest write) are deleted when the cache is opened. Reads
+    are explicit (``readinto`` a caller-provided or fresh array), never ``np.memmap``: pages of a
+    mapped file count in RSS, and HDF5 would hold a global lock. A cache with some blocks missing
+    is usable for the blocks it has.
 
 Checksums
     CRC-32 (``zlib.crc32``, stdlib) of each block's bytes, checked on every read from disk. It
@@ -37,7 +39,9 @@ Checksums
     ``verify="once"`` checks a block's CRC on its first read in this process only and afterwards
     trusts the file while its inode, size and mtime are unchanged (every rewrite here is a rename,
     i.e. a new inode; an in-place edit changes the mtime); bit rot under an unchanged mtime would
-    then go unseen, so the default is ``"always"``.
+    then go unseen, so the default is ``"always"``. Training's passes
+    (:class:`~streamrank.objectives.mapped_source.MappedSource`) use ``"once"``, as the kernel
+    cache does: a pass re-reads every block, and a CRC on every read cost about 40% of the pass.
 
 In-memory tier
     Up to ``memory_bytes`` of blocks are kept in memory once read or put. Admission is first come,
@@ -193,9 +197,10 @@ def _free_bytes(path):
     return shutil.disk_usage(path).free
 
 
-def _write_file(path, data):
-    """Write ``data`` to a temporary name beside ``path``, fsync, rename; no temporary file survives."""
-    with written(path) as tmp, open(tmp, "wb", buffering=0) as f:
+def _write_file(path, data, durable=True):
+    """Write ``data`` to a temporary name beside ``path``, fsync (``durable``), rename; no temporary
+    file survives."""
+    with written(path, durable=durable) as tmp, open(tmp, "wb", buffering=0) as f:
         _write_all(f, data)
         faultpoint("cache-write")
 
@@ -430,7 +435,10 @@ class FeatureCache:
                 raise self._disk_full(a.nbytes, f"{format_size(free)} free")
             listed = False
             try:
-                _write_file(path, _bytes_view(a))
+                # a block is not fsynced: its CRC is checked on its first read in every process, so
+                # a block a crash left partial is found and mapped again, while the fsyncs held the
+                # first pass to the disk's write rate (half its time at 300k rows, m = 2,000)
+                _write_file(path, _bytes_view(a), durable=False)
                 entry = {"file": block_name(k), "rows": shape[0], "bytes": a.nbytes, "crc32": crc}
                 with self._state:
                     self._blocks[k] = entry

@@ -372,22 +372,27 @@ def keep_mode(tmp, path):
             pass
 
 
-def atomic_replace(tmp, path):
+def atomic_replace(tmp, path, *, durable=True):
     """fsync ``tmp`` then rename it over ``path`` (keeping ``path``'s mode, :func:`keep_mode`) and
     fsync the directory; a ``path`` that is, or links to, an input of this process is refused
-    (``tmp`` is left to its writer's cleanup)."""
+    (``tmp`` is left to its writer's cleanup). ``durable=False``: the rename without the fsyncs,
+    for files whose readers check a checksum before trusting them (a crash may leave such a file
+    empty or partial under its name, never a reader that takes it as whole)."""
     check_not_input(path)
     keep_mode(tmp, path)
-    fsync_file(tmp)
+    if durable:
+        fsync_file(tmp)
     os.replace(tmp, path)
-    fsync_dir(os.path.dirname(os.path.abspath(path)))
+    if durable:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 @contextmanager
-def written(path, *, special_ok=False):
+def written(path, *, special_ok=False, durable=True):
     """``with written(path) as tmp:`` write ``tmp``; on leaving the block it replaces ``path``
-    (:func:`atomic_replace`), or is deleted if the block raised. A special file (``/dev/stdout``)
-    is written in place when ``special_ok`` (``tmp`` is ``path`` itself), refused otherwise."""
+    (:func:`atomic_replace`, ``durable`` as there), or is deleted if the block raised. A special
+    file (``/dev/stdout``) is written in place when ``special_ok`` (``tmp`` is ``path`` itself),
+    refused otherwise."""
     if _is_url(path):
         check_not_input(path)
         with _uploaded(str(path)) as tmp:
@@ -404,7 +409,7 @@ def written(path, *, special_ok=False):
     tmp = temp_name(path)
     try:
         yield tmp
-        atomic_replace(tmp, path)
+        atomic_replace(tmp, path, durable=durable)
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -195,3 +195,31 @@ def test_validation_rows_mapped_once_score_the_same_bits(tmp_path_factory, monke
     assert [[r[5] for r in c["trace"]] for c in s1["candidates"]] == [[r[5] for r in c["trace"]] for c in s2["candidates"]]
     np.testing.assert_array_equal(cached.w, plain.w)
     assert (s1["C"], s1["gamma"]) == (s2["C"], s2["gamma"])
+
+
+def test_first_pass_stores_blocks_in_the_background_and_raises_what_a_store_raised(parts, tmp_path, monkeypatch):
+    """The first pass stores block k by a thread while block k + 1 is mapped: every block is on
+    disk when the pass ends (the next run maps only block 0), and a store that fails (a full
+    disk) ends the training with its error rather than a cache that silently lacks the block."""
+    from streamrank.cache.feature_cache import CacheDiskFull, FeatureCache
+
+    ds = parts["train"]
+    common = dict(C=0.5, tol=1e-6, method="nystroem", gamma=0.05, components=64, seed=3, memory_budget="512KB",
+                  block_bytes=20_000, cache_dir=tmp_path / "ok", map_cache="cache")
+    model, s = train_linear(ds, **common)
+    (cache,) = [p for p in (tmp_path / "ok").iterdir() if p.name.startswith("features-")]
+    manifest = json.loads((cache / "manifest.json").read_text())
+    assert manifest["complete"] and len(manifest["blocks"]) > 3
+    ref, _ = train_linear(ds, **{**common, "memory_budget": "2GB", "block_bytes": None})
+    assert np.array_equal(model.w, ref.w)
+    put = FeatureCache.put
+
+    def failing_put(self, k, array, take=False):
+        if k == 3:
+            raise CacheDiskFull("no space left for block 3")
+        return put(self, k, array, take)
+    monkeypatch.setattr(FeatureCache, "put", failing_put)
+    with pytest.raises(CacheDiskFull, match="block 3"):
+        train_linear(ds, **{**common, "cache_dir": tmp_path / "full"})
+    import threading
+    assert not [t for t in threading.enumerate() if t.name.startswith("streamrank-cache-write")]
