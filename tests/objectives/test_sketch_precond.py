@@ -97,7 +97,7 @@ def test_the_sketch_is_the_explicit_pairs_hessian_at_zero(tmp_path):
     # the dense oracle's Hessian at w = 0 over the explicit pairs: I + C G(0)
     dense = DenseRankSVM(X.astype(np.float64), y, ds.query_ptr, 1.0, lam=lam)
     G0 = dense.hess(np.zeros(ds.n_features)) - np.eye(ds.n_features)
-    Om = omega(ds.n_features, sp.rank_for(ds.n_features), 5)
+    Om = omega(ds.n_features, sp.rank_for(ds.n_features, ds.n_rows), 5)
     U, lam_ref = sp.nystrom(G0 @ Om, Om)
     ref = U @ np.diag(lam_ref) @ U.T
     np.testing.assert_allclose(sk.U @ np.diag(sk.lam) @ sk.U.T, ref, rtol=0, atol=1e-9 * np.abs(ref).max())
@@ -146,7 +146,7 @@ def test_a_sample_of_queries_is_scaled_to_all_rows(tmp_path, monkeypatch):
         G += d.hess(np.zeros(ds.n_features)) - np.eye(ds.n_features)
     n_s = int(np.diff(qp)[sampled].sum())
     G *= ds.n_rows / n_s
-    Om = omega(ds.n_features, sp.rank_for(ds.n_features), 0)
+    Om = omega(ds.n_features, sp.rank_for(ds.n_features, ds.n_rows), 0)
     U, lam = sp.nystrom(G @ Om, Om)
     ref = U @ np.diag(lam) @ U.T
     np.testing.assert_allclose(sk.U @ np.diag(sk.lam) @ sk.U.T, ref, atol=1e-9 * np.abs(ref).max())
