@@ -132,6 +132,7 @@ class KernelObjective(RankObjective):
 
     def __init__(self, qcache, rank, *, C, cost, mu, sub_bytes=SUB_BYTES, jitter=None, executor=None):
         super().__init__(qcache, qcache.l, C=C, cost=cost, mu=mu, executor=executor)
+        self._trial_t = self._gpre = None  # beta + C dz of the last trial and of the accepted point
         self.rank = np.ascontiguousarray(rank, np.int32)
         self.query_ptr = qcache.query_ptr
         self.sub_rows = max(1, int(sub_bytes) // (4 * max(qcache.l, 1)))
@@ -175,6 +176,7 @@ class KernelObjective(RankObjective):
         loss = la.sum_in_order(0.0, loss_q)
         f = 0.5 * la.sum_in_order(0.0, beta * z) + self.C * loss  # beta^T Q' beta = beta . z
         self._trial = (beta.copy(), f, acc, st, loss, z)
+        self._trial_t = t
         return f
 
     def grad(self, beta):
@@ -182,9 +184,18 @@ class KernelObjective(RankObjective):
         if not np.array_equal(tw, beta):
             raise RuntimeError("grad(beta) must follow fun(beta) at the same point (solver contract)")
         self._states, self._z, self.loss = st, z, loss
+        self._gpre = self._trial_t  # Q'^-1 g = beta + C dz at the accepted point (fun)
         return g.copy()
 
     def hessp(self, v):
+        return self.hessp_t(v)[0]
+
+    def kernel_metric(self):
+        """Q'^-1 g at the accepted point (g = Q' (beta + C dz)): TRON's CG in the RKHS norm (tron._trkcg)."""
+        return self._gpre
+
+    def hessp_t(self, v):
+        """(H v = Q' t, t = v + C L Q' v): the CG of M = Q' keeps Q'^-1 H v = t."""
         v = np.ascontiguousarray(v, np.float64)
         per_block = [tuple(x[a:b] for x in self._states) for a, b, _, _, _ in self._meta]
         acc, ts = self._run(_KernelHessProd(v, self), kept=(per_block,))
@@ -193,7 +204,7 @@ class KernelObjective(RankObjective):
         acc += self.delta * t
         if self.shift:  # Q' t's rank-one part (fun's comment)
             acc += self.shift * la.sum_in_order(0.0, t)
-        return acc
+        return acc, t
 
     def scores(self, beta=None):
         """z = Q beta at the accepted point (kept from its pass)."""
@@ -293,6 +304,7 @@ class LinearKernelObjective(RankObjective):
     def __init__(self, Xn, rank, query_ptr, *, C, cost, mu):
         self.Xn = np.ascontiguousarray(Xn, np.float64)
         super().__init__(_Counter(), self.Xn.shape[0], C=C, cost=cost, mu=mu)
+        self._trial_t = self._gpre = None  # (KernelObjective.grad's)
         self.rank = np.ascontiguousarray(rank, np.int32)
         self.query_ptr = np.ascontiguousarray(query_ptr, np.int64)
         self._precond = None

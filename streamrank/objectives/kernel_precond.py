@@ -105,7 +105,7 @@ def kernel_diagonal(Xn, kernel, gamma, degree=3, coef0=1.0):
 RPC_IDLE_ROUNDS = 100
 
 
-def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_BLOCK):
+def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_BLOCK, trace_tol=0.0):
     """(pivots S, F) with Q ~ F F^T = K(X, X_S) K(X_S, X_S)^-1 K(X_S, X): k pivots chosen by
     randomly pivoted Cholesky (Chen, Epperly, Tropp, Webber 2023), block-accelerated with rejection
     sampling (Epperly, Tropp, Webber 2024, "Embrace rejection", Alg. 2).
@@ -119,6 +119,8 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
     accepted pivots have the sequential algorithm's distribution, and their columns cost one
     l x j x b product per block instead of one l x j pass per pivot. Pivots whose residual is
     below :data:`RPC_FLOOR` of the largest diagonal (rounding, duplicates) are rejected.
+    ``trace_tol``: stop (after a whole block) once the residual's trace is at most this fraction
+    of Q's: the rest of Q is too small to matter to the preconditioner (0: k pivots).
     """
     Xn = np.asarray(Xn, np.float64)
     l = Xn.shape[0]
@@ -129,10 +131,11 @@ def rpcholesky(Xn, k, *, kernel, gamma, degree=3, coef0=1.0, seed=0, block=RPC_B
     F = np.zeros((l, k))
     S = []
     idle = 0  # rounds in a row that accepted no pivot
+    trace0 = float(d.sum())
     while len(S) < k and idle < RPC_IDLE_ROUNDS:
         d[d <= floor] = 0.0  # explained: never drawn again
         total = d.sum()
-        if total <= 0.0:
+        if total <= 0.0 or total <= trace_tol * trace0:
             break
         cand = rng.choice(l, size=block, p=d / total)
         j = len(S)
@@ -385,3 +388,114 @@ class _DiagLowRank:
             y = x if v is u else self._ut(v)
             xay = float(x @ (y if self.A is None else self.A @ y))
         return xay + float(u @ (self.D * v))
+
+
+
+# the RKHS preconditioner's landmarks stop once the residual's trace is this fraction of Q's
+# (rpcholesky's trace_tol): on MQ2008 Fold1 about 30, 60 and 300 landmarks at gamma 2^-11, 2^-9
+# and 2^-7 in place of 1,000, with the same CG steps give or take a few and a tenth of the
+# per-iteration cost of A = I + C U^T L U
+RKHS_TRACE_TOL = 1e-4
+# rows of Q'[:, S] per chunk while RKHSPreconditioner builds U (float64 temporaries: two chunks of
+# rows x landmarks); fixed, so U's bits depend on l and the landmarks alone
+RKHS_BUILD_ROWS = 1024
+
+
+class RKHSPreconditioner:
+    """The Nystroem block of TRON's CG in the RKHS norm (:class:`~streamrank.solvers.tron.RKHSMetric`).
+
+    With Q' = Phi Phi^T (the objective's Q' itself: float32(K - c) + c 1 1^T + jitter I), the
+    problem in w = Phi^T beta has the Hessian H_w = I + C Phi^T L Phi, bounded below by I whatever
+    Q's spectrum. V = Phi^T E_S Lq^-T, Lq Lq^T = Q'_SS, is an orthonormal basis of the landmark
+    rows' span in w, U = Phi V = Q'[:, S] Lq^-T (l x k, kept in float32), and on span(V) H_w is
+    exactly A = I + C U^T L U (at the accepted point's active set). The preconditioner is
+    M_w = (I - V V^T) + V A V^T: exact on the landmarks' span, the identity (H_w's lower bound)
+    on the rest, so
+
+        M_w^-1 r_w = r_w - V (I - A^-1) V^T r_w,   V^T r_w = Lq^-1 r_S   (r = Q' rho, r_w = Phi^T rho),
+
+    whose beta representation is z = rho - E_S Lq^-T (I - A^-1) Lq^-1 r_S: two k x k triangular
+    solves and a Cholesky solve per CG step (no product with U), and per accepted point one
+    k x l x k product for U^T L U and a k x k Cholesky (at_point). ``landmarks``: the rows S
+    (randomly pivoted Cholesky's, :func:`rpcholesky`)."""
+
+    def __init__(self, Xn, landmarks, *, kernel, gamma, degree=3, coef0=1.0, shift=0.0, jitter=0.0):
+        Xn = np.asarray(Xn, np.float64)
+        S = np.asarray(landmarks, np.int64)
+        l, k = Xn.shape[0], len(S)
+        self.landmarks, self.rank = S, k
+        prep = PreparedKernel(Xn[S], kernel, gamma, degree, coef0)
+
+        def qcols(a, b):
+            """Q'[a:b, S] as the blocks of Q' hold it: float32(K - shift) + shift, + jitter at S."""
+            Kc = prep(Xn[a:b], row0=a)
+            Kc -= shift
+            Qc = Kc.astype(np.float32).astype(np.float64)
+            Qc += shift
+            inside = (S >= a) & (S < b)
+            Qc[S[inside] - a, np.flatnonzero(inside)] += jitter
+            return Qc
+
+        QSS = np.empty((k, k))
+        for a in range(0, l, RKHS_BUILD_ROWS):  # Q'_SS from the same chunks (the same bits as U's rows)
+            b = min(a + RKHS_BUILD_ROWS, l)
+            inside = np.flatnonzero((S >= a) & (S < b))
+            if inside.size:
+                QSS[inside] = qcols(a, b)[S[inside] - a]
+        QSS = 0.5 * (QSS + QSS.T)
+        with one_thread():
+            self.Lq = np.linalg.cholesky(QSS)
+        U = np.empty((l, k), np.float32)
+        for a in range(0, l, RKHS_BUILD_ROWS):
+            b = min(a + RKHS_BUILD_ROWS, l)
+            with one_thread():
+                U[a:b] = solve_triangular(self.Lq, qcols(a, b).T, lower=True).T
+        U.flags.writeable = False
+        self.U = U
+        self._ca = None
+
+    @property
+    def nbytes(self):
+        return self.U.nbytes + 2 * 8 * self.rank * self.rank
+
+    def at_point(self, C, rank, query_ptr, cost, mu, states):
+        """A = I + C U^T L U at the active set ``states`` (summed over chunks of whole queries
+        fixed by ``query_ptr``, as :meth:`NystroemPreconditioner.at_point`), factored. Returns self."""
+        from streamrank._native import pairkernels as pk
+        from streamrank.objectives.linear_precond import query_groups
+        U, k = self.U, self.rank
+        l = U.shape[0]
+        self._ca = None
+        A = np.zeros((k, k))
+        bounds = query_groups(query_ptr, l, max(1, a_chunk_bytes(l, k) // (24 * max(k, 1))))
+        most = max((int(query_ptr[b] - query_ptr[a]) for a, b in zip(bounds[:-1], bounds[1:])), default=0)
+        Ub, LUb = np.empty((most, k)), np.empty((most, k))
+        for qa, qb in zip(bounds[:-1], bounds[1:]):
+            r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
+            local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)
+            st = pk.PairState.of(states, r0, r1, query_ptr=local)
+            Uc = Ub[:r1 - r0]
+            Uc[...] = U[r0:r1]
+            LU = pk.hess_prod(Uc, rank[r0:r1], local, cost, mu[qa:qb], st, out=LUb[:r1 - r0])
+            add_atb_upper(A, Uc, LU)
+        mirror_upper(A)
+        A *= C
+        A[np.diag_indices_from(A)] += 1.0
+        try:
+            with one_thread():
+                self._ca = cho_factor(A, lower=True, overwrite_a=True)
+        except np.linalg.LinAlgError:
+            err = NumericError(f"the preconditioner's I + C U^T L U is not positive definite in float64 at C={C:g}")
+            err.quantity, err.where = "preconditioner", "start"
+            raise err from None
+        return self
+
+    def apply(self, rho, r):
+        """z = rho - E_S Lq^-T (I - A^-1) Lq^-1 r_S: the beta representation of M_w^-1 r_w."""
+        with one_thread():
+            y = solve_triangular(self.Lq, r[self.landmarks], lower=True)
+            y -= cho_solve(self._ca, y)
+            y = solve_triangular(self.Lq, y, lower=True, trans="T")
+        z = np.array(rho, np.float64)
+        z[self.landmarks] -= y
+        return z

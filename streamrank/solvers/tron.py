@@ -243,6 +243,99 @@ def _trpcg(hessp, g, delta, stats, P, quadratic=None):
     return s, r, steps, False
 
 
+class RKHSMetric:
+    """TRON's preconditioner for the exact kernel objective in beta (``precondition="rkhs"``):
+    CG in the RKHS norm ||s||_{Q'} with the Nystroem block ``W`` on top, i.e. plain CG on the
+    Hessian in w (I + C Phi^T L Phi, well conditioned from below) where CG in beta sees
+    Q' (I + C L Q') and Q's spectrum spread over ten decades.
+
+    With g = Q' rho (rho = beta + C dz, ``obj.kernel_metric()``) and H d = Q' t (t = d + C L Q' d,
+    ``obj.hessp_t``), CG keeps rho_j = Q'^-1 r_j by recurrence (:func:`_trkcg`): no system with Q'
+    is solved, and each CG step is one pass, as before. ``W`` (None, or
+    :class:`~streamrank.objectives.kernel_precond.RKHSPreconditioner` at the accepted point) maps
+    (rho, r) to the beta representation of M_w^-1 r_w."""
+
+    rkhs = True
+
+    def __init__(self, obj, W=None):
+        self.obj, self.W = obj, W
+
+    def solve(self, g):
+        """M^-1 g for the accepted point's gradient g (only: rho is that point's)."""
+        rho = self.obj.kernel_metric()
+        return rho if self.W is None else self.W.apply(rho, g)
+
+    def wnorm(self, w):
+        """||w||_{Q'} = sqrt(beta^T Q' beta) from the accepted point's scores."""
+        return math.sqrt(max(float(w @ self.obj.scores()), 0.0))
+
+
+def _trkcg(obj, g, delta, stats, W=None, quadratic=None):
+    """Preconditioned Steihaug CG on H s = -g with M = Q' (and ``W``, :class:`RKHSMetric`):
+    M^-1 r_j = rho_j = rho_0 - sum alpha_i t_i, t_i = Q'^-1 H d_i from the same pass as H d_i;
+    the M-norms ||s||^2, s.Md and d.Md by the recurrences of Conn, Gould and Toint (Trust-Region
+    Methods, sec. 7.5.1), so no product with M is formed. Stopping tests as :func:`_trpcg`.
+    Returns (s, r, steps, boundary, ||s||_M^2)."""
+    s = np.zeros_like(g)
+    r = -g
+    rho = -np.array(obj.kernel_metric(), np.float64)
+    z = rho if W is None else W.apply(rho, r)
+    d = z.copy()
+    ztr = _residual(float(z @ r), stats, 0)
+    cgtol = XI_CG * math.sqrt(ztr)
+    steps, cap = 0, cg_cap(len(g))
+    q = 0.0
+    sms, smd, dmd = 0.0, 0.0, ztr  # s.Ms, s.Md, d.Md
+
+    def to_boundary(why):
+        if not math.isfinite(delta):
+            raise numeric_error("radius", "cg", delta, cg_step=steps,
+                                detail=f"{why}, and the trust region has no finite boundary to stop at", **_at(stats))
+        t = _boundary_step(smd, sms, dmd, delta)
+        if not (math.isfinite(t) and t >= 0):
+            raise numeric_error("step", "cg", t, cg_step=steps,
+                                detail=f"{why}; the step to the boundary (radius {delta:.3g}) is t = {t!r}",
+                                **_at(stats))
+        return t
+
+    while math.sqrt(ztr) > cgtol and steps < cap:
+        steps += 1
+        faultpoint("cg-step")
+        hd, t = obj.hessp_t(d)
+        stats.n_hessp += 1
+        dhd = float(d @ hd)
+        if not math.isfinite(dhd):
+            raise numeric_error("hessp", "cg", dhd, cg_step=steps, detail=f"d.Hd = {dhd!r}" + (
+                f"; {vector_detail(hd)}" if not np.all(np.isfinite(hd)) else " overflows"), **_at(stats))
+        alpha = ztr / dhd if dhd > 0 else math.inf
+        sms_new = sms + 2 * alpha * smd + alpha * alpha * dmd if math.isfinite(alpha) else math.inf
+        if not sms_new <= delta * delta:  # curvature <= 0, or the step crosses the boundary
+            tb = to_boundary("the step crosses the boundary" if dhd > 0 else
+                             f"the curvature d.Hd = {dhd:g} is not positive")
+            s += tb * d
+            r -= tb * hd
+            return s, r, steps, True, sms + 2 * tb * smd + tb * tb * dmd
+        s += alpha * d
+        sms = sms_new
+        r -= alpha * hd
+        rho -= alpha * t
+        z = rho if W is None else W.apply(rho, r)
+        znew = _residual(float(z @ r), stats, steps)
+        if quadratic is not None:
+            q_new = 0.5 * (float(g @ s) - float(s @ r))
+            q_diff, q = q_new - q, q_new
+            if q_diff > 0 or q > 0 or (steps * q_diff >= CG_QUAD_TOL * q and -q > CG_QUAD_FLOOR * quadratic
+                                       and znew <= (XI_QUAD * cgtol / XI_CG) ** 2):
+                break
+        b = znew / ztr
+        d *= b
+        d += z
+        smd = b * (smd + alpha * dmd)
+        dmd = znew + b * b * dmd
+        ztr = znew
+    return s, r, steps, False, sms
+
+
 def capped_message(max_iter, state):
     """The status of a run that reached max_iter: with its accepted and rejected steps when some
     were rejected ("reached max_iter=5 (3 accepted, 2 rejected steps)")."""
@@ -346,9 +439,11 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
         Called after every trial step (accepted or not): checkpoints, validation logging.
     describe : callable() -> str, optional
         Extra text for each log line (e.g. the objective's pass count).
-    precondition : bool
-        Use ``obj.preconditioner()`` (an object with ``solve(r)`` = M^-1 r and ``mdot(u, v)`` =
-        u^T M v, rebuilt at every accepted point) in CG, with the trust region in the M-norm.
+    precondition : bool or "rkhs"
+        ``"rkhs"``: CG in the RKHS norm for an objective with ``kernel_metric`` and ``hessp_t``
+        (:class:`RKHSMetric`). True: use ``obj.preconditioner()`` (an object with ``solve(r)`` =
+        M^-1 r and ``mdot(u, v)`` = u^T M v, rebuilt at every accepted point) in CG, with the trust
+        region in the M-norm.
         The radius starts at ||g||_{M^-1}, the transformed gradient's norm; the stopping rule is
         unchanged (||g|| <= eps ``gnorm0``, plain norms).
     gap_tol : float, optional
@@ -368,7 +463,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     if cg_stop not in ("residual", "quadratic"):
         raise ValueError(f"cg_stop must be 'residual' or 'quadratic'; got {cg_stop!r}")
     state, t0 = start_state(obj, w0, state, delta_from_gradient=True)
-    P = obj.preconditioner() if precondition else None
+    P = _preconditioner(obj, precondition)
     p_at = state.iteration  # the accepted point P was made at
     if P is not None and state.iteration == 0 and state.n_steps == 0:
         state.delta = math.sqrt(_residual(float(state.g @ P.solve(state.g)), state, 0))
@@ -383,7 +478,7 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     stale = False
     while not state.converged and not state.message and state.n_steps < max_iter:
         if stale:
-            P, stale, p_at = obj.preconditioner(), False, state.iteration
+            P, stale, p_at = _preconditioner(obj, precondition), False, state.iteration
         accepted = _tron_step(obj, state, P, cg_stop, eps, gap_tol, extra, t0)
         if accepted is None:
             break
@@ -400,6 +495,14 @@ def tron(obj, w0, *, eps=1e-3, max_iter=1000, state=None, callback=None, describ
     return state
 
 
+def _preconditioner(obj, precondition):
+    """TRON's preconditioner at the accepted point: None, obj's (``precondition=True``), or the
+    RKHS metric with obj's Nystroem block (``precondition="rkhs"``, :class:`RKHSMetric`)."""
+    if precondition == "rkhs":
+        return RKHSMetric(obj, obj.preconditioner())
+    return obj.preconditioner() if precondition else None
+
+
 def _tron_step(obj, state, P, cg_stop, eps, gap_tol, extra, t0):
     """One trial step of :func:`tron` from ``state`` (updated in place): CG inside the radius, f at
     the trial point, the radius update, the accepted point's gradient, the log line and the stop
@@ -408,7 +511,10 @@ def _tron_step(obj, state, P, cg_stop, eps, gap_tol, extra, t0):
     # not on the first step, whose length sets the radius (LIBLINEAR's delta = min(delta, ||s||)):
     # truncated, it made the radius 10x smaller on a 42,158-row kernel problem and doubled the iterations
     quadratic = abs(state.f) if cg_stop == "quadratic" and state.iteration > 0 else None
-    if P is None:
+    sms = None
+    if getattr(P, "rkhs", False):
+        s, r, steps, boundary, sms = _trkcg(obj, state.g, state.delta, state, P.W, quadratic)
+    elif P is None:
         s, r, steps, boundary = _trcg(obj.hessp, state.g, state.delta, state, quadratic)
     else:
         s, r, steps, boundary = _trpcg(obj.hessp, state.g, state.delta, state, P, quadratic)
@@ -428,7 +534,8 @@ def _tron_step(obj, state, P, cg_stop, eps, gap_tol, extra, t0):
     if not (math.isfinite(actred) and math.isfinite(prered)):
         raise numeric_error("reduction", "trial", actred if not math.isfinite(actred) else prered,
                             detail=f"f(w) = {state.f!r}, f(w + s) = {f_new!r}, predicted {prered!r}", **at)
-    snorm = float(np.linalg.norm(s)) if P is None else math.sqrt(max(P.mdot(s, s), 0.0))
+    snorm = (math.sqrt(max(sms, 0.0)) if sms is not None else float(np.linalg.norm(s)) if P is None
+             else math.sqrt(max(P.mdot(s, s), 0.0)))
     if state.iteration == 0:
         state.delta = min(state.delta, snorm)
     state.delta = _new_radius(state.delta, actred, prered, gs, f_new - state.f - gs, snorm, boundary)
@@ -478,7 +585,8 @@ def _no_progress(state, accepted, actred, prered, P):
     if abs(actred) <= TINY_REDUCTION * abs(state.f) and abs(prered) <= TINY_REDUCTION * abs(state.f):
         return "reductions below float64 resolution: no further progress possible"
     if not accepted:
-        wnorm = float(np.linalg.norm(state.w)) if P is None else math.sqrt(max(P.mdot(state.w, state.w), 0.0))
+        wnorm = (float(np.linalg.norm(state.w)) if P is None else P.wnorm(state.w) if getattr(P, "rkhs", False)
+                 else math.sqrt(max(P.mdot(state.w, state.w), 0.0)))
         if state.delta <= EPS64 * wnorm:  # see EPS64
             return (f"trust radius {state.delta:.3g} below float64 resolution at w (eps ||w|| = "
                     f"{EPS64 * wnorm:.3g}): no further progress possible")
@@ -491,7 +599,7 @@ def _final_gap(obj, state, P, p_at):
     reports the value the uninterrupted one does. A new preconditioner only for this number would
     cost a whole update (seconds on the exact kernel path); it is built only when no log line's
     gap is known (a checkpoint written before the gap was kept, or no step taken)."""
-    if P is None or getattr(obj, "strong_convexity", None):
+    if P is None or getattr(obj, "strong_convexity", None) or getattr(P, "rkhs", False):
         state.gap, state.gap_kind = relative_gap(obj, state.g, state.f, P)
     elif state.gap is None or not state.history:
         state.gap, state.gap_kind = relative_gap(obj, state.g, state.f,

@@ -30,7 +30,14 @@ from streamrank.features.exact_map import ExactKernelMap
 from streamrank.features.kernels import check_psd_kernel
 from streamrank.io.budget import release_freed
 from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective
-from streamrank.objectives.kernel_precond import DEFAULT_LANDMARKS, NystroemPreconditioner, auto_landmarks
+from streamrank.objectives.kernel_precond import (
+    DEFAULT_LANDMARKS,
+    RKHS_TRACE_TOL,
+    NystroemPreconditioner,
+    RKHSPreconditioner,
+    auto_landmarks,
+    rpcholesky,
+)
 from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
@@ -64,7 +71,7 @@ class _Gram:
     """Q for one gamma: a built KernelCache and its preconditioner, or X X^T for the linear kernel."""
 
     def __init__(self, Xn, qp, rank, cost, mu, *, kernel, gamma, degree, coef0, key, qblock, tier, where, landmarks,
-                 seed, executor=None, tile_threads=None):
+                 seed, executor=None, tile_threads=None, rkhs=False):
         self.executor = executor
         self.Xn, self.qp, self.rank, self.cost, self.mu = Xn, qp, rank, cost, mu
         self.cache, self.precond, self.counter = None, None, None
@@ -76,10 +83,15 @@ class _Gram:
                                      key_material=key, block_bytes=qblock, memory_bytes=tier, cache_dir=where,
                                      partition_rows=executor_or_local(executor).partition_rows,
                                      tile_threads=tile_threads)
+        pivots = None
         if landmarks:  # before Q: its float64 temporaries are freed before the tier of Q fills memory
             t = time.perf_counter()
-            self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
-                                                  landmarks=landmarks, seed=seed)
+            if rkhs:  # TRON's CG in the RKHS norm: the landmarks alone now, U once Q' is known (below)
+                pivots, _ = rpcholesky(Xn, landmarks, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                                       seed=seed, trace_tol=RKHS_TRACE_TOL)
+            else:
+                self.precond = NystroemPreconditioner(Xn, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                                                      landmarks=landmarks, seed=seed)
             self.precond_seconds = time.perf_counter() - t
         if getattr(executor, "remote", False):
             # workers build their partitions' blocks of Q where they read them (the recipe c.spec); the
@@ -93,7 +105,15 @@ class _Gram:
             c.build()
         release_freed()  # the preconditioner's float64 factor and the kernel tiles are freed by now
         self.build_seconds = c.build_seconds
-        if self.precond is not None:  # the jitter is known once every block of Q has been seen
+        if pivots is not None:  # U = Q'[:, S] Lq^-T needs Q''s shift and jitter
+            t = time.perf_counter()
+            self.precond = RKHSPreconditioner(Xn, pivots, kernel=kernel, gamma=gamma, degree=degree, coef0=coef0,
+                                              shift=c.shift, jitter=c.jitter)
+            self.precond_seconds += time.perf_counter() - t
+            release_freed()
+            log.info("RKHS preconditioner: %d landmarks (randomly pivoted Cholesky), %.2f s", self.precond.rank,
+                     self.precond_seconds)
+        elif self.precond is not None:  # the jitter is known once every block of Q has been seen
             t = time.perf_counter()
             self.precond.set_ridge(c.jitter)
             self.precond_seconds += time.perf_counter() - t
@@ -281,7 +301,8 @@ class ExactPath(Method):
         s, p, r, g = self.settings, self.problem, self.rows, self.plan
         gram = _Gram(r.Xn, r.qp, r.rank, p.cost, p.mu, kernel=s["kernel"], gamma=s["gamma_path"][gi],
                      degree=s["degree"], coef0=s["coef0"], key=g.key, qblock=g.qblock, tier=g.tier, where=g.where,
-                     landmarks=s["landmarks"], seed=s["seed"], executor=p.executor, tile_threads=g.tile_threads)
+                     landmarks=s["landmarks"], seed=s["seed"], executor=p.executor, tile_threads=g.tile_threads,
+                     rkhs=s["solver"] == "tron")
         self.build_seconds += gram.build_seconds
         self.precond_seconds += gram.precond_seconds
         return gram
@@ -297,7 +318,9 @@ class ExactPath(Method):
         s, ck = self.settings, self.problem.point_cost(C)
         log.info("C=%g: exact kernel %s%s eps=%g on %d rows, %d queries", C, s["solver"],
                  f" (smooth hinge, eta {ck.eta:.3g})" if ck.eta else "", s["tol"], self.rows.l, self.problem.n_queries)
-        kw = {"precondition": True} if gram.precond is not None else {}
+        kw = {}
+        if gram.precond is not None:  # TRON: CG in the RKHS norm (tron.RKHSMetric); Newton-Yuan: M ~ H in beta
+            kw["precondition"] = "rkhs" if s["solver"] == "tron" else True
         if s["solver"] == "newton_yuan":
             kw.update(gtol_abs=s["abs_gtol"], dtol_abs=s["abs_dtol"])
         else:  # Q's spread spectrum: CG also ends once the model stops decreasing (tron._trpcg)
