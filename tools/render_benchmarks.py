@@ -30,6 +30,7 @@ BENCHES = OrderedDict([
     ("export", ("Exported models: scoring speed and the peers' agreement", "tools/bench_peers.py --only export")),
     ("linear", ("The linear solver", "tools/bench_linear.py")),
     ("kernel_approx", ("Kernel approximation", "tools/bench_kernel_approx.py")),
+    ("kernel_big", ("Kernel approximation at a million rows", "tools/bench_kernel_big.py")),
     ("exact_kernel", ("Exact kernel RankSVM", "tools/bench_exact_kernel.py")),
     ("convert", ("Conversion", "tools/bench_convert.py")),
     ("distributed", ("Distributed passes", "tools/bench_distributed.py")),
