@@ -223,3 +223,27 @@ def test_first_pass_stores_blocks_in_the_background_and_raises_what_a_store_rais
         train_linear(ds, **{**common, "cache_dir": tmp_path / "full"})
     import threading
     assert not [t for t in threading.enumerate() if t.name.startswith("streamrank-cache-write")]
+
+
+def test_the_sketch_rank_follows_the_data_size_not_the_budget(parts, monkeypatch):
+    """More rows than the sketch samples: rank m / 4 (here 100 of m = 400 with SKETCH_RANK 64), the
+    same in memory and streamed, so the same model bits for any memory budget."""
+    import streamrank.objectives.sketch_precond as sp
+    monkeypatch.setattr(sp, "SKETCH_ROWS", 500)
+    monkeypatch.setattr(sp, "SKETCH_RANK", 64)
+    assert sp.rank_for(400, 3000) == 100 and sp.rank_for(400, 400) == 64 and sp.rank_for(40, 3000) == 40
+    ranks = []
+    orig = sp.sketch_hessian
+
+    def spy(source, m, *a, **k):
+        out = orig(source, m, *a, **k)
+        ranks.append(out.lam.size)
+        return out
+    monkeypatch.setattr(sp, "sketch_hessian", spy)
+    ds = parts["train"]
+    common = dict(C=0.5, tol=1e-6, method="nystroem", gamma=0.05, components=400, seed=3, map_rows="features")
+    mem, s_mem = train_linear(ds, **common)
+    rec, s_rec = train_linear(ds, memory_budget="2MB", map_cache="recompute", **common)
+    assert s_mem["map_storage"] == "memory" and s_rec["map_storage"] == "recompute"
+    assert ranks and all(r == ranks[0] for r in ranks) and 64 < ranks[0] <= 100
+    assert np.array_equal(mem.w, rec.w)
