@@ -232,15 +232,24 @@ def _trpcg(hessp, g, delta, stats, P, quadratic=None):
         z = P.solve(r)
         znew = _residual(float(z @ r), stats, steps)  # ||r^||^2, also the quadratic test's residual floor
         if quadratic is not None:
-            q_new = 0.5 * (float(g @ s) - float(s @ r))
-            q_diff, q = q_new - q, q_new
-            if q_diff > 0 or q > 0 or (steps * q_diff >= CG_QUAD_TOL * q and -q > CG_QUAD_FLOOR * quadratic
-                                       and znew <= (XI_QUAD * cgtol / XI_CG) ** 2):
+            stop, q = _quadratic_stop(g, s, r, q, steps, quadratic, znew, cgtol)
+            if stop:
                 break
         d *= znew / ztr
         d += z
         ztr = znew
     return s, r, steps, False
+
+
+def _quadratic_stop(g, s, r, q, steps, quadratic, znew, cgtol):
+    """(stop, q_j): Nash and Sofer's test on the CG model q_j = 1/2 (g.s - s.r) after step j
+    (module constants CG_QUAD_*): stop once it increases, or its last decrease is small against
+    the average so far while it is a real decrease and the residual is below XI_QUAD."""
+    q_new = 0.5 * (float(g @ s) - float(s @ r))
+    q_diff = q_new - q
+    stop = q_diff > 0 or q_new > 0 or (steps * q_diff >= CG_QUAD_TOL * q_new and -q_new > CG_QUAD_FLOOR * quadratic
+                                       and znew <= (XI_QUAD * cgtol / XI_CG) ** 2)
+    return stop, q_new
 
 
 class RKHSMetric:
@@ -322,10 +331,8 @@ def _trkcg(obj, g, delta, stats, W=None, quadratic=None):
         z = rho if W is None else W.apply(rho, r)
         znew = _residual(float(z @ r), stats, steps)
         if quadratic is not None:
-            q_new = 0.5 * (float(g @ s) - float(s @ r))
-            q_diff, q = q_new - q, q_new
-            if q_diff > 0 or q > 0 or (steps * q_diff >= CG_QUAD_TOL * q and -q > CG_QUAD_FLOOR * quadratic
-                                       and znew <= (XI_QUAD * cgtol / XI_CG) ** 2):
+            stop, q = _quadratic_stop(g, s, r, q, steps, quadratic, znew, cgtol)
+            if stop:
                 break
         b = znew / ztr
         d *= b
