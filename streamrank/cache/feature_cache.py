@@ -437,7 +437,7 @@ class FeatureCache:
             try:
                 # a block is not fsynced: its CRC is checked on its first read in every process, so
                 # a block a crash left partial is found and mapped again, while the fsyncs held the
-                # first pass to the disk's write rate (half its time at 300k rows, m = 2,000)
+                # first pass to the disk (docs/design.md, "Measurements behind the code")
                 _write_file(path, _bytes_view(a), durable=False)
                 entry = {"file": block_name(k), "rows": shape[0], "bytes": a.nbytes, "crc32": crc}
                 with self._state:

@@ -59,8 +59,8 @@ OUTPUT = "score"
 # an m = 2,000 exact or CLSRRank basis) and the graph's memory independent of the batch
 CHUNK_BYTES = 16 << 20
 # a Nystroem graph's temporaries (kernel values, then their product with P w) per chunk: about 128
-# rows at m = 2,000, whose values stay in the core's cache from one operator to the next (1M rows
-# x 136, m = 2,000, on 200k rows: 500-row chunks 1.16x predict's time, 128-row chunks 1.02x)
+# rows at m = 2,000, whose values stay in the core's cache from one operator to the next
+# (docs/design.md, "Measurements behind the code")
 NYSTROEM_CHUNK_BYTES = 4 << 20
 # laplacian's L1 distances are a (chunk, m, d) difference and its absolute value: at most this many
 # bytes each, whatever the batch (the naive graph holds N x m x d doubles twice)

@@ -128,7 +128,7 @@ class MappedSource(BlockSource):
                 key["rows"] = "kernel"
             # verify="once", as the kernel cache: each block's CRC is checked on its first read in this
             # process, then trusted while its inode, size and mtime hold; checked on every read it took
-            # about 40% of a later pass (300k rows, m = 2,000: 1.30 s a pass against 0.75 s)
+            # about 40% of a later pass (docs/design.md, "Measurements behind the code")
             self._disk = FeatureCache(cache_dir, key, layout, self.m, dtype=np.float32, size_cap=cache_size,
                                       verify="once")
         self._pool = buffer_pool

@@ -66,9 +66,8 @@ SEED_STREAM = 0x5E7C
 
 # a source of more rows than the sketch samples sketches at rank m / LARGE_RANK_SHARE when that is
 # more: a CG step costs a pass over all n rows (2 n m flops and the rows' read), the sketch 4 n_S m k
-# flops once, n_S <= SKETCH_ROWS (generated mslr30k, 300k rows, m = 2,000: k = 192 took 78 passes,
-# k = 500 48, k = 1,000 42; MQ2008 Fold1's path, 9,630 rows, gained little: 300 passes to 280 at
-# k = 400). A function of the data's size, not of the budget: the same bits for any memory budget.
+# flops once, n_S <= SKETCH_ROWS (docs/design.md, "Measurements behind the code"). A function of
+# the data's size, not of the budget: the same bits for any memory budget.
 LARGE_RANK_SHARE = 4
 
 
