@@ -24,8 +24,10 @@ The graph computes what :meth:`LinearModel.decision_function
    each float32(...) is a Cast to float and back: streamrank's maps hand float32 features to the
    weights, and the graph rounds them the same way, so the scores agree to float64 rounding;
    the kernels are streamrank's (:mod:`streamrank.features.kernels`): rbf from
-   ||x||^2 + ||b||^2 + x.(-2 B^T), clipped at 0; laplacian from L1 distances over a (chunk, m, d)
-   difference; poly (gamma x.b + coef0)^degree; sigmoid tanh(gamma x.b + coef0); linear x.b;
+   ||x||^2 + ||b||^2 + x.(-2 B^T), clipped at 0 (a Nystroem graph, scored in float64, fuses it:
+   exp(2 gamma x.b - gamma ||b||^2 - gamma ||x||^2) from one product, :func:`_kernel`); laplacian
+   from L1 distances over a (chunk, m, d) difference; poly (gamma x.b + coef0)^degree; sigmoid
+   tanh(gamma x.b + coef0); linear x.b;
 5. ``score`` float32 ``[N]``: the float64 score rounded once.
 
 Standard operators only (opset :data:`OPSET`, IR version :data:`IR_VERSION`), checked with

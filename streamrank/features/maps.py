@@ -414,8 +414,8 @@ def projection_blocks(P):
     [j0, j1) needs only rows j0: of a lower-trapezoidal projection (r0 = j0), so the product costs
     about (1 + 1/blocks) / 2 of a dense one; any other projection is read from row 0. (BLAS trmm
     would do the same in one call, but scipy's trmm lives in a second OpenBLAS whose thread pool
-    spins against numpy's when calls alternate.) The ONNX export cuts its graph the same way
-    (streamrank.export.onnx_graph)."""
+    spins against numpy's when calls alternate.) Only the features are formed this way (transform,
+    phi training rows): scores never form them (:meth:`Nystroem.scores`)."""
     k = P.shape[1]
     triangular = not np.any(np.triu(P, 1))
     n_blocks = max(1, min(16, -(-k // PROJECTION_BLOCK_COLS)))
@@ -613,14 +613,23 @@ class Nystroem(FeatureMap):
             out = np.empty((Xn.shape[0], m))
         elif out.shape != (Xn.shape[0], m):
             raise ValueError(f"out has shape {out.shape}, expected {(Xn.shape[0], m)}")
+
+        def put(K, s, e):
+            out[s:e] = K
+        self._kernel_tiles(Xn, row0, put)
+        return out
+
+    def _kernel_tiles(self, Xn, row0, use):
+        """``use(K, s, e)`` with K(x, L) (float64) of the rows s:e of the checked Xn, per transform
+        tile (the tile that holds each row's dataset index, so the same bits in any block), the
+        tiles side by side on :func:`~streamrank.features.kernels.parallel_tiles`' threads."""
         if Xn.shape[0]:
-            T = self.chunk_rows()
+            T, m = self.chunk_rows(), self.landmarks_.shape[0]
 
             def body(Xt, s, e, p, bufs):
                 self._kernel.into(Xt, bufs[0])
-                out[s:e] = bufs[0][p:p + e - s]
+                use(bufs[0][p:p + e - s], s, e)
             parallel_tiles(Xn, row0, T, body, lambda: [aligned_empty((T, m))])
-        return out
 
     def kernel_rows_error(self, seed=0):
         """(scores, sums): the relative rounding error of training on float32 kernel rows K32 with
@@ -634,7 +643,7 @@ class Nystroem(FeatureMap):
         k = self.n_components_
         rows = self.check_rows_ if self.check_rows_ is not None and len(self.check_rows_) else self.landmarks_
         K = self.kernel_rows(rows)
-        rng = np.random.default_rng([int(seed), 0x4B52])
+        rng = np.random.default_rng([int(seed), CHECK_STREAM])  # w and v: the check rows' stream, reused
         w, v = rng.standard_normal(k), rng.standard_normal(K.shape[0])
         K32 = K.astype(np.float32).astype(np.float64)
         P = self.projection_
@@ -656,13 +665,7 @@ class Nystroem(FeatureMap):
         row0 = check_row0(row0)
         v = self.landmark_weights(w)
         out = np.empty(Xn.shape[0])
-        if Xn.shape[0]:
-            T, m = self.chunk_rows(), self.landmarks_.shape[0]
-
-            def body(Xt, s, e, p, bufs):
-                self._kernel.into(Xt, bufs[0])
-                _qprod.rows_dot_here(bufs[0][p:p + e - s], v, out[s:e])
-            parallel_tiles(Xn, row0, T, body, lambda: [aligned_empty((T, m))])
+        self._kernel_tiles(Xn, row0, lambda K, s, e: _qprod.rows_dot_here(K, v, out[s:e]))
         return out
 
     # -- h5 --------------------------------------------------------------------------------------
