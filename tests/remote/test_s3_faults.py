@@ -148,13 +148,21 @@ def test_an_upload_interrupted_in_its_parts_leaves_no_part_and_the_old_object(tm
         if method == "upload_part":
             started.set()
             import asyncio
-            await asyncio.sleep(1.0)
+            t = time.monotonic()  # no part ends before the signal is sent (however loaded the machine)
+            while not sent.is_set() and time.monotonic() - t < 30:
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
         return await real(self, method, *a, **kw)
     monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", slow)
     main_thread = threading.main_thread().ident
-    threading.Thread(target=lambda: started.wait(30) and (time.sleep(0.2), signal.pthread_kill(main_thread,
-                                                                                                signal.SIGINT)),
-                     daemon=True).start()
+    sent = threading.Event()
+
+    def interrupt():
+        if started.wait(30):
+            time.sleep(0.2)
+            signal.pthread_kill(main_thread, signal.SIGINT)
+            sent.set()
+    threading.Thread(target=interrupt, daemon=True).start()
     t0 = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         publish(local, f"s3://{bucket}/m.h5")
