@@ -26,6 +26,20 @@ def pytest_configure(config):
 
 
 @pytest.fixture(autouse=True)
+def _signal_handlers_unchanged(request):
+    """No test leaves a signal handler changed: the library changes none, and the command line
+    restores its own (a SIGINT handler left behind made a later test's KeyboardInterrupt vanish)."""
+    import signal
+    nums = [getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)]
+    before = {n: signal.getsignal(n) for n in nums}
+    yield
+    changed = {signal.Signals(n).name: signal.getsignal(n) for n in nums if signal.getsignal(n) != before[n]}
+    for n in nums:
+        signal.signal(n, before[n]) if before[n] is not None else None
+    assert not changed, f"{request.node.nodeid} left signal handlers changed: {changed}"
+
+
+@pytest.fixture(autouse=True)
 def _restore_logging():
     """The CLI points the "streamrank" logger at the sys.stderr of its call: restore it after each
     test, so that later log lines do not go to a closed capture."""

@@ -155,6 +155,9 @@ def test_an_upload_interrupted_in_its_parts_leaves_no_part_and_the_old_object(tm
         return await real(self, method, *a, **kw)
     monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", slow)
     main_thread = threading.main_thread().ident
+    # Python's own SIGINT handler for this test: a runner started in the background by a shell has
+    # SIGINT ignored, and the interruption would never come
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     sent = threading.Event()
 
     def interrupt():
@@ -164,8 +167,11 @@ def test_an_upload_interrupted_in_its_parts_leaves_no_part_and_the_old_object(tm
             sent.set()
     threading.Thread(target=interrupt, daemon=True).start()
     t0 = time.monotonic()
-    with pytest.raises(KeyboardInterrupt):
-        publish(local, f"s3://{bucket}/m.h5")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            publish(local, f"s3://{bucket}/m.h5")
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - t0 < 30
     monkeypatch.setattr(s3fs.core.S3FileSystem, "_call_s3", real)
     time.sleep(1.5)  # a part request in flight when the upload was cancelled has ended by now
