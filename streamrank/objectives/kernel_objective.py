@@ -26,6 +26,7 @@ memory budget. Trial state is kept aside by ``fun`` and committed by ``grad`` ex
 Q is often singular, so beta is not unique: compare objectives, Q beta or predictions.
 """
 
+import math
 import time
 
 import numpy as np
@@ -130,8 +131,11 @@ class KernelObjective(RankObjective):
     # the gap; TRON estimates it with its preconditioner instead (solvers.tron.relative_gap)
     strong_convexity = None
 
-    def __init__(self, qcache, rank, *, C, cost, mu, sub_bytes=SUB_BYTES, jitter=None, executor=None):
+    def __init__(self, qcache, rank, *, C, cost, mu, sub_bytes=SUB_BYTES, jitter=None, executor=None, zero=None):
         super().__init__(qcache, qcache.l, C=C, cost=cost, mu=mu, executor=executor)
+        # the pass at beta = 0 of the path's points (:class:`ZeroPoint`, shared by the objectives
+        # of one Q and one pair cost), or None
+        self._zero = zero
         self._trial_t = self._gpre = None  # beta + C dz of the last trial and of the accepted point
         self.rank = np.ascontiguousarray(rank, np.int32)
         self.query_ptr = qcache.query_ptr
@@ -164,6 +168,21 @@ class KernelObjective(RankObjective):
     def fun(self, beta):
         beta = np.ascontiguousarray(beta, np.float64)
         self._trial = None  # the last trial's state goes before this pass makes a new one
+        at_zero = self._zero is not None and self.cost.eta == 0 and not beta.any()
+        known = self._zero.at(self.C) if at_zero else None
+        if known is not None:
+            acc, t, z, st, loss = known
+        else:
+            acc, t, z, st, loss = self._loss_grad_pass(beta)
+            if at_zero:
+                self._zero.keep(self.C, acc, t, z, st, loss)
+        f = 0.5 * la.sum_in_order(0.0, beta * z) + self.C * loss  # beta^T Q' beta = beta . z
+        self._trial = (beta.copy(), f, acc, st, loss, z)
+        self._trial_t = t
+        return f
+
+    def _loss_grad_pass(self, beta):
+        """(Q' t, t, z, the active sets, the loss) at beta: one pass over Q (module docstring)."""
         acc, kept = self._run(_KernelLossGrad(beta, self))
         _after_first("fun")
         z, t, loss_q = (np.concatenate([o[i] for o in kept]) if kept else np.zeros(0) for i in range(3))
@@ -173,11 +192,7 @@ class KernelObjective(RankObjective):
         if self.shift:  # the shift's rank-one part of Q' beta and Q' t
             z += self.shift * la.sum_in_order(0.0, beta)
             acc += self.shift * la.sum_in_order(0.0, t)
-        loss = la.sum_in_order(0.0, loss_q)
-        f = 0.5 * la.sum_in_order(0.0, beta * z) + self.C * loss  # beta^T Q' beta = beta . z
-        self._trial = (beta.copy(), f, acc, st, loss, z)
-        self._trial_t = t
-        return f
+        return acc, t, z, st, la.sum_in_order(0.0, loss_q)
 
     def grad(self, beta):
         tw, f, g, st, loss, z = self._trial
@@ -228,6 +243,49 @@ class KernelObjective(RankObjective):
     def hessian(self, max_rows=None):
         raise NotImplementedError("exact kernel RankSVM does not form its l x l Hessian in beta "
                                   "(TRON and Newton-Yuan use products)")
+
+
+class ZeroPoint:
+    """fun's pass at beta = 0 for every C of a path (squared hinge), made once.
+
+    TRON evaluates every warm-started point at beta = 0 too (its stopping rule's ||g(0)||). There
+    z = 0 whatever C, so the sweep's loss, dz and active sets do not depend on C, and
+    t = 0 + C dz, g = Q' t scale with C. When C / C0 is a power of two, every product and sum of
+    the pass scales exactly (no rounding changes, away from float64's underflow and overflow), so
+    r t0 and r g0 (r = C / C0) are the bits a pass at C would give; for any other ratio the pass
+    is made. Shared by the objectives of one Q and one pair cost (training.exact._Gram)."""
+
+    # scaled values must stay this far inside float64's normal range (2^-1022 to 2^1024) for the
+    # scaling to be exact at every intermediate step of the pass (products with float32 entries
+    # of Q as small as 2^-149, sums of l terms)
+    SAFE_EXP = 700
+
+    def __init__(self):
+        self._kept = None
+
+    def keep(self, C, acc, t, z, st, loss):
+        if self._kept is None:
+            self._kept = (float(C), acc.copy(), t.copy(), z.copy(), tuple(a.copy() for a in st), loss)
+
+    def at(self, C):
+        """(Q' t, t, z, active sets, loss) at beta = 0 for C, or None (no exact scaling known)."""
+        if self._kept is None:
+            return None
+        C0, acc, t, z, st, loss = self._kept
+        r = float(C) / C0
+        mant, e = math.frexp(r)
+        if mant != 0.5 or not all(_in_range(x, e - 1, self.SAFE_EXP) for x in (acc, t)):
+            return None
+        return r * acc, r * t, z.copy(), tuple(a.copy() for a in st), loss
+
+
+def _in_range(x, shift, safe):
+    """Whether the nonzero entries of x times 2^shift stay within 2^-safe .. 2^safe."""
+    nz = np.abs(x[x != 0])
+    if nz.size == 0:
+        return True
+    lo, hi = math.frexp(float(nz.min()))[1] + shift, math.frexp(float(nz.max()))[1] + shift
+    return -safe < lo and hi < safe
 
 
 # -- the passes over the row blocks of Q (streamrank.execution) -------------------------------------

@@ -176,13 +176,13 @@ class LinearModel:
             Xn = self.fmap.score_rows(Xn, row0=row0)
         return Xn
 
-    def mapped_rows(self, X, query_ptr=None, row0=0, extra="error"):
+    def mapped_rows(self, X, query_ptr=None, row0=0, extra="error", wide=False):
         """The rows of X as the scores' products read them (normalised and mapped: float32 phi, or
         a Nystroem map's float64 K(x, L)), for scoring the same rows with many weights
         (:meth:`dot_features` gives the bits of :meth:`decision_function`); only for models with a
-        feature map that maps rows on its own (not the exact kernel's or CLSRRank's, whose
-        rows are as wide as their support)."""
-        if self.fmap is None or self.fmap.scores_in_chunks or self.input_features is not None:
+        feature map that maps rows on its own. The exact kernel's or CLSRRank's rows are as wide
+        as their support: only with ``wide`` (the caller has planned their memory)."""
+        if self.fmap is None or (self.fmap.scores_in_chunks and not wide) or self.input_features is not None:
             raise ValueError("mapped_rows is for models with a row feature map and no input subset")
         return self._features(self._pad(X, extra=extra), query_ptr, row0)
 

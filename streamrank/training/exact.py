@@ -29,7 +29,7 @@ from streamrank.execution.executor import executor_or_local
 from streamrank.features.exact_map import ExactKernelMap
 from streamrank.features.kernels import check_psd_kernel
 from streamrank.io.budget import release_freed
-from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective
+from streamrank.objectives.kernel_objective import KernelObjective, LinearKernelObjective, ZeroPoint
 from streamrank.objectives.kernel_precond import (
     DEFAULT_LANDMARKS,
     RKHS_TRACE_TOL,
@@ -44,6 +44,7 @@ from streamrank.state.model import LinearModel
 from streamrank.training import memory_plan as memplan
 from streamrank.training.path import Method, report_grid_edges, run_settings
 from streamrank.training.problem import (
+    MappedValidation,
     Problem,
     attach_features,
     base_config,
@@ -75,6 +76,7 @@ class _Gram:
         self.executor = executor
         self.Xn, self.qp, self.rank, self.cost, self.mu = Xn, qp, rank, cost, mu
         self.cache, self.precond, self.counter = None, None, None
+        self.zero = ZeroPoint()  # fun at beta = 0, shared by the path's C (one pair cost per run)
         self.build_seconds = self.precond_seconds = 0.0
         if kernel == "linear":  # Q = X X^T in float64, never stored (paper 004 sec. 3.3)
             self.counter = LinearKernelObjective(Xn, rank, qp, C=1.0, cost=cost, mu=mu).source
@@ -132,8 +134,8 @@ class _Gram:
             obj = LinearKernelObjective(self.Xn, self.rank, self.qp, C=C, cost=cost, mu=self.mu)
             obj.source = self.counter  # one pass count for the whole path
             return obj
-        return KernelObjective(self.cache, self.rank, C=C, cost=cost, mu=self.mu,
-                               executor=self.executor).set_preconditioner(self.precond)
+        return KernelObjective(self.cache, self.rank, C=C, cost=cost, mu=self.mu, executor=self.executor,
+                               zero=self.zero).set_preconditioner(self.precond)
 
     @property
     def passes(self):
@@ -262,30 +264,37 @@ def exact_problem(ds, valid, settings, queries, executor):
 class GramPlan:
     """How Q is held (:func:`~streamrank.training.memory_plan.exact_kernel_plan`): stored blocks of
     ``qblock`` bytes, ``tier`` bytes of them in memory, the rest under ``where`` (None: memory
-    only), computed on ``tile_threads``; ``key``: what identifies a stored Q besides its kernel."""
+    only), computed on ``tile_threads``; ``key``: what identifies a stored Q besides its kernel;
+    ``valid_bytes``: the validation rows' kernel values kept per gamma (0: not kept)."""
 
     qblock: int
     tier: int
     tile_threads: object
     where: object
     key: dict
+    valid_bytes: int = 0
 
 
 def gram_plan(problem, rows, settings, cache_dir):
     """The run's :class:`GramPlan` inside its memory budget; Q goes under ``cache_dir`` (default
     :func:`default_cache_dir` when it does not fit in memory)."""
     l, ds, normalizer = rows.l, problem.ds, problem.normalizer
-    qblock, tier, tile_threads = memplan.exact_kernel_plan(l, ds.n_features, settings["memory_budget"],
-                                                           settings["block_bytes"], settings["landmarks"],
-                                                           loss=settings["loss"], with_threads=True)
+    budget = settings["memory_budget"]
+    valid_bytes = memplan.exact_valid_bytes(l, ds.n_features, budget, problem.valid, settings["block_bytes"],
+                                            settings["landmarks"], loss=settings["loss"])
+    qblock, tier, tile_threads = memplan.exact_kernel_plan(l, ds.n_features, budget, settings["block_bytes"],
+                                                           settings["landmarks"], loss=settings["loss"],
+                                                           with_threads=True, extra=valid_bytes)
     where = cache_dir
     if where is None and not (settings["kernel"] == "linear" or tier >= 4 * l * l):
         where = default_cache_dir()
         log.info("Q (%s) does not fit in the memory budget: stored under %s (use cache_dir=DIR to choose)",
                  format_size(4 * l * l), where)
+    if valid_bytes:
+        log.info("validation rows' kernel values K(x, X) kept for each gamma's C path: %s", format_size(valid_bytes))
     key = {"dataset": ds.fingerprint, "queries": list(problem.queries), "normalize": normalizer.kind,
            "normalize_arrays": array_digest(*[a for a in (normalizer.mean_, normalizer.scale_) if a is not None])}
-    return GramPlan(qblock, tier, tile_threads, where, key)
+    return GramPlan(qblock, tier, tile_threads, where, key, valid_bytes)
 
 
 class ExactPath(Method):
@@ -296,6 +305,7 @@ class ExactPath(Method):
         self.problem, self.rows, self.plan, self.settings = problem, rows, plan, settings
         self.build_seconds = self.precond_seconds = 0.0
         self.in_memory = self.jitter = self.shift = None
+        self.mapped_valid = None  # (gamma index, MappedValidation) of the open gamma
 
     def open(self, gi):
         s, p, r, g = self.settings, self.problem, self.rows, self.plan
@@ -309,6 +319,7 @@ class ExactPath(Method):
 
     def close(self, gram):
         self.in_memory, self.jitter, self.shift = gram.in_memory, gram.jitter, gram.shift
+        self.mapped_valid = None  # the next gamma's Q is built without this one's validation rows
         gram.close()
 
     def start(self, gi):
@@ -339,11 +350,18 @@ class ExactPath(Method):
         return ExactKernelMap(self.rows.Xn[rows], s["kernel"], s["gamma_path"][gi], s["degree"], s["coef0"])
 
     def score(self, beta, gi):
-        p = self.problem
+        """The validation score of beta: float32 K(x, X) . beta per validation row, from the kernel
+        values kept for gamma ``gi`` when the plan has room for them (the same tiles and
+        row sums as :func:`validation_score`, so the same bits), else computed again."""
+        p, s = self.problem, self.settings
         model = LinearModel(beta, p.normalizer, n_features=p.ds.n_features, fmap=self.kernel_map(gi))
-        return validation_score(model, p.valid, p.valid_y, self.settings["select_metric"],
-                                block_bytes=self.rows.raw_block, executor=p.executor,
-                                convention=self.settings.get("convention", "letor4"))
+        kw = dict(block_bytes=self.rows.raw_block, executor=p.executor, convention=s.get("convention", "letor4"))
+        if not self.plan.valid_bytes:
+            return validation_score(model, p.valid, p.valid_y, s["select_metric"], **kw)
+        if self.mapped_valid is None or self.mapped_valid[0] != gi:
+            self.mapped_valid = None
+            self.mapped_valid = (gi, MappedValidation(model, p.valid, p.valid_y, s["select_metric"], wide=True, **kw))
+        return self.mapped_valid[1].score(model)
 
 
 def exact_model(problem, settings, res, path, t_start):

@@ -107,12 +107,13 @@ def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None, mapped
 
 
 def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None, loss="squared_hinge",
-                      with_threads=False):
+                      with_threads=False, extra=0):
     """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
     the whole process: what is resident already (the interpreter, libraries) counts. Logs the
     shares it chose. ``with_threads``: also return the threads that compute Q's tiles (all of the
     passes' threads when their tiles fit beside the rest, else one: the tiles' bits do not depend on
-    it, kernels.parallel_tiles)."""
+    it, kernels.parallel_tiles). ``extra``: bytes the caller holds beside them (the validation
+    rows' kernel values, :func:`exact_valid_bytes`)."""
     # the exact path's modules, imported here so that a linear run imports none of them (start-up)
     from streamrank.cache.kernel_cache import READ_BUFFERS
     from streamrank.io.budget import EXACT_MMAP_THRESHOLD, drop_idle_library_pages, load_kernel_runtime, tune_allocator
@@ -133,7 +134,7 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     m = min(landmarks, l)
     precond = _precond_bytes(l, m)
     resident = resident_bytes() if resident is None else resident
-    fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond + EXACT_SLACK
+    fixed = 8 * l * d + 8 * VECTORS_PER_ROW * l + chunk + precond + EXACT_SLACK + int(extra)
     fixed += 2 * (state_bytes_per_row(loss) - STATE_BYTES_PER_ROW) * l  # the band state of two points
     q_bytes = 4 * l * l
     margin = int(EXACT_MARGIN * budget)
@@ -159,6 +160,27 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
         log.info("Q's tiles computed on one thread (two tiles of %s do not fit the budget beside the rest)",
                  format_size(tile))
     return (qblock, tier, threads) if with_threads else (qblock, tier)
+
+
+def exact_valid_bytes(l, d, budget, valid, block_bytes=None, landmarks=0, loss="squared_hinge", resident=None):
+    """Bytes of the validation rows' float32 K(x, X) that an exact path keeps for a gamma's C path
+    (training.problem.MappedValidation), or 0 (each score computes them again): kept when they
+    take at most VALID_MAP_SHARE of the budget and all of Q still fits in memory beside them,
+    since reading Q from disk every pass costs more than the validation saves. The plan with them
+    is made quietly (:func:`exact_kernel_plan` logs the one the run uses)."""
+    from streamrank.training.problem import mapped_validation_bytes
+    vb = mapped_validation_bytes(valid, l, 4)
+    if not vb or vb > VALID_MAP_SHARE * budget:
+        return 0
+    quiet = log.disabled
+    log.disabled = True
+    try:
+        _, tier = exact_kernel_plan(l, d, budget, block_bytes, landmarks, resident, loss=loss, extra=vb)
+    except ParameterError:
+        return 0
+    finally:
+        log.disabled = quiet
+    return vb if tier >= 4 * l * l else 0
 
 
 def _precond_bytes(l, m):

@@ -243,12 +243,13 @@ def check_convention(convention):
 class _MapRows(Pass):
     """Validation rows normalised and mapped once (kept with their blocks for later passes)."""
 
-    def __init__(self, model):
-        self.model = model
+    def __init__(self, model, wide=False):
+        self.model, self.wide = model, wide
 
     def step(self, carry, item):
         block, a, b = item
-        return a, b, np.ascontiguousarray(self.model.mapped_rows(block.X, block.query_ptr, row0=a, extra="ignore"))
+        return a, b, np.ascontiguousarray(self.model.mapped_rows(block.X, block.query_ptr, row0=a, extra="ignore",
+                                                                 wide=self.wide))
 
     def merge(self, total, carry):
         return None
@@ -275,13 +276,14 @@ class MappedValidation:
     """The validation score of many weight vectors over one feature map (a C path): the validation
     rows are mapped once (one pass; their mapped rows, :func:`mapped_validation_bytes`, are
     held by the executor with their blocks) and each score is then a product per block, the bits of
-    :func:`validation_score`."""
+    :func:`validation_score`. ``wide``: rows as wide as a support (the exact kernel's K(x, X),
+    :meth:`~streamrank.state.model.LinearModel.mapped_rows`)."""
 
-    def __init__(self, model, valid, valid_y, metric, *, block_bytes, executor=None, convention="letor4"):
+    def __init__(self, model, valid, valid_y, metric, *, block_bytes, executor=None, convention="letor4", wide=False):
         self.valid, self.valid_y, self.metric, self.executor = valid, valid_y, metric, executor_or_local(executor)
         self.convention = convention
         self.source = partitioned_stream(valid, executor, block_bytes=block_bytes)
-        _, self.kept = self.executor.run(_MapRows(model), self.source)
+        _, self.kept = self.executor.run(_MapRows(model, wide), self.source)
 
     def score(self, model):
         out = np.empty(self.valid.n_rows)
