@@ -123,9 +123,39 @@ def add_atb_upper(M, A, B, columns=ATB_COLUMNS):
 
     def block(pair):
         (i0, i1), (j0, j1) = pair
-        M[i0:i1, j0:j1] += A[:, i0:i1].T @ B[:, j0:j1]
+        buf = _block_buffers.take(columns)
+        try:
+            out = buf[:(i1 - i0) * (j1 - j0)].reshape(i1 - i0, j1 - j0)
+            np.matmul(A[:, i0:i1].T, B[:, j0:j1], out=out)  # the product's bits, into a kept buffer
+            M[i0:i1, j0:j1] += out
+        finally:
+            _block_buffers.give(buf)
     _in_threads(pairs, block)
     return M
+
+
+class _BlockBuffers:
+    """The block products' outputs of :func:`add_atb_upper`, one per thread at work, kept from
+    one call to the next: a fresh 512 KB temporary per block is mapped (above the allocator's
+    threshold, io.budget.tune_allocator) and faulted in again, thousands of times per
+    preconditioner update (docs/design.md, "Measurements behind the code")."""
+
+    def __init__(self):
+        self._free, self._lock = [], threading.Lock()
+
+    def take(self, columns):
+        with self._lock:
+            for i, b in enumerate(self._free):
+                if b.size >= columns * columns:
+                    return self._free.pop(i)
+        return np.empty(columns * columns)
+
+    def give(self, buf):
+        with self._lock:
+            self._free.append(buf)
+
+
+_block_buffers = _BlockBuffers()
 
 
 def mirror_upper(M, columns=ATB_COLUMNS):

@@ -462,14 +462,9 @@ class RKHSPreconditioner:
         """A = I + C U^T L U at the active set ``states`` (summed over chunks of whole queries
         fixed by ``query_ptr``, as :meth:`NystroemPreconditioner.at_point`), factored. Returns self."""
         from streamrank._native import pairkernels as pk
-        from streamrank.objectives.linear_precond import query_groups
-        U, k = self.U, self.rank
-        l = U.shape[0]
-        self._ca = None
-        A = np.zeros((k, k))
-        bounds = query_groups(query_ptr, l, max(1, a_chunk_bytes(l, k) // (24 * max(k, 1))))
-        most = max((int(query_ptr[b] - query_ptr[a]) for a, b in zip(bounds[:-1], bounds[1:])), default=0)
-        Ub, LUb = np.empty((most, k)), np.empty((most, k))
+        U, A = self.U, self._work(query_ptr)
+        Ub, LUb = self._chunks
+        bounds = self._bounds
         for qa, qb in zip(bounds[:-1], bounds[1:]):
             r0, r1 = int(query_ptr[qa]), int(query_ptr[qb])
             local = np.ascontiguousarray(query_ptr[qa:qb + 1] - r0)
@@ -489,6 +484,27 @@ class RKHSPreconditioner:
             err.quantity, err.where = "preconditioner", "start"
             raise err from None
         return self
+
+    def _work(self, query_ptr):
+        """A zeroed k x k float64 sum for at_point (``_A``), the chunks' bounds (``_bounds``) and
+        their float64 row buffers (``_chunks``), made at the first point and kept: fresh ones are
+        mapped and faulted in again at every point (docs/design.md, "Measurements behind the
+        code"). The memory plan counts them (memory_plan._precond_bytes: the k x k matrices
+        and a_chunk_bytes). The factor of A is scipy's own copy, so A is free for the next point."""
+        from streamrank.objectives.linear_precond import query_groups
+        U, k = self.U, self.rank
+        l = U.shape[0]
+        self._ca = None
+        if getattr(self, "_bounds", None) is None or not np.array_equal(self._qp, query_ptr):
+            self._qp = np.array(query_ptr)
+            self._bounds = query_groups(query_ptr, l, max(1, a_chunk_bytes(l, k) // (24 * max(k, 1))))
+            b = self._bounds
+            most = max((int(query_ptr[j] - query_ptr[i]) for i, j in zip(b[:-1], b[1:])), default=0)
+            self._chunks = (np.empty((most, k)), np.empty((most, k)))
+            self._A = np.zeros((k, k))
+        else:
+            self._A.fill(0.0)
+        return self._A
 
     def apply(self, rho, r):
         """z = rho - E_S Lq^-T (I - A^-1) Lq^-1 r_S: the beta representation of M_w^-1 r_w."""

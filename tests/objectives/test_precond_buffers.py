@@ -1,0 +1,49 @@
+"""Buffers kept between preconditioner updates change no bit (oracle: fresh objects, plain products)."""
+
+import numpy as np
+import pytest
+
+from streamrank._native import pairkernels as pk
+from streamrank._native.blas import add_atb_upper, one_thread
+from streamrank.objectives.kernel_precond import RKHSPreconditioner, rpcholesky
+from streamrank.synthetic import generate_batches
+
+GAMMA = 0.05
+
+
+@pytest.fixture(scope="module")
+def rows():
+    X, y, qid = next(generate_batches("small", scale=0.1, seed=3, batch_rows=1 << 20))
+    qp = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1], True])
+    return np.asarray(X, np.float64), np.asarray(y, np.float64), qp.astype(np.int64)
+
+
+@pytest.mark.parametrize("n, r", [(300, 40), (513, 700)])
+def test_add_atb_upper_is_the_blocks_of_plain_products(n, r):
+    rng = np.random.default_rng(n)
+    A, B = rng.standard_normal((r, n)), rng.standard_normal((r, n))
+    M0 = rng.standard_normal((n, n))
+    M = add_atb_upper(M0.copy(), A, B)
+    with one_thread():  # each block is one product on one BLAS thread
+        for i0 in range(0, n, 256):
+            for j0 in range(i0, n, 256):
+                want = M0[i0:i0 + 256, j0:j0 + 256] + A[:, i0:i0 + 256].T @ B[:, j0:j0 + 256]
+                assert np.array_equal(M[i0:i0 + 256, j0:j0 + 256], want)
+
+
+def test_rkhs_at_point_with_kept_buffers_gives_a_fresh_objects_bits(rows):
+    X, y, qp = rows
+    S, _ = rpcholesky(X, 40, kernel="rbf", gamma=GAMMA, seed=0)
+    levels = np.unique(y)
+    rank = np.searchsorted(levels, y).astype(np.int32)
+    cost, mu = pk.pair_cost(np.ones((len(levels),) * 2)), np.ones(len(qp) - 1)
+    kept = RKHSPreconditioner(X, S, kernel="rbf", gamma=GAMMA, shift=0.5, jitter=1e-6)
+    rng = np.random.default_rng(5)
+    for C in (0.5, 4.0, 4.0):
+        _, _, st = pk.loss_grad(rng.standard_normal(len(y)), rank, qp, cost, mu)
+        fresh = RKHSPreconditioner(X, S, kernel="rbf", gamma=GAMMA, shift=0.5, jitter=1e-6)
+        kept.at_point(C, rank, qp, cost, mu, st.arrays)
+        fresh.at_point(C, rank, qp, cost, mu, st.arrays)
+        assert np.array_equal(kept._ca[0], fresh._ca[0])
+        r = rng.standard_normal(len(y))
+        assert np.array_equal(kept.apply(r, r), fresh.apply(r, r))
