@@ -5,7 +5,7 @@ import pytest
 
 from streamrank._native import pairkernels as pk
 from streamrank._native.blas import add_atb_upper, one_thread
-from streamrank.objectives.kernel_precond import RKHSPreconditioner, rpcholesky
+from streamrank.objectives.kernel_precond import RKHSPreconditioner, _active_rows, rpcholesky
 from streamrank.synthetic import generate_batches
 
 GAMMA = 0.05
@@ -47,3 +47,34 @@ def test_rkhs_at_point_with_kept_buffers_gives_a_fresh_objects_bits(rows):
         assert np.array_equal(kept._ca[0], fresh._ca[0])
         r = rng.standard_normal(len(y))
         assert np.array_equal(kept.apply(r, r), fresh.apply(r, r))
+
+
+def test_active_rows_moves_the_kept_rows_up_in_place():
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        r, k = int(rng.integers(1, 60)), int(rng.integers(1, 5))
+        U, L = rng.standard_normal((r, k)), rng.standard_normal((r, k))
+        zero = rng.random(r) < rng.random()
+        L[zero] = 0.0
+        Uk, Lk = _active_rows(U.copy(), L.copy())
+        assert np.array_equal(Uk, U[~zero]) and np.array_equal(Lk, L[~zero])
+
+
+def test_u_l_u_over_the_active_rows_is_the_sum_over_every_row(rows):
+    """Oracle: U^T L U summed over every row of each chunk (the rows in no active pair add zeros)."""
+    X, y, qp = rows
+    S, _ = rpcholesky(X, 40, kernel="rbf", gamma=GAMMA, seed=0)
+    levels = np.unique(y)
+    rank = np.searchsorted(levels, y).astype(np.int32)
+    cost, mu = pk.pair_cost(np.ones((len(levels),) * 2)), np.ones(len(qp) - 1)
+    P = RKHSPreconditioner(X, S, kernel="rbf", gamma=GAMMA, shift=0.5, jitter=1e-6)
+    z = 3.0 * np.random.default_rng(2).standard_normal(len(y))  # spread scores: many rows in no active pair
+    _, _, st = pk.loss_grad(z, rank, qp, cost, mu)
+    U = P.U.astype(np.float64)
+    LU = pk.hess_prod(U, rank, qp, cost, mu, st)
+    assert 0 < np.mean(~LU.any(axis=1)) < 1
+    C = 2.0
+    want = np.eye(P.rank) + C * (U.T @ LU)
+    P.at_point(C, rank, qp, cost, mu, st.arrays)
+    L = np.tril(P._ca[0])
+    np.testing.assert_allclose(L @ L.T, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
