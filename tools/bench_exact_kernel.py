@@ -15,6 +15,11 @@ preconditioner's CG steps, and the generated mq2007 set out of core.
     python tools/bench_exact_kernel.py --clustered   # generated clustered rows (a 1,000-document query
                                                      #   with 700 near-duplicates, raw scales): TRON with
                                                      #   plain CG, M's diagonal as one mean, per row
+    python tools/bench_exact_kernel.py --cv          # `streamrank cv MQ2008 --method exact`, its default
+                                                     #   grid, five folds (--cv-folds N: the first N): wall,
+                                                     #   CPU, peak RSS, page faults, each fold's choice and
+                                                     #   test NDCG@10, and every candidate's TRON iterations,
+                                                     #   CG steps and solver seconds
 
 Every timed run is a fresh process (peak RSS = its VmHWM) that first loads the numba kernels by
 training on a tiny generated set (not timed). "total" is the time inside ``train_exact``: reading
@@ -22,14 +27,20 @@ the rows, building Q (and the preconditioner), TRON. MQ2008 is read from ../shar
 """
 
 import argparse
+import csv
 import json
+import math
+import os
+import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _benchutil import machine_facts, run_child, args_params, table_record  # noqa: E402
+from _benchutil import REPO, args_params, machine_facts, run_child, table_record  # noqa: E402
 from bench_linear import DEFAULT_DATA, converted, have_mq2008  # noqa: E402
 
 # libsvm-ranksvm (C++, OpenMP, whole Q cached in 740 MB), measured separately on this machine
@@ -431,6 +442,76 @@ def section_clustered(args):
           "C diag(L) diag(R)^2 (the default); 500 landmarks (randomly pivoted Cholesky)")
 
 
+CV_WARM = """
+import os, subprocess, sys
+# the command's numba kernels loaded (compiled if need be) by a tiny cv first, not timed
+subprocess.run([sys.executable, "-m", "streamrank", "cv", {data!r}, "--method", "exact", "--folds", "1",
+                "--C", "1", "--gamma", "2^-5", "-o", {out!r}, "--quiet"], check=True)
+"""
+
+
+def _cv_candidates(out, folds):
+    """Every candidate of a cv run's folds (runs/*/result.json): fold, configuration, gamma, C,
+    iterations, CG steps, solver seconds, objective, validation MeanNDCG."""
+    rows = []
+    for k in range(1, folds + 1):
+        for res in sorted((Path(out) / f"Fold{k}" / "exact" / "runs").glob("*/result.json")):
+            for c in json.loads(res.read_text())["summary"]["candidates"]:
+                rows.append({"fold": k, "config": "cs" if res.parent.name.endswith("-cs") else "plain",
+                             "log2_gamma": round(math.log2(c["gamma"])), "log2_C": round(math.log2(c["C"])),
+                             **{key: c[key] for key in ("iterations", "cg_steps", "seconds", "objective",
+                                                         "valid_meanndcg")}})
+    return rows
+
+
+def section_cv(args):
+    folds = args.cv_folds
+    header(f"streamrank cv {args.data} --method exact, default grid, {folds} fold(s): a fresh process")
+    out = Path(args.work) / "cv-exact"
+    shutil.rmtree(out, ignore_errors=True)
+    warm = Path(args.work) / "cv-warm"
+    shutil.rmtree(warm, ignore_errors=True)
+    subprocess.run([sys.executable, "-c", CV_WARM.format(data=str(args.data), out=str(warm))], check=True,
+                   cwd=REPO, capture_output=True)
+    argv = [sys.executable, "-m", "streamrank", "cv", str(args.data), "--method", "exact", "-o", str(out), "--quiet"]
+    argv += ["--folds", ",".join(str(k) for k in range(1, folds + 1))] if folds != 5 else []
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    err = proc.stderr.read().decode(errors="replace")
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"cv failed:\n{err[-3000:]}")
+    cands = _cv_candidates(out, folds)
+    test = {r["fold"]: r for r in csv.DictReader(open(out / "cv.csv")) if r.get("fold", "").startswith("Fold")}
+    run = {"folds": folds, "wall_s": wall, "user_s": ru.ru_utime, "sys_s": ru.ru_stime,
+           "peak_rss_mb": ru.ru_maxrss * 1024 / 1e6, "minor_faults": ru.ru_minflt,
+           "candidates": len(cands), "iterations": sum(c["iterations"] for c in cands),
+           "cg_steps": sum(c["cg_steps"] for c in cands), "solver_s": sum(c["seconds"] for c in cands)}
+    table_record("exact_kernel", "cv", [run], [
+        ("folds", "folds", "{}"), ("wall_s", "wall s", "{:.1f}"), ("user_s", "user s", "{:.1f}"),
+        ("sys_s", "sys s", "{:.1f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}"), ("minor_faults", "minor faults", "{:,}"),
+        ("candidates", "candidates", "{}"), ("iterations", "TRON it", "{}"), ("cg_steps", "CG", "{}"),
+        ("solver_s", "solver s (sum)", "{:.1f}")], params=args_params(args))
+    chosen = []
+    for f, r in sorted(test.items()):
+        mine = [c for c in cands if f"Fold{c['fold']}" == f]
+        chosen.append({"fold": f, "chosen": r["chosen"], "NDCG@10": float(r["NDCG@10"]), "MAP": float(r["MAP"]),
+                       "iterations": sum(c["iterations"] for c in mine), "cg_steps": sum(c["cg_steps"] for c in mine),
+                       "solver_s": sum(c["seconds"] for c in mine)})
+    table_record("exact_kernel", "cv_folds", chosen, [
+        ("fold", "fold", None), ("chosen", "chosen on vali", None), ("NDCG@10", "test NDCG@10", "{:.4f}"),
+        ("MAP", "MAP", "{:.4f}"), ("iterations", "TRON it", "{}"), ("cg_steps", "CG", "{}"),
+        ("solver_s", "solver s", "{:.1f}")], params=args_params(args))
+    table_record("exact_kernel", "cv_candidates", [c for c in cands if c["fold"] == 1], [
+        ("config", "config", None), ("log2_gamma", "log2 gamma", "{}"), ("log2_C", "log2 C", "{}"),
+        ("iterations", "TRON it", "{}"), ("cg_steps", "CG", "{}"), ("seconds", "solver s", "{:.1f}"),
+        ("objective", "objective", "{:.9g}"), ("valid_meanndcg", "valid MeanNDCG", "{:.4f}")],
+        notes=["Fold 1's candidates; every fold's are in the run directory (runs/*/result.json)"],
+        params=args_params(args))
+    print(f"wall {wall:.1f} s, CPU {ru.ru_utime + ru.ru_stime:.1f} s (user {ru.ru_utime:.1f}, sys {ru.ru_stime:.1f})")
+
+
 def landmarks_arg(text):
     return text if text == "auto" else int(text)
 
@@ -442,6 +523,8 @@ def main():
     ap.add_argument("--oracle", action="store_true")
     ap.add_argument("--mq2007", action="store_true")
     ap.add_argument("--clustered", action="store_true")
+    ap.add_argument("--cv", action="store_true")
+    ap.add_argument("--cv-folds", type=int, default=5, help="--cv: the first N folds")
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--workdir", dest="work", default="bench-out")
     ap.add_argument("--landmarks", type=landmarks_arg, default="auto", help="preconditioner size for --fold1")
@@ -459,13 +542,13 @@ def main():
     ap.add_argument("--disk-bytes", type=int, default=2 << 30, help="size of the file --mq2007 streams for the disk's rate")
     args = ap.parse_args()
     Path(args.work).mkdir(parents=True, exist_ok=True)
-    if not (args.fold1 or args.precond or args.oracle or args.mq2007 or args.clustered):
+    if not (args.fold1 or args.precond or args.oracle or args.mq2007 or args.clustered or args.cv):
         args.fold1 = args.precond = args.oracle = True
     print(machine_facts())
-    if (args.fold1 or args.precond or args.oracle) and not have_mq2008(args.data):
-        args.fold1 = args.precond = args.oracle = False
+    if (args.fold1 or args.precond or args.oracle or args.cv) and not have_mq2008(args.data):
+        args.fold1 = args.precond = args.oracle = args.cv = False
     for flag, fn in (("fold1", section_fold1), ("precond", section_precond), ("oracle", section_oracle),
-                     ("mq2007", section_mq2007), ("clustered", section_clustered)):
+                     ("mq2007", section_mq2007), ("clustered", section_clustered), ("cv", section_cv)):
         if getattr(args, flag):
             fn(args)
 
