@@ -107,13 +107,13 @@ def linear_plan(budget, n_rows, extra=0, given_block=None, resident=None, mapped
 
 
 def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None, loss="squared_hinge",
-                      with_threads=False, extra=0):
+                      with_threads=False, extra=0, quiet=False):
     """(bytes of a stored block of Q, bytes of the in-memory tier) inside ``budget``, which bounds
     the whole process: what is resident already (the interpreter, libraries) counts. Logs the
     shares it chose. ``with_threads``: also return the threads that compute Q's tiles (all of the
     passes' threads when their tiles fit beside the rest, else one: the tiles' bits do not depend on
     it, kernels.parallel_tiles). ``extra``: bytes the caller holds beside them (the validation
-    rows' kernel values, :func:`exact_valid_bytes`)."""
+    rows' kernel values, :func:`exact_valid_bytes`). ``quiet``: the plan without its log lines."""
     # the exact path's modules, imported here so that a linear run imports none of them (start-up)
     from streamrank.cache.kernel_cache import READ_BUFFERS
     from streamrank.io.budget import EXACT_MMAP_THRESHOLD, drop_idle_library_pages, load_kernel_runtime, tune_allocator
@@ -139,7 +139,8 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     q_bytes = 4 * l * l
     margin = int(EXACT_MARGIN * budget)
     if resident + q_bytes + fixed + READ_BUFFERS * qblock + margin <= budget:
-        _log_exact(budget, resident, fixed, precond, qblock, q_bytes, q_bytes)
+        if not quiet:
+            _log_exact(budget, resident, fixed, precond, qblock, q_bytes, q_bytes)
         return (qblock, q_bytes, threads) if with_threads else (qblock, q_bytes)  # all of Q in memory
     if threads > 1 and resident + fixed + READ_BUFFERS * qblock > budget:
         threads, fixed, chunk = 1, fixed - chunk + tile, tile  # one tile at a time: slower, the same Q
@@ -147,14 +148,17 @@ def exact_kernel_plan(l, d, budget, block_bytes=None, landmarks=0, resident=None
     if budget <= resident and fixed <= max(budget, resident):
         # below the process itself: no plan can hold it (the linear path's rule, io.budget.block_bytes:
         # said, and the run goes on with Q on disk; tests use such budgets to put Q on disk)
-        log.warning("memory budget %s is below what this process holds already (%s): peak RSS will exceed it; "
-                    "use memory_budget=%s", format_size(budget), format_size(resident), format_size(_round_up(need)))
+        (log.debug if quiet else log.warning)(
+            "memory budget %s is below what this process holds already (%s): peak RSS will exceed it; "
+            "use memory_budget=%s", format_size(budget), format_size(resident), format_size(_round_up(need)))
         return (qblock, 0, 1) if with_threads else (qblock, 0)
     if need > budget:
         raise _exact_budget_error(budget, l, m, precond,
                                   lambda named: resident + fixed + READ_BUFFERS * qblock_of(named), resident, need)
     fixed += resident
     tier = max(0, budget - fixed - READ_BUFFERS * qblock - margin)
+    if quiet:
+        return (qblock, tier, threads) if with_threads else (qblock, tier)
     _log_exact(budget, resident, fixed, precond, qblock, tier, q_bytes)
     if threads == 1 and tile_threads() > 1:
         log.info("Q's tiles computed on one thread (two tiles of %s do not fit the budget beside the rest)",
@@ -172,14 +176,10 @@ def exact_valid_bytes(l, d, budget, valid, block_bytes=None, landmarks=0, loss="
     vb = mapped_validation_bytes(valid, l, 4)
     if not vb or vb > VALID_MAP_SHARE * budget:
         return 0
-    quiet = log.disabled
-    log.disabled = True
     try:
-        _, tier = exact_kernel_plan(l, d, budget, block_bytes, landmarks, resident, loss=loss, extra=vb)
+        _, tier = exact_kernel_plan(l, d, budget, block_bytes, landmarks, resident, loss=loss, extra=vb, quiet=True)
     except ParameterError:
         return 0
-    finally:
-        log.disabled = quiet
     return vb if tier >= 4 * l * l else 0
 
 
