@@ -5,18 +5,10 @@ import pytest
 
 from dense_oracle import explicit_pairs, nystroem_precond_dense
 from streamrank._native import pairkernels as pk
-from streamrank.synthetic import generate_batches
 from streamrank.objectives.kernel_precond import NystroemPreconditioner, auto_landmarks, rpcholesky
 from streamrank.features.kernels import kernel_matrix
 
 GAMMA = 0.05
-
-
-@pytest.fixture(scope="module")
-def rows():
-    X, y, qid = next(generate_batches("small", scale=0.1, seed=3, batch_rows=1 << 20))
-    qp = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1], True])
-    return np.asarray(X, np.float64), np.asarray(y, np.float64), qp.astype(np.int64)
 
 
 @pytest.mark.parametrize("k", [1, 17, 60])

@@ -6,16 +6,8 @@ import pytest
 from streamrank._native import pairkernels as pk
 from streamrank._native.blas import add_atb_upper, one_thread
 from streamrank.objectives.kernel_precond import RKHSPreconditioner, _active_rows, rpcholesky
-from streamrank.synthetic import generate_batches
 
 GAMMA = 0.05
-
-
-@pytest.fixture(scope="module")
-def rows():
-    X, y, qid = next(generate_batches("small", scale=0.1, seed=3, batch_rows=1 << 20))
-    qp = np.flatnonzero(np.r_[True, qid[1:] != qid[:-1], True])
-    return np.asarray(X, np.float64), np.asarray(y, np.float64), qp.astype(np.int64)
 
 
 @pytest.mark.parametrize("n, r", [(300, 40), (513, 700)])
