@@ -23,12 +23,17 @@ def test_add_atb_upper_is_the_blocks_of_plain_products(n, r):
                 assert np.array_equal(M[i0:i0 + 256, j0:j0 + 256], want)
 
 
-def test_rkhs_at_point_with_kept_buffers_gives_a_fresh_objects_bits(rows):
-    X, y, qp = rows
+def _problem(X, y, qp):
+    """40 rpcholesky landmarks, the rows' ranks, unit pair costs and query weights."""
     S, _ = rpcholesky(X, 40, kernel="rbf", gamma=GAMMA, seed=0)
     levels = np.unique(y)
-    rank = np.searchsorted(levels, y).astype(np.int32)
     cost, mu = pk.pair_cost(np.ones((len(levels),) * 2)), np.ones(len(qp) - 1)
+    return S, np.searchsorted(levels, y).astype(np.int32), cost, mu
+
+
+def test_rkhs_at_point_with_kept_buffers_gives_a_fresh_objects_bits(rows):
+    X, y, qp = rows
+    S, rank, cost, mu = _problem(X, y, qp)
     kept = RKHSPreconditioner(X, S, kernel="rbf", gamma=GAMMA, shift=0.5, jitter=1e-6)
     rng = np.random.default_rng(5)
     for C in (0.5, 4.0, 4.0):
@@ -55,10 +60,7 @@ def test_active_rows_moves_the_kept_rows_up_in_place():
 def test_u_l_u_over_the_active_rows_is_the_sum_over_every_row(rows):
     """Oracle: U^T L U summed over every row of each chunk (the rows in no active pair add zeros)."""
     X, y, qp = rows
-    S, _ = rpcholesky(X, 40, kernel="rbf", gamma=GAMMA, seed=0)
-    levels = np.unique(y)
-    rank = np.searchsorted(levels, y).astype(np.int32)
-    cost, mu = pk.pair_cost(np.ones((len(levels),) * 2)), np.ones(len(qp) - 1)
+    S, rank, cost, mu = _problem(X, y, qp)
     P = RKHSPreconditioner(X, S, kernel="rbf", gamma=GAMMA, shift=0.5, jitter=1e-6)
     z = 3.0 * np.random.default_rng(2).standard_normal(len(y))  # spread scores: many rows in no active pair
     _, _, st = pk.loss_grad(z, rank, qp, cost, mu)

@@ -11,7 +11,6 @@ from streamrank.cli import main
 from streamrank.errors import ParameterError
 from streamrank.features.kernels import kernel_matrix
 from streamrank.io.hdf5_format import DatasetWriter
-from streamrank.synthetic import write_hdf5
 from streamrank.training.clsr import train_clsr
 
 
@@ -73,14 +72,6 @@ def dense_oracle(Phi, y, qp, lam):
     alpha = np.linalg.solve(D.T @ D / S + lam * m * np.eye(m), D.T @ t / S)
     J = float(np.sum((t - D @ alpha) ** 2)) / S + lam * m * float(alpha @ alpha)
     return alpha, J
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    d = tmp_path_factory.mktemp("clsr")
-    for part in ("train", "valid"):
-        write_hdf5(d / f"{part}.h5", "small", seed=0, part=part, scale=0.1)
-    return d
 
 
 @pytest.mark.parametrize("components", [None, 25])

@@ -12,7 +12,6 @@ from streamrank.cli import main
 from streamrank.errors import ParameterError
 from streamrank.features.kernels import kernel_matrix
 from streamrank.io.convert import convert
-from streamrank.synthetic import write_hdf5
 from streamrank.training.exact import train_exact
 from streamrank.training.linear import train_linear
 from streamrank.training.problem import (ETA_AUTO_EPS1, THEOREM2_CONSTANT, pair_cost_table, pair_weight_sum,
@@ -31,14 +30,6 @@ def _qp(q):
 def data():
     """Raw features of scales 10^-2 .. 10^3 (not normalised) and labels 0-2."""
     return ranking_data(12, 5, d=10)
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    d = tmp_path_factory.mktemp("smooth")
-    for part in ("train", "valid"):
-        write_hdf5(d / f"{part}.h5", "small", seed=0, part=part, scale=0.1)
-    return d
 
 
 @pytest.mark.parametrize("eta", [0.5, 0.05])

@@ -18,7 +18,6 @@ from streamrank._native import qprod as _qprod
 from streamrank.state.checkpoint import ABORT_ENV, ABORT_EXIT_CODE
 from streamrank.cli import main
 from streamrank.io.convert import convert
-from streamrank.synthetic import write_hdf5
 from streamrank.training.exact import train_exact
 from streamrank.objectives.kernel_objective import KernelObjective
 from streamrank.cache.kernel_cache import KernelCache, read_rows
@@ -28,14 +27,6 @@ from streamrank.training.linear import train_linear
 
 from locations import DATA  # noqa: E402
 GAMMA = 0.05
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    d = tmp_path_factory.mktemp("exact")
-    for part in ("train", "valid"):
-        write_hdf5(d / f"{part}.h5", "small", seed=0, part=part, scale=0.1)
-    return d
 
 
 @pytest.fixture(scope="module")

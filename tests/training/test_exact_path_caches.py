@@ -9,20 +9,11 @@ from streamrank._native import pairkernels as pk
 from streamrank.cache.kernel_cache import KernelCache, read_rows
 from streamrank.features.normalize import Normalizer
 from streamrank.objectives.kernel_objective import KernelObjective, ZeroPoint
-from streamrank.synthetic import write_hdf5
 from streamrank.training import exact as ex
 from streamrank.training import memory_plan as memplan
 from streamrank.training.exact import train_exact
 
 GAMMA = 0.05
-
-
-@pytest.fixture(scope="module")
-def small(tmp_path_factory):
-    d = tmp_path_factory.mktemp("exact_caches")
-    for part in ("train", "valid"):
-        write_hdf5(d / f"{part}.h5", "small", seed=0, part=part, scale=0.1)
-    return d
 
 
 def _objective(ds, C, zero=None, cost=None):
