@@ -10,6 +10,7 @@ from streamrank.cache.kernel_cache import KernelCache, read_rows
 from streamrank.features.normalize import Normalizer
 from streamrank.objectives.kernel_objective import KernelObjective, ZeroPoint
 from streamrank.training import exact as ex
+from streamrank.training.problem import MappedValidation
 from streamrank.training import memory_plan as memplan
 from streamrank.training.exact import train_exact
 
@@ -99,3 +100,32 @@ def test_validation_rows_are_kept_only_when_q_still_fits_beside_them(small):
         assert memplan.exact_valid_bytes(l, d, b, va, resident=res) == 0
         big = next(m * 10 ** 6 for m in range(300, 2000, 2) if q_fits(m * 10 ** 6, need))
         assert memplan.exact_valid_bytes(l, d, big, va, resident=res) == need
+
+
+def test_the_caches_give_the_old_paths_bits_on_letor_text_with_paper_001s_costs(mq2008, tmp_path, monkeypatch):
+    """The same oracle on the user's ground: MQ2008's own text (LETOR 4.0, gzip) converted, its
+    vali rows scored, the cost-sensitive configuration of the default search (graded pair costs,
+    log-ratio query weights) on a 30-query training subset, C along powers of two."""
+    from streamrank.io.convert import convert
+    for name in ("train", "vali"):
+        convert([mq2008 / "Fold1" / f"{name}.txt.gz"], tmp_path / f"{name}.h5", quiet=True)
+
+    mapped = []
+
+    def run(keep_valid, zero):
+        monkeypatch.setattr(ex, "ZeroPoint", ZeroPoint if zero else (lambda: None))
+        monkeypatch.setattr(ex, "MappedValidation", lambda *a, **k: mapped.append(1) or MappedValidation(*a, **k))
+        if not keep_valid:
+            monkeypatch.setattr(memplan, "exact_valid_bytes", lambda *a, **k: 0)
+        with streamrank.open_dataset(tmp_path / "train.h5") as ds, streamrank.open_dataset(tmp_path / "vali.h5") as va:
+            out = train_exact(ds, valid=va, C=[2.0 ** -4, 2.0 ** -2, 1.0], gamma=[2.0 ** -9, 2.0 ** -5],
+                              queries=(0, 30), pair_cost="graded", query_weight="log_ratio", landmarks=50)
+        monkeypatch.undo()
+        return out
+    (old_model, old), (new_model, new) = run(False, False), run(True, True)
+    assert np.array_equal(old_model.w, new_model.w)
+    for a, b in zip(old["candidates"], new["candidates"], strict=True):
+        assert a["objective"] == b["objective"] and a["valid_meanndcg"] == b["valid_meanndcg"]
+        assert [r[3:6] for r in a["trace"]] == [r[3:6] for r in b["trace"]]
+    assert new["passes"] < old["passes"]
+    assert len(mapped) == 2  # the kept route ran: the vali rows mapped once per gamma, in the second run only
