@@ -68,6 +68,9 @@ class Setting:
     words: tuple = ()
     api_help: str = ""  # the estimators' words where they differ from the CLI's
     instead: str = ""   # where it does not apply: what takes its place, said with the refusal
+    # ``(methods, ((other, values), ...))``: for these methods, only where one of the other
+    # settings takes one of its values (its default for the method counted)
+    unless: tuple = ()
 
     @property
     def api_name(self):
@@ -78,6 +81,13 @@ class Setting:
         value; an absent one at its default)."""
         if method not in self.methods:
             return False
+        if self.unless and method in self.unless[0]:
+            def holds(other, allowed):
+                value = (others or {}).get(other)
+                value = default_for(other, method) if value is None else value
+                return (value.strip().lower() if isinstance(value, str) else value) in allowed
+            if not any(holds(*alt) for alt in self.unless[1]):
+                return False
         if self.when:
             other, allowed = self.when
             value = (others or {}).get(other)
@@ -161,12 +171,19 @@ TABLE = dict([
        "(unlisted pairs cost 1)", metavar="SPEC", many="search"),
     _s("query_weight", "--query-weight", "none", RANKSVM, "choice", "paper 001's query weights mu_q",
        choices=("none", "log_ratio"), many="search"),
-    _s("tol", "--tol", 1e-3, RANKSVM, "float", "stop when ||g|| <= EPS ||g0|| (TRON's and LIBLINEAR's rule)",
-       metavar="EPS"),
+    _s("tol", "--tol", 1e-3, RANKSVM, "float",
+       "stop when ||g|| <= EPS ||g0|| (TRON's and LIBLINEAR's rule; --method exact stops on --gap-tol instead, "
+       "unless --gap-tol off or --precondition off)",
+       metavar="EPS", unless=(("exact",), (("gap_tol", ("off",)), ("precondition", ("off",)),
+                                           ("kernel", ("linear",)), ("solver", ("newton_yuan",)))),
+       instead="with its preconditioned TRON the exact kernel stops where its estimated objective gap is at most "
+               "--gap-tol, default 1e-6"),
     _s("gap_tol", "--gap-tol", None, RANKSVM, "float",
        "stop when the relative objective gap (f - f*)/f is at most G, in place of --tol's rule: a rigorous bound "
-       "||g||^2/2f for linear and mapped models, the preconditioner's estimate for --method exact (default: off; "
-       "every log line and --json report the gap either way)", many="none", metavar="G"),
+       "||g||^2/2f for linear and mapped models, the preconditioner's estimate for --method exact (default: 1e-6 "
+       "for --method exact, off for the others; off, or no estimate (exact with --precondition off, --kernel linear "
+       "or --solver newton_yuan): --tol's rule; every log line and --json report the gap either way)",
+       many="none", metavar="G", words=("off",)),
     _s("abs_gtol", "--abs-gtol", None, RANKSVM, "float",
        "--solver newton_yuan also stops at ||g|| <= EPS2 (paper 001's eps2, 1e-4 there; default: off)",
        when=("solver", ("newton_yuan",)), metavar="EPS2"),
@@ -232,6 +249,14 @@ def inapplicable(given, methods):
         return ParameterError(f"{names} do not apply to --method {', '.join(methods)} ({why}); drop {names}{instead}")
     for k in given:
         s = TABLE[k]
+        if s.unless and set(methods) <= set(s.unless[0]) and not s.applies(methods[0], given):
+            only, alts = s.unless
+            with_ = " or ".join(f"{TABLE[o].flag} {' or '.join(v)}" for o, v in alts)
+            first = f"{TABLE[alts[0][0]].flag} {alts[0][1][0]}"
+            return ParameterError(f"{s.flag} applies to --method {' or '.join(only)} only with {with_} ({s.instead}); "
+                                  f"pass {first} or drop {s.flag}")
+    for k in given:
+        s = TABLE[k]
         if s.when:
             other, allowed = s.when
             o = TABLE[other]
@@ -245,9 +270,13 @@ def inapplicable(given, methods):
 
 def default_for(name, method):
     """Setting ``name``'s default for ``method``: the table's, but CLSRRank's basis is every
-    training row (components None)."""
+    training row (components None) and the exact kernel stops on its estimated gap
+    (:data:`streamrank.params.EXACT_GAP_TOL`)."""
     if name == "components" and method == "clsr":
         return None
+    if name == "gap_tol" and method == "exact":
+        from streamrank.params import EXACT_GAP_TOL
+        return EXACT_GAP_TOL
     return TABLE[name].default
 
 
@@ -259,6 +288,8 @@ def trainer_kwargs(method, values):
     for name, s in TABLE.items():
         v = values.get(name)
         out[name] = default_for(name, method) if v is None or not s.applies(method, values) else v
+    if isinstance(out["gap_tol"], str) and out["gap_tol"].strip().lower() == "off":
+        out["gap_tol"] = None  # the trainers' None: --tol's gradient rule
     out["method"] = method
     return out
 

@@ -251,7 +251,7 @@ def section_fold1(args):
     test = converted(args.work, args.data, 1, "test")
     rows = []
     for m, eps in ((args.landmarks, EPS), (0, EPS), (args.landmarks, args.fold1_loose_eps)):
-        kw = {"C": C, "kernel": "rbf", "gamma": GAMMA, "tol": eps, "landmarks": m}
+        kw = {"C": C, "kernel": "rbf", "gamma": GAMMA, "tol": eps, "gap_tol": None, "landmarks": m}
         r = train_row({"train": str(train), "test": str(test), "kw": kw})
         r["setting"] = f"{r['landmarks']} landmarks" if m else "plain CG"
         r["eps"] = eps
@@ -336,7 +336,7 @@ def section_mq2007(args):
            f"C={C:g}, eps={EPS:g}, --memory-budget {args.budget}")
     path = generated(args.work, "mq2007", args.scale)
     lim = machine_limits(args)
-    kw = {"C": C, "kernel": "rbf", "gamma": GAMMA, "tol": EPS, "memory_budget": args.budget,
+    kw = {"C": C, "kernel": "rbf", "gamma": GAMMA, "tol": EPS, "gap_tol": None, "memory_budget": args.budget,
           "cache_dir": str(Path(args.work) / "exact-cache"), "landmarks": args.mq2007_landmarks}
     r = run_child(TRAIN_SPLIT.format(params=json.dumps({"train": str(path), "kw": kw})), timeout=7200)
     r["setting"] = f"{r['landmarks']} landmarks" if args.mq2007_landmarks else "plain CG"

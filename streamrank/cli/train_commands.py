@@ -326,8 +326,23 @@ def _option(s, many):
         return {"type": _positive_int(s.flag, str(s.default or params_example(s.name))), "metavar": s.metavar}
     if s.name == "eta" and listed:
         return {"type": _etas, "metavar": "E[,E...]|auto"}
+    if s.kind == "float" and s.words:
+        return {"type": _number_or_word(s.words), "metavar": s.metavar + "".join(f"|{w}" for w in s.words)}
     parse = {"int": int, "float": float}.get(s.kind)
     return {"metavar": s.metavar, **({"type": parse} if parse else {})}
+
+
+def _number_or_word(words):
+    """A parser of one number, or one of ``words`` (--gap-tol G|off)."""
+    def parse(text):
+        word = text.strip().lower()
+        if word in words:
+            return word
+        try:
+            return float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number or {' or '.join(map(repr, words))}: {text!r}") from None
+    return parse
 
 
 def params_example(name):

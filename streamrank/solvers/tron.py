@@ -376,13 +376,14 @@ def relative_gap(obj, g, f, P=None):
 def stop_met(state, eps, gap_tol, gap):
     """The stopping rule at ``state``: with ``gap_tol``, its relative ``gap`` (bound or estimate,
     :func:`relative_gap`) at most ``gap_tol`` (the gradient rule is then not used: a gap target
-    may need a smaller ||g|| than eps gives, or allow a larger one); otherwise
+    may need a smaller ||g|| than eps gives, or allow a larger one); otherwise, or where no gap is
+    known (``gap`` None: an objective that is not strongly convex, without a preconditioner),
     ||g|| <= eps ``gnorm0``. A zero gradient always stops."""
     if state.gnorm == 0:
         return True
-    if gap_tol is None:
+    if gap_tol is None or gap is None:
         return state.gnorm <= eps * state.gnorm0
-    return gap is not None and gap <= gap_tol
+    return gap <= gap_tol
 
 
 def _gap_text(gap, kind):

@@ -38,6 +38,7 @@ from streamrank.objectives.kernel_precond import (
     auto_landmarks,
     rpcholesky,
 )
+from streamrank.params import EXACT_GAP_TOL
 from streamrank.solvers.newton_yuan import newton_yuan
 from streamrank.solvers.tron import tron
 from streamrank.state.model import LinearModel
@@ -160,7 +161,7 @@ class _Gram:
 
 
 def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3, coef0=1.0, normalize="none",
-                tol=1e-3, max_iter=1000, gap_tol=None, memory_budget="2GB", pair_cost=None, query_weight=None,
+                tol=1e-3, max_iter=1000, gap_tol=EXACT_GAP_TOL, memory_budget="2GB", pair_cost=None, query_weight=None,
                 select_metric="meanndcg", checkpoint=None, resume=False, seed=0, block_bytes=None, queries=None,
                 cache_dir=None, precondition="auto", landmarks=DEFAULT_LANDMARKS, executor=None,
                 loss="squared_hinge", eta=None, solver="tron", abs_gtol=None, abs_dtol=None, features=None,
@@ -180,7 +181,8 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     plain CG (as ``landmarks=0``). ``executor``: what runs the passes
     (:mod:`streamrank.execution.executor`; None: in this process). ``gap_tol``: stop (in place of
     ``tol``'s rule) once the estimated relative objective gap (the preconditioner's Newton decrement:
-    :func:`streamrank.solvers.tron.relative_gap`) is at most this. ``convention``: the gains of
+    :func:`streamrank.solvers.tron.relative_gap`) is at most this (default
+    :data:`~streamrank.params.EXACT_GAP_TOL`); None: ``tol``'s gradient rule. ``convention``: the gains of
     ``select_metric`` (letor4 or standard).
     """
     t_start = time.perf_counter()

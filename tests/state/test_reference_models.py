@@ -27,7 +27,7 @@ CASES = {
     "linear_zscore_path": ["--C", "0.01,0.1,1", "--normalize", "zscore", "--valid", "VALID"],
     "nystroem": ["--method", "nystroem", "--components", "32", "--gamma", "0.05", "--C", "0.5"],
     "rff": ["--method", "rff", "--components", "32", "--gamma", "0.05", "--C", "0.5"],
-    "exact": ["--method", "exact", "--gamma", "0.05", "--C", "0.5"],
+    "exact": ["--method", "exact", "--gamma", "0.05", "--C", "0.5", "--gap-tol", "off"],
     "exact_plain": ["--method", "exact", "--gamma", "0.05", "--C", "0.5", "--precondition", "off"],
 }
 

@@ -105,7 +105,7 @@ def test_exact_kernel_smooth_hinge(small):
     is the dense one in w-space through Q = Phi Phi^T (Q as stored: float32 with its jitter)."""
     with streamrank.open_dataset(small / "train.h5") as ds:
         qs = (0, ds.n_queries)
-        common = dict(C=0.3, loss="smooth_hinge", eta=0.3, tol=1e-10, queries=qs, pair_cost=COSTS)
+        common = dict(C=0.3, loss="smooth_hinge", eta=0.3, tol=1e-10, gap_tol=None, queries=qs, pair_cost=COSTS)
         lin, sl = train_linear(ds, **common)
         ker, sk = train_exact(ds, kernel="linear", **common)
         assert sk["objective"] == pytest.approx(sl["objective"], rel=1e-8)

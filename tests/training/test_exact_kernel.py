@@ -270,7 +270,7 @@ def run_cli(args, abort=None):
 def test_aborted_and_resumed_run_gives_the_uninterrupted_model(small, tmp_path):
     def args(out, *extra):
         return ["train", str(small / "train.h5"), "-o", str(out), "--method", "exact", "--gamma", str(GAMMA),
-                "--C", "0.05,0.7", "--valid", str(small / "valid.h5"), "--tol", "1e-8",
+                "--C", "0.05,0.7", "--valid", str(small / "valid.h5"), "--gap-tol", "1e-12",
                 "--cache-dir", str(tmp_path / "cache"), "--checkpoint", str(tmp_path / "ck"), "--json", *extra]
 
     ref = run_cli(args(tmp_path / "ref.h5")[:-3] + ["--json"])  # no checkpoint
@@ -295,12 +295,56 @@ def test_the_reported_gap_estimate_tracks_the_true_gap(ds):
     the true relative gap to a 1e-6 solve, and it shrinks with the tolerance."""
     from streamrank.training.exact import train_exact
     kw = dict(C=[0.7], kernel="rbf", gamma=GAMMA, memory_budget="2GB", queries=(0, 3))
-    _, loose = train_exact(ds, tol=1e-3, **kw)
-    _, tight = train_exact(ds, tol=1e-6, **kw)
+    _, loose = train_exact(ds, tol=1e-3, gap_tol=None, **kw)
+    _, tight = train_exact(ds, tol=1e-6, gap_tol=None, **kw)
     true = (loose["objective"] - tight["objective"]) / loose["objective"]
     assert loose["gap_kind"] == "estimate" and tight["gap_kind"] == "estimate"
     assert true > 0 and 0.2 <= loose["gap"] / true <= 5, (loose["gap"], true)
     assert tight["gap"] < 1e-3 * loose["gap"]
+
+
+def test_the_default_stops_on_the_estimated_gap_and_off_restores_the_gradient_rule(ds):
+    """--method exact stops where its estimated gap is at most EXACT_GAP_TOL (its gradient rule in
+    beta is not a sign of a small gap): the true gap to a tight solve is within it, and gap_tol=None
+    (the CLI's --gap-tol off) is tol's rule."""
+    from streamrank.params import EXACT_GAP_TOL
+    from streamrank.training.exact import train_exact
+    for C in (0.7, 4.0):
+        kw = dict(C=[C], kernel="rbf", gamma=GAMMA, memory_budget="2GB", queries=(0, 3))
+        _, d = train_exact(ds, **kw)
+        _, g = train_exact(ds, gap_tol=None, **kw)
+        _, t = train_exact(ds, tol=1e-10, gap_tol=None, **kw)
+        assert d["gap_kind"] == "estimate" and d["gap"] <= EXACT_GAP_TOL
+        assert 0 <= (d["objective"] - t["objective"]) / d["objective"] <= EXACT_GAP_TOL
+        # here tol's rule stops one iteration short, at estimated gaps of 3e-6 and 8e-6: a small ||g||
+        # in beta is no sign of a small gap
+        assert g["iterations"] < d["iterations"] and g["gap"] > EXACT_GAP_TOL
+
+
+def test_without_a_gap_estimate_the_gradient_rule_stops(ds):
+    """No preconditioner, no estimate: the default gap target cannot be checked, and tol's rule
+    stops the run (as it does with gap_tol=None), not max_iter."""
+    from streamrank.training.exact import train_exact
+    kw = dict(C=[0.7], kernel="rbf", gamma=GAMMA, memory_budget="2GB", queries=(0, 3), precondition="off")
+    _, default = train_exact(ds, **kw)
+    _, off = train_exact(ds, gap_tol=None, **kw)
+    assert default["candidates"][0]["message"] == off["candidates"][0]["message"] == "converged"
+    assert default["objective"] == off["objective"] and default["iterations"] == off["iterations"] < 50
+
+
+@pytest.mark.parametrize("extra,ok", [([], True), (["--tol", "1e-6"], False), (["--tol", "1e-6", "--gap-tol", "off"], True),
+                                      (["--tol", "1e-6", "--precondition", "off"], True),
+                                      (["--gap-tol", "1e-9"], True), (["--gap-tol", "never"], False)])
+def test_the_cli_takes_tol_for_exact_only_where_the_gradient_rule_stops_it(small, tmp_path, capsys, extra, ok):
+    from streamrank.cli import main
+    args = ["train", str(small / "train.h5"), "-o", str(tmp_path / "m.h5"), "--method", "exact", "--gamma",
+            str(GAMMA), "--C", "0.5", "--quiet", *extra]
+    assert main(args) == (0 if ok else 2)
+    err = capsys.readouterr().err.strip().splitlines()
+    if not ok:
+        assert len(err) == 1 and ("--tol applies to --method exact only with --gap-tol off" in err[0]
+                                  or "--gap-tol" in err[0] and "'off'" in err[0])
+        assert not (tmp_path / "m.h5").exists()
 
 
 def test_the_thread_chooser_does_not_time_the_pass_that_starts_the_threads(monkeypatch):
