@@ -31,6 +31,7 @@ import inspect
 from dataclasses import dataclass
 
 from streamrank.errors import ParameterError
+from streamrank.params import EXACT_GAP_TOL
 
 METHODS = ("primal", "nystroem", "rff", "exact", "clsr")
 RANKSVM = ("primal", "nystroem", "rff", "exact")  # the pairwise hinge's methods (C, loss, solver)
@@ -71,6 +72,8 @@ class Setting:
     # ``(methods, ((other, values), ...))``: for these methods, only where one of the other
     # settings takes one of its values (its default for the method counted)
     unless: tuple = ()
+    # ``((method, default), ...)``: the methods whose default is not ``default``
+    defaults: tuple = ()
 
     @property
     def api_name(self):
@@ -135,7 +138,7 @@ TABLE = dict([
        when=("kernel", ("poly", "sigmoid"))),
     _s("components", "--components", DEFAULT_COMPONENTS, MAPS + ("clsr",), "posint",
        "Nystroem landmarks or random features, CLSRRank basis rows (default 1000 landmarks or features; "
-       "CLSRRank: every training row)", api="n_components", many="list", metavar="M"),
+       "CLSRRank: every training row)", api="n_components", many="list", metavar="M", defaults=(("clsr", None),)),
     _s("rank", "--rank", None, ("nystroem",), "posint", "keep the top K Nystroem eigenvectors (default: all)",
        metavar="K"),
     _s("map_cache", "--map-cache", "auto", MAPS, "choice",
@@ -183,7 +186,7 @@ TABLE = dict([
        "||g||^2/2f for linear and mapped models, the preconditioner's estimate for --method exact (default: 1e-6 "
        "for --method exact, off for the others; off, or no estimate (exact with --precondition off, --kernel linear "
        "or --solver newton_yuan): --tol's rule; every log line and --json report the gap either way)",
-       many="none", metavar="G", words=("off",)),
+       many="none", metavar="G", words=("off",), defaults=(("exact", EXACT_GAP_TOL),)),
     _s("abs_gtol", "--abs-gtol", None, RANKSVM, "float",
        "--solver newton_yuan also stops at ||g|| <= EPS2 (paper 001's eps2, 1e-4 there; default: off)",
        when=("solver", ("newton_yuan",)), metavar="EPS2"),
@@ -269,15 +272,11 @@ def inapplicable(given, methods):
 
 
 def default_for(name, method):
-    """Setting ``name``'s default for ``method``: the table's, but CLSRRank's basis is every
-    training row (components None) and the exact kernel stops on its estimated gap
-    (:data:`streamrank.params.EXACT_GAP_TOL`)."""
-    if name == "components" and method == "clsr":
-        return None
-    if name == "gap_tol" and method == "exact":
-        from streamrank.params import EXACT_GAP_TOL
-        return EXACT_GAP_TOL
-    return TABLE[name].default
+    """Setting ``name``'s default for ``method``: the table's, or the method's own where the
+    entry names one (``Setting.defaults``: CLSRRank's basis is every training row, components
+    None; the exact kernel stops on its estimated gap, :data:`streamrank.params.EXACT_GAP_TOL`)."""
+    s = TABLE[name]
+    return dict(s.defaults).get(method, s.default)
 
 
 def trainer_kwargs(method, values):
