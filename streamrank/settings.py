@@ -287,8 +287,6 @@ def trainer_kwargs(method, values):
     for name, s in TABLE.items():
         v = values.get(name)
         out[name] = default_for(name, method) if v is None or not s.applies(method, values) else v
-    if isinstance(out["gap_tol"], str) and out["gap_tol"].strip().lower() == "off":
-        out["gap_tol"] = None  # the trainers' None: --tol's gradient rule
     out["method"] = method
     return out
 

@@ -182,7 +182,7 @@ def train_exact(ds, *, valid=None, C=(1.0,), kernel="rbf", gamma=None, degree=3,
     (:mod:`streamrank.execution.executor`; None: in this process). ``gap_tol``: stop (in place of
     ``tol``'s rule) once the estimated relative objective gap (the preconditioner's Newton decrement:
     :func:`streamrank.solvers.tron.relative_gap`) is at most this (default
-    :data:`~streamrank.params.EXACT_GAP_TOL`); None: ``tol``'s gradient rule. ``convention``: the gains of
+    :data:`~streamrank.params.EXACT_GAP_TOL`); None or ``"off"``: ``tol``'s gradient rule. ``convention``: the gains of
     ``select_metric`` (letor4 or standard).
     """
     t_start = time.perf_counter()

@@ -477,8 +477,10 @@ def frozen(settings):
 def base_config(*, Cs, refine, normalize, tol, max_iter, gap_tol, memory_budget, block_bytes, pair_cost, query_weight,
                 select_metric, seed, queries, valid, loss, eta, abs_gtol, abs_dtol, convention="letor4"):
     """The settings every method of the C path (primal, maps, exact) records, the numbers checked
-    (:mod:`streamrank.params`); ``gap_tol`` only when given (old checkpoints match), ``C_rule``
-    only for the two-stage rule."""
+    (:mod:`streamrank.params`); ``gap_tol`` only when given (old checkpoints match; ``"off"`` is
+    not given: ``tol``'s rule), ``C_rule`` only for the two-stage rule."""
+    if isinstance(gap_tol, str) and gap_tol.strip().lower() == "off":
+        gap_tol = None
     return {"C_path": Cs, "normalize": normalize, "tol": params.check("tol", tol),
             **({"gap_tol": params.check("gap_tol", gap_tol)} if gap_tol is not None else {}),
             "max_iter": params.check("max_iter", max_iter), "memory_budget": memory_budget, "block_bytes": block_bytes,

@@ -313,6 +313,8 @@ def test_the_default_stops_on_the_estimated_gap_and_off_restores_the_gradient_ru
         kw = dict(C=[C], kernel="rbf", gamma=GAMMA, memory_budget="2GB", queries=(0, 3))
         _, d = train_exact(ds, **kw)
         _, g = train_exact(ds, gap_tol=None, **kw)
+        _, off = train_exact(ds, gap_tol="off", **kw)  # the CLI's and the estimators' word, as the trainer takes it
+        assert (off["objective"], off["iterations"]) == (g["objective"], g["iterations"])
         _, t = train_exact(ds, tol=1e-10, gap_tol=None, **kw)
         assert d["gap_kind"] == "estimate" and d["gap"] <= EXACT_GAP_TOL
         assert 0 <= (d["objective"] - t["objective"]) / d["objective"] <= EXACT_GAP_TOL
